@@ -1,0 +1,59 @@
+# Thin verbs over CMake (STYLE.md): the README's two commands are
+# `make demo` and `make test`; both install what they need first.
+PY      := /usr/bin/python3
+JOBS    ?= 2
+CTEST   := ctest --timeout 300 --output-on-failure
+
+.PHONY: all deps build build-asan test test-c test-asan test-py demo install \
+        bench bench-probe bench-index fuzz clean
+
+all: build
+
+deps:
+	@scripts/setup-deps.sh
+
+build:
+	@cmake --preset default >/dev/null
+	@cmake --build --preset default -j$(JOBS)
+
+build-asan:
+	@cmake --preset asan >/dev/null
+	@cmake --build --preset asan -j$(JOBS)
+
+test: deps
+	@$(MAKE) --no-print-directory build build-asan
+	@$(MAKE) --no-print-directory test-c test-asan test-py
+
+test-c:
+	@echo "== C unit tests" && cd build && $(CTEST)
+
+test-asan:
+	@echo "== C unit tests under ASan+UBSan" && cd build-asan && \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(CTEST)
+
+test-py:
+	@echo "== integration tests (pytest)" && \
+	  DATAHELIX_BIN=$(CURDIR)/build/datahelix \
+	  DATAHELIX_ASAN_BIN=$(CURDIR)/build-asan/datahelix \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/integration
+
+demo: deps build
+	@scripts/demo.sh build/datahelix
+
+install: build
+	cmake --install build
+
+bench: bench-probe bench-index
+
+bench-probe: build
+	@scripts/bench-probe.sh build/datahelix
+
+bench-index: build
+	@build/bench_index
+
+fuzz:
+	@cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j$(JOBS)
+
+clean:
+	rm -rf build build-asan build-debug build-release build-fuzz

@@ -1,0 +1,32 @@
+#!/bin/sh
+# Installs every Debian package datahelix needs to build, test and demo.
+# Idempotent: exits at once when everything is already installed, so that
+# `make demo` / `make test` can call it on every run.
+set -eu
+
+PKGS="build-essential cmake pkg-config git
+libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
+libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
+libjansson-dev libcmocka-dev python3-pytest
+clang libclang-rt-dev"
+
+missing=""
+for p in $PKGS; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing="$missing $p"
+    fi
+done
+[ -z "$missing" ] && exit 0
+
+echo "setup-deps: installing:$missing" >&2
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null 2>&1 || {
+        echo "setup-deps: need root or sudo to install:$missing" >&2; exit 1; }
+    SUDO=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+echo "setup-deps: done" >&2

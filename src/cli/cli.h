@@ -1,0 +1,58 @@
+/*
+ * cli.h - shared pieces of the `datahelix` binary: the subcommand table
+ * signature, one-line error reporting, number parsing, and the progress bar.
+ *
+ * Contract (DESIGN 4.1): every subcommand has --help, exits 0 on success and
+ * non-zero with one line `datahelix: <what>: <why>` on stderr for bad input.
+ */
+#ifndef DH_CLI_H
+#define DH_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "datahelix/error.h"
+
+/* Exit codes shared by every subcommand. */
+enum { DH_EXIT_OK = 0, DH_EXIT_FAIL = 1, DH_EXIT_USAGE = 2 };
+
+typedef int (*dh_cmd_fn)(int argc, char **argv);
+
+/* Subcommands (one file each). argv[0] is the subcommand name. */
+int dh_cmd_gen_data(int argc, char **argv);
+int dh_cmd_probe(int argc, char **argv);
+int dh_cmd_index(int argc, char **argv);
+
+/* Prints "datahelix: <what>: <why>\n" to stderr. */
+void dh_cli_error(const char *what, const char *fmt, ...) DH_PRINTF(2, 3);
+
+/* Reports a usage error for `cmd` and returns DH_EXIT_USAGE. */
+int dh_cli_usage_error(const char *cmd, const char *fmt, ...) DH_PRINTF(2, 3);
+
+/* Strict integer / float parsing: whole string, in [lo, hi]. 0 or -1. */
+int dh_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+int dh_cli_parse_double(const char *s, double lo, double hi, double *out);
+
+/* ---- progress on stderr (only drawn when stderr is a terminal) ---- */
+struct dh_progress {
+    const char *label;
+    uint64_t total;
+    uint64_t done;
+    uint64_t failed;
+    double t_start;
+    double t_last_draw;
+    int enabled;
+};
+
+void dh_progress_start(struct dh_progress *p, const char *label,
+                       uint64_t total);
+/* Thread-compatible: call from one thread. Redraws at most ~10 times/s. */
+void dh_progress_update(struct dh_progress *p, uint64_t done,
+                        uint64_t failed);
+/* Clears the bar line. */
+void dh_progress_finish(struct dh_progress *p);
+
+/* Monotonic seconds. */
+double dh_cli_now(void);
+
+#endif

@@ -1,0 +1,8 @@
+#include "cli/cli.h"
+
+int dh_cmd_index(int argc, char **argv)
+{
+    (void)argc;
+    dh_cli_error(argv[0], "not implemented yet");
+    return DH_EXIT_USAGE;
+}

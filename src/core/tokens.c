@@ -1,0 +1,2 @@
+/* tokens.c: not written yet. */
+typedef int dh_placeholder_tokens_;

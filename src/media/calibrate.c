@@ -1,0 +1,2 @@
+/* calibrate.c: not written yet. */
+typedef int dh_placeholder_calibrate_;

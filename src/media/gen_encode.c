@@ -1,0 +1,2 @@
+/* gen_encode.c: not written yet. */
+typedef int dh_placeholder_gen_encode_;

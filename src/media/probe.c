@@ -1,0 +1,2 @@
+/* probe.c: not written yet. */
+typedef int dh_placeholder_probe_;

@@ -1,0 +1,59 @@
+"""Shared fixtures for the integration tests: the built binary, a runner that
+bounds every call in time, and a small generated data set shared by a session.
+"""
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def _binary():
+    b = os.environ.get("DATAHELIX_BIN", str(ROOT / "build" / "datahelix"))
+    if not os.access(b, os.X_OK):
+        pytest.exit(f"datahelix binary not found at {b}: run `make build` "
+                    "first (or `make test`)", returncode=1)
+    return b
+
+
+@pytest.fixture(scope="session")
+def dh_bin():
+    return _binary()
+
+
+def run_dh(*args, timeout=120, check=False, binary=None, **kw):
+    """Runs `datahelix ARGS`, bounded in time; returns CompletedProcess."""
+    cmd = [binary or _binary(), *map(str, args)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                       **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{cmd} exited {p.returncode}:\n{p.stderr}")
+    return p
+
+
+@pytest.fixture(scope="session")
+def gen_set(tmp_path_factory):
+    """A small mixed S/M/L set with captions, made once per test session."""
+    out = tmp_path_factory.mktemp("genset")
+    run_dh("gen-data", "--out", out, "--profiles", "mixed", "--count", 6,
+           "--seed", 7, "--captions", check=True, timeout=300)
+    return out
+
+
+@pytest.fixture(scope="session")
+def shared_videos():
+    d = SHARED_DATA / "videos"
+    if not d.is_dir():
+        pytest.skip(f"{d} not present (shared/ must sit beside the repo)")
+    return d
+
+
+@pytest.fixture(scope="session")
+def ffprobe():
+    exe = shutil.which("ffprobe")
+    assert exe, "ffprobe missing: scripts/setup-deps.sh installs ffmpeg"
+    return exe
