@@ -47,7 +47,7 @@ install: build
 bench: bench-probe bench-index
 
 bench-probe: build
-	@scripts/bench-probe.sh build/datahelix
+	@$(PY) bench/bench_probe.py --bin build/datahelix
 
 bench-index: build
 	@build/bench_index

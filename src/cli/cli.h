@@ -52,6 +52,13 @@ void dh_progress_update(struct dh_progress *p, uint64_t done,
 /* Clears the bar line. */
 void dh_progress_finish(struct dh_progress *p);
 
+/* Per-profile summary (count, mean frames, resolution, est. CPU ms,
+ * tokens, output MB; total CPU s) of the descriptors with ok[i] != 0
+ * (ok may be NULL: all).  Not thread-safe (static scratch). */
+struct dh_desc;
+void dh_cli_print_profile_summary(FILE *f, const struct dh_desc *descs,
+                                  const int *ok, size_t n);
+
 /* Monotonic seconds. */
 double dh_cli_now(void);
 

@@ -1,8 +1,509 @@
+/*
+ * cmd_probe.c - `datahelix probe`: INPUTs -> descriptor table (DESIGN 4.1,
+ * 4.2).  Expands inputs, probes files on --jobs threads (results kept in
+ * input order so ids are reproducible), optionally calibrates the cost
+ * model by decoding K files per profile, then estimates and writes.
+ *
+ * Locking: workers claim items through an atomic counter and write only
+ * their own result slot; one mutex serialises error lines on stderr.
+ */
+#include <getopt.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
 #include "cli/cli.h"
+#include "core/alloc.h"
+#include "datahelix/estimate.h"
+#include "datahelix/index.h"
+#include "datahelix/probe.h"
+
+#define MAX_JOBS 256
+
+struct probe_opts {
+    const char *out;
+    const char *index_out;
+    int64_t jobs;
+    int64_t calibrate;
+    int keep_going;
+    int quiet;
+    int summary;
+    struct dh_estimator est;
+};
+
+struct probe_run {
+    const struct probe_opts *o;
+    struct dh_probe_list list;
+    struct dh_desc *descs;
+    int *ok;
+    atomic_size_t next;
+    atomic_size_t done;
+    atomic_size_t failed;
+    atomic_int stop;
+    pthread_mutex_t err_lock;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: datahelix probe [options] --out M.jsonl INPUT...\n"
+"\n"
+"Scans media into a descriptor table, one JSON object per sample (DESIGN 4.2).\n"
+"INPUT: a file, a folder (walked recursively, media/text extensions only),\n"
+"or a .jsonl list of {\"path\": ..., \"text\": caption} (paths relative to it).\n"
+"\n"
+"  -o, --out FILE        table to write (- for stdout)                [required]\n"
+"      --index FILE.dhx  also write the compact binary index\n"
+"  -j, --jobs N          probe threads                    [default: CPU count]\n"
+"      --calibrate K     fit the CPU-cost model by decoding K files per profile\n"
+"      --tokens MODEL    qwen-vl | videomae | dit | patch=P,tpatch=T [qwen-vl]\n"
+"      --frames SPEC     sampling plan frames: N | fps:F | all        [fps:8]\n"
+"      --max-frames N    cap on frames derived from fps                 [256]\n"
+"      --size SPEC       sampling plan size: WxH | native            [native]\n"
+"      --max-side N      with native size, shrink the longer side to N    [0]\n"
+"      --keep-going      report unreadable files and go on          [default]\n"
+"      --fail-fast       stop at the first unreadable file (exit 1)\n"
+"      --summary         print a per-profile summary of the table\n"
+"                        (stdout; stderr when the table goes to stdout)\n"
+"  -q, --quiet           no closing line on stderr\n"
+"  -h, --help            this text\n"
+"\n"
+"Exit status: 0 when at least one file was probed (unreadable files are\n"
+"listed on stderr and left out), 1 otherwise or with --fail-fast on error.\n");
+}
+
+enum { OPT_INDEX = 256, OPT_CAL, OPT_TOKENS, OPT_FRAMES, OPT_MAXF, OPT_SIZE,
+       OPT_MAXSIDE, OPT_KEEP, OPT_FAILFAST, OPT_SUMMARY };
+
+static const struct option longopts[] = {
+    {"out", required_argument, NULL, 'o'},
+    {"index", required_argument, NULL, OPT_INDEX},
+    {"jobs", required_argument, NULL, 'j'},
+    {"calibrate", required_argument, NULL, OPT_CAL},
+    {"tokens", required_argument, NULL, OPT_TOKENS},
+    {"frames", required_argument, NULL, OPT_FRAMES},
+    {"max-frames", required_argument, NULL, OPT_MAXF},
+    {"size", required_argument, NULL, OPT_SIZE},
+    {"max-side", required_argument, NULL, OPT_MAXSIDE},
+    {"keep-going", no_argument, NULL, OPT_KEEP},
+    {"fail-fast", no_argument, NULL, OPT_FAILFAST},
+    {"summary", no_argument, NULL, OPT_SUMMARY},
+    {"quiet", no_argument, NULL, 'q'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static int parse_opt(int c, struct probe_opts *o)
+{
+    struct dh_err e;
+    int64_t v;
+
+    dh_err_clear(&e);
+    switch (c) {
+    case 'o': o->out = optarg; return 0;
+    case OPT_INDEX: o->index_out = optarg; return 0;
+    case 'q': o->quiet = 1; return 0;
+    case OPT_SUMMARY: o->summary = 1; return 0;
+    case OPT_KEEP: o->keep_going = 1; return 0;
+    case OPT_FAILFAST: o->keep_going = 0; return 0;
+    case 'j':
+        if (dh_cli_parse_i64(optarg, 1, MAX_JOBS, &o->jobs))
+            return dh_cli_usage_error("probe", "--jobs '%s': expected 1..%d",
+                                      optarg, MAX_JOBS);
+        return 0;
+    case OPT_CAL:
+        if (dh_cli_parse_i64(optarg, 0, 10000, &o->calibrate))
+            return dh_cli_usage_error("probe", "--calibrate '%s': expected "
+                                      "0..10000 files per profile", optarg);
+        return 0;
+    case OPT_MAXF:
+    case OPT_MAXSIDE:
+        if (dh_cli_parse_i64(optarg, 0, 1000000, &v))
+            return dh_cli_usage_error("probe", "--%s '%s': expected a "
+                                      "non-negative integer",
+                                      c == OPT_MAXF ? "max-frames" : "max-side",
+                                      optarg);
+        if (c == OPT_MAXF)
+            o->est.plan.max_frames = v;
+        else
+            o->est.plan.max_side = (int32_t)v;
+        return 0;
+    case OPT_TOKENS:
+        if (dh_token_model_parse(optarg, &o->est.tokens, &e))
+            return dh_cli_usage_error("probe", "%s", e.msg);
+        return 0;
+    case OPT_FRAMES:
+        if (dh_sample_plan_parse_frames(optarg, &o->est.plan, &e))
+            return dh_cli_usage_error("probe", "--%s", e.msg);
+        return 0;
+    case OPT_SIZE:
+        if (dh_sample_plan_parse_size(optarg, &o->est.plan, &e))
+            return dh_cli_usage_error("probe", "--%s", e.msg);
+        return 0;
+    default:
+        return dh_cli_usage_error("probe", "unknown option");
+    }
+}
+
+static int parse_args(int argc, char **argv, struct probe_opts *o)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    struct dh_err e;
+    int c, rc;
+
+    memset(o, 0, sizeof(*o));
+    o->keep_going = 1;
+    o->jobs = ncpu > 0 ? (ncpu > MAX_JOBS ? MAX_JOBS : ncpu) : 1;
+    dh_sample_plan_default(&o->est.plan);
+    if (dh_token_model_parse("qwen-vl", &o->est.tokens, &e))
+        return DH_EXIT_FAIL;
+    dh_cost_model_default(&o->est.cost);
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "o:j:qh", longopts, NULL)) != -1) {
+        if (c == 'h') {
+            usage(stdout);
+            return -1;
+        }
+        if (c == '?')
+            return dh_cli_usage_error("probe", "bad option '%s'",
+                                      argv[optind - 1]);
+        if ((rc = parse_opt(c, o)))
+            return rc;
+    }
+    if (!o->out)
+        return dh_cli_usage_error("probe", "--out is required");
+    if (optind >= argc)
+        return dh_cli_usage_error("probe", "no INPUT given");
+    return 0;
+}
+
+static void report(struct probe_run *r, const char *msg)
+{
+    pthread_mutex_lock(&r->err_lock);
+    if (isatty(STDERR_FILENO))
+        fprintf(stderr, "\r\033[K");
+    fprintf(stderr, "datahelix: probe: %s\n", msg);
+    pthread_mutex_unlock(&r->err_lock);
+}
+
+static void *probe_worker(void *arg)
+{
+    struct probe_run *r = arg;
+    struct dh_err e;
+    size_t i;
+
+    while (!atomic_load(&r->stop) &&
+           (i = atomic_fetch_add(&r->next, 1)) < r->list.count) {
+        dh_err_clear(&e);
+        if (dh_probe_file(r->list.items[i].path, &r->descs[i], &e) == 0) {
+            r->ok[i] = 1;
+        } else {
+            report(r, e.msg);
+            atomic_fetch_add(&r->failed, 1);
+            if (!r->o->keep_going)
+                atomic_store(&r->stop, 1);
+        }
+        atomic_fetch_add(&r->done, 1);
+    }
+    return NULL;
+}
+
+static void wait_workers(struct probe_run *r)
+{
+    struct dh_progress p;
+    struct timespec ts = {0, 50 * 1000 * 1000};
+
+    dh_progress_start(&p, "probe", r->list.count);
+    while (atomic_load(&r->done) < r->list.count && !atomic_load(&r->stop)) {
+        pthread_mutex_lock(&r->err_lock);
+        dh_progress_update(&p, atomic_load(&r->done), atomic_load(&r->failed));
+        pthread_mutex_unlock(&r->err_lock);
+        nanosleep(&ts, NULL);
+    }
+    dh_progress_finish(&p);
+}
+
+static int run_workers(struct probe_run *r)
+{
+    pthread_t th[MAX_JOBS];
+    int64_t n = r->o->jobs, started = 0;
+
+    if ((size_t)n > r->list.count)
+        n = (int64_t)r->list.count;
+    for (; started < n; started++)
+        if (pthread_create(&th[started], NULL, probe_worker, r))
+            break;
+    if (started == 0) {
+        probe_worker(r); /* no thread could start: probe inline */
+    } else {
+        wait_workers(r);
+    }
+    for (int64_t i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    return 0;
+}
+
+/* ---- calibration: decode K files per profile, fit the cost model ---- */
+
+struct cal_set {
+    struct dh_cost_features *f;
+    double *ms;
+    size_t n;
+};
+
+static int cal_pick(const struct probe_run *r, size_t i, char (*seen)[32],
+                    int64_t *taken, size_t *nseen)
+{
+    const struct dh_desc *d = &r->descs[i];
+    size_t p;
+
+    if (!r->ok[i] || d->kind == DH_KIND_TEXT)
+        return 0;
+    for (p = 0; p < *nseen; p++)
+        if (!strcmp(seen[p], d->profile))
+            break;
+    if (p == *nseen) {
+        if (*nseen == 256)
+            return 0;
+        snprintf(seen[p], sizeof(seen[p]), "%s", d->profile);
+        taken[p] = 0;
+        (*nseen)++;
+    }
+    if (taken[p] >= r->o->calibrate)
+        return 0;
+    taken[p]++;
+    return 1;
+}
+
+static void cal_measure(struct probe_run *r, size_t i, struct cal_set *cs)
+{
+    const struct dh_sample_plan *plan = &r->o->est.plan;
+    struct dh_desc *d = &r->descs[i];
+    struct dh_err e;
+    int64_t frames;
+    int32_t w, h;
+    double ms;
+
+    dh_sample_plan_output(plan, d, &frames, &w, &h);
+    dh_err_clear(&e);
+    if (dh_calibrate_decode(d, frames, w, h, &ms, &e)) {
+        report(r, e.msg);
+        return;
+    }
+    dh_cost_features_of(d, frames, w, h, &cs->f[cs->n]);
+    cs->ms[cs->n++] = ms;
+}
+
+static int calibrate(struct probe_run *r, struct dh_cost_model *m)
+{
+    char seen[256][32];
+    int64_t taken[256];
+    size_t nseen = 0, count = r->list.count;
+    struct cal_set cs = {dh__calloc(count, sizeof(*cs.f)),
+                         dh__calloc(count, sizeof(double)), 0};
+    struct dh_progress p;
+    struct dh_err e;
+    int rc = 0;
+
+    if (!cs.f || !cs.ms) {
+        rc = -1;
+        dh_cli_error("probe", "calibration: out of memory");
+        goto out_free;
+    }
+    for (size_t i = 0; i < count; i++) /* profile of every sample first */
+        if (r->ok[i])
+            dh_estimate(&r->o->est, &r->descs[i]);
+    dh_progress_start(&p, "calibrate", count);
+    for (size_t i = 0; i < count; i++) {
+        if (cal_pick(r, i, seen, taken, &nseen))
+            cal_measure(r, i, &cs);
+        dh_progress_update(&p, i + 1, 0);
+    }
+    dh_progress_finish(&p);
+    dh_err_clear(&e);
+    if (dh_cost_model_fit(cs.f, cs.ms, cs.n, m, &e)) {
+        dh_cli_error("probe", "calibration kept the default cost model: %s",
+                     e.msg);
+        goto out_free;
+    }
+    if (!r->o->quiet)
+        fprintf(stderr, "probe: cost model from %zu decodes: %.3f ms + "
+                "%.3f ms/src-Mpx + %.3f ms/input-MB + %.3f ms/out-Mpx "
+                "(rmse %.2f ms)\n", cs.n, m->base_ms, m->ms_per_src_mpx,
+                m->ms_per_in_mb, m->ms_per_out_mpx, m->fit_rmse_ms);
+out_free:
+    dh__free(cs.f);
+    dh__free(cs.ms);
+    return rc;
+}
+
+/* ---- output ---- */
+
+static char *header_json(const struct dh_estimator *est)
+{
+    char frames[32], size[32];
+    const struct dh_cost_model *c = &est->cost;
+    json_t *h;
+    char *s;
+
+    dh_sample_plan_format_frames(&est->plan, frames, sizeof(frames));
+    dh_sample_plan_format_size(&est->plan, size, sizeof(size));
+    h = json_pack("{s:i, s:s, s:{s:s, s:I, s:s, s:i}, s:s, s:{s:f, s:f, s:f, "
+                  "s:f, s:b, s:I, s:f}}",
+                  "version", 1, "tool", "datahelix probe",
+                  "plan", "frames", frames, "max_frames",
+                  (json_int_t)est->plan.max_frames, "size", size, "max_side",
+                  (int)est->plan.max_side,
+                  "tokens", est->tokens.name,
+                  "cost_model", "base_ms", c->base_ms, "ms_per_src_mpx",
+                  c->ms_per_src_mpx, "ms_per_in_mb", c->ms_per_in_mb,
+                  "ms_per_out_mpx", c->ms_per_out_mpx, "calibrated",
+                  c->calibrated, "fit_samples", (json_int_t)c->fit_samples,
+                  "fit_rmse_ms", c->fit_rmse_ms);
+    if (!h)
+        return NULL;
+    s = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+    json_decref(h);
+    return s;
+}
+
+static int write_table(struct probe_run *r, size_t *written)
+{
+    struct dh_table_writer *w = NULL;
+    struct dh_err e;
+    char *hdr = header_json(&r->o->est);
+    int64_t id = 0;
+    int rc;
+
+    dh_err_clear(&e);
+    if (!hdr) {
+        dh_cli_error("probe", "out of memory");
+        return DH_EXIT_FAIL;
+    }
+    rc = dh_table_writer_open(r->o->out, hdr, &w, &e);
+    free(hdr);
+    for (size_t i = 0; !rc && i < r->list.count; i++) {
+        struct dh_desc *d = &r->descs[i];
+        if (!r->ok[i])
+            continue;
+        d->id = id++;
+        if (r->list.items[i].text && !d->text) {
+            d->text = r->list.items[i].text; /* moved: list item gives it up */
+            r->list.items[i].text = NULL;
+        }
+        dh_estimate(&r->o->est, d);
+        rc = dh_table_writer_write(w, d, &e);
+    }
+    if (rc)
+        dh_table_writer_abort(w);
+    else
+        rc = dh_table_writer_close(w, &e);
+    if (rc) {
+        dh_cli_error("probe", "%s", e.msg);
+        return DH_EXIT_FAIL;
+    }
+    *written = (size_t)id;
+    return 0;
+}
+
+static int write_index(const struct probe_opts *o)
+{
+    struct dh_err e;
+
+    dh_err_clear(&e);
+    if (!o->index_out)
+        return 0;
+    if (!strcmp(o->out, "-")) {
+        dh_cli_error("probe", "--index needs --out to name a file");
+        return DH_EXIT_USAGE;
+    }
+    if (dh_index_build_from_table(o->out, o->index_out, &e)) {
+        dh_cli_error("probe", "%s", e.msg);
+        return DH_EXIT_FAIL;
+    }
+    return 0;
+}
+
+static int expand_inputs(struct probe_run *r, int argc, char **argv)
+{
+    struct dh_err e;
+
+    for (int i = 0; i < argc; i++) {
+        dh_err_clear(&e);
+        if (dh_probe_list_add_input(&r->list, argv[i], &e)) {
+            dh_cli_error("probe", "%s", e.msg);
+            return DH_EXIT_FAIL;
+        }
+    }
+    if (r->list.count == 0) {
+        dh_cli_error("probe", "no input files");
+        return DH_EXIT_FAIL;
+    }
+    return 0;
+}
+
+static int probe_all(struct probe_run *r, struct probe_opts *o)
+{
+    size_t n = r->list.count, written = 0;
+    double t0 = dh_cli_now();
+    int rc;
+
+    r->descs = dh__calloc(n, sizeof(*r->descs));
+    r->ok = dh__calloc(n, sizeof(*r->ok));
+    if (!r->descs || !r->ok) {
+        dh_cli_error("probe", "out of memory for %zu descriptors", n);
+        return DH_EXIT_FAIL;
+    }
+    run_workers(r);
+    if (atomic_load(&r->failed) == n ||
+        (!o->keep_going && atomic_load(&r->failed))) {
+        dh_cli_error("probe", "%zu of %zu files could not be probed; no "
+                     "table written", (size_t)atomic_load(&r->failed), n);
+        return DH_EXIT_FAIL;
+    }
+    if (o->calibrate > 0 && calibrate(r, &o->est.cost))
+        return DH_EXIT_FAIL;
+    if ((rc = write_table(r, &written)) || (rc = write_index(o)))
+        return rc;
+    if (o->summary)
+        dh_cli_print_profile_summary(strcmp(o->out, "-") ? stdout : stderr,
+                                     r->descs, r->ok, n);
+    if (!o->quiet) {
+        double s = dh_cli_now() - t0;
+        fprintf(stderr, "probe: %zu probed, %zu failed, %.2f s (%.0f files/s)"
+                " -> %s\n", written, (size_t)atomic_load(&r->failed), s,
+                s > 0 ? (double)n / s : 0.0, o->out);
+    }
+    return 0;
+}
 
 int dh_cmd_probe(int argc, char **argv)
 {
-    (void)argc;
-    dh_cli_error(argv[0], "not implemented yet");
-    return DH_EXIT_USAGE;
+    struct probe_opts o;
+    struct probe_run r;
+    int rc = parse_args(argc, argv, &o);
+
+    if (rc)
+        return rc < 0 ? DH_EXIT_OK : rc;
+    dh__alloc_init();
+    memset(&r, 0, sizeof(r));
+    r.o = &o;
+    dh_probe_list_init(&r.list);
+    pthread_mutex_init(&r.err_lock, NULL);
+    rc = expand_inputs(&r, argc - optind, argv + optind);
+    if (!rc)
+        rc = probe_all(&r, &o);
+    for (size_t i = 0; r.descs && i < r.list.count; i++)
+        dh_desc_fini(&r.descs[i]);
+    dh__free(r.descs);
+    dh__free(r.ok);
+    dh_probe_list_fini(&r.list);
+    pthread_mutex_destroy(&r.err_lock);
+    return rc;
 }

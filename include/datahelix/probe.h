@@ -1,0 +1,67 @@
+/*
+ * datahelix/probe.h - turns media files into descriptors (DESIGN 4.1
+ * `datahelix probe`, 4.2): container headers through libavformat, exact
+ * frame counts, input expansion (files, folders, JSONL lists), and the
+ * calibration decode that fits the CPU-cost model.
+ *
+ * Thread-safety: every function may run concurrently on different
+ * arguments (probe workers do).  A dh_probe_list is not shared while built.
+ */
+#ifndef DATAHELIX_PROBE_H
+#define DATAHELIX_PROBE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "datahelix/error.h"
+#include "datahelix/table.h"
+
+/*
+ * Probes one file into `d` (init'ed by the caller; fini'ed first): path,
+ * kind, bytes, codec, width, height, rotation, fps, duration_s, frames.
+ * Frames come from the container index where it has one (MP4/MOV) and
+ * otherwise by counting the video stream's packets, so they equal
+ * `ffprobe -count_packets`.  `.txt` files are kind text.  Leaves id, text
+ * and the estimates alone.  On error `e` names the file and FFmpeg's reason.
+ */
+int dh_probe_file(const char *path, struct dh_desc *d,
+                  struct dh_err *e) DH_MUST_CHECK;
+
+/* One input sample: a path and an optional caption. */
+struct dh_probe_item {
+    char *path;
+    char *text;
+};
+
+/* The expanded input list; owns its strings. */
+struct dh_probe_list {
+    struct dh_probe_item *items;
+    size_t count;
+    size_t cap;
+};
+
+void dh_probe_list_init(struct dh_probe_list *l);
+void dh_probe_list_fini(struct dh_probe_list *l);
+
+/*
+ * Adds one command-line INPUT: a regular file (probed whatever its
+ * extension, except `.jsonl`, read as a list of {"path", "text"} objects
+ * with paths relative to the list's folder), or a folder, walked
+ * recursively in sorted order, keeping files with a media or text
+ * extension and skipping hidden entries and `.jsonl` files.
+ * A missing input or an unreadable list is an error naming it; a folder
+ * with no media gives DH_EEMPTY.
+ */
+int dh_probe_list_add_input(struct dh_probe_list *l, const char *input,
+                            struct dh_err *e) DH_MUST_CHECK;
+
+/*
+ * Calibration: decodes `d` with one thread the way a simple sampled loader
+ * does (every frame decoded; `out_frames` of them, spread uniformly, scaled
+ * to out_w x out_h RGB24) and returns the CPU time used in *cpu_ms.
+ */
+int dh_calibrate_decode(const struct dh_desc *d, int64_t out_frames,
+                        int32_t out_w, int32_t out_h, double *cpu_ms,
+                        struct dh_err *e) DH_MUST_CHECK;
+
+#endif

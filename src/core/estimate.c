@@ -1,0 +1,28 @@
+/*
+ * estimate.c - applies plan, token model and cost model to a descriptor.
+ * Pure; no allocation.
+ */
+#include <string.h>
+
+#include "datahelix/estimate.h"
+
+void dh_estimate(const struct dh_estimator *est, struct dh_desc *d)
+{
+    int64_t frames;
+    int32_t w, h;
+    struct dh_cost_features f;
+    int64_t text_bytes = d->text ? (int64_t)strlen(d->text) : 0;
+
+    dh_sample_plan_output(&est->plan, d, &frames, &w, &h);
+    dh_profile_name(d->kind, frames, w, h, d->profile, sizeof(d->profile));
+    dh_cost_features_of(d, frames, w, h, &f);
+    d->est_cpu_ms = dh_cost_model_predict(&est->cost, &f);
+    if (d->kind == DH_KIND_TEXT) {
+        d->est_out_bytes = d->bytes + text_bytes;
+        d->est_tokens = dh_text_tokens(d->bytes + text_bytes);
+        return;
+    }
+    d->est_out_bytes = frames * (int64_t)w * h * 3;
+    d->est_tokens = dh_token_model_count(&est->tokens, frames, w, h) +
+                    dh_text_tokens(text_bytes);
+}

@@ -1,0 +1,38 @@
+/*
+ * gen_content.h - the pure, deterministic frame generator of `gen-data`
+ * (internal).  No FFmpeg and no allocation here, so it is unit-tested alone
+ * (tests/unit/test_gen_content.c).
+ *
+ * Thread-safety: all functions are reentrant; they touch only their
+ * arguments.
+ */
+#ifndef DH_MEDIA_GEN_CONTENT_H
+#define DH_MEDIA_GEN_CONTENT_H
+
+#include <stdint.h>
+
+/*
+ * A caller-owned YUV420P picture: data[0] is width x height luma, data[1]
+ * and data[2] are ((width+1)/2) x ((height+1)/2) chroma, each row
+ * linesize[i] bytes apart (linesize >= the row width).
+ */
+struct dh__gen_planes {
+    uint8_t *data[3];
+    int linesize[3];
+    int width;
+    int height;
+};
+
+/*
+ * Fills every pixel of `pl` with frame `frame` of the scene selected by
+ * `seed`: a rotating, scrolling procedural texture, 3-6 bouncing coloured
+ * boxes and light per-pixel noise.  Values stay in limited range (Y 16..235,
+ * U/V 16..240).  A pure function of (width, height, frame, seed).
+ */
+void dh__gen_content_fill(const struct dh__gen_planes *pl, int64_t frame,
+                          uint64_t seed);
+
+/* SplitMix64 finaliser: a well-mixed 64-bit hash of x.  Pure. */
+uint64_t dh__gen_mix64(uint64_t x);
+
+#endif

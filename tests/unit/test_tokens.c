@@ -1,0 +1,203 @@
+/* test_tokens.c - token models, sampling-plan output shapes, profiles. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "datahelix/estimate.h"
+
+static struct dh_token_model model(const char *spec)
+{
+    struct dh_token_model m;
+    struct dh_err e;
+
+    assert_int_equal(dh_token_model_parse(spec, &m, &e), 0);
+    return m;
+}
+
+static void qwen_vl_rounds_sides_to_28(void **state)
+{
+    struct dh_token_model m = model("qwen-vl");
+
+    (void)state;
+    /* 16 frames at 224x224: 8 temporal x 8 x 8 */
+    assert_int_equal(dh_token_model_count(&m, 16, 224, 224), 8 * 8 * 8);
+    /* 400x224: 400/28 = 14.3 -> 14 */
+    assert_int_equal(dh_token_model_count(&m, 16, 400, 224), 8 * 14 * 8);
+    /* odd frame counts round up: 3 frames -> 2 temporal groups */
+    assert_int_equal(dh_token_model_count(&m, 3, 28, 28), 2);
+    /* an image is one temporal group */
+    assert_int_equal(dh_token_model_count(&m, 1, 448, 448), 16 * 16);
+    assert_int_equal(dh_token_model_count(&m, 0, 448, 448), 0);
+    assert_int_equal(dh_token_model_count(&m, 4, 0, 448), 0);
+}
+
+static void videomae_and_dit(void **state)
+{
+    struct dh_token_model v = model("videomae");
+    struct dh_token_model d = model("dit");
+
+    (void)state;
+    assert_int_equal(dh_token_model_count(&v, 16, 224, 224), 8 * 14 * 14);
+    /* causal VAE: 17 frames -> 1 + 4 latent frames; 256/16 = 16 */
+    assert_int_equal(dh_token_model_count(&d, 17, 256, 256), 5 * 16 * 16);
+    assert_int_equal(dh_token_model_count(&d, 1, 256, 256), 1 * 16 * 16);
+    /* sizes that do not divide round up */
+    assert_int_equal(dh_token_model_count(&v, 2, 17, 16), 2);
+}
+
+static void custom_patch_spec(void **state)
+{
+    struct dh_token_model m = model("patch=14,tpatch=4");
+    struct dh_token_model s;
+    struct dh_err e;
+
+    (void)state;
+    assert_int_equal(dh_token_model_count(&m, 8, 28, 14), 2 * 2 * 1);
+    assert_string_equal(m.name, "patch=14,tpatch=4");
+    m = model("patch=10");
+    assert_int_equal(m.tpatch, 1);
+    assert_int_equal(dh_token_model_count(&m, 3, 20, 20), 3 * 2 * 2);
+    const char *bad[] = {"", "qwen", "patch=", "patch=0", "patch=8,t=2",
+                         "patch=8,tpatch=", "patch=8x", "patch=-3"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        dh_err_clear(&e);
+        assert_int_equal(dh_token_model_parse(bad[i], &s, &e), DH_EINVAL);
+        assert_non_null(strstr(e.msg, "qwen-vl, videomae, dit"));
+    }
+}
+
+static void text_tokens(void **state)
+{
+    (void)state;
+    assert_int_equal(dh_text_tokens(0), 0);
+    assert_int_equal(dh_text_tokens(1), 1);
+    assert_int_equal(dh_text_tokens(8), 2);
+    assert_int_equal(dh_text_tokens(9), 3);
+}
+
+static void plan_specs_parse_and_format(void **state)
+{
+    struct dh_sample_plan p;
+    struct dh_err e;
+    char buf[32];
+
+    (void)state;
+    dh_sample_plan_default(&p);
+    dh_sample_plan_format_frames(&p, buf, sizeof(buf));
+    assert_string_equal(buf, "fps:8");
+    assert_int_equal(dh_sample_plan_parse_frames("16", &p, &e), 0);
+    assert_int_equal(p.frames, 16);
+    dh_sample_plan_format_frames(&p, buf, sizeof(buf));
+    assert_string_equal(buf, "16");
+    assert_int_equal(dh_sample_plan_parse_frames("fps:2.5", &p, &e), 0);
+    assert_true(p.frames == 0 && p.fps == 2.5);
+    assert_int_equal(dh_sample_plan_parse_frames("all", &p, &e), 0);
+    dh_sample_plan_format_frames(&p, buf, sizeof(buf));
+    assert_string_equal(buf, "all");
+    assert_int_equal(dh_sample_plan_parse_size("224x160", &p, &e), 0);
+    assert_true(p.width == 224 && p.height == 160);
+    dh_sample_plan_format_size(&p, buf, sizeof(buf));
+    assert_string_equal(buf, "224x160");
+    const char *badf[] = {"", "0", "-4", "fps:", "fps:0", "fps:x", "16x",
+                          "all2"};
+    for (size_t i = 0; i < sizeof(badf) / sizeof(badf[0]); i++)
+        assert_int_equal(dh_sample_plan_parse_frames(badf[i], &p, &e),
+                         DH_EINVAL);
+    const char *bads[] = {"", "224", "224x", "x224", "0x10", "224x224x3",
+                          "99999x2", "natural"};
+    for (size_t i = 0; i < sizeof(bads) / sizeof(bads[0]); i++)
+        assert_int_equal(dh_sample_plan_parse_size(bads[i], &p, &e),
+                         DH_EINVAL);
+}
+
+static struct dh_desc video(int64_t frames, double dur, int w, int h, int rot)
+{
+    struct dh_desc d;
+
+    dh_desc_init(&d);
+    d.kind = DH_KIND_VIDEO;
+    d.frames = frames;
+    d.duration_s = dur;
+    d.width = w;
+    d.height = h;
+    d.rotation = rot;
+    return d;
+}
+
+static void plan_output_shapes(void **state)
+{
+    struct dh_sample_plan p;
+    struct dh_desc d = video(100, 4.0, 600, 336, 0);
+    int64_t f;
+    int32_t w, h;
+
+    (void)state;
+    dh_sample_plan_default(&p); /* fps:8, native, max 256 */
+    dh_sample_plan_output(&p, &d, &f, &w, &h);
+    assert_true(f == 32 && w == 600 && h == 336);
+    d = video(100, 4.0, 600, 336, 90); /* rotation swaps the sides */
+    dh_sample_plan_output(&p, &d, &f, &w, &h);
+    assert_true(w == 336 && h == 600);
+    d = video(10, 4.0, 600, 336, 0); /* never more than the clip has */
+    dh_sample_plan_output(&p, &d, &f, &w, &h);
+    assert_int_equal(f, 10);
+    d = video(100000, 4000.0, 600, 336, 0); /* the cap */
+    dh_sample_plan_output(&p, &d, &f, &w, &h);
+    assert_int_equal(f, 256);
+    p.max_side = 300; /* longer side 600 -> 300 */
+    d = video(100, 4.0, 600, 336, 0);
+    dh_sample_plan_output(&p, &d, &f, &w, &h);
+    assert_true(w == 300 && h == 168);
+    p.frames = 16;
+    p.width = 224;
+    p.height = 224;
+    dh_sample_plan_output(&p, &d, &f, &w, &h);
+    assert_true(f == 16 && w == 224 && h == 224);
+    d.kind = DH_KIND_IMAGE;
+    dh_sample_plan_output(&p, &d, &f, &w, &h);
+    assert_int_equal(f, 1);
+    d.kind = DH_KIND_TEXT;
+    dh_sample_plan_output(&p, &d, &f, &w, &h);
+    assert_true(f == 0 && w == 0 && h == 0);
+}
+
+static void profile_buckets(void **state)
+{
+    char b[32];
+
+    (void)state;
+    dh_profile_name(DH_KIND_VIDEO, 16, 400, 224, b, sizeof(b));
+    assert_string_equal(b, "16x224");
+    dh_profile_name(DH_KIND_VIDEO, 13, 400, 230, b, sizeof(b));
+    assert_string_equal(b, "16x224"); /* 13 > 16/sqrt(2) */
+    dh_profile_name(DH_KIND_VIDEO, 11, 400, 224, b, sizeof(b));
+    assert_string_equal(b, "8x224");
+    dh_profile_name(DH_KIND_VIDEO, 32, 336, 600, b, sizeof(b));
+    assert_string_equal(b, "32x336"); /* portrait: short side */
+    dh_profile_name(DH_KIND_VIDEO, 64, 800, 448, b, sizeof(b));
+    assert_string_equal(b, "64x448");
+    dh_profile_name(DH_KIND_VIDEO, 240, 1920, 1080, b, sizeof(b));
+    assert_string_equal(b, "256x1080");
+    dh_profile_name(DH_KIND_IMAGE, 1, 50, 50, b, sizeof(b));
+    assert_string_equal(b, "1x144");
+    dh_profile_name(DH_KIND_TEXT, 0, 0, 0, b, sizeof(b));
+    assert_string_equal(b, "text");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(qwen_vl_rounds_sides_to_28),
+        cmocka_unit_test(videomae_and_dit),
+        cmocka_unit_test(custom_patch_spec),
+        cmocka_unit_test(text_tokens),
+        cmocka_unit_test(plan_specs_parse_and_format),
+        cmocka_unit_test(plan_output_shapes),
+        cmocka_unit_test(profile_buckets),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
