@@ -3,6 +3,8 @@
 PY      := /usr/bin/python3
 JOBS    ?= 2
 CTEST   := ctest --timeout 300 --output-on-failure
+# Keep the recursive make chatter of CMake's generated Makefiles out of the output.
+CMAKE_BUILD := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build
 
 .PHONY: all deps build build-asan test test-c test-asan test-py demo install \
         bench bench-probe bench-index fuzz clean
@@ -14,11 +16,11 @@ deps:
 
 build:
 	@cmake --preset default >/dev/null
-	@cmake --build --preset default -j$(JOBS)
+	@$(CMAKE_BUILD) --preset default -j$(JOBS)
 
 build-asan:
 	@cmake --preset asan >/dev/null
-	@cmake --build --preset asan -j$(JOBS)
+	@$(CMAKE_BUILD) --preset asan -j$(JOBS)
 
 test: deps
 	@$(MAKE) --no-print-directory build build-asan
@@ -51,6 +53,7 @@ bench-probe: build
 
 bench-index: build
 	@build/bench_index
+	@$(PY) bench/bench_index_python.py
 
 fuzz:
 	@cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j$(JOBS)

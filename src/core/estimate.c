@@ -2,6 +2,7 @@
  * estimate.c - applies plan, token model and cost model to a descriptor.
  * Pure; no allocation.
  */
+#include <math.h>
 #include <string.h>
 
 #include "datahelix/estimate.h"
@@ -16,7 +17,8 @@ void dh_estimate(const struct dh_estimator *est, struct dh_desc *d)
     dh_sample_plan_output(&est->plan, d, &frames, &w, &h);
     dh_profile_name(d->kind, frames, w, h, d->profile, sizeof(d->profile));
     dh_cost_features_of(d, frames, w, h, &f);
-    d->est_cpu_ms = dh_cost_model_predict(&est->cost, &f);
+    /* Microsecond resolution is plenty and keeps the table readable. */
+    d->est_cpu_ms = round(dh_cost_model_predict(&est->cost, &f) * 1e3) / 1e3;
     if (d->kind == DH_KIND_TEXT) {
         d->est_out_bytes = d->bytes + text_bytes;
         d->est_tokens = dh_text_tokens(d->bytes + text_bytes);

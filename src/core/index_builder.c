@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/fileio.h"
 #include "core/desc_json.h"
 #include "core/hash.h"
 #include "core/index_format.h"
@@ -314,34 +315,17 @@ static const void *section_data(const struct dh_index_builder *b, unsigned s)
                                     : (const void *)b->strs;
 }
 
-static int write_all(int fd, const void *data, uint64_t n)
-{
-    const char *p = data;
-
-    while (n > 0) {
-        ssize_t k = write(fd, p, n > (1u << 30) ? (1u << 30) : (size_t)n);
-
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return -1;
-        p += k;
-        n -= (uint64_t)k;
-    }
-    return 0;
-}
-
 static int write_body(int fd, const struct dh_index_builder *b,
                       const struct layout *l)
 {
     static const char zeros[DHX_HEADER_SIZE];
     uint64_t pos = DHX_HEADER_SIZE;
 
-    if (write_all(fd, zeros, DHX_HEADER_SIZE) != 0)
+    if (dh__write_all(fd, zeros, DHX_HEADER_SIZE) != 0)
         return -1;
     for (unsigned s = 0; s < DHX_NSECTIONS; s++) {
-        if (write_all(fd, zeros, l->off[s] - pos) != 0 ||
-            write_all(fd, section_data(b, s), l->size[s]) != 0)
+        if (dh__write_all(fd, zeros, l->off[s] - pos) != 0 ||
+            dh__write_all(fd, section_data(b, s), l->size[s]) != 0)
             return -1;
         pos = l->off[s] + l->size[s];
     }

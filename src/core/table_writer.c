@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/fileio.h"
 #include "core/desc_json.h"
 #include "datahelix/table.h"
 
@@ -34,24 +35,9 @@ struct dh_table_writer {
     char wbuf[WBUF_SIZE];
 };
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = write(fd, p, n);
-
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 static int flush_buf(struct dh_table_writer *w, struct dh_err *e)
 {
-    if (write_all(w->fd, w->wbuf, w->wlen) != 0)
+    if (dh__write_all(w->fd, w->wbuf, w->wlen) != 0)
         return dh_err_set(e, DH_EIO, "%s: write failed: %s", w->path,
                           strerror(errno));
     w->wlen = 0;
@@ -68,7 +54,7 @@ static int put_line(struct dh_table_writer *w, const char *s,
     if (w->wlen + n + 1 > sizeof(w->wbuf) && (rc = flush_buf(w, e)) != 0)
         return rc;
     if (n + 1 > sizeof(w->wbuf)) {
-        if (write_all(w->fd, s, n) != 0 || write_all(w->fd, "\n", 1) != 0)
+        if (dh__write_all(w->fd, s, n) != 0 || dh__write_all(w->fd, "\n", 1) != 0)
             return dh_err_set(e, DH_EIO, "%s: write failed: %s", w->path,
                               strerror(errno));
         return 0;
@@ -140,7 +126,10 @@ static int write_header(struct dh_table_writer *w, const char *header_json,
         rc = dh_err_set(e, DH_ENOMEM, "%s: out of memory", w->path);
         goto out_free_rec;
     }
-    text = json_dumps(rec, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    /* Header reals are coefficients and settings: 15 digits, not binary
+     * noise such as 0.90000000000000002. */
+    text = json_dumps(rec, JSON_COMPACT | JSON_PRESERVE_ORDER |
+                               JSON_REAL_PRECISION(15));
     rc = text ? put_line(w, text, e)
               : dh_err_set(e, DH_ENOMEM, "%s: out of memory", w->path);
     dh__free(text);

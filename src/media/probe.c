@@ -169,6 +169,13 @@ static double stream_duration(const AVFormatContext *fc, const AVStream *st)
     return 0;
 }
 
+/* Containers state times in microseconds at best: keep that, not binary
+ * noise like 2.1200000000000001. */
+static double round6(double x)
+{
+    return round(x * 1e6) / 1e6;
+}
+
 static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
                       const char *path, struct dh_err *e)
 {
@@ -183,8 +190,8 @@ static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
     d->width = par->width;
     d->height = par->height;
     d->rotation = stream_rotation(st);
-    d->duration_s = stream_duration(fc, st);
-    d->fps = rate.num && rate.den ? av_q2d(rate) : 0;
+    d->duration_s = round6(stream_duration(fc, st));
+    d->fps = rate.num && rate.den ? round6(av_q2d(rate)) : 0;
     if (is_image_format(fc->iformat)) {
         d->kind = DH_KIND_IMAGE;
         d->frames = 1;
@@ -209,7 +216,7 @@ static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
                           path);
     d->frames = frames;
     if (d->fps <= 0 && d->duration_s > 0)
-        d->fps = (double)frames / d->duration_s;
+        d->fps = round6((double)frames / d->duration_s);
     return 0;
 }
 

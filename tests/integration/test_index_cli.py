@@ -1,0 +1,80 @@
+"""`datahelix index`: table -> .dhx, verification, and bad input."""
+import json
+
+from conftest import run_dh
+
+
+def make_table(tmp_path, gen_set):
+    out = tmp_path / "m.jsonl"
+    run_dh("probe", "--out", out, gen_set / "captions.jsonl", check=True)
+    return out
+
+
+def test_probe_index_and_verify(tmp_path, gen_set):
+    table = make_table(tmp_path, gen_set)
+    dhx = tmp_path / "m.dhx"
+    p = run_dh("index", table, "-o", dhx, check=True)
+    assert dhx.stat().st_size > 0
+    v = run_dh("index", "--verify", dhx, check=True)
+    rows = [json.loads(l) for l in open(table)][1:]
+    profiles = sorted({r["profile"] for r in rows})
+    assert f"ok, {len(rows)} samples" in v.stdout
+    assert ",".join(sorted(v.stdout.strip().rsplit(": ", 1)[1].split(","))) \
+        == ",".join(profiles)
+    # probe --index writes the same index.
+    dhx2 = tmp_path / "m2.dhx"
+    run_dh("probe", "--out", tmp_path / "m2.jsonl", "--index", dhx2,
+           gen_set / "captions.jsonl", check=True)
+    assert run_dh("index", "--verify", dhx2, check=True).stdout.split(": ", 1)[1] \
+        == v.stdout.split(": ", 1)[1]
+    assert p.returncode == 0
+
+
+def test_corrupt_index_is_refused(tmp_path, gen_set):
+    table = make_table(tmp_path, gen_set)
+    dhx = tmp_path / "m.dhx"
+    run_dh("index", table, "-o", dhx, check=True)
+    data = bytearray(dhx.read_bytes())
+    data[len(data) - 40] ^= 0xFF  # inside the body (string table)
+    dhx.write_bytes(bytes(data))
+    p = run_dh("index", "--verify", dhx)
+    assert p.returncode == 1
+    assert p.stderr.startswith(f"datahelix: index: {dhx}")
+    assert "checksum" in p.stderr
+    dhx.write_bytes(bytes(data[:100]))
+    p = run_dh("index", "--verify", dhx)
+    assert p.returncode == 1 and str(dhx) in p.stderr
+
+
+def test_malformed_table_names_the_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id":0,"path":"a.mp4","kind":"video"}\n'
+                   '{"id":"1","path":"b.mp4","kind":"video"}\n')
+    p = run_dh("index", bad, "-o", tmp_path / "x.dhx")
+    assert p.returncode == 1
+    assert f"{bad}:2:" in p.stderr and "id" in p.stderr
+    assert not (tmp_path / "x.dhx").exists()
+    gap = tmp_path / "gap.jsonl"
+    gap.write_text('{"id":0,"path":"a.mp4","kind":"video"}\n'
+                   '{"id":2,"path":"b.mp4","kind":"video"}\n')
+    p = run_dh("index", gap, "-o", tmp_path / "x.dhx")
+    assert p.returncode == 1 and "id 1" in p.stderr
+    p = run_dh("index", tmp_path / "missing.jsonl", "-o", tmp_path / "x.dhx")
+    assert p.returncode == 1 and "missing.jsonl" in p.stderr
+    p = run_dh("index")
+    assert p.returncode == 2 and p.stderr.startswith("datahelix: index:")
+
+
+def test_every_subcommand_has_help_and_unknown_ones_fail():
+    top = run_dh("--help", check=True).stdout
+    for cmd in ("gen-data", "probe", "index"):
+        assert cmd in top
+        h = run_dh(cmd, "--help", check=True)
+        assert f"datahelix {cmd}" in h.stdout
+    for cmd in ("decode", "coordinator", "sim"):
+        p = run_dh(cmd)
+        assert p.returncode == 2
+        assert p.stderr.strip() == (f"datahelix: {cmd}: not implemented yet "
+                                    "in this version of datahelix")
+    p = run_dh("frobnicate")
+    assert p.returncode == 2 and "unknown command" in p.stderr
