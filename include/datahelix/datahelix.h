@@ -1,0 +1,14 @@
+/*
+ * datahelix/datahelix.h - umbrella header: the whole public C API.
+ */
+#ifndef DATAHELIX_DATAHELIX_H
+#define DATAHELIX_DATAHELIX_H
+
+#include "datahelix/error.h"
+#include "datahelix/estimate.h"
+#include "datahelix/gendata.h"
+#include "datahelix/index.h"
+#include "datahelix/probe.h"
+#include "datahelix/table.h"
+
+#endif
