@@ -7,7 +7,7 @@ CTEST   := ctest --timeout 300 --output-on-failure
 CMAKE_BUILD := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build
 
 .PHONY: all deps build build-asan test test-c test-asan test-py demo install \
-        bench bench-probe bench-index fuzz clean
+        bench bench-probe bench-index bench-decode fuzz clean
 
 all: build
 
@@ -46,10 +46,14 @@ demo: deps build
 install: build
 	cmake --install build
 
-bench: bench-probe bench-index
+bench: bench-probe bench-index bench-decode
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
+
+bench-decode: build
+	@scripts/setup-bench-deps.sh
+	@$(PY) bench/bench_decode.py --bin build/datahelix
 
 bench-index: build
 	@build/bench_index

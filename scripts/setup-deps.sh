@@ -7,7 +7,7 @@ set -eu
 PKGS="build-essential cmake pkg-config git
 libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
 libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
-libjansson-dev libcmocka-dev python3-pytest python3-av
+libjansson-dev libcmocka-dev python3-pytest python3-av python3-numpy
 clang libclang-rt-dev"
 
 missing=""

@@ -8,6 +8,7 @@
 #include "datahelix/estimate.h"
 #include "datahelix/gendata.h"
 #include "datahelix/index.h"
+#include "datahelix/media.h"
 #include "datahelix/probe.h"
 #include "datahelix/table.h"
 

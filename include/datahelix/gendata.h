@@ -49,6 +49,10 @@ struct dh_gen_opts {
     /* Optional; called on the calling thread after each finished file. */
     void (*progress)(void *ctx, int64_t done, int64_t total);
     void *progress_ctx;
+    /* Non-zero: draw each frame's index over its top rows (12 bits between
+     * two marker blocks, docs/gen-data.md "Frame stamp"), so tests can read
+     * back which frame a decoder returned.  0 (default): files unchanged. */
+    int stamp;
 };
 
 struct dh_gen_stats {

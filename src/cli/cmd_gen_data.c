@@ -26,7 +26,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: datahelix gen-data --out DIR [--profiles LIST] [--count N]\n"
-        "                          [--seed S] [--captions]\n\n"
+        "                          [--seed S] [--captions] [--stamp]\n\n"
         "Writes N synthetic H.264 MP4 files (MPEG-4 Part 2 if libx264 is\n"
         "missing) named DIR/NNNNNN_<P>.mp4; the same options give the same\n"
         "bytes.\n\n"
@@ -40,6 +40,8 @@ static void usage(FILE *f)
         "  -s, --seed S         unsigned 64-bit seed (default 0)\n"
         "      --captions       also write DIR/captions.jsonl\n"
         "                       ({\"path\", \"text\"} per line)\n"
+        "      --stamp          draw each frame's index (12 bits) in a row\n"
+        "                       of 16x16 blocks at the top (for tests)\n"
         "  -h, --help           this text\n",
         DH_GEN_MAX_COUNT);
 }
@@ -66,6 +68,7 @@ static const struct option long_opts[] = {
     {"count", required_argument, NULL, 'n'},
     {"seed", required_argument, NULL, 's'},
     {"captions", no_argument, NULL, 'c'},
+    {"stamp", no_argument, NULL, 'S'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -105,6 +108,9 @@ static int take_option(struct args *a, int c, int argc, char **argv)
         return 0;
     case 'c':
         a->o.captions = 1;
+        return 0;
+    case 'S':
+        a->o.stamp = 1;
         return 0;
     case 'h':
         a->help = 1;

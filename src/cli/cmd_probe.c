@@ -7,11 +7,13 @@
  * Locking: workers claim items through an atomic counter and write only
  * their own result slot; one mutex serialises error lines on stderr.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,7 +65,7 @@ static void usage(FILE *f)
 "      --calibrate K     fit the CPU-cost model by decoding K files per profile\n"
 "      --tokens MODEL    qwen-vl | videomae | dit | patch=P,tpatch=T [qwen-vl]\n"
 "      --frames SPEC     sampling plan frames: N | fps:F | all        [fps:8]\n"
-"      --max-frames N    cap on frames derived from fps                 [256]\n"
+"      --max-frames N    cap on frames derived from fps (0: none)      [256]\n"
 "      --size SPEC       sampling plan size: WxH | native            [native]\n"
 "      --max-side N      with native size, shrink the longer side to N    [0]\n"
 "      --keep-going      report unreadable files and go on          [default]\n"
@@ -150,6 +152,32 @@ static int parse_opt(int c, struct probe_opts *o)
     }
 }
 
+/* Fails before any work when an output cannot be written: probing and
+ * calibrating can take hours. */
+static int check_output(const char *path)
+{
+    struct stat st;
+    char *dir, *slash;
+    int ok;
+
+    if (!strcmp(path, "-"))
+        return 0;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return dh_cli_usage_error("probe", "%s: is a folder", path);
+    dir = dh__strdup(path);
+    if (!dir)
+        return DH_EXIT_FAIL;
+    slash = strrchr(dir, '/');
+    if (slash)
+        slash[slash == dir ? 1 : 0] = '\0';
+    ok = access(slash ? dir : ".", W_OK | X_OK) == 0;
+    if (!ok)
+        dh_cli_error("probe", "cannot write %s: %s: %s", path,
+                     slash ? dir : ".", strerror(errno));
+    dh__free(dir);
+    return ok ? 0 : DH_EXIT_FAIL;
+}
+
 static int parse_args(int argc, char **argv, struct probe_opts *o)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -165,11 +193,14 @@ static int parse_args(int argc, char **argv, struct probe_opts *o)
     dh_cost_model_default(&o->est.cost);
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "o:j:qh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:j:qh", longopts, NULL)) != -1) {
         if (c == 'h') {
             usage(stdout);
             return -1;
         }
+        if (c == ':')
+            return dh_cli_usage_error("probe", "option '%s' needs a value",
+                                      argv[optind - 1]);
         if (c == '?')
             return dh_cli_usage_error("probe", "bad option '%s'",
                                       argv[optind - 1]);
@@ -180,7 +211,12 @@ static int parse_args(int argc, char **argv, struct probe_opts *o)
         return dh_cli_usage_error("probe", "--out is required");
     if (optind >= argc)
         return dh_cli_usage_error("probe", "no INPUT given");
-    return 0;
+    if (o->index_out && !strcmp(o->out, "-"))
+        return dh_cli_usage_error("probe", "--index needs --out to name a "
+                                  "file");
+    if ((rc = check_output(o->out)))
+        return rc;
+    return o->index_out ? check_output(o->index_out) : 0;
 }
 
 static void report(struct probe_run *r, const char *msg)
@@ -387,7 +423,7 @@ static int write_table(struct probe_run *r, size_t *written)
         return DH_EXIT_FAIL;
     }
     rc = dh_table_writer_open(r->o->out, hdr, &w, &e);
-    free(hdr);
+    dh__free(hdr);
     for (size_t i = 0; !rc && i < r->list.count; i++) {
         struct dh_desc *d = &r->descs[i];
         if (!r->ok[i])

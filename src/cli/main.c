@@ -21,7 +21,7 @@ static const struct dh_cmd commands[] = {
      "scan media files into a descriptor table (JSONL)"},
     {"index", dh_cmd_index,
      "compile a descriptor table into a compact mmap-able index (.dhx)"},
-    {"decode", NULL, "run the media pipeline on files"},
+    {"decode", dh_cmd_decode, "run the media pipeline on files (sampled decode)"},
     {"coordinator", NULL, "run the control plane"},
     {"dataserver", NULL, "run a data-plane server"},
     {"consume", NULL, "iterate batches like a training rank"},

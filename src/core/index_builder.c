@@ -226,15 +226,40 @@ static void store_row(struct dh_index_builder *b, const struct dh_desc *d,
         b->max_id = d->id;
 }
 
+/* A value the fixed-width columns cannot hold is an error, not a silent
+ * clip: the planner would balance on numbers the table does not say. */
+static int check_fits(const struct dh_desc *d, struct dh_err *e)
+{
+    const char *field = NULL;
+    int64_t v = 0, max = 0;
+
+    if (d->est_tokens < 0 || d->est_tokens > (int64_t)UINT32_MAX)
+        field = "est_tokens", v = d->est_tokens, max = UINT32_MAX;
+    else if (d->frames < 0 || d->frames > (int64_t)UINT32_MAX)
+        field = "frames", v = d->frames, max = UINT32_MAX;
+    else if (d->width < 0 || d->width > (int32_t)UINT16_MAX)
+        field = "width", v = d->width, max = UINT16_MAX;
+    else if (d->height < 0 || d->height > (int32_t)UINT16_MAX)
+        field = "height", v = d->height, max = UINT16_MAX;
+    if (!field)
+        return 0;
+    return dh_err_set(e, DH_ETOOBIG, "index: sample %lld: field '%s' %lld "
+                      "does not fit the index (0..%lld)", (long long)d->id,
+                      field, (long long)v, (long long)max);
+}
+
 static int check_row(struct dh_index_builder *b, const struct dh_desc *d,
                      struct dh_err *e)
 {
     uint64_t i = (uint64_t)d->id;
+    int rc;
 
     if (d->id < 0 || d->id >= DH_TABLE_ID_MAX || !dh_kind_name(d->kind) ||
         !memchr(d->profile, 0, sizeof(d->profile)))
         return dh_err_set(e, DH_EINVAL, "index: sample %lld: invalid "
                           "descriptor", (long long)d->id);
+    if ((rc = check_fits(d, e)))
+        return rc;
     if (i < b->cap && (b->present[i / 64] >> (i % 64) & 1))
         return dh_err_set(e, DH_EDUP, "index: duplicate id %lld",
                           (long long)d->id);
@@ -427,8 +452,8 @@ int dh_index_builder_finish(struct dh_index_builder *b, const char *path,
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", path);
     fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
-        rc = dh_err_set(e, DH_EIO, "%s: cannot create: %s", tmp,
-                        strerror(errno));
+        rc = dh_err_set(e, DH_EIO, "%s: cannot create its temporary file "
+                        "%s: %s", path, tmp, strerror(errno));
         goto out_free_tmp;
     }
     rc = write_file(fd, b, tmp, e);

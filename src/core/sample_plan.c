@@ -131,8 +131,8 @@ static int64_t plan_frames(const struct dh_sample_plan *p,
         n = d->frames; /* cannot sample more frames than exist */
     if (n < 1)
         n = 1;
-    if (p->max_frames > 0 && n > p->max_frames)
-        n = p->max_frames;
+    if (p->fps > 0 && p->max_frames > 0 && n > p->max_frames)
+        n = p->max_frames; /* the cap is on fps-derived counts, not "all" */
     return n;
 }
 

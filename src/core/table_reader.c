@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -41,6 +42,7 @@ struct dh_table_reader {
     size_t seen_words;
     int64_t max_id;
     int64_t nsamples;
+    int64_t id_limit; /* ids at or above cannot be dense; -1: unknown */
 };
 
 static int reader_fail(struct dh_table_reader *r, struct dh_err *e, int code,
@@ -65,6 +67,18 @@ static int open_fd(const char *path, int *fd, int *own, struct dh_err *e)
     return 0;
 }
 
+/* The shortest sample line, {"id":0,"kind":"text","text":""}, is 33
+ * bytes: a file of S bytes holds fewer than S / 32 samples, so a dense id
+ * is below that.  Checking it bounds the duplicate bitmap by the file. */
+static int64_t id_limit_of(int fd)
+{
+    struct stat st;
+
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode))
+        return -1;
+    return (int64_t)st.st_size / 32 + 1;
+}
+
 int dh_table_reader_open(const char *path, struct dh_table_reader **out,
                          struct dh_err *e)
 {
@@ -84,6 +98,7 @@ int dh_table_reader_open(const char *path, struct dh_table_reader **out,
     }
     if ((rc = open_fd(path, &r->fd, &r->own_fd, e)) != 0)
         goto out_free_reader;
+    r->id_limit = id_limit_of(r->fd);
     *out = r;
     return 0;
 out_free_reader:
@@ -224,8 +239,14 @@ static int mark_id(struct dh_table_reader *r, int64_t id, struct dh_err *e)
 {
     size_t w = (size_t)((uint64_t)id >> 6);
     uint64_t bit = (uint64_t)1 << (id & 63);
-    char msg[64];
+    char msg[128];
 
+    if (r->id_limit >= 0 && id >= r->id_limit) {
+        snprintf(msg, sizeof(msg), "id %lld cannot be dense: a file this "
+                 "size holds fewer than %lld samples", (long long)id,
+                 (long long)r->id_limit);
+        return reader_fail(r, e, DH_EFORMAT, msg);
+    }
     if (w >= r->seen_words) {
         size_t n = r->seen_words ? r->seen_words * 2 : 64;
         uint64_t *nb;

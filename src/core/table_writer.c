@@ -19,6 +19,7 @@
 
 #include "core/alloc.h"
 #include "core/fileio.h"
+#include "core/utf8.h"
 #include "core/desc_json.h"
 #include "datahelix/table.h"
 
@@ -96,8 +97,8 @@ static int open_target(struct dh_table_writer *w, const char *path,
     memcpy(w->tmp + strlen(path), pid, n + 1);
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w->fd < 0)
-        return dh_err_set(e, DH_EIO, "%s: cannot create: %s", w->tmp,
-                          strerror(errno));
+        return dh_err_set(e, DH_EIO, "%s: cannot create its temporary file "
+                          "%s: %s", path, w->tmp, strerror(errno));
     w->created = 1;
     return 0;
 }
@@ -171,8 +172,11 @@ int dh_table_writer_write(struct dh_table_writer *w, const struct dh_desc *d,
     int rc = dh_desc_to_json(d, &text);
 
     if (rc == DH_EINVAL)
-        return dh_err_set(e, rc, "%s: sample %lld: invalid descriptor",
-                          w->path, (long long)d->id);
+        return dh_err_set(e, rc, "%s: sample %lld (%s): invalid descriptor "
+                          "(a field out of range, or text that is not UTF-8)",
+                          w->path, (long long)d->id,
+                          d->path && dh__utf8_valid(d->path) ? d->path
+                                                             : "?");
     if (rc)
         return dh_err_set(e, rc, "%s: %s", w->path, dh_strerror(rc));
     rc = put_line(w, text, e);

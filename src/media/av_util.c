@@ -7,6 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <math.h>
+#include <string.h>
+
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/display.h>
 #include <libavutil/error.h>
 #include <libavutil/log.h>
 
@@ -29,4 +35,125 @@ void dh__av_quiet(void)
     static pthread_once_t once = PTHREAD_ONCE_INIT;
 
     pthread_once(&once, set_level);
+}
+
+int dh__av_is_image_format(const AVInputFormat *f)
+{
+    size_t n = strlen(f->name);
+
+    /* "image2" opens files by name, "*_pipe" demuxers by content. */
+    return !strcmp(f->name, "image2") ||
+           (n > 5 && !strcmp(f->name + n - 5, "_pipe"));
+}
+
+int32_t dh__av_stream_rotation(const AVStream *st)
+{
+    const uint8_t *m = av_stream_get_side_data(st, AV_PKT_DATA_DISPLAYMATRIX,
+                                               NULL);
+    double theta;
+    long r;
+
+    if (!m)
+        return 0;
+    theta = -av_display_rotation_get((const int32_t *)m);
+    if (!isfinite(theta))
+        return 0;
+    r = lround(theta / 90.0) * 90 % 360;
+    return (int32_t)(r < 0 ? r + 360 : r);
+}
+
+static int find_video_stream(const AVFormatContext *fc)
+{
+    for (unsigned i = 0; i < fc->nb_streams; i++) {
+        const AVStream *st = fc->streams[i];
+        if (st->codecpar->codec_type == AVMEDIA_TYPE_VIDEO &&
+            !(st->disposition & AV_DISPOSITION_ATTACHED_PIC))
+            return (int)i;
+    }
+    return -1;
+}
+
+int dh__av_find_video(AVFormatContext *fc, const char *path,
+                      struct dh_err *e)
+{
+    int idx = find_video_stream(fc);
+    char buf[128];
+    int rc;
+
+    /* Stream info decodes a few frames: only when the header lacks the
+     * codec or the frame size. */
+    if (idx >= 0 && fc->streams[idx]->codecpar->width > 0 &&
+        fc->streams[idx]->codecpar->codec_id != AV_CODEC_ID_NONE)
+        return idx;
+    rc = avformat_find_stream_info(fc, NULL);
+    if (rc < 0)
+        return dh_err_set(e, DH_EMEDIA, "%s: reading stream info: %s", path,
+                          dh__av_errstr(rc, buf, sizeof(buf)));
+    idx = find_video_stream(fc);
+    if (idx < 0)
+        return dh_err_set(e, DH_EMEDIA, "%s: no video or image stream",
+                          path);
+    if (fc->streams[idx]->codecpar->width <= 0)
+        return dh_err_set(e, DH_EMEDIA, "%s: video stream has no frame size",
+                          path);
+    return idx;
+}
+
+int dh__av_open_file(AVFormatContext **fc, const char *path)
+{
+    AVDictionary *opts = NULL;
+    char *url;
+    size_t n = strlen(path);
+    int rc;
+
+    /* "file:" keeps a ':' in a name from being read as a protocol, and the
+     * whitelist keeps a path in a list file from reaching the network. */
+    url = av_malloc(n + 6);
+    if (!url)
+        return AVERROR(ENOMEM);
+    memcpy(url, "file:", 5);
+    memcpy(url + 5, path, n + 1);
+    av_dict_set(&opts, "protocol_whitelist", "file", 0);
+    rc = avformat_open_input(fc, url, NULL, &opts);
+    av_dict_free(&opts);
+    av_free(url);
+    return rc;
+}
+
+int dh__av_check_complete(const AVFormatContext *fc, const AVStream *st,
+                          int64_t packets, double end_s, const char *path,
+                          struct dh_err *e)
+{
+    double dur = st->duration != AV_NOPTS_VALUE && st->duration > 0
+                     ? (double)st->duration * av_q2d(st->time_base)
+                 : fc->duration != AV_NOPTS_VALUE && fc->duration > 0
+                     ? (double)fc->duration / AV_TIME_BASE
+                     : 0;
+
+    /* AVI and others state the frame count in the header. */
+    if (st->nb_frames > 0 && packets < st->nb_frames)
+        return dh_err_set(e, DH_EMEDIA,
+                          "%s: truncated or damaged: the header promises %lld "
+                          "frames, the file holds %lld",
+                          path, (long long)st->nb_frames, (long long)packets);
+    /* Otherwise the duration.  With the video alone in the file the
+     * container's duration is the video's: a frame and a half of slack.
+     * With other streams it may be theirs: then only half the clip, as
+     * audio-longer-than-video files differ by seconds, not by half. */
+    if (end_s > 0 && fc->nb_streams == 1) {
+        AVRational r = st->avg_frame_rate.num ? st->avg_frame_rate
+                                              : st->r_frame_rate;
+        double slack = r.num && r.den ? 1.5 / av_q2d(r) : 0.1;
+        if (end_s + slack < dur)
+            return dh_err_set(e, DH_EMEDIA,
+                              "%s: truncated or damaged: video packets end "
+                              "at %.3f s but the header says %.3f s",
+                              path, end_s, dur);
+    }
+    if (end_s > 0 && dur > 0.5 && end_s < 0.5 * dur)
+        return dh_err_set(e, DH_EMEDIA,
+                          "%s: truncated or damaged: video packets end at "
+                          "%.2f s but the header says %.2f s",
+                          path, end_s, dur);
+    return 0;
 }

@@ -5,6 +5,11 @@
 #define DH_MEDIA_AV_UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include <libavformat/avformat.h>
+
+#include "datahelix/error.h"
 
 /* FFmpeg's text for an AVERROR code, into buf (always NUL-terminated). */
 const char *dh__av_errstr(int averr, char *buf, size_t len);
@@ -12,5 +17,28 @@ const char *dh__av_errstr(int averr, char *buf, size_t len);
 /* Silences FFmpeg's own logging (we report errors ourselves); idempotent.
  * DATAHELIX_AV_LOG=1 in the environment keeps FFmpeg's warnings. */
 void dh__av_quiet(void);
+
+/* 1 when the demuxer reads still images (image2, *_pipe). */
+int dh__av_is_image_format(const AVInputFormat *f);
+
+/* Display rotation of a stream in degrees clockwise: 0, 90, 180 or 270. */
+int32_t dh__av_stream_rotation(const AVStream *st);
+
+/* Index of the video stream (attached pictures excluded), gathering stream
+ * info only when the header lacks codec or size; or a DH_E* code with `e`
+ * naming `path`. */
+int dh__av_find_video(AVFormatContext *fc, const char *path,
+                      struct dh_err *e) DH_MUST_CHECK;
+
+/* avformat_open_input() for a local file path, whatever characters it
+ * holds, with only the file protocol allowed.  Returns an AVERROR code. */
+int dh__av_open_file(AVFormatContext **fc, const char *path);
+
+/* After a packet scan of stream `st`: fails with a message naming `path`
+ * when fewer packets than the header promises arrived, or when they stop
+ * (end_s, seconds from the stream start) short of half its duration. */
+int dh__av_check_complete(const AVFormatContext *fc, const AVStream *st,
+                          int64_t packets, double end_s, const char *path,
+                          struct dh_err *e) DH_MUST_CHECK;
 
 #endif

@@ -54,7 +54,7 @@ static int av_fail(struct cal *c, int rc, const char *what, struct dh_err *e)
 static int cal_open(struct cal *c, struct dh_err *e)
 {
     const AVCodec *dec = NULL;
-    int rc = avformat_open_input(&c->fc, c->path, NULL, NULL);
+    int rc = dh__av_open_file(&c->fc, c->path);
 
     if (rc < 0)
         return av_fail(c, rc, "opening", e);

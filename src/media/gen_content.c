@@ -15,6 +15,9 @@
  * and sine is a parabola.  Cost: a table lookup or three and a hash per
  * pixel, small beside the encoder.
  *
+ * The optional frame stamp (dh__gen_stamp_draw) is a separate layer the
+ * encoder draws last, so clips made without it are unchanged.
+ *
  * Locking: none; no shared state.
  */
 #include "media/gen_content.h"
@@ -244,4 +247,46 @@ void dh__gen_content_fill(const struct dh__gen_planes *pl, int64_t frame,
     draw_chroma(pl, &s, &c, frame);
     for (int k = 0; k < s.nbox; k++)
         draw_box(pl, &s.box[k], frame);
+}
+
+/* Block k of the stamp row: 0 and BITS + 1 are markers, 1..BITS the bits. */
+static uint8_t stamp_luma(int k, int64_t frame)
+{
+    int bit;
+
+    if (k == 0 || k == DH__GEN_STAMP_BITS + 1)
+        return 235;
+    bit = DH__GEN_STAMP_BITS - k; /* most significant first */
+    return ((uint64_t)frame >> bit) & 1 ? 235 : 16;
+}
+
+/* fill_rect() clipped to a w x h plane. */
+static void fill_clipped(uint8_t *plane, int stride, int pw, int ph, int x0,
+                         int y0, int w, int h, uint8_t val)
+{
+    int x1 = x0 + w > pw ? pw : x0 + w, y1 = y0 + h > ph ? ph : y0 + h;
+
+    x0 = x0 < 0 ? 0 : x0;
+    y0 = y0 < 0 ? 0 : y0;
+    if (x1 > x0 && y1 > y0)
+        fill_rect(plane, stride, x0, y0, x1 - x0, y1 - y0, val);
+}
+
+void dh__gen_stamp_draw(const struct dh__gen_planes *pl, int64_t frame)
+{
+    const int b = DH__GEN_STAMP_BLOCK, y0 = DH__GEN_STAMP_Y;
+    int cw = (pl->width + 1) / 2, ch = (pl->height + 1) / 2;
+    /* Even, so every block covers whole chroma samples. */
+    int x0 = ((pl->width - DH__GEN_STAMP_W) / 2) & ~1;
+
+    for (int k = 0; k < DH__GEN_STAMP_BITS + 2; k++) {
+        int x = x0 + k * b;
+
+        fill_clipped(pl->data[0], pl->linesize[0], pl->width, pl->height, x, y0,
+                     b, b, stamp_luma(k, frame));
+        fill_clipped(pl->data[1], pl->linesize[1], cw, ch, x / 2, y0 / 2, b / 2,
+                     b / 2, 128);
+        fill_clipped(pl->data[2], pl->linesize[2], cw, ch, x / 2, y0 / 2, b / 2,
+                     b / 2, 128);
+    }
 }

@@ -32,6 +32,21 @@ struct dh__gen_planes {
 void dh__gen_content_fill(const struct dh__gen_planes *pl, int64_t frame,
                           uint64_t seed);
 
+/*
+ * The frame stamp of `gen-data --stamp`: frame index `frame` (mod 4096) as
+ * 12 blocks of 16x16 luma (235 for a 1 bit, 16 for a 0 bit, most
+ * significant bit first) between two marker blocks that are always 235, in
+ * one row centred horizontally at y 8..23; chroma under the row is 128.
+ * Drawn over what is already in `pl`; clipped to the picture, so a picture
+ * narrower than DH__GEN_STAMP_W or lower than 24 rows carries only part of
+ * it.  A pure function of (width, height, frame).
+ */
+#define DH__GEN_STAMP_BITS 12
+#define DH__GEN_STAMP_BLOCK 16
+#define DH__GEN_STAMP_Y 8
+#define DH__GEN_STAMP_W ((DH__GEN_STAMP_BITS + 2) * DH__GEN_STAMP_BLOCK)
+void dh__gen_stamp_draw(const struct dh__gen_planes *pl, int64_t frame);
+
 /* SplitMix64 finaliser: a well-mixed 64-bit hash of x.  Pure. */
 uint64_t dh__gen_mix64(uint64_t x);
 

@@ -225,7 +225,7 @@ static int write_video(const struct dh_gen_opts *o,
         goto out_paths;
     clip = (struct dh__gen_clip){op.tmp_path, p->width, p->height,
                                  dh_gen_file_frames(p, o->seed, i),
-                                 clip_seed(o->seed, i)};
+                                 clip_seed(o->seed, i), o->stamp};
     r = dh__gen_encode_clip(&clip, e);
     if (r < 0)
         goto out_paths;

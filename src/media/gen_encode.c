@@ -217,6 +217,8 @@ static int encode_frame(struct enc *x, int64_t i, struct dh_err *e)
     pl.width = x->clip->width;
     pl.height = x->clip->height;
     dh__gen_content_fill(&pl, i, x->clip->seed);
+    if (x->clip->stamp)
+        dh__gen_stamp_draw(&pl, i);
     x->frame->pts = i;
     r = avcodec_send_frame(x->cc, x->frame);
     if (r < 0)

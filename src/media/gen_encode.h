@@ -16,6 +16,7 @@ struct dh__gen_clip {
     int height;       /* even, >= 16 */
     int64_t frames;   /* >= 1, at DH_GEN_FPS */
     uint64_t seed;    /* content seed for dh__gen_content_fill() */
+    int stamp;        /* non-zero: dh__gen_stamp_draw() over each frame */
 };
 
 /*

@@ -22,6 +22,7 @@
 #include <libavutil/display.h>
 
 #include "core/alloc.h"
+#include "core/utf8.h"
 #include "datahelix/probe.h"
 #include "media/av_util.h"
 
@@ -33,45 +34,16 @@ static int has_suffix(const char *s, const char *suffix)
 }
 
 static int probe_text(const char *path, const struct stat *st,
-                      struct dh_desc *d)
+                      struct dh_desc *d, struct dh_err *e)
 {
+    FILE *f = fopen(path, "rb");
+
+    if (!f)
+        return dh_err_set(e, DH_EIO, "%s: %s", path, strerror(errno));
+    fclose(f);
     d->kind = DH_KIND_TEXT;
     d->bytes = (int64_t)st->st_size;
-    (void)path;
     return 0;
-}
-
-/* Image demuxers are "image2" (files by name) or "*_pipe" (by content). */
-static int is_image_format(const AVInputFormat *f)
-{
-    return !strcmp(f->name, "image2") || has_suffix(f->name, "_pipe");
-}
-
-static int32_t stream_rotation(const AVStream *st)
-{
-    const uint8_t *m = av_stream_get_side_data(st, AV_PKT_DATA_DISPLAYMATRIX,
-                                               NULL);
-    double theta;
-    long r;
-
-    if (!m)
-        return 0;
-    theta = -av_display_rotation_get((const int32_t *)m);
-    if (!isfinite(theta))
-        return 0;
-    r = lround(theta / 90.0) * 90 % 360;
-    return (int32_t)(r < 0 ? r + 360 : r);
-}
-
-static int find_video_stream(AVFormatContext *fc)
-{
-    for (unsigned i = 0; i < fc->nb_streams; i++) {
-        const AVStream *st = fc->streams[i];
-        if (st->codecpar->codec_type == AVMEDIA_TYPE_VIDEO &&
-            !(st->disposition & AV_DISPOSITION_ATTACHED_PIC))
-            return (int)i;
-    }
-    return -1;
 }
 
 static int64_t packet_end(const AVPacket *pkt)
@@ -118,26 +90,17 @@ static int count_packets(AVFormatContext *fc, int idx, int64_t *out,
     return 0;
 }
 
-/* Without an index, a cut-off file shows as packets that stop far short of
- * the duration the header promises.  Half is a wide margin: audio-longer-
- * than-video files differ by seconds, not by half the clip. */
-static int check_coverage(double end_s, double duration_s, const char *path,
-                          struct dh_err *e)
-{
-    if (end_s <= 0 || duration_s <= 1.0 || end_s >= 0.5 * duration_s)
-        return 0;
-    return dh_err_set(e, DH_EMEDIA,
-                      "%s: truncated or damaged: video packets end at %.2f s "
-                      "but the header says %.2f s",
-                      path, end_s, duration_s);
-}
-
 static int64_t index_packets(AVFormatContext *fc, AVStream *st)
 {
-    /* The MOV demuxer loads the whole sample table at open time. */
+    int64_t n;
+
+    /* The MOV demuxer loads the whole sample table at open time, except in
+     * fragmented files, where moov's sample count (nb_frames) and the
+     * fragments indexed so far disagree: count those packet by packet. */
     if (strncmp(fc->iformat->name, "mov", 3))
         return -1;
-    return avformat_index_get_entries_count(st);
+    n = avformat_index_get_entries_count(st);
+    return n == st->nb_frames ? n : -1;
 }
 
 /* A header-only probe must still notice a cut-off file: every sample the
@@ -189,10 +152,10 @@ static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
     snprintf(d->codec, sizeof(d->codec), "%s", avcodec_get_name(par->codec_id));
     d->width = par->width;
     d->height = par->height;
-    d->rotation = stream_rotation(st);
+    d->rotation = dh__av_stream_rotation(st);
     d->duration_s = round6(stream_duration(fc, st));
     d->fps = rate.num && rate.den ? round6(av_q2d(rate)) : 0;
-    if (is_image_format(fc->iformat)) {
+    if (dh__av_is_image_format(fc->iformat)) {
         d->kind = DH_KIND_IMAGE;
         d->frames = 1;
         d->fps = 0;
@@ -207,7 +170,9 @@ static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
         double end_s = 0;
         rc = count_packets(fc, idx, &frames, &end_s, path, e);
         if (!rc)
-            rc = check_coverage(end_s, d->duration_s, path, e);
+            rc = dh__av_check_complete(fc, st, frames, end_s, path, e);
+        if (!rc && d->duration_s <= 0)
+            d->duration_s = round6(end_s); /* no header duration: packets' */
         if (rc)
             return rc;
     }
@@ -225,38 +190,13 @@ static int open_media(const char *path, AVFormatContext **out,
 {
     AVFormatContext *fc = NULL;
     char buf[128];
-    int rc = avformat_open_input(&fc, path, NULL, NULL);
+    int rc = dh__av_open_file(&fc, path);
 
     if (rc < 0)
         return dh_err_set(e, DH_EMEDIA, "%s: %s", path,
                           dh__av_errstr(rc, buf, sizeof(buf)));
     *out = fc;
     return 0;
-}
-
-/* Gathers stream info only when the header left the essentials out. */
-static int ensure_params(AVFormatContext *fc, const char *path,
-                         struct dh_err *e)
-{
-    int idx = find_video_stream(fc);
-    char buf[128];
-    int rc;
-
-    if (idx >= 0 && fc->streams[idx]->codecpar->width > 0 &&
-        fc->streams[idx]->codecpar->codec_id != AV_CODEC_ID_NONE)
-        return idx;
-    rc = avformat_find_stream_info(fc, NULL);
-    if (rc < 0)
-        return dh_err_set(e, DH_EMEDIA, "%s: reading stream info: %s", path,
-                          dh__av_errstr(rc, buf, sizeof(buf)));
-    idx = find_video_stream(fc);
-    if (idx < 0)
-        return dh_err_set(e, DH_EMEDIA, "%s: no video or image stream",
-                          path);
-    if (fc->streams[idx]->codecpar->width <= 0)
-        return dh_err_set(e, DH_EMEDIA, "%s: video stream has no frame size",
-                          path);
-    return idx;
 }
 
 int dh_probe_file(const char *path, struct dh_desc *d, struct dh_err *e)
@@ -275,8 +215,15 @@ int dh_probe_file(const char *path, struct dh_desc *d, struct dh_err *e)
     if (!d->path)
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", path);
     d->bytes = (int64_t)st.st_size;
-    if (has_suffix(path, ".txt"))
-        return probe_text(path, &st, d);
+    if (!dh__utf8_valid(path)) {
+        rc = dh_err_set(e, DH_EINVAL, "%s: the path is not valid UTF-8, which "
+                        "a JSON table cannot hold", path);
+        goto out_fini;
+    }
+    if (has_suffix(path, ".txt")) {
+        rc = probe_text(path, &st, d, e);
+        goto out_fini;
+    }
     if (st.st_size == 0) {
         rc = dh_err_set(e, DH_EMEDIA, "%s: empty file", path);
         goto out_fini;
@@ -284,7 +231,7 @@ int dh_probe_file(const char *path, struct dh_desc *d, struct dh_err *e)
     rc = open_media(path, &fc, e);
     if (rc)
         goto out_fini;
-    idx = ensure_params(fc, path, e);
+    idx = dh__av_find_video(fc, path, e);
     if (idx < 0) {
         rc = idx;
         goto out_close;

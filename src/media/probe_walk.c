@@ -120,7 +120,7 @@ static int walk_entry(struct dh_probe_list *l, const char *dir,
 {
     struct stat st;
     char *path = join(dir, name);
-    int rc = 0;
+    int rc = 0, wanted = wanted_in_folder(name) && !ext_is(name, "jsonl");
 
     if (!path)
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", dir);
@@ -128,11 +128,16 @@ static int walk_entry(struct dh_probe_list *l, const char *dir,
         stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         goto out_free; /* no link-to-folder: no cycles */
     if (stat(path, &st)) {
-        rc = dh_err_set(e, DH_EIO, "%s: %s", path, strerror(errno));
+        /* A dangling link or a link loop: a media name is handed to the
+         * probe, which reports it like any unreadable file; anything else
+         * is not ours to complain about. */
+        if (wanted) {
+            rc = push(l, path, NULL, e);
+            path = NULL;
+        }
     } else if (S_ISDIR(st.st_mode)) {
         rc = walk(l, path, depth + 1, e);
-    } else if (S_ISREG(st.st_mode) && wanted_in_folder(name) &&
-               !ext_is(name, "jsonl")) {
+    } else if (wanted) {
         rc = push(l, path, NULL, e);
         path = NULL; /* taken */
     }
@@ -226,6 +231,11 @@ static int read_list(struct dh_probe_list *l, const char *list,
     }
     while (!rc && (n = getline(&line, &cap, f)) >= 0) {
         lineno++;
+        if ((size_t)n > DH_TABLE_LINE_MAX) {
+            rc = dh_err_set(e, DH_ETOOBIG, "%s:%ld: line longer than %u "
+                            "bytes", list, lineno, DH_TABLE_LINE_MAX);
+            break;
+        }
         if (strspn(line, " \t\r\n") == (size_t)n)
             continue;
         rc = list_line(l, list, base, line, (size_t)n, lineno, e);

@@ -59,6 +59,15 @@ def test_malformed_table_names_the_line(tmp_path):
                    '{"id":2,"path":"b.mp4","kind":"video"}\n')
     p = run_dh("index", gap, "-o", tmp_path / "x.dhx")
     assert p.returncode == 1 and "id 1" in p.stderr
+    huge = tmp_path / "huge.jsonl"  # would cost a 512 MiB bitmap
+    huge.write_text('{"id":4294967295,"kind":"video","path":"a"}\n')
+    p = run_dh("index", huge, "-o", tmp_path / "x.dhx")
+    assert p.returncode == 1 and f"{huge}:1: id 4294967295 cannot be dense" \
+        in p.stderr
+    wide = tmp_path / "wide.jsonl"
+    wide.write_text('{"id":0,"kind":"video","path":"a","width":100000}\n')
+    p = run_dh("index", wide, "-o", tmp_path / "x.dhx")
+    assert p.returncode == 1 and "'width' 100000 does not fit" in p.stderr
     p = run_dh("index", tmp_path / "missing.jsonl", "-o", tmp_path / "x.dhx")
     assert p.returncode == 1 and "missing.jsonl" in p.stderr
     p = run_dh("index")
@@ -67,11 +76,11 @@ def test_malformed_table_names_the_line(tmp_path):
 
 def test_every_subcommand_has_help_and_unknown_ones_fail():
     top = run_dh("--help", check=True).stdout
-    for cmd in ("gen-data", "probe", "index"):
+    for cmd in ("gen-data", "probe", "index", "decode"):
         assert cmd in top
         h = run_dh(cmd, "--help", check=True)
         assert f"datahelix {cmd}" in h.stdout
-    for cmd in ("decode", "coordinator", "sim"):
+    for cmd in ("coordinator", "sim", "plan"):
         p = run_dh(cmd)
         assert p.returncode == 2
         assert p.stderr.strip() == (f"datahelix: {cmd}: not implemented yet "

@@ -40,13 +40,13 @@ static void make_desc(struct dh_desc *d, int64_t id)
     }
     if (id % 2 == 0 || d->kind == DH_KIND_TEXT)
         d->text = dh__strdup(id % 4 ? "caption \"é\"\nline" : "");
-    d->width = id == 7 ? 70000 : (int32_t)(100 + id);
+    d->width = id == 7 ? 65535 : (int32_t)(100 + id);
     d->height = (int32_t)(50 + id);
-    d->frames = id == 8 ? 5000000000LL : id;
+    d->frames = id == 8 ? (int64_t)UINT32_MAX : id;
     snprintf(d->profile, sizeof(d->profile), "%dx336", (int)(id % 5) * 8);
     d->est_cpu_ms = 0.25 * (double)id;
     d->est_out_bytes = id << 33;
-    d->est_tokens = id == 9 ? 9000000000LL : id * 11;
+    d->est_tokens = id == 9 ? (int64_t)UINT32_MAX : id * 11;
 }
 
 static void write_table(const char *path, int n)
@@ -358,6 +358,39 @@ static void alloc_failures(void **state)
     assert_int_equal(rc, 0);
 }
 
+/* Values the columns cannot hold are refused, naming the field, never
+ * clipped. */
+static void out_of_range_values_refused(void **state)
+{
+    struct dh_index_builder *b;
+    struct dh_desc d;
+    struct dh_err e;
+    struct {
+        const char *field;
+        int64_t v;
+    } cases[] = {{"width", 70000}, {"height", -1}, {"frames", 5000000000LL},
+                 {"est_tokens", 9000000000LL}};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(dh_index_builder_create(&b, &e), 0);
+        make_desc(&d, 0);
+        if (!strcmp(cases[i].field, "width"))
+            d.width = (int32_t)cases[i].v;
+        else if (!strcmp(cases[i].field, "height"))
+            d.height = (int32_t)cases[i].v;
+        else if (!strcmp(cases[i].field, "frames"))
+            d.frames = cases[i].v;
+        else
+            d.est_tokens = cases[i].v;
+        dh_err_clear(&e);
+        assert_int_equal(dh_index_builder_add(b, &d, &e), DH_ETOOBIG);
+        assert_non_null(strstr(e.msg, cases[i].field));
+        dh_desc_fini(&d);
+        dh_index_builder_destroy(b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -369,6 +402,7 @@ int main(void)
         cmocka_unit_test(hostile_headers),
         cmocka_unit_test(bad_string_offset_without_verify),
         cmocka_unit_test(alloc_failures),
+        cmocka_unit_test(out_of_range_values_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

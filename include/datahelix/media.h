@@ -1,0 +1,159 @@
+/*
+ * datahelix/media.h - the media pipeline: open a file, choose frames by a
+ * sampling plan, decode only what the plan needs, and scale straight into a
+ * caller-owned destination (later a slot of the shared-memory arena).
+ *
+ * Life cycle, per worker thread:
+ *
+ *     struct dh_media *m;  dh_media_create(&m, &e);        once per worker
+ *     dh_media_open(m, path, &e);                          per file
+ *     dh_media_select(m, &plan, &frames, &e);              how many frames
+ *     dh_media_decode(m, &plan, dst, dst_len, &res, &e);   into dst
+ *     dh_media_close(m);                                   (or next open)
+ *     dh_media_destroy(m);
+ *
+ * A dh_media keeps its packet, frames, scaler and scratch buffers across
+ * files, so the steady state allocates nothing per frame.
+ *
+ * Frame indices are presentation-order positions 0..frames-1 as `ffmpeg`
+ * outputs them.  Exact mode (the default) returns exactly the planned
+ * frames; snap modes trade exactness for speed (see enum dh_snap).
+ *
+ * Errors name the file, the frame / time position and FFmpeg's reason.
+ * Thread-safety: one dh_media per thread; different ones are independent.
+ */
+#ifndef DATAHELIX_MEDIA_H
+#define DATAHELIX_MEDIA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "datahelix/error.h"
+#include "datahelix/table.h"
+
+/* Most frames one plan may produce. */
+#define DH_MEDIA_MAX_FRAMES 4096
+/* Slack the destination must have past dh_media_plan_bytes(): swscale's
+ * vector stores may run a little past the last row. */
+#define DH_MEDIA_DST_PAD 64
+
+enum dh_plan_kind {
+    DH_PLAN_UNIFORM, /* `frames` frames spread evenly over the clip */
+    DH_PLAN_FPS,     /* one frame every 1/fps s, at most `frames` (0: no cap) */
+    DH_PLAN_INDICES, /* the `frames` indices in `indices` */
+    DH_PLAN_JITTER,  /* training jitter: a random stride and offset, from
+                        `seed`, `frames` frames evenly strided */
+    DH_PLAN_ALL,     /* every frame (at most DH_MEDIA_MAX_FRAMES) */
+};
+
+enum dh_pad {
+    DH_PAD_REPEAT, /* a clip shorter than the plan repeats its last frame */
+    DH_PAD_ZERO,   /* ... or the rest is zeros */
+};
+
+enum dh_geometry {
+    DH_GEOM_CROP,        /* shorter-side resize, then center crop (default) */
+    DH_GEOM_STRETCH,     /* resize to width x height, aspect not kept */
+    DH_GEOM_RANDOM_CROP, /* shorter-side resize, crop at a seeded offset */
+};
+
+enum dh_layout { DH_LAYOUT_THWC, DH_LAYOUT_TCHW };
+enum dh_dtype { DH_DTYPE_U8, DH_DTYPE_F32 };
+
+enum dh_snap {
+    DH_SNAP_EXACT, /* the planned frames, exactly (default) */
+    DH_SNAP_REF,   /* nearest reference frame within the tolerance */
+    DH_SNAP_KEY,   /* nearest keyframe within the tolerance */
+};
+
+struct dh_media_plan {
+    enum dh_plan_kind kind;
+    int64_t frames;         /* see enum dh_plan_kind */
+    double fps;             /* DH_PLAN_FPS */
+    const int64_t *indices; /* DH_PLAN_INDICES: borrowed, `frames` long */
+    uint64_t seed;          /* jitter and random crop */
+    enum dh_pad pad;
+    int32_t width, height;  /* output size, 1..16384 */
+    enum dh_geometry geometry;
+    enum dh_layout layout;
+    enum dh_dtype dtype;
+    float mean[3], std[3];  /* F32 only: value = (x / 255 - mean) / std */
+    enum dh_snap snap;
+    double snap_tol;        /* in frames; <= 0: half the sampling stride */
+};
+
+/* uniform 16 frames, 224x224, crop, THWC, uint8, exact, repeat-pad,
+ * ImageNet mean/std for the float option. */
+void dh_media_plan_init(struct dh_media_plan *p);
+
+/* Checks a plan's fields (sizes, counts, enums); 0 or DH_EINVAL. */
+int dh_media_plan_check(const struct dh_media_plan *p,
+                        struct dh_err *e) DH_MUST_CHECK;
+
+/* Bytes of output for `frames` frames under `p` (without DH_MEDIA_DST_PAD). */
+size_t dh_media_plan_bytes(const struct dh_media_plan *p, int64_t frames);
+
+struct dh_media;
+
+int dh_media_create(struct dh_media **out, struct dh_err *e) DH_MUST_CHECK;
+/* Closes any open file and frees everything.  Accepts NULL. */
+void dh_media_destroy(struct dh_media *m);
+
+/* Decoder threads for the files opened from now on (default 1: the
+ * scheduler runs one sample per core; 0 = FFmpeg's choice). */
+void dh_media_set_threads(struct dh_media *m, int threads);
+
+/* Opens a video or image file (closing the previous one) and reads its
+ * frame table: container index where there is one, else a packet scan. */
+int dh_media_open(struct dh_media *m, const char *path,
+                  struct dh_err *e) DH_MUST_CHECK;
+/* The same from memory (`data` must outlive the open file); `name` is used
+ * in messages.  For payloads received over the network and for fuzzing. */
+int dh_media_open_mem(struct dh_media *m, const void *data, size_t len,
+                      const char *name, struct dh_err *e) DH_MUST_CHECK;
+void dh_media_close(struct dh_media *m);
+
+struct dh_media_info {
+    enum dh_kind kind;     /* video or image */
+    int64_t frames;        /* presentation frames */
+    int64_t keyframes;
+    int32_t width, height; /* coded size */
+    int32_t rotation;      /* display rotation, degrees clockwise */
+    double fps;
+    double duration_s;
+    char codec[DH_CODEC_MAX];
+    char pix_fmt[32];
+};
+
+/* Facts about the open file.  DH_EINVAL when nothing is open. */
+int dh_media_info(const struct dh_media *m,
+                  struct dh_media_info *out) DH_MUST_CHECK;
+
+/* Chooses the frames of `p` for the open file; *out_frames is how many
+ * frames dh_media_decode() will write (padding included). */
+int dh_media_select(struct dh_media *m, const struct dh_media_plan *p,
+                    int64_t *out_frames, struct dh_err *e) DH_MUST_CHECK;
+
+struct dh_media_result {
+    int64_t frames;         /* frames written (padding included) */
+    int64_t valid_frames;   /* frames that came from the clip */
+    int64_t decoded_frames; /* frames the decoder produced (cost) */
+    int64_t seeks;
+    double mean_abs_shift;  /* snap modes: mean |used - planned| index */
+};
+
+/*
+ * Runs `p` on the open file into `dst` (dst_len >= dh_media_plan_bytes() +
+ * DH_MEDIA_DST_PAD).  Selects first if dh_media_select() was not called
+ * with the same plan.  On error dst holds partial output and `e` names the
+ * file, the frame and the cause.
+ */
+int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
+                    void *dst, size_t dst_len, struct dh_media_result *res,
+                    struct dh_err *e) DH_MUST_CHECK;
+
+/* Source frame index of each output frame of the last select/decode
+ * (-1 for zero padding); valid until the next select, open or close. */
+const int64_t *dh_media_indices(const struct dh_media *m);
+
+#endif

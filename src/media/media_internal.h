@@ -1,0 +1,99 @@
+/*
+ * media_internal.h - the state of a media worker (struct dh_media) shared
+ * by media_open.c (file + frame table), media_decode.c (what to decode,
+ * seeking, skipping) and media_scale.c (geometry, rotation, layout, dtype).
+ *
+ * Frame table: presentation timestamps ascending (pts[]), and keyframes as
+ * presentation index + the timestamp to seek to.  Built from the MOV index
+ * without reading packets when the stream is constant-rate, else by a
+ * demux-only scan.  When timestamps cannot identify frames (missing or
+ * repeated pts), `counting` is set: frames are then identified by their
+ * output order from the start of the stream, and nothing seeks.
+ *
+ * Buffers with a `cap` keep their capacity across files: steady state
+ * allocates nothing per frame.  Not thread-safe: one per worker.
+ */
+#ifndef DH_MEDIA_INTERNAL_H
+#define DH_MEDIA_INTERNAL_H
+
+#include <stdint.h>
+
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libswscale/swscale.h>
+
+#include "datahelix/media.h"
+
+struct dh__mem_src {
+    const uint8_t *data;
+    size_t len;
+    size_t pos;
+};
+
+struct dh_media {
+    /* reused across files */
+    AVPacket *pkt;
+    AVFrame *frame;
+    AVFrame *hold; /* snap-ref: the best candidate so far, not yet scaled */
+    struct SwsContext *sws;
+    uint8_t *scratch;
+    size_t scratch_cap;
+    int threads;
+    struct SwsContext *sws_set; /* the context colour details were set on */
+    int sws_cs, sws_range;
+
+    /* frame table */
+    int64_t *pts;
+    size_t pts_cap;
+    int64_t *key_idx;  /* presentation index of each keyframe */
+    int64_t *key_seek; /* its pts: what av_seek_frame(BACKWARD) lands on;
+                          the MOV demuxer shifts dts, so not the dts */
+    size_t key_cap;
+    int64_t n, nkey;
+    int counting;
+    double tb;     /* seconds per pts unit */
+    int64_t half;  /* half a frame duration, in pts units */
+
+    /* selection: out[i] = source index of output frame i */
+    int64_t idx[DH_MEDIA_MAX_FRAMES];
+    int64_t ord[DH_MEDIA_MAX_FRAMES]; /* decode order of output slots */
+    int64_t fb[DH_MEDIA_MAX_FRAMES];  /* snap-ref: slots left for exact */
+    int64_t count, valid;
+    double stride, shift;
+    struct dh_media_plan sel_plan; /* the plan idx[] was made for */
+    int selected;
+
+    /* the open file */
+    char *name;
+    AVFormatContext *fc;
+    AVIOContext *avio;
+    struct dh__mem_src mem;
+    AVCodecContext *cc;
+    int stream;
+    struct dh_media_info info;
+    int image;
+
+    /* decode progress */
+    int64_t cur_key;    /* keyframe number of the packets being sent, -1 */
+    int64_t last_index; /* presentation index of the last decoded frame */
+    int eof;
+    int64_t decoded, seeks;
+};
+
+/* media_open.c */
+int dh__media_rewind(struct dh_media *m, int64_t key, struct dh_err *e);
+int dh__media_restart(struct dh_media *m, struct dh_err *e);
+int64_t dh__media_frame_index(const struct dh_media *m, int64_t ts);
+int64_t dh__media_key_at_or_before(const struct dh_media *m, int64_t index);
+const char *dh__media_errstr(int averr, char *buf, size_t len);
+
+/* media_scale.c: writes frame `f` as output frame `slot` of plan `p`. */
+int dh__media_emit(struct dh_media *m, const struct dh_media_plan *p,
+                   AVFrame *f, int64_t slot, uint8_t *dst,
+                   struct dh_err *e);
+/* Fills output frame `slot` with zeros or a copy of output frame `from`. */
+void dh__media_fill(const struct dh_media_plan *p, uint8_t *dst,
+                    int64_t slot, int64_t from);
+void dh__media_scale_fini(struct dh_media *m);
+
+#endif

@@ -1,0 +1,543 @@
+/*
+ * media_open.c - a media worker's life cycle and the frame table of the
+ * open file (see media_internal.h for the table's design).
+ *
+ * Why a frame table: exact sampling needs to know which frame a decoded
+ * picture is and which keyframe to seek to for a target.  MP4/MOV index
+ * every sample at open, so for constant-rate streams the table costs no
+ * I/O; other containers are scanned once, demuxing only (no decode).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <libavutil/pixdesc.h>
+
+#include "core/alloc.h"
+#include "media/av_util.h"
+#include "media/media_internal.h"
+
+#define AVIO_BUF 65536
+
+int dh_media_create(struct dh_media **out, struct dh_err *e)
+{
+    struct dh_media *m = dh__calloc(1, sizeof(*m));
+
+    dh__av_quiet();
+    if (!m)
+        return dh_err_set(e, DH_ENOMEM, "media: out of memory");
+    m->pkt = av_packet_alloc();
+    m->frame = av_frame_alloc();
+    m->hold = av_frame_alloc();
+    if (!m->pkt || !m->frame || !m->hold) {
+        dh_media_destroy(m);
+        return dh_err_set(e, DH_ENOMEM, "media: out of memory");
+    }
+    m->threads = 1;
+    m->stream = -1;
+    *out = m;
+    return 0;
+}
+
+void dh_media_set_threads(struct dh_media *m, int threads)
+{
+    m->threads = threads < 0 ? 1 : threads;
+}
+
+void dh_media_destroy(struct dh_media *m)
+{
+    if (!m)
+        return;
+    dh_media_close(m);
+    av_packet_free(&m->pkt);
+    av_frame_free(&m->frame);
+    av_frame_free(&m->hold);
+    dh__media_scale_fini(m);
+    dh__free(m->pts);
+    dh__free(m->key_idx);
+    dh__free(m->key_seek);
+    dh__free(m);
+}
+
+static void close_input(struct dh_media *m)
+{
+    avformat_close_input(&m->fc);
+    if (m->avio) {
+        av_freep(&m->avio->buffer);
+        avio_context_free(&m->avio);
+    }
+}
+
+void dh_media_close(struct dh_media *m)
+{
+    if (!m)
+        return;
+    if (m->hold)
+        av_frame_unref(m->hold);
+    avcodec_free_context(&m->cc);
+    close_input(m);
+    dh__free(m->name);
+    m->name = NULL;
+    m->stream = -1;
+    m->selected = 0;
+    m->n = m->nkey = 0;
+    memset(&m->info, 0, sizeof(m->info));
+}
+
+const char *dh__media_errstr(int averr, char *buf, size_t len)
+{
+    return dh__av_errstr(averr, buf, len);
+}
+
+/* ---- input from memory ---- */
+
+static int mem_read(void *opaque, uint8_t *buf, int size)
+{
+    struct dh__mem_src *s = opaque;
+    size_t left = s->len - s->pos;
+    size_t n = (size_t)size < left ? (size_t)size : left;
+
+    if (n == 0)
+        return AVERROR_EOF;
+    memcpy(buf, s->data + s->pos, n);
+    s->pos += n;
+    return (int)n;
+}
+
+static int64_t mem_seek(void *opaque, int64_t off, int whence)
+{
+    struct dh__mem_src *s = opaque;
+    int64_t base;
+
+    whence &= ~AVSEEK_FORCE;
+    if (whence == AVSEEK_SIZE)
+        return (int64_t)s->len;
+    base = whence == SEEK_CUR ? (int64_t)s->pos
+         : whence == SEEK_END ? (int64_t)s->len : 0;
+    if (whence != SEEK_SET && whence != SEEK_CUR && whence != SEEK_END)
+        return AVERROR(EINVAL);
+    if (off > (int64_t)s->len - base || base + off < 0)
+        return AVERROR(EINVAL);
+    s->pos = (size_t)(base + off);
+    return (int64_t)s->pos;
+}
+
+/* ---- opening ---- */
+
+static int open_input(struct dh_media *m, struct dh_err *e)
+{
+    char buf[128];
+    uint8_t *iobuf;
+    int rc;
+
+    if (m->mem.data) {
+        m->mem.pos = 0;
+        m->fc = avformat_alloc_context();
+        iobuf = av_malloc(AVIO_BUF);
+        if (iobuf)
+            m->avio = avio_alloc_context(iobuf, AVIO_BUF, 0, &m->mem,
+                                         mem_read, NULL, mem_seek);
+        if (!m->fc || !m->avio) {
+            if (!m->avio)
+                av_free(iobuf);
+            return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
+        }
+        m->fc->pb = m->avio;
+    }
+    rc = m->mem.data ? avformat_open_input(&m->fc, "", NULL, NULL)
+                     : dh__av_open_file(&m->fc, m->name);
+    if (rc < 0)
+        return dh_err_set(e, DH_EMEDIA, "%s: %s", m->name,
+                          dh__av_errstr(rc, buf, sizeof(buf)));
+    rc = dh__av_find_video(m->fc, m->name, e);
+    if (rc < 0)
+        return rc;
+    m->stream = rc;
+    for (unsigned i = 0; i < m->fc->nb_streams; i++)
+        m->fc->streams[i]->discard =
+            (int)i == m->stream ? AVDISCARD_DEFAULT : AVDISCARD_ALL;
+    return 0;
+}
+
+static int grow(int64_t **a, size_t *cap, size_t need)
+{
+    size_t c = *cap ? *cap : 256;
+    int64_t *p;
+
+    if (need <= *cap)
+        return 0;
+    while (c < need)
+        c *= 2;
+    p = dh__realloc(*a, c * sizeof(**a));
+    if (!p)
+        return -1;
+    *a = p;
+    *cap = c;
+    return 0;
+}
+
+static int grow_keys(struct dh_media *m, size_t need)
+{
+    size_t cap = m->key_cap;
+
+    if (grow(&m->key_idx, &cap, need))
+        return -1;
+    cap = m->key_cap;
+    if (grow(&m->key_seek, &cap, need))
+        return -1;
+    m->key_cap = cap;
+    return 0;
+}
+
+/* MOV with a constant frame duration: pts[k] = start + k * d, keyframes
+ * at their decode position (exact for closed GOPs, which encoders write
+ * by default).  Returns 1 when built, 0 when the scan must do it. */
+static int table_from_index(struct dh_media *m, AVStream *st)
+{
+    int n = avformat_index_get_entries_count(st);
+    const AVIndexEntry *ie;
+    int64_t d, start;
+
+    if (strncmp(m->fc->iformat->name, "mov", 3) || n < 2)
+        return 0;
+    d = avformat_index_get_entry(st, 1)->timestamp -
+        avformat_index_get_entry(st, 0)->timestamp;
+    for (int i = 0; i < n; i++) {
+        ie = avformat_index_get_entry(st, i);
+        if (ie->flags & AVINDEX_DISCARD_FRAME)
+            return 0;
+        if (i > 0 && ie->timestamp - avformat_index_get_entry(st, i - 1)
+                                          ->timestamp != d)
+            return 0;
+    }
+    if (d <= 0 || grow(&m->pts, &m->pts_cap, (size_t)n) ||
+        grow_keys(m, (size_t)n))
+        return -1;
+    start = st->start_time != AV_NOPTS_VALUE
+                ? st->start_time
+                : avformat_index_get_entry(st, 0)->timestamp;
+    m->nkey = 0;
+    for (int i = 0; i < n; i++) {
+        ie = avformat_index_get_entry(st, i);
+        m->pts[i] = start + (int64_t)i * d;
+        if (ie->flags & AVINDEX_KEYFRAME) {
+            m->key_idx[m->nkey] = i;
+            m->key_seek[m->nkey++] = m->pts[i];
+        }
+    }
+    m->n = n;
+    m->half = d / 2;
+    return 1;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Keyframes were recorded by pts in key_idx: turn them into indices. */
+static void keys_to_indices(struct dh_media *m)
+{
+    for (int64_t k = 0; k < m->nkey; k++)
+        m->key_idx[k] = dh__media_frame_index(m, m->key_idx[k]);
+}
+
+/* Where the scanned packets end, in seconds from the first. */
+static double scan_end_s(const struct dh_media *m)
+{
+    if (m->counting || m->n < 1)
+        return 0;
+    return (double)(m->pts[m->n - 1] - m->pts[0] + 2 * m->half) * m->tb;
+}
+
+static int finish_scan(struct dh_media *m)
+{
+    qsort(m->pts, (size_t)m->n, sizeof(*m->pts), cmp_i64);
+    for (int64_t i = 1; i < m->n; i++)
+        if (m->pts[i] == m->pts[i - 1])
+            m->counting = 1; /* timestamps cannot tell these frames apart */
+    m->half = m->n > 1 ? (m->pts[m->n - 1] - m->pts[0]) / (m->n - 1) / 2 : 0;
+    if (!m->counting)
+        keys_to_indices(m);
+    if (m->nkey == 0 || (m->nkey > 0 && m->key_idx[0] != 0))
+        m->counting = 1; /* nothing safe to seek to before frame 0 */
+    return 0;
+}
+
+static int scan_packet(struct dh_media *m, const AVPacket *pkt,
+                       int *pts_is_dts)
+{
+    int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
+
+    if (pkt->pts != AV_NOPTS_VALUE && pkt->dts != AV_NOPTS_VALUE &&
+        pkt->pts != pkt->dts)
+        *pts_is_dts = 0; /* the container does signal reordering */
+    if (ts == AV_NOPTS_VALUE)
+        m->counting = 1;
+    if (grow(&m->pts, &m->pts_cap, (size_t)m->n + 1))
+        return -1;
+    m->pts[m->n] = ts == AV_NOPTS_VALUE ? m->n : ts;
+    m->n++;
+    if (pkt->flags & AV_PKT_FLAG_KEY) {
+        if (grow_keys(m, (size_t)m->nkey + 1))
+            return -1;
+        m->key_idx[m->nkey] = ts; /* a pts for now: see keys_to_indices */
+        m->key_seek[m->nkey++] = ts;
+    }
+    return 0;
+}
+
+/* Demuxes the whole stream once, decoding nothing. */
+static int table_from_scan(struct dh_media *m, struct dh_err *e)
+{
+    const AVCodecDescriptor *cd =
+        avcodec_descriptor_get(m->fc->streams[m->stream]->codecpar->codec_id);
+    char buf[128];
+    int rc, pts_is_dts = 1;
+
+    m->n = m->nkey = 0;
+    while ((rc = av_read_frame(m->fc, m->pkt)) >= 0) {
+        if (m->pkt->stream_index == m->stream &&
+            scan_packet(m, m->pkt, &pts_is_dts)) {
+            av_packet_unref(m->pkt);
+            return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
+        }
+        av_packet_unref(m->pkt);
+    }
+    if (rc != AVERROR_EOF)
+        return dh_err_set(e, DH_EMEDIA, "%s: reading packet %lld: %s",
+                          m->name, (long long)m->n,
+                          dh__av_errstr(rc, buf, sizeof(buf)));
+    if (m->n == 0)
+        return dh_err_set(e, DH_EMEDIA, "%s: the video stream has no "
+                          "packets", m->name);
+    /* AVI and raw streams stamp packets in decode order: with a codec that
+     * reorders (B-frames), timestamps then do not say which picture is
+     * which, so count pictures instead. */
+    if (pts_is_dts && cd && (cd->props & AV_CODEC_PROP_REORDER))
+        m->counting = 1;
+    if ((rc = finish_scan(m)))
+        return rc;
+    return dh__av_check_complete(m->fc, m->fc->streams[m->stream], m->n,
+                                 scan_end_s(m), m->name, e);
+}
+
+static int build_table(struct dh_media *m, struct dh_err *e)
+{
+    AVStream *st = m->fc->streams[m->stream];
+    int rc;
+
+    m->counting = 0;
+    m->tb = av_q2d(st->time_base);
+    if (m->image) {
+        if (grow(&m->pts, &m->pts_cap, 1) || grow_keys(m, 1))
+            return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
+        m->n = m->nkey = 1;
+        m->pts[0] = m->key_idx[0] = m->key_seek[0] = 0;
+        m->counting = 1;
+        return 0;
+    }
+    rc = table_from_index(m, st);
+    if (rc < 0)
+        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
+    if (rc > 0)
+        return 0;
+    rc = table_from_scan(m, e);
+    if (rc)
+        return rc;
+    /* The scan consumed the input: reopen it (cheaper and surer than
+     * seeking back in every container). */
+    close_input(m);
+    return open_input(m, e);
+}
+
+static int open_decoder(struct dh_media *m, struct dh_err *e)
+{
+    const AVCodecParameters *par = m->fc->streams[m->stream]->codecpar;
+    const AVCodec *dec = avcodec_find_decoder(par->codec_id);
+    char buf[128];
+    int rc;
+
+    if (!dec)
+        return dh_err_set(e, DH_EMEDIA, "%s: no decoder for codec %s",
+                          m->name, avcodec_get_name(par->codec_id));
+    m->cc = avcodec_alloc_context3(dec);
+    if (!m->cc)
+        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
+    rc = avcodec_parameters_to_context(m->cc, par);
+    if (rc >= 0) {
+        m->cc->thread_count = m->threads;
+        rc = avcodec_open2(m->cc, dec, NULL);
+    }
+    if (rc < 0)
+        return dh_err_set(e, DH_EMEDIA, "%s: opening the %s decoder: %s",
+                          m->name, dec->name,
+                          dh__av_errstr(rc, buf, sizeof(buf)));
+    return 0;
+}
+
+static void fill_info(struct dh_media *m)
+{
+    AVStream *st = m->fc->streams[m->stream];
+    struct dh_media_info *i = &m->info;
+    AVRational r = st->avg_frame_rate.num ? st->avg_frame_rate
+                                          : st->r_frame_rate;
+    const char *pf = av_get_pix_fmt_name(m->cc->pix_fmt);
+
+    i->kind = m->image ? DH_KIND_IMAGE : DH_KIND_VIDEO;
+    i->frames = m->n;
+    i->keyframes = m->nkey;
+    i->width = st->codecpar->width;
+    i->height = st->codecpar->height;
+    i->rotation = dh__av_stream_rotation(st);
+    i->fps = r.num && r.den ? av_q2d(r) : 0;
+    if (!m->image && m->n > 1 && !m->counting)
+        i->duration_s = (double)(m->pts[m->n - 1] - m->pts[0] + 2 * m->half) *
+                        m->tb;
+    else if (i->fps > 0)
+        i->duration_s = (double)m->n / i->fps;
+    if (i->fps <= 0 && i->duration_s > 0)
+        i->fps = (double)m->n / i->duration_s;
+    snprintf(i->codec, sizeof(i->codec), "%s",
+             avcodec_get_name(st->codecpar->codec_id));
+    snprintf(i->pix_fmt, sizeof(i->pix_fmt), "%s", pf ? pf : "unknown");
+}
+
+static int open_common(struct dh_media *m, struct dh_err *e)
+{
+    int rc = open_input(m, e);
+
+    if (!rc) {
+        m->image = dh__av_is_image_format(m->fc->iformat);
+        rc = build_table(m, e);
+    }
+    if (!rc)
+        rc = open_decoder(m, e);
+    if (rc) {
+        dh_media_close(m);
+        return rc;
+    }
+    fill_info(m);
+    m->cur_key = m->counting ? 0 : -1;
+    m->last_index = -1;
+    m->eof = 0;
+    return 0;
+}
+
+int dh_media_open(struct dh_media *m, const char *path, struct dh_err *e)
+{
+    struct stat st;
+
+    dh_media_close(m);
+    memset(&m->mem, 0, sizeof(m->mem));
+    if (stat(path, &st))
+        return dh_err_set(e, DH_EIO, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return dh_err_set(e, DH_EINVAL, "%s: not a regular file", path);
+    if (st.st_size == 0)
+        return dh_err_set(e, DH_EMEDIA, "%s: empty file", path);
+    m->name = dh__strdup(path);
+    if (!m->name)
+        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", path);
+    return open_common(m, e);
+}
+
+int dh_media_open_mem(struct dh_media *m, const void *data, size_t len,
+                      const char *name, struct dh_err *e)
+{
+    dh_media_close(m);
+    if (!data || len == 0)
+        return dh_err_set(e, DH_EMEDIA, "%s: empty input", name);
+    m->mem.data = data;
+    m->mem.len = len;
+    m->name = dh__strdup(name);
+    if (!m->name)
+        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", name);
+    return open_common(m, e);
+}
+
+int dh_media_info(const struct dh_media *m, struct dh_media_info *out)
+{
+    if (!m || !m->fc)
+        return DH_EINVAL;
+    *out = m->info;
+    return 0;
+}
+
+/* ---- lookups used while decoding ---- */
+
+/* Presentation index of timestamp ts: the nearest table entry. */
+int64_t dh__media_frame_index(const struct dh_media *m, int64_t ts)
+{
+    int64_t lo = 0, hi = m->n - 1;
+
+    if (m->n == 0)
+        return -1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (m->pts[mid] < ts)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo > 0 && ts - m->pts[lo - 1] < m->pts[lo] - ts)
+        lo--;
+    return lo;
+}
+
+/* Keyframe number (into key_idx) of the last keyframe at or before index. */
+int64_t dh__media_key_at_or_before(const struct dh_media *m, int64_t index)
+{
+    int64_t lo = 0, hi = m->nkey - 1, best = 0;
+
+    while (lo <= hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (m->key_idx[mid] <= index) {
+            best = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return best;
+}
+
+/* Positions the demuxer at keyframe `key` and empties the decoder. */
+int dh__media_rewind(struct dh_media *m, int64_t key, struct dh_err *e)
+{
+    char buf[128];
+    int rc = av_seek_frame(m->fc, m->stream, m->key_seek[key],
+                           AVSEEK_FLAG_BACKWARD);
+
+    if (rc < 0)
+        return dh_err_set(e, DH_EMEDIA, "%s: seeking to frame %lld: %s",
+                          m->name, (long long)m->key_idx[key],
+                          dh__av_errstr(rc, buf, sizeof(buf)));
+    avcodec_flush_buffers(m->cc);
+    m->cur_key = key;
+    m->last_index = -1;
+    m->eof = 0;
+    m->seeks++;
+    return 0;
+}
+
+/* Back to the first frame when timestamps cannot be trusted to seek: reopen
+ * the input (every container supports that) and reset the decoder. */
+int dh__media_restart(struct dh_media *m, struct dh_err *e)
+{
+    int rc;
+
+    close_input(m);
+    rc = open_input(m, e);
+    if (rc)
+        return rc;
+    avcodec_flush_buffers(m->cc);
+    m->cur_key = 0;
+    m->last_index = -1;
+    m->eof = 0;
+    m->seeks++;
+    return 0;
+}
