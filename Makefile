@@ -6,7 +6,7 @@ CTEST   := ctest --timeout 300 --output-on-failure
 # Keep the recursive make chatter of CMake's generated Makefiles out of the output.
 CMAKE_BUILD := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build
 
-.PHONY: all deps build build-asan test test-c test-asan test-py demo install \
+.PHONY: all deps build build-asan test test-c test-asan test-py test-fuzz demo install \
         bench bench-probe bench-index bench-decode fuzz clean
 
 all: build
@@ -24,7 +24,7 @@ build-asan:
 
 test: deps
 	@$(MAKE) --no-print-directory build build-asan
-	@$(MAKE) --no-print-directory test-c test-asan test-py
+	@$(MAKE) --no-print-directory test-c test-asan test-py test-fuzz
 
 test-c:
 	@echo "== C unit tests" && cd build && $(CTEST)
@@ -52,15 +52,34 @@ bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
 
 bench-decode: build
-	@scripts/setup-bench-deps.sh
+	@scripts/setup-deps.sh bench
 	@$(PY) bench/bench_decode.py --bin build/datahelix
 
 bench-index: build
 	@build/bench_index
 	@$(PY) bench/bench_index_python.py
 
+FUZZ_SECONDS ?= 10
+FUZZERS := fuzz_desc_json fuzz_index_open fuzz_media_decode
+
 fuzz:
-	@cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j$(JOBS)
+	@cmake --preset fuzz >/dev/null
+	@$(CMAKE_BUILD) --preset fuzz -j$(JOBS)
+
+# A short bounded libFuzzer run of every target from its checked-in corpus
+# (new inputs go to a scratch folder; the corpus is never written).
+test-fuzz: fuzz
+	@echo "== libFuzzer smoke run, $(FUZZ_SECONDS) s per target"
+	@for f in $(FUZZERS); do \
+	  d=$$(mktemp -d) && \
+	  if build-fuzz/$$f -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	       -rss_limit_mb=2048 -max_len=32768 $$d tests/fuzz/corpus/$$f \
+	       > build-fuzz/$$f.log 2>&1; then \
+	    rm -rf $$d; echo "$$f: $$(grep -o 'Done [0-9]* runs' build-fuzz/$$f.log)"; \
+	  else \
+	    tail -40 build-fuzz/$$f.log; rm -rf $$d; exit 1; \
+	  fi; \
+	done
 
 clean:
 	rm -rf build build-asan build-debug build-release build-fuzz

@@ -19,3 +19,9 @@ sed -n 2p "$OUT/manifest.jsonl" | cut -c1-400
 echo
 echo "== 4. the binary index"
 "$DH" index --verify "$OUT/manifest.dhx"
+echo
+echo "== 5. decode: 16 uniform frames at 224x224 from one clip of each profile (exact, then snapped to keyframes)"
+for f in "$OUT"/videos/000000_S.mp4 "$OUT"/videos/000001_M.mp4 "$OUT"/videos/000002_L.mp4; do
+    "$DH" decode --repeat 3 "$f"
+    "$DH" decode --repeat 3 --snap key "$f"
+done

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Installs every Debian package datahelix needs to build, test and demo.
+# `setup-deps.sh bench` adds what the peer benchmarks need (torchvision,
+# which pulls python3-torch: a large download that `make test` never pays).
 # Idempotent: exits at once when everything is already installed, so that
-# `make demo` / `make test` can call it on every run.
+# `make demo` / `make test` / `make bench-*` can call it on every run.
 set -eu
 
 PKGS="build-essential cmake pkg-config git
@@ -9,6 +11,9 @@ libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
 libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
 libjansson-dev libcmocka-dev python3-pytest python3-av python3-numpy
 clang libclang-rt-dev"
+if [ "${1:-}" = bench ]; then
+    PKGS="$PKGS python3-torchvision"
+fi
 
 missing=""
 for p in $PKGS; do

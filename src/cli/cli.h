@@ -30,6 +30,11 @@ void dh_cli_error(const char *what, const char *fmt, ...) DH_PRINTF(2, 3);
 /* Reports a usage error for `cmd` and returns DH_EXIT_USAGE. */
 int dh_cli_usage_error(const char *cmd, const char *fmt, ...) DH_PRINTF(2, 3);
 
+/* For getopt_long() with a leading ':' in its option string: the usage
+ * error for c == ':' (missing value) or '?' (unknown option); 0 for any
+ * other c.  Call it right after getopt_long(). */
+int dh_cli_getopt_error(const char *cmd, int c, char **argv);
+
 /* Strict integer / float parsing: whole string, in [lo, hi]. 0 or -1. */
 int dh_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int dh_cli_parse_double(const char *s, double lo, double hi, double *out);

@@ -2,6 +2,7 @@
  * cli_util.c - one-line errors and strict number parsing for subcommands.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -30,6 +31,17 @@ int dh_cli_usage_error(const char *cmd, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, " (see datahelix %s --help)\n", cmd);
     return DH_EXIT_USAGE;
+}
+
+int dh_cli_getopt_error(const char *cmd, int c, char **argv)
+{
+    /* optind has moved past the offending word by now */
+    if (c == ':')
+        return dh_cli_usage_error(cmd, "option '%s' needs a value",
+                                  argv[optind - 1]);
+    if (c == '?')
+        return dh_cli_usage_error(cmd, "bad option '%s'", argv[optind - 1]);
+    return 0;
 }
 
 int dh_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)

@@ -336,12 +336,8 @@ static int parse_args(int argc, char **argv, struct decode_opts *o)
             usage(stdout);
             return -1;
         }
-        if (c == ':')
-            return dh_cli_usage_error("decode", "'%s' needs a value",
-                                      argv[optind - 1]);
-        if (c == '?')
-            return dh_cli_usage_error("decode", "bad option '%s'",
-                                      argv[optind - 1]);
+        if ((rc = dh_cli_getopt_error("decode", c, argv)))
+            return rc;
         if ((rc = parse_opt(c, o)))
             return rc;
     }

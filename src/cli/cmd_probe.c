@@ -198,12 +198,8 @@ static int parse_args(int argc, char **argv, struct probe_opts *o)
             usage(stdout);
             return -1;
         }
-        if (c == ':')
-            return dh_cli_usage_error("probe", "option '%s' needs a value",
-                                      argv[optind - 1]);
-        if (c == '?')
-            return dh_cli_usage_error("probe", "bad option '%s'",
-                                      argv[optind - 1]);
+        if ((rc = dh_cli_getopt_error("probe", c, argv)))
+            return rc;
         if ((rc = parse_opt(c, o)))
             return rc;
     }

@@ -227,8 +227,10 @@ static int write_video(const struct dh_gen_opts *o,
                                  dh_gen_file_frames(p, o->seed, i),
                                  clip_seed(o->seed, i), o->stamp};
     r = dh__gen_encode_clip(&clip, e);
-    if (r < 0)
+    if (r < 0) {
+        remove(op.tmp_path); /* never leave a hidden half file behind */
         goto out_paths;
+    }
     r = commit_file(&op, e);
     if (r < 0)
         goto out_paths;

@@ -21,6 +21,7 @@
 
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/avstring.h>
 #include <libavutil/cpu.h>
 #include <libavutil/opt.h>
 
@@ -143,7 +144,13 @@ static int write_header(struct enc *x, struct dh_err *e)
         return av_fail(e, DH_EMEDIA, x, "stream parameters", r);
     x->st->time_base = x->cc->time_base;
     x->st->avg_frame_rate = x->cc->framerate;
-    r = avio_open(&x->oc->pb, x->clip->path, AVIO_FLAG_WRITE);
+    {
+        /* "file:" so that a ':' in the folder is not read as a protocol */
+        char *url = av_asprintf("file:%s", x->clip->path);
+        r = url ? avio_open(&x->oc->pb, url, AVIO_FLAG_WRITE)
+                : AVERROR(ENOMEM);
+        av_free(url);
+    }
     if (r < 0)
         return av_fail(e, DH_EIO, x, "open for writing", r);
     r = av_dict_set(&mux_opts, "movflags", "+faststart", 0);
