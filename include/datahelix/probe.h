@@ -56,12 +56,14 @@ int dh_probe_list_add_input(struct dh_probe_list *l, const char *input,
                             struct dh_err *e) DH_MUST_CHECK;
 
 /*
- * Calibration: decodes `d` with one thread the way a simple sampled loader
- * does (every frame decoded; `out_frames` of them, spread uniformly, scaled
- * to out_w x out_h RGB24) and returns the CPU time used in *cpu_ms.
+ * Calibration: runs the media pipeline (media.h) on `d` with one decoder
+ * thread and the probe's sampling plan `plan` (a fixed size as the default
+ * centre crop, native size as displayed), and returns the CPU time of open,
+ * select and decode in *cpu_ms.
  */
-int dh_calibrate_decode(const struct dh_desc *d, int64_t out_frames,
-                        int32_t out_w, int32_t out_h, double *cpu_ms,
+struct dh_sample_plan;
+int dh_calibrate_decode(const struct dh_desc *d,
+                        const struct dh_sample_plan *plan, double *cpu_ms,
                         struct dh_err *e) DH_MUST_CHECK;
 
 #endif

@@ -324,7 +324,7 @@ static void cal_measure(struct probe_run *r, size_t i, struct cal_set *cs)
 
     dh_sample_plan_output(plan, d, &frames, &w, &h);
     dh_err_clear(&e);
-    if (dh_calibrate_decode(d, frames, w, h, &ms, &e)) {
+    if (dh_calibrate_decode(d, plan, &ms, &e)) {
         report(r, e.msg);
         return;
     }

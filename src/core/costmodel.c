@@ -15,12 +15,13 @@ void dh_cost_model_default(struct dh_cost_model *m)
 {
     memset(m, 0, sizeof(*m));
     /* `datahelix probe --calibrate 4 demo-data/videos ../shared/data/videos`
-     * on the reference 2-core machine (39 decodes of H.264, HEVC, VP8/9,
-     * AV1 and MPEG-4 clips; rmse about 42 ms).  Compressed bytes carry
-     * most of the signal: entropy decoding scales with them. */
-    m->base_ms = 8.0;
-    m->ms_per_src_mpx = 0.9;
-    m->ms_per_in_mb = 125.0;
+     * on the reference 2-core machine: the media pipeline running the
+     * default plan (8 fps, native size) on 39 clips of H.264, HEVC, VP8/9,
+     * AV1 and MPEG-4; rmse about 28 ms, two runs averaged.  Compressed
+     * bytes carry most of the signal: entropy decoding scales with them. */
+    m->base_ms = 0.5;
+    m->ms_per_src_mpx = 1.5;
+    m->ms_per_in_mb = 100.0;
     m->ms_per_out_mpx = 0.0;
 }
 
