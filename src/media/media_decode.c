@@ -28,13 +28,14 @@ struct run {
     int64_t next;  /* position in ord of the next target */
     int64_t valid;
     int64_t counter; /* counting mode: output order of the last frame */
+    int missed;      /* a target went by without its picture */
+    int accept;      /* snap-to-key: the first picture serves the target */
     /* snap to reference frames */
     int ref;
     double tol;
     int64_t best;      /* candidate written for the current target, -1 */
     int64_t last_used; /* no candidate at or before this is used again */
     int64_t nfb;       /* targets left for the exact pass, in m->fb */
-    double shift_sum;
 };
 
 static int64_t target(const struct run *r)
@@ -83,6 +84,7 @@ int dh_media_select(struct dh_media *m, const struct dh_media_plan *p,
         return dh_err_set(e, rc, "%s: %s", m->name, sub.msg);
     }
     m->shift = 0;
+    memcpy(m->planned, m->idx, (size_t)m->count * sizeof(*m->idx));
     if (p->snap == DH_SNAP_KEY && c.nkey > 0 && is_ascending(m->idx, m->valid)) {
         double tol = p->snap_tol > 0 ? p->snap_tol : m->stride / 2;
         m->shift = dh__frames_snap(m->idx, m->valid, m->key_idx, m->nkey, tol);
@@ -114,7 +116,6 @@ static int settle(struct run *r, struct dh_err *e)
     int rc = 0;
 
     if (r->best >= 0) {
-        r->shift_sum += (double)llabs(r->best - m->idx[slot]);
         m->idx[slot] = r->best;
         r->last_used = r->best;
         rc = dh__media_emit(m, r->p, m->hold, slot, r->dst, e);
@@ -162,9 +163,26 @@ static int deliver(struct run *r, AVFrame *f, int64_t k, struct dh_err *e)
 
     if (r->ref)
         return deliver_ref(r, f, k, e);
+    if (r->missed)
+        return 0;
+    if (r->accept && r->next < r->valid) {
+        m->idx[r->ord[r->next]] = k; /* the keyframe as it really is */
+        r->accept = 0;
+        rc = dh__media_emit(m, r->p, f, r->ord[r->next], r->dst, e);
+        r->next++;
+        return rc;
+    }
     while (r->next < r->valid && target(r) <= k) {
         int64_t slot = r->ord[r->next];
-        if (r->next > 0 && m->idx[r->ord[r->next - 1]] == target(r)) {
+        int dup = r->next > 0 && m->idx[r->ord[r->next - 1]] == target(r);
+        if (target(r) < k && !dup) {
+            /* Its picture never came: a leading picture of an open GOP
+             * the seek skipped, or a damaged one.  Never hand over a
+             * neighbour instead: the caller retries or fails. */
+            r->missed = 1;
+            return 0;
+        }
+        if (dup) {
             dh__media_fill(r->p, r->dst, slot, r->ord[r->next - 1]);
         } else if ((rc = dh__media_emit(m, r->p, f, slot, r->dst, e))) {
             return rc;
@@ -304,21 +322,24 @@ static int must_seek(const struct dh_media *m, int64_t key, int64_t t)
 }
 
 /* Positions the decoder so that target t comes next. */
-static int position_for(struct run *r, int64_t t, struct dh_err *e)
+static int position_for(struct run *r, int64_t t, int back,
+                        struct dh_err *e)
 {
     struct dh_media *m = r->m;
     int64_t key;
 
     if (m->counting) {
-        if (t > m->last_index && !m->eof)
+        if (t > m->last_index && !m->eof && !back)
             return 0;
         r->counter = 0;
         return dh__media_restart(m, e);
     }
     key = dh__media_key_at_or_before(m, t);
-    if (!must_seek(m, key, t))
+    if (!back && !must_seek(m, key, t))
         return 0;
-    return dh__media_rewind(m, key, e);
+    /* A retry starts `back` keyframes earlier: a leading picture of an
+     * open GOP decodes only from the GOP before its keyframe. */
+    return dh__media_rewind(m, key > back ? key - back : 0, e);
 }
 
 static int missing(struct run *r, struct dh_err *e)
@@ -332,16 +353,30 @@ static int missing(struct run *r, struct dh_err *e)
                       (long long)target(r), (long long)m->n);
 }
 
+#define MAX_BACK 2 /* retries from earlier keyframes before giving up */
+
 static int run_exact_one(struct run *r, struct dh_err *e)
 {
     int64_t before = r->next;
-    int rc = position_for(r, target(r), e);
+    int rc = 0;
 
-    while (!rc && r->next == before)
-        rc = step(r, e);
-    if (rc == 1 && r->next == before)
-        return missing(r, e);
-    return rc < 0 ? rc : 0;
+    for (int back = 0; back <= MAX_BACK; back++) {
+        r->missed = 0;
+        rc = position_for(r, target(r), back, e);
+        while (!rc && r->next == before && !r->missed)
+            rc = step(r, e);
+        if (rc < 0 || r->next > before)
+            return rc < 0 ? rc : 0;
+        if (!r->missed)
+            return missing(r, e); /* the stream ended first */
+        if (r->m->counting)
+            break;
+    }
+    return dh_err_set(e, DH_EMEDIA,
+                      "%s: frame %lld did not come out of the decoder, even "
+                      "from %d keyframes earlier (damaged, or a picture "
+                      "that needs frames the file lacks)",
+                      r->m->name, (long long)target(r), MAX_BACK);
 }
 
 static int64_t key_number(const struct dh_media *m, int64_t index)
@@ -371,7 +406,10 @@ static int run_key_one(struct run *r, int64_t key, struct dh_err *e)
         return rc;
     if (averr < 0 && averr != AVERROR_EOF)
         return av_fail(r, averr, "reading", e);
-    if ((rc = send(r, NULL, e)))
+    r->accept = 1; /* whatever the keyframe turns out to be, it is used */
+    rc = send(r, NULL, e);
+    r->accept = 0;
+    if (rc)
         return rc;
     avcodec_flush_buffers(m->cc); /* leave the drained state */
     m->cur_key = -1;
@@ -417,10 +455,10 @@ static int run_ref(struct run *r, struct dh_err *e)
     r->best = r->last_used = -1;
     while (!rc && r->next < r->valid)
         rc = run_ref_one(r, e);
-    m->shift = r->valid ? r->shift_sum / (double)r->valid : 0;
     if (rc || r->nfb == 0)
         return rc;
     r->ref = 0;
+    m->emit_in_order = 0; /* the leftovers fill earlier slots */
     r->ord = m->fb;
     r->valid = r->nfb;
     r->next = 0;
@@ -492,11 +530,14 @@ int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
     int64_t frames, seeks0, dec0;
     int rc;
 
-    if (!m->selected || memcmp(&m->sel_plan, p, sizeof(*p)))
+    /* Snapping rewrites idx[] with the frames used: start from the plan. */
+    if (!m->selected || memcmp(&m->sel_plan, p, sizeof(*p)) ||
+        p->snap != DH_SNAP_EXACT)
         if ((rc = dh_media_select(m, p, &frames, e)))
             return rc;
     if ((rc = check_dst(m, p, dst_len, e)))
         return rc;
+    m->emit_in_order = p->kind != DH_PLAN_INDICES;
     memset(&r, 0, sizeof(r));
     r.m = m;
     r.p = p;
@@ -508,8 +549,15 @@ int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
     rc = run_all(&r, e);
     if (rc)
         return rc;
-    for (int64_t i = m->valid; i < m->count; i++)
+    m->shift = 0;
+    for (int64_t i = 0; i < m->valid; i++)
+        m->shift += (double)llabs(m->idx[i] - m->planned[i]);
+    m->shift = m->valid ? m->shift / (double)m->valid : 0;
+    for (int64_t i = m->valid; i < m->count; i++) {
         dh__media_fill(p, dst, i, p->pad == DH_PAD_REPEAT ? m->valid - 1 : -1);
+        if (p->pad == DH_PAD_REPEAT)
+            m->idx[i] = m->idx[m->valid - 1];
+    }
     if (res) {
         res->frames = m->count;
         res->valid_frames = m->valid;

@@ -41,6 +41,7 @@ struct dh_media {
     int threads;
     struct SwsContext *sws_set; /* the context colour details were set on */
     int sws_cs, sws_range;
+    int sws_key[5]; /* source w, h, format, output w, h of m->sws */
 
     /* frame table */
     int64_t *pts;
@@ -54,8 +55,10 @@ struct dh_media {
     double tb;     /* seconds per pts unit */
     int64_t half;  /* half a frame duration, in pts units */
 
-    /* selection: out[i] = source index of output frame i */
+    /* selection: idx[i] = source index of output frame i (after snapping:
+     * the frame actually used); planned[i] = what the plan asked for */
     int64_t idx[DH_MEDIA_MAX_FRAMES];
+    int64_t planned[DH_MEDIA_MAX_FRAMES];
     int64_t ord[DH_MEDIA_MAX_FRAMES]; /* decode order of output slots */
     int64_t fb[DH_MEDIA_MAX_FRAMES];  /* snap-ref: slots left for exact */
     int64_t count, valid;
@@ -78,6 +81,8 @@ struct dh_media {
     int64_t last_index; /* presentation index of the last decoded frame */
     int eof;
     int64_t decoded, seeks;
+    int emit_in_order; /* slots are written in increasing order: swscale
+                          may write straight into them (media_scale.c) */
 };
 
 /* media_open.c */

@@ -199,8 +199,9 @@ static int table_from_index(struct dh_media *m, AVStream *st)
     const AVIndexEntry *ie;
     int64_t d, start;
 
-    if (strncmp(m->fc->iformat->name, "mov", 3) || n < 2)
-        return 0;
+    if (strncmp(m->fc->iformat->name, "mov", 3) || n < 2 ||
+        !(avformat_index_get_entry(st, 0)->flags & AVINDEX_KEYFRAME))
+        return 0; /* a stream that starts mid-GOP: the scan drops the lead */
     d = avformat_index_get_entry(st, 1)->timestamp -
         avformat_index_get_entry(st, 0)->timestamp;
     for (int i = 0; i < n; i++) {
@@ -245,12 +246,12 @@ static void keys_to_indices(struct dh_media *m)
         m->key_idx[k] = dh__media_frame_index(m, m->key_idx[k]);
 }
 
-/* Where the scanned packets end, in seconds from the first. */
-static double scan_end_s(const struct dh_media *m)
+/* Where the scanned packets end, in seconds from the stream's start. */
+static double scan_end_s(const struct dh_media *m, int64_t t0)
 {
     if (m->counting || m->n < 1)
         return 0;
-    return (double)(m->pts[m->n - 1] - m->pts[0] + 2 * m->half) * m->tb;
+    return (double)(m->pts[m->n - 1] - t0 + 2 * m->half) * m->tb;
 }
 
 static int finish_scan(struct dh_media *m)
@@ -267,14 +268,32 @@ static int finish_scan(struct dh_media *m)
     return 0;
 }
 
+struct scan {
+    int ts_trusted;  /* some packet carries a presentation time that is
+                        not simply its decode time */
+    int seen_key;
+    int64_t packets; /* every packet of the stream, for the completeness
+                        check against the header */
+    int64_t t0;      /* earliest timestamp of any packet, skipped or not */
+};
+
 static int scan_packet(struct dh_media *m, const AVPacket *pkt,
-                       int *pts_is_dts)
+                       struct scan *sc)
 {
     int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
 
-    if (pkt->pts != AV_NOPTS_VALUE && pkt->dts != AV_NOPTS_VALUE &&
-        pkt->pts != pkt->dts)
-        *pts_is_dts = 0; /* the container does signal reordering */
+    sc->packets++;
+    if (ts != AV_NOPTS_VALUE && (sc->packets == 1 || ts < sc->t0))
+        sc->t0 = ts;
+    if (pkt->flags & AV_PKT_FLAG_KEY)
+        sc->seen_key = 1;
+    /* Edit-list preroll and pictures before the first keyframe never leave
+     * the decoder: they are not frames of the clip. */
+    if ((pkt->flags & AV_PKT_FLAG_DISCARD) || !sc->seen_key)
+        return 0;
+    if (pkt->pts != AV_NOPTS_VALUE &&
+        (pkt->dts == AV_NOPTS_VALUE || pkt->pts != pkt->dts))
+        sc->ts_trusted = 1;
     if (ts == AV_NOPTS_VALUE)
         m->counting = 1;
     if (grow(&m->pts, &m->pts_cap, (size_t)m->n + 1))
@@ -296,12 +315,13 @@ static int table_from_scan(struct dh_media *m, struct dh_err *e)
     const AVCodecDescriptor *cd =
         avcodec_descriptor_get(m->fc->streams[m->stream]->codecpar->codec_id);
     char buf[128];
-    int rc, pts_is_dts = 1;
+    struct scan sc = {0};
+    int rc;
 
     m->n = m->nkey = 0;
     while ((rc = av_read_frame(m->fc, m->pkt)) >= 0) {
         if (m->pkt->stream_index == m->stream &&
-            scan_packet(m, m->pkt, &pts_is_dts)) {
+            scan_packet(m, m->pkt, &sc)) {
             av_packet_unref(m->pkt);
             return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
         }
@@ -312,17 +332,19 @@ static int table_from_scan(struct dh_media *m, struct dh_err *e)
                           m->name, (long long)m->n,
                           dh__av_errstr(rc, buf, sizeof(buf)));
     if (m->n == 0)
-        return dh_err_set(e, DH_EMEDIA, "%s: the video stream has no "
-                          "packets", m->name);
+        return dh_err_set(e, DH_EMEDIA, "%s: the video stream has no %s",
+                          m->name, sc.packets ? "keyframe" : "packets");
     /* AVI and raw streams stamp packets in decode order: with a codec that
      * reorders (B-frames), timestamps then do not say which picture is
-     * which, so count pictures instead. */
-    if (pts_is_dts && cd && (cd->props & AV_CODEC_PROP_REORDER))
+     * which, so count pictures instead.  (Matroska stamps presentation
+     * times and no decode times: those are trusted.) */
+    if (!sc.ts_trusted && cd && (cd->props & AV_CODEC_PROP_REORDER))
         m->counting = 1;
     if ((rc = finish_scan(m)))
         return rc;
-    return dh__av_check_complete(m->fc, m->fc->streams[m->stream], m->n,
-                                 scan_end_s(m), m->name, e);
+    return dh__av_check_complete(m->fc, m->fc->streams[m->stream],
+                                 sc.packets, scan_end_s(m, sc.t0), m->name,
+                                 e);
 }
 
 static int build_table(struct dh_media *m, struct dh_err *e)

@@ -9,7 +9,8 @@
  * go through a small per-worker RGB scratch at output size instead.
  * Direct writes need the slots to be filled in order: swscale may store a
  * few bytes past a row's end, which the next slot then overwrites (the last
- * slot has DH_MEDIA_DST_PAD); explicit index lists therefore use scratch.
+ * slot has DH_MEDIA_DST_PAD); when slots are written out of order (explicit
+ * index lists, the exact pass after snap-to-reference) scratch is used.
  */
 #include <string.h>
 
@@ -145,9 +146,16 @@ static int get_scaler(struct dh_media *m, const AVFrame *f, int sw, int sh,
                       int w, int h, struct dh_err *e)
 {
     int cs = sws_cs_of(f->colorspace);
-    int range = f->color_range == AVCOL_RANGE_JPEG;
+    int want = f->color_range, range = f->color_range == AVCOL_RANGE_JPEG;
     int *inv, *tab, src_range, dst_range, bri, con, sat;
+    int key[5] = {sw, sh, f->format, w, h};
 
+    /* A new context may reuse the old one's address: remember the
+     * parameters, not the pointer, to know when colour details are due. */
+    if (memcmp(key, m->sws_key, sizeof(key))) {
+        memcpy(m->sws_key, key, sizeof(key));
+        m->sws_set = NULL;
+    }
     m->sws = sws_getCachedContext(m->sws, sw, sh, f->format, w, h,
                                   AV_PIX_FMT_RGB24, SWS_BILINEAR, NULL, NULL,
                                   NULL);
@@ -157,7 +165,7 @@ static int get_scaler(struct dh_media *m, const AVFrame *f, int sw, int sh,
                           "(%dx%d) to RGB %dx%d", m->name, n ? n : "?", sw,
                           sh, w, h);
     }
-    if (m->sws_set != m->sws || m->sws_cs != cs || m->sws_range != range) {
+    if (m->sws_set != m->sws || m->sws_cs != cs || m->sws_range != want) {
         /* An unspecified range keeps swscale's own choice for the format
          * (full for gray and yuvj, limited for yuv), as ffmpeg does. */
         if (f->color_range == AVCOL_RANGE_UNSPECIFIED &&
@@ -169,7 +177,7 @@ static int get_scaler(struct dh_media *m, const AVFrame *f, int sw, int sh,
                                  1 << 16, 1 << 16);
         m->sws_set = m->sws;
         m->sws_cs = cs;
-        m->sws_range = range;
+        m->sws_range = want;
     }
     return 0;
 }
@@ -239,7 +247,7 @@ int dh__media_emit(struct dh_media *m, const struct dh_media_plan *p,
     const uint8_t *src[4];
     uint8_t *out = dst + (size_t)slot * frame_bytes(p), *buf;
     int direct = rot == 0 && p->layout == DH_LAYOUT_THWC &&
-                 p->dtype == DH_DTYPE_U8 && p->kind != DH_PLAN_INDICES;
+                 p->dtype == DH_DTYPE_U8 && m->emit_in_order;
     int stride = direct ? p->width * 3 : FFALIGN(sw * 3, 64), rc;
 
     if (crop_planes(f, &c, src))

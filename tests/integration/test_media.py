@@ -832,3 +832,88 @@ def test_failed_file_is_skipped_and_run_goes_on(tmp_path, stamped):
     assert [o["path"] for o in lines[:-1]] == [str(s.path)] * 2
     assert lines[-1]["files"] == 2 and lines[-1]["failed"] == 1
     assert out.stat().st_size == 2 * 16 * 32 * 32 * 3
+
+
+# ---- stream structures that defeat naive frame identification ----------
+# (open GOPs, edit lists, a stream cut mid-GOP, H.264 in Matroska): every
+# output frame must be ffmpeg's frame of the reported index.
+
+@pytest.fixture(scope="module")
+def tricky(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tricky")
+    src = ["-f", "lavfi", "-i", "testsrc=size=192x108:rate=25:duration=12",
+           "-pix_fmt", "yuv420p", "-c:v", "libx264"]
+    ffmpeg(*src, "-g", "24", "-bf", "3", "-x264-params",
+           "open-gop=1:b-adapt=0:scenecut=0", str(d / "open_gop.mp4"))
+    ffmpeg(*src, "-g", "50", "-bf", "3", str(d / "closed.mp4"))
+    ffmpeg("-ss", "3.3", "-i", str(d / "closed.mp4"), "-c", "copy", "-t", "4",
+           str(d / "edit_list.mp4"))
+    ffmpeg("-i", str(d / "closed.mp4"), "-ss", "3.3", "-c", "copy",
+           "-copyinkf", "-t", "4", str(d / "mid_gop_start.mp4"))
+    ffmpeg("-i", str(d / "open_gop.mp4"), "-c", "copy",
+           str(d / "open_gop.mkv"))
+    return d
+
+
+def ffmpeg_all(path, w, h):
+    p = ffmpeg("-i", str(path), "-vf", f"scale={w}:{h}:flags=bilinear",
+               "-vsync", "passthrough", "-f", "rawvideo", "-pix_fmt",
+               "rgb24", "-")
+    return np.frombuffer(p.stdout, np.uint8).reshape(-1, h, w, 3)
+
+
+@pytest.mark.parametrize("name,plan", [
+    ("open_gop.mp4", "indices:0,21,22,23,24,45,46,47,48,141,142,143,200"),
+    ("open_gop.mkv", "indices:0,21,22,23,24,45,46,47,48,141,142,143,200"),
+    ("edit_list.mp4", "indices:0,1,2,10,40,60,99"),
+    ("mid_gop_start.mp4", "indices:0,1,10,30,60,84"),
+    ("open_gop.mp4", "uniform"),
+    ("edit_list.mp4", "all"),
+])
+@pytest.mark.parametrize("snap", ["exact", "key", "ref"])
+def test_tricky_streams_give_the_reported_frames(tmp_path, tricky, name,
+                                                 plan, snap):
+    if snap != "exact" and plan.startswith("indices"):
+        plan = "uniform"
+    path = tricky / name
+    ref = ffmpeg_all(path, 96, 54)
+    d = decode1(tmp_path, path, "--plan", plan, "--snap", snap,
+                "--geometry", "stretch", "--size", "96x54")
+    if plan == "all":
+        assert d.obj["frames"] == len(ref)
+    for k, i in enumerate(d.indices):
+        assert 0 <= i < len(ref), (name, k, i, len(ref))
+        diffs = [mad(d.arr[k], ref[j]) for j in range(len(ref))]
+        assert diffs[i] == min(diffs) and diffs[i] < 1.0, \
+            (name, snap, k, i, int(np.argmin(diffs)))
+
+
+def test_matroska_h264_seeks_rather_than_decoding_from_the_start(tmp_path,
+                                                                 tricky):
+    d = decode1(tmp_path, tricky / "open_gop.mkv", "--plan", "indices:280",
+                "--size", "32x32")
+    assert d.obj["seeks"] >= 1 and d.obj["decoded_frames"] < 60, d.obj
+
+
+def test_snap_ref_repeated_decodes_agree(tmp_path, stamped):
+    path = stamped["M"].path
+    p = run_dh("decode", "--json", "--snap", "ref", "--repeat", "3",
+               "--frames", "16", path, check=True)
+    once = run_dh("decode", "--json", "--snap", "ref", "--frames", "16", path,
+                  check=True)
+    a, b = json.loads(p.stdout.splitlines()[0]), json.loads(
+        once.stdout.splitlines()[0])
+    assert a["indices"] == b["indices"]
+    assert a["mean_abs_shift"] == b["mean_abs_shift"]
+
+
+def test_snap_ref_out_of_order_slots_are_clean(tmp_path, stamped):
+    """Targets no reference frame reaches are decoded afterwards into
+    earlier slots: their bytes must equal a plain decode of those frames."""
+    path = stamped["S"].path
+    d = decode1(tmp_path, path, "--snap", "ref", "--snap-tol", "0.1",
+                "--frames", "12", "--size", "223x224")
+    e = decode1(tmp_path, path, "--plan",
+                "indices:" + ",".join(map(str, d.indices)), "--size",
+                "223x224")
+    assert np.array_equal(d.arr, e.arr)
