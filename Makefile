@@ -46,7 +46,7 @@ demo: deps build
 install: build
 	cmake --install build
 
-bench: bench-probe bench-index bench-decode
+bench: bench-probe bench-index bench-decode bench-arena
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
@@ -59,8 +59,12 @@ bench-index: build
 	@build/bench_index
 	@$(PY) bench/bench_index_python.py
 
+.PHONY: bench-arena
+bench-arena: build
+	@build/bench_arena
+
 FUZZ_SECONDS ?= 10
-FUZZERS := fuzz_desc_json fuzz_index_open fuzz_media_decode
+FUZZERS := fuzz_desc_json fuzz_index_open fuzz_media_decode fuzz_wire_decode
 
 fuzz:
 	@cmake --preset fuzz >/dev/null

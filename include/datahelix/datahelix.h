@@ -4,6 +4,7 @@
 #ifndef DATAHELIX_DATAHELIX_H
 #define DATAHELIX_DATAHELIX_H
 
+#include "datahelix/arena.h"
 #include "datahelix/error.h"
 #include "datahelix/estimate.h"
 #include "datahelix/gendata.h"
@@ -11,5 +12,6 @@
 #include "datahelix/media.h"
 #include "datahelix/probe.h"
 #include "datahelix/table.h"
+#include "datahelix/wire.h"
 
 #endif

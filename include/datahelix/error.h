@@ -36,7 +36,9 @@
     X(DUP, 10, "duplicate")                                                 \
     X(NOTIMPL, 11, "not implemented")                                       \
     X(EMPTY, 12, "nothing to do")                                           \
-    X(UNSUPPORTED, 13, "unsupported")
+    X(UNSUPPORTED, 13, "unsupported")                                       \
+    X(TIMEOUT, 14, "timed out")                                             \
+    X(PEERDEAD, 15, "peer closed the connection or died")
 
 enum dh_errno {
     DH_OK = 0,
