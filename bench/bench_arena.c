@@ -58,27 +58,6 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static void put_ref(unsigned char *p, const struct dh_slot_ref *r)
-{
-    for (int i = 0; i < 8; i++) {
-        p[i] = (unsigned char)(r->offset >> (8 * i));
-        p[8 + i] = (unsigned char)(r->len >> (8 * i));
-    }
-    for (int i = 0; i < 4; i++)
-        p[16 + i] = (unsigned char)(r->gen >> (8 * i));
-}
-
-static void get_ref(const unsigned char *p, struct dh_slot_ref *r)
-{
-    memset(r, 0, sizeof(*r));
-    for (int i = 0; i < 8; i++) {
-        r->offset |= (uint64_t)p[i] << (8 * i);
-        r->len |= (uint64_t)p[8 + i] << (8 * i);
-    }
-    for (int i = 0; i < 4; i++)
-        r->gen |= (uint32_t)p[16 + i] << (8 * i);
-}
-
 /*
  * The consumer: attach, report the attach time, then answer each ref
  * ('R' + ref + page index) with one byte read from that page.
@@ -109,7 +88,7 @@ static int consumer(int sock)
         uint32_t page;
         unsigned char *p;
 
-        get_ref(m + 1, &r);
+        dh_slot_ref_unpack(m + 1, &r);
         memcpy(&page, m + 21, 4);
         p = dh_arena_ptr(a, &r);
         if (!p)
@@ -137,7 +116,7 @@ static int handover(int sock, const struct dh_slot_ref *r, uint32_t page,
     int fd;
 
     m[0] = 'R';
-    put_ref(m + 1, r);
+    dh_slot_ref_pack(m + 1, r);
     memcpy(m + 21, &page, 4);
     if (dh__fd_send(sock, -1, m, 25, &e) != 0 ||
         dh__fd_recv(sock, &fd, m, sizeof(m), &n, WAIT_MS, &e) != 0) {

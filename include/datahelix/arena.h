@@ -173,4 +173,10 @@ int dh_arena_release_many(struct dh_arena *a, const struct dh_slot_ref *refs,
 int dh_arena_stats(struct dh_arena *a,
                    struct dh_arena_stats *out) DH_MUST_CHECK;
 
+/* A slot reference as bytes, for messages that are not protobuf (fd
+ * passing): 8 + 8 + 4 bytes little-endian, never a struct cast. */
+#define DH_SLOT_REF_BYTES 20
+void dh_slot_ref_pack(unsigned char *out, const struct dh_slot_ref *r);
+void dh_slot_ref_unpack(const unsigned char *in, struct dh_slot_ref *r);
+
 #endif

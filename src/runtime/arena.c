@@ -889,3 +889,25 @@ int dh__arena_test_lock(struct dh_arena *a, int scribble)
     slot_of(a, a->h->seq_head)->gen = (uint32_t)a->h->seq_head;
     return 0;
 }
+
+void dh_slot_ref_pack(unsigned char *p, const struct dh_slot_ref *r)
+{
+    for (int i = 0; i < 8; i++) {
+        p[i] = (unsigned char)(r->offset >> (8 * i));
+        p[8 + i] = (unsigned char)(r->len >> (8 * i));
+    }
+    for (int i = 0; i < 4; i++)
+        p[16 + i] = (unsigned char)(r->gen >> (8 * i));
+}
+
+void dh_slot_ref_unpack(const unsigned char *p, struct dh_slot_ref *r)
+{
+    r->offset = r->len = 0;
+    r->gen = 0;
+    for (int i = 0; i < 8; i++) {
+        r->offset |= (uint64_t)p[i] << (8 * i);
+        r->len |= (uint64_t)p[8 + i] << (8 * i);
+    }
+    for (int i = 0; i < 4; i++)
+        r->gen |= (uint32_t)p[16 + i] << (8 * i);
+}

@@ -135,29 +135,6 @@ static int count_fds(void)
     return n;
 }
 
-/* Refs on the wire: 8 + 8 + 4 bytes, little-endian, never a struct cast. */
-static void put_ref(unsigned char *p, const struct dh_slot_ref *r)
-{
-    for (int i = 0; i < 8; i++) {
-        p[i] = (unsigned char)(r->offset >> (8 * i));
-        p[8 + i] = (unsigned char)(r->len >> (8 * i));
-    }
-    for (int i = 0; i < 4; i++)
-        p[16 + i] = (unsigned char)(r->gen >> (8 * i));
-}
-
-static void get_ref(const unsigned char *p, struct dh_slot_ref *r)
-{
-    r->offset = r->len = 0;
-    r->gen = 0;
-    for (int i = 0; i < 8; i++) {
-        r->offset |= (uint64_t)p[i] << (8 * i);
-        r->len |= (uint64_t)p[8 + i] << (8 * i);
-    }
-    for (int i = 0; i < 4; i++)
-        r->gen |= (uint32_t)p[16 + i] << (8 * i);
-}
-
 static unsigned char pattern(unsigned i, size_t j)
 {
     return (unsigned char)(j * 131u + i * 7u + (j >> 12));
@@ -729,7 +706,7 @@ static int producer_main(int sock)
         for (size_t j = 0; rc == 0 && j < len; j++)
             p[j] = pattern(i, j);
         m[0] = 'R';
-        put_ref(m + 1, &r);
+        dh_slot_ref_pack(m + 1, &r);
         if (rc == 0 && dh__fd_send(sock, -1, m, sizeof(m), NULL) != 0)
             rc = 13;
     }
@@ -752,7 +729,7 @@ static struct dh_slot_ref recv_ref(int sock)
     assert_int_equal(fd, -1);
     assert_int_equal(n, sizeof(m));
     assert_int_equal(m[0], 'R');
-    get_ref(m + 1, &r);
+    dh_slot_ref_unpack(m + 1, &r);
     return r;
 }
 
