@@ -5,6 +5,7 @@
 #define DATAHELIX_DATAHELIX_H
 
 #include "datahelix/arena.h"
+#include "datahelix/batch.h"
 #include "datahelix/error.h"
 #include "datahelix/estimate.h"
 #include "datahelix/gendata.h"

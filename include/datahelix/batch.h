@@ -1,0 +1,58 @@
+/*
+ * datahelix/batch.h - a DataServer worker's unit of work: the samples of one
+ * request, decoded by the media pipeline straight into one destination (a
+ * slot of the shared-memory arena) as a single [B, T, H, W, 3] tensor, with
+ * the valid-frame count of every sample (the mask for variable-length
+ * clips).
+ *
+ * Determinism (DESIGN 8): the random draws of a sample (jitter, random
+ * crop) derive from (plan seed, sample id) only, never from which worker
+ * ran it or when, so a re-routed or resumed request yields the same bytes.
+ *
+ * Thread-safety: one dh_media per thread; the index may be shared.
+ */
+#ifndef DATAHELIX_BATCH_H
+#define DATAHELIX_BATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "datahelix/error.h"
+#include "datahelix/index.h"
+#include "datahelix/media.h"
+
+/* Most samples in one request. */
+#define DH_BATCH_MAX_SAMPLES 65536
+
+/*
+ * Frames per sample in a batch of plan `p`: the plan's count (uniform,
+ * jitter, indices) or its cap (fps, all); 0 when the plan has no bound, which
+ * cannot be batched.
+ */
+int64_t dh_batch_frames(const struct dh_media_plan *p);
+
+/* Bytes of a batch of `n` samples (without DH_MEDIA_DST_PAD); SIZE_MAX on
+ * overflow, 0 when the plan cannot be batched. */
+size_t dh_batch_bytes(const struct dh_media_plan *p, uint32_t n);
+
+/* The plan sample `id` runs under: `p` with its seed mixed with the id. */
+void dh_batch_sample_plan(const struct dh_media_plan *p, uint64_t id,
+                          struct dh_media_plan *out);
+
+/*
+ * Decodes samples ids[0..n) of index `ix` with plan `p` into `dst`
+ * (dst_len >= dh_batch_bytes(p, n) + DH_MEDIA_DST_PAD), sample i at
+ * i * dh_batch_bytes(p, 1).  A sample with fewer frames than the batch is
+ * zero-padded along T; valid_frames[i] says how many of its frames are
+ * real.  On the first failing sample, returns its code with `e` naming the
+ * sample id, its path and the cause, and *failed_at = its position (the
+ * samples before it are complete).  `m` is the caller's per-thread media
+ * worker.
+ */
+int dh_batch_decode(struct dh_media *m, const struct dh_index *ix,
+                    const uint64_t *ids, uint32_t n,
+                    const struct dh_media_plan *p, uint8_t *dst,
+                    size_t dst_len, int32_t *valid_frames,
+                    uint32_t *failed_at, struct dh_err *e) DH_MUST_CHECK;
+
+#endif

@@ -1,0 +1,146 @@
+/*
+ * batch.c - one request's samples into one tensor (see batch.h).
+ *
+ * Design: the batch is B slices of T frames; each sample is decoded by the
+ * media pipeline straight into its slice (no per-sample buffer), then the
+ * frames it lacks are zeroed.  A sample whose plan yields more than T
+ * frames cannot happen: T is the plan's count or cap.  Pure orchestration:
+ * all I/O is the media pipeline's.
+ */
+#include <string.h>
+
+#include "datahelix/batch.h"
+
+int64_t dh_batch_frames(const struct dh_media_plan *p)
+{
+    switch (p->kind) {
+    case DH_PLAN_UNIFORM:
+    case DH_PLAN_JITTER:
+    case DH_PLAN_INDICES:
+        return p->frames;
+    case DH_PLAN_FPS:
+        return p->frames; /* the cap; 0 = none: not batchable */
+    case DH_PLAN_ALL:
+        return DH_MEDIA_MAX_FRAMES;
+    }
+    return 0;
+}
+
+size_t dh_batch_bytes(const struct dh_media_plan *p, uint32_t n)
+{
+    int64_t t = dh_batch_frames(p);
+    size_t one;
+
+    if (t <= 0)
+        return 0;
+    one = dh_media_plan_bytes(p, t);
+    if (one == SIZE_MAX || (n && one > SIZE_MAX / n))
+        return SIZE_MAX;
+    return one * n;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+void dh_batch_sample_plan(const struct dh_media_plan *p, uint64_t id,
+                          struct dh_media_plan *out)
+{
+    *out = *p;
+    out->seed = mix64(p->seed ^ mix64(id));
+}
+
+static int check_args(const struct dh_index *ix, const uint64_t *ids,
+                      uint32_t n, const struct dh_media_plan *p,
+                      size_t dst_len, struct dh_err *e)
+{
+    size_t need = dh_batch_bytes(p, n);
+    int rc;
+
+    if ((rc = dh_media_plan_check(p, e)))
+        return rc;
+    if (n == 0 || n > DH_BATCH_MAX_SAMPLES)
+        return dh_err_set(e, DH_EINVAL, "batch: %u samples (1..%d)", n,
+                          DH_BATCH_MAX_SAMPLES);
+    if (need == 0)
+        return dh_err_set(e, DH_EINVAL, "batch: an fps plan needs a frame "
+                          "cap to be batched");
+    if (need == SIZE_MAX || dst_len < need + DH_MEDIA_DST_PAD)
+        return dh_err_set(e, DH_EINVAL, "batch: destination holds %zu "
+                          "bytes, %u samples need %zu + %d",
+                          dst_len, n, need, DH_MEDIA_DST_PAD);
+    for (uint32_t i = 0; i < n; i++)
+        if (ids[i] >= dh_index_count(ix))
+            return dh_err_set(e, DH_EINVAL, "batch: sample id %llu is not "
+                              "in the index (%llu samples)",
+                              (unsigned long long)ids[i],
+                              (unsigned long long)dh_index_count(ix));
+    return 0;
+}
+
+/* One sample into its slice; zero the frames it does not fill. */
+static int one_sample(struct dh_media *m, const char *path, uint64_t id,
+                      const struct dh_media_plan *p, uint8_t *slice,
+                      size_t slice_len, int32_t *valid, struct dh_err *e)
+{
+    struct dh_media_plan sp;
+    struct dh_media_result res;
+    int64_t frames;
+    size_t used;
+    int rc;
+
+    dh_batch_sample_plan(p, id, &sp);
+    rc = dh_media_open(m, path, e);
+    if (!rc)
+        rc = dh_media_select(m, &sp, &frames, e);
+    if (!rc && frames > dh_batch_frames(p))
+        rc = dh_err_set(e, DH_ETOOBIG, "%s: %lld frames, the batch holds %lld",
+                        path, (long long)frames,
+                        (long long)dh_batch_frames(p));
+    /* The slice plus the pad of the whole buffer bounds swscale's stores. */
+    if (!rc)
+        rc = dh_media_decode(m, &sp, slice, slice_len, &res, e);
+    dh_media_close(m);
+    if (rc)
+        return rc;
+    used = dh_media_plan_bytes(p, res.frames);
+    memset(slice + used, 0, dh_batch_bytes(p, 1) - used);
+    *valid = (int32_t)res.valid_frames;
+    return 0;
+}
+
+int dh_batch_decode(struct dh_media *m, const struct dh_index *ix,
+                    const uint64_t *ids, uint32_t n,
+                    const struct dh_media_plan *p, uint8_t *dst,
+                    size_t dst_len, int32_t *valid_frames,
+                    uint32_t *failed_at, struct dh_err *e)
+{
+    size_t one = dh_batch_bytes(p, 1);
+    struct dh_err sub;
+    int rc;
+
+    if ((rc = check_args(ix, ids, n, p, dst_len, e)))
+        return rc;
+    for (uint32_t i = 0; i < n; i++) {
+        const char *path = dh_index_path(ix, ids[i]);
+        uint8_t *slice = dst + (size_t)i * one;
+
+        dh_err_clear(&sub);
+        rc = path ? one_sample(m, path, ids[i], p, slice,
+                               dst_len - (size_t)i * one, &valid_frames[i],
+                               &sub)
+                  : dh_err_set(&sub, DH_EFORMAT, "no path in the index");
+        if (rc) {
+            if (failed_at)
+                *failed_at = i;
+            return dh_err_set(e, rc, "sample %llu (%s): %s",
+                              (unsigned long long)ids[i], path ? path : "?",
+                              sub.msg);
+        }
+    }
+    return 0;
+}

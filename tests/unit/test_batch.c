@@ -1,0 +1,250 @@
+/* test_batch.c - a request's samples into one [B,T,H,W,3] tensor: each
+ * slice equals the sample decoded alone, padding and masks, determinism
+ * from (seed, sample id), and errors naming the sample. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "datahelix/batch.h"
+#include "datahelix/gendata.h"
+#include "datahelix/index.h"
+#include "datahelix/probe.h"
+
+#define NCLIPS 3
+
+static char dir[512], dhx[600];
+static char paths[NCLIPS + 1][600];
+static struct dh_index *ix;
+
+static void make_truncated(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    char buf[4096];
+    size_t n, total = 0;
+
+    assert_non_null(in);
+    assert_non_null(out);
+    /* Keep the front (the index lives there), lose most samples. */
+    while ((n = fread(buf, 1, sizeof(buf), in)) > 0 && total < 12000) {
+        fwrite(buf, 1, n, out);
+        total += n;
+    }
+    fclose(in);
+    fclose(out);
+}
+
+static int setup(void **state)
+{
+    const char *tmp = getenv("DH_TEST_TMP");
+    struct dh_gen_opts o = {0};
+    struct dh_index_builder *b;
+    struct dh_desc d;
+    struct dh_err e;
+
+    (void)state;
+    snprintf(dir, sizeof(dir), "%s/batch", tmp ? tmp : "/tmp");
+    o.out_dir = dir;
+    o.profiles = "S";
+    o.count = NCLIPS;
+    o.seed = 3;
+    if (dh_gen_data(&o, &(struct dh_gen_stats){0}, &e))
+        fail_msg("gen-data: %s", e.msg);
+    for (int i = 0; i < NCLIPS; i++)
+        snprintf(paths[i], sizeof(paths[i]), "%s/%06d_S.mp4", dir, i);
+    snprintf(paths[NCLIPS], sizeof(paths[NCLIPS]), "%s/cut.mp4", dir);
+    make_truncated(paths[0], paths[NCLIPS]);
+    assert_int_equal(dh_index_builder_create(&b, &e), 0);
+    for (int i = 0; i <= NCLIPS; i++) {
+        dh_desc_init(&d);
+        d.path = paths[i];
+        d.id = i;
+        d.kind = DH_KIND_VIDEO;
+        snprintf(d.profile, sizeof(d.profile), "16x224");
+        assert_int_equal(dh_index_builder_add(b, &d, &e), 0);
+    }
+    snprintf(dhx, sizeof(dhx), "%s/m.dhx", dir);
+    if (dh_index_builder_finish(b, dhx, &e))
+        fail_msg("index: %s", e.msg);
+    dh_index_builder_destroy(b);
+    assert_int_equal(dh_index_open(dhx, 0, &ix, &e), 0);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    dh_index_close(ix);
+    return 0;
+}
+
+static struct dh_media_plan small_plan(void)
+{
+    struct dh_media_plan p;
+
+    dh_media_plan_init(&p);
+    p.frames = 4;
+    p.width = 32;
+    p.height = 24;
+    return p;
+}
+
+/* Sample `id` decoded alone, as the batch must have done it. */
+static uint8_t *alone(struct dh_media *m, uint64_t id,
+                      const struct dh_media_plan *p, size_t *len)
+{
+    struct dh_media_plan sp;
+    struct dh_err e;
+    int64_t frames;
+    uint8_t *buf;
+
+    dh_batch_sample_plan(p, id, &sp);
+    assert_int_equal(dh_media_open(m, paths[id], &e), 0);
+    assert_int_equal(dh_media_select(m, &sp, &frames, &e), 0);
+    *len = dh_media_plan_bytes(&sp, frames);
+    buf = calloc(1, *len + DH_MEDIA_DST_PAD);
+    assert_non_null(buf);
+    assert_int_equal(dh_media_decode(m, &sp, buf, *len + DH_MEDIA_DST_PAD,
+                                     NULL, &e), 0);
+    dh_media_close(m);
+    return buf;
+}
+
+static void slices_equal_samples_decoded_alone(void **state)
+{
+    struct dh_media_plan plans[2] = {small_plan(), small_plan()};
+    uint64_t ids[3] = {2, 0, 1};
+    struct dh_media *m;
+    struct dh_err e;
+
+    (void)state;
+    plans[1].kind = DH_PLAN_JITTER; /* the seed matters here */
+    plans[1].geometry = DH_GEOM_RANDOM_CROP;
+    assert_int_equal(dh_media_create(&m, &e), 0);
+    for (int k = 0; k < 2; k++) {
+        size_t one = dh_batch_bytes(&plans[k], 1), len;
+        size_t cap = dh_batch_bytes(&plans[k], 3) + DH_MEDIA_DST_PAD;
+        uint8_t *dst = malloc(cap);
+        int32_t valid[3];
+        uint32_t at = 99;
+
+        assert_non_null(dst);
+        if (dh_batch_decode(m, ix, ids, 3, &plans[k], dst, cap, valid, &at,
+                            &e))
+            fail_msg("batch: %s", e.msg);
+        for (int i = 0; i < 3; i++) {
+            uint8_t *ref = alone(m, ids[i], &plans[k], &len);
+            assert_int_equal(len, one);
+            assert_memory_equal(dst + (size_t)i * one, ref, one);
+            assert_int_equal(valid[i], 4);
+            free(ref);
+        }
+        free(dst);
+    }
+    dh_media_destroy(m);
+}
+
+static void jitter_depends_on_sample_id_only(void **state)
+{
+    struct dh_media_plan p = small_plan(), a, b, c;
+
+    (void)state;
+    p.kind = DH_PLAN_JITTER;
+    p.seed = 11;
+    dh_batch_sample_plan(&p, 5, &a);
+    dh_batch_sample_plan(&p, 5, &b);
+    dh_batch_sample_plan(&p, 6, &c);
+    assert_true(a.seed == b.seed);
+    assert_true(a.seed != c.seed);
+    p.seed = 12;
+    dh_batch_sample_plan(&p, 5, &b);
+    assert_true(a.seed != b.seed);
+}
+
+static void short_samples_are_zero_padded_with_masks(void **state)
+{
+    struct dh_media_plan p = small_plan();
+    struct dh_media *m;
+    struct dh_err e;
+    uint64_t ids[2] = {0, 1};
+    int32_t valid[2];
+    size_t one, cap;
+    uint8_t *dst;
+
+    (void)state;
+    p.kind = DH_PLAN_FPS;
+    p.fps = 4;      /* about 8 frames from a ~2 s clip */
+    p.frames = 40;  /* the batch's T */
+    one = dh_batch_bytes(&p, 1);
+    cap = dh_batch_bytes(&p, 2) + DH_MEDIA_DST_PAD;
+    dst = malloc(cap);
+    assert_non_null(dst);
+    memset(dst, 0xAB, cap);
+    assert_int_equal(dh_media_create(&m, &e), 0);
+    if (dh_batch_decode(m, ix, ids, 2, &p, dst, cap, valid, NULL, &e))
+        fail_msg("batch: %s", e.msg);
+    for (int i = 0; i < 2; i++) {
+        size_t used = (size_t)valid[i] * 32 * 24 * 3;
+        assert_true(valid[i] >= 6 && valid[i] <= 12);
+        for (size_t j = used; j < one; j++)
+            if (dst[(size_t)i * one + j] != 0)
+                fail_msg("sample %d: byte %zu past its %d frames is %d", i,
+                         j, valid[i], dst[(size_t)i * one + j]);
+    }
+    p.frames = 0; /* no cap: no fixed T */
+    assert_int_equal(dh_batch_bytes(&p, 2), 0);
+    assert_int_equal(dh_batch_decode(m, ix, ids, 2, &p, dst, cap, valid,
+                                     NULL, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "frame cap"));
+    dh_media_destroy(m);
+    free(dst);
+}
+
+static void errors_name_the_sample(void **state)
+{
+    struct dh_media_plan p = small_plan();
+    struct dh_media *m;
+    struct dh_err e;
+    uint64_t ids[3] = {1, NCLIPS, 0}; /* the middle one is cut short */
+    uint64_t bad_id[1] = {999};
+    int32_t valid[3];
+    uint32_t at = 99;
+    size_t cap = dh_batch_bytes(&p, 3) + DH_MEDIA_DST_PAD;
+    uint8_t *dst = malloc(cap);
+    char want[700];
+
+    (void)state;
+    assert_non_null(dst);
+    assert_int_equal(dh_media_create(&m, &e), 0);
+    dh_err_clear(&e);
+    assert_int_not_equal(dh_batch_decode(m, ix, ids, 3, &p, dst, cap, valid,
+                                         &at, &e), 0);
+    assert_int_equal(at, 1);
+    snprintf(want, sizeof(want), "sample %d (%s): ", NCLIPS, paths[NCLIPS]);
+    assert_non_null(strstr(e.msg, want));
+    assert_int_equal(dh_batch_decode(m, ix, bad_id, 1, &p, dst, cap, valid,
+                                     NULL, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "sample id 999"));
+    assert_int_equal(dh_batch_decode(m, ix, ids, 3, &p, dst,
+                                     dh_batch_bytes(&p, 3), valid, NULL, &e),
+                     DH_EINVAL);
+    assert_non_null(strstr(e.msg, "destination holds"));
+    dh_media_destroy(m);
+    free(dst);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(slices_equal_samples_decoded_alone),
+        cmocka_unit_test(jitter_depends_on_sample_id_only),
+        cmocka_unit_test(short_samples_are_zero_padded_with_masks),
+        cmocka_unit_test(errors_name_the_sample),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
