@@ -46,7 +46,7 @@ demo: deps build
 install: build
 	cmake --install build
 
-bench: bench-probe bench-index bench-decode bench-arena
+bench: bench-probe bench-index bench-decode bench-arena bench-place
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
@@ -62,6 +62,10 @@ bench-index: build
 .PHONY: bench-arena
 bench-arena: build
 	@build/bench_arena
+
+.PHONY: bench-place
+bench-place: build
+	@build/bench_place
 
 FUZZ_SECONDS ?= 10
 FUZZERS := fuzz_desc_json fuzz_index_open fuzz_media_decode fuzz_wire_decode

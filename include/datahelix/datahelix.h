@@ -11,6 +11,8 @@
 #include "datahelix/gendata.h"
 #include "datahelix/index.h"
 #include "datahelix/media.h"
+#include "datahelix/place.h"
+#include "datahelix/plan.h"
 #include "datahelix/probe.h"
 #include "datahelix/table.h"
 #include "datahelix/wire.h"

@@ -25,7 +25,7 @@ static const struct dh_cmd commands[] = {
     {"coordinator", NULL, "run the control plane"},
     {"dataserver", NULL, "run a data-plane server"},
     {"consume", NULL, "iterate batches like a training rank"},
-    {"plan", NULL, "print the Tier-1 plan of an epoch"},
+    {"plan", dh_cmd_plan, "print the Tier-1 plan of an epoch"},
     {"bench", NULL, "benchmarks against peer loaders"},
     {"sim", NULL, "discrete-event simulator at cluster scale"},
     {"demo", NULL, "end-to-end demonstration"},

@@ -76,11 +76,11 @@ def test_malformed_table_names_the_line(tmp_path):
 
 def test_every_subcommand_has_help_and_unknown_ones_fail():
     top = run_dh("--help", check=True).stdout
-    for cmd in ("gen-data", "probe", "index", "decode"):
+    for cmd in ("gen-data", "probe", "index", "decode", "plan"):
         assert cmd in top
         h = run_dh(cmd, "--help", check=True)
         assert f"datahelix {cmd}" in h.stdout
-    for cmd in ("coordinator", "sim", "plan"):
+    for cmd in ("coordinator", "sim", "dataserver"):
         p = run_dh(cmd)
         assert p.returncode == 2
         assert p.stderr.strip() == (f"datahelix: {cmd}: not implemented yet "

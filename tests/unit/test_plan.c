@@ -1,0 +1,458 @@
+/* test_plan.c - the Tier-1 planner (include/datahelix/plan.h): property
+ * tests over random manifests, world sizes, batch sizes, seeds and
+ * drop_last (exactly once, determinism, fixed counts, epochs differ, `none`
+ * = contiguous chunks), allocation failures, and the balance on a
+ * heavy-tailed 224p/336p/448p/720p mix, printed beside the random split
+ * and per-step greedy.  DH_PLAN_BENCH_N=10000000 times a bigger epoch. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "core/alloc.h"
+#include "datahelix/estimate.h"
+#include "datahelix/plan.h"
+
+/* A small local generator for the test's manifests (not the planner's). */
+static uint64_t rnd(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void random_manifest(uint64_t *s, uint64_t n, uint32_t *tok,
+                            uint16_t *prof)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        prof[i] = (uint16_t)(rnd(s) % 5);
+        tok[i] = (uint32_t)(rnd(s) % 4 ? rnd(s) % (1000u << prof[i])
+                                       : rnd(s) % 3); /* some zero/tiny */
+    }
+}
+
+/*
+ * The heavy-tailed clip mix: 224p x16, 336p x32, 448p x64, 720p x64
+ * frames (50/25/15/10 %), random aspect ratios 4:3..16:9 (portrait 1 in
+ * 8), tokens by the qwen-vl model.
+ */
+static void heavy_mix(uint64_t seed, uint64_t n, uint32_t *tok,
+                      uint16_t *prof)
+{
+    static const int32_t side[] = {224, 336, 448, 720};
+    static const int64_t frames[] = {16, 32, 64, 64};
+    struct dh_token_model m;
+    uint64_t s = seed;
+
+    assert_int_equal(dh_token_model_parse("qwen-vl", &m, NULL), 0);
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t u = rnd(&s) % 100;
+        int k = u < 50 ? 0 : u < 75 ? 1 : u < 90 ? 2 : 3;
+        double aspect = 4.0 / 3 + (16.0 / 9 - 4.0 / 3) *
+                        (double)(rnd(&s) % 1000) / 1000.0;
+        int32_t h = side[k], w = (int32_t)(h * aspect);
+
+        if (rnd(&s) % 8 == 0) {
+            int32_t t = w;
+            w = h;
+            h = t;
+        }
+        tok[i] = (uint32_t)dh_token_model_count(&m, frames[k], w, h);
+        prof[i] = (uint16_t)k;
+    }
+}
+
+static struct dh_plan *make(const uint32_t *tok, const uint16_t *prof,
+                            uint64_t n, const struct dh_plan_opts *o)
+{
+    struct dh_plan *p = NULL;
+    struct dh_err e;
+
+    assert_int_equal(dh_plan_create(tok, prof, n, o, &p, &e), 0);
+    return p;
+}
+
+/* Every id at most once, all of the kept part, counts and token sums. */
+static void check_exactly_once(const struct dh_plan *p, const uint32_t *tok,
+                               uint64_t n, const struct dh_plan_opts *o)
+{
+    unsigned char *seen = calloc(n, 1);
+    uint64_t per = (uint64_t)o->world_size * o->batch_size, total = 0;
+
+    assert_non_null(seen);
+    assert_int_equal(dh_plan_steps(p), o->drop_last ? n / per
+                                                    : (n + per - 1) / per);
+    assert_int_equal(dh_plan_kept(p), o->drop_last ? n / per * per : n);
+    for (uint64_t g = 0; g < dh_plan_steps(p); g++) {
+        uint64_t step_total = 0;
+
+        for (uint32_t r = 0; r < o->world_size; r++) {
+            uint64_t c, sum = 0;
+            const uint64_t *ids = dh_plan_rank_ids(p, g, r, &c);
+
+            for (uint64_t i = 0; i < c; i++) {
+                assert_true(ids[i] < n);
+                assert_int_equal(seen[ids[i]], 0);
+                seen[ids[i]] = 1;
+                sum += tok[ids[i]];
+            }
+            assert_int_equal(sum, dh_plan_rank_tokens(p, g, r));
+            if (g + 1 < dh_plan_steps(p) || n % per == 0 || o->drop_last) {
+                if (o->balance == DH_BALANCE_FREE)
+                    assert_true(c >= 1);
+                else
+                    assert_int_equal(c, o->batch_size);
+            }
+            step_total += c;
+            total += c;
+        }
+        if (o->balance != DH_BALANCE_FREE || o->window == 1)
+            assert_true(step_total == per || g + 1 == dh_plan_steps(p));
+    }
+    assert_int_equal(total, dh_plan_kept(p));
+    free(seen);
+}
+
+static int same_plan(const struct dh_plan *a, const struct dh_plan *b)
+{
+    if (dh_plan_steps(a) != dh_plan_steps(b))
+        return 0;
+    for (uint64_t g = 0; g < dh_plan_steps(a); g++)
+        for (uint32_t r = 0; r < dh_plan_world_size(a); r++) {
+            uint64_t ca, cb;
+            const uint64_t *x = dh_plan_rank_ids(a, g, r, &ca);
+            const uint64_t *y = dh_plan_rank_ids(b, g, r, &cb);
+
+            if (ca != cb || (ca && memcmp(x, y, ca * sizeof(*x))))
+                return 0;
+        }
+    return 1;
+}
+
+static void random_opts(uint64_t *s, struct dh_plan_opts *o)
+{
+    dh_plan_opts_init(o);
+    o->world_size = 1 + (uint32_t)(rnd(s) % 9);
+    o->batch_size = 1 + (uint32_t)(rnd(s) % 7);
+    o->seed = rnd(s);
+    o->epoch = rnd(s) % 5;
+    o->balance = (int)(rnd(s) % 3);
+    o->window = (uint32_t)(rnd(s) % 6); /* 0 = default */
+    o->drop_last = (int)(rnd(s) % 2);
+}
+
+static void properties_hold_over_random_inputs(void **state)
+{
+    uint64_t s = 12345;
+
+    (void)state;
+    for (int iter = 0; iter < 300; iter++) {
+        struct dh_plan_opts o;
+        uint64_t n = 1 + rnd(&s) % 400;
+        uint32_t *tok = malloc(n * sizeof(*tok));
+        uint16_t *prof = malloc(n * sizeof(*prof));
+
+        random_opts(&s, &o);
+        random_manifest(&s, n, tok, prof);
+        if (o.drop_last && n < (uint64_t)o.world_size * o.batch_size)
+            o.drop_last = 0; /* that is an error case, tested below */
+        struct dh_plan *a = make(tok, iter % 7 ? prof : NULL, n, &o);
+        struct dh_plan *b = make(tok, iter % 7 ? prof : NULL, n, &o);
+
+        check_exactly_once(a, tok, n, &o);
+        /* "two ranks": the same inputs give the same plan */
+        assert_true(same_plan(a, b));
+        dh_plan_destroy(a);
+        dh_plan_destroy(b);
+        free(tok);
+        free(prof);
+    }
+}
+
+static void fixed_counts_exact_and_free_nonempty(void **state)
+{
+    enum { N = 5000 };
+    static uint32_t tok[N];
+    static uint16_t prof[N];
+    struct dh_plan_opts o;
+
+    (void)state;
+    heavy_mix(3, N, tok, prof);
+    dh_plan_opts_init(&o);
+    o.world_size = 7;
+    o.batch_size = 5;
+    for (int bal = DH_BALANCE_FIXED; bal <= DH_BALANCE_FREE; bal++)
+        for (uint32_t w = 1; w <= 16; w *= 2) {
+            o.balance = bal;
+            o.window = w;
+            struct dh_plan *p = make(tok, prof, N, &o);
+
+            check_exactly_once(p, tok, N, &o);
+            dh_plan_destroy(p);
+        }
+}
+
+static void epochs_and_seeds_differ(void **state)
+{
+    enum { N = 1000 };
+    uint64_t a[N], b[N], c[N];
+
+    (void)state;
+    dh_plan_permutation(N, 7, 0, a);
+    dh_plan_permutation(N, 7, 1, b);
+    dh_plan_permutation(N, 8, 0, c);
+    assert_true(memcmp(a, b, sizeof(a)) != 0);
+    assert_true(memcmp(a, c, sizeof(a)) != 0);
+    dh_plan_permutation(N, 7, 1, c);
+    assert_memory_equal(b, c, sizeof(b)); /* deterministic */
+    /* a permutation */
+    memset(c, 0, sizeof(c));
+    for (int i = 0; i < N; i++)
+        c[a[i]]++;
+    for (int i = 0; i < N; i++)
+        assert_int_equal(c[i], 1);
+}
+
+static void none_is_contiguous_chunks(void **state)
+{
+    enum { N = 1003 };
+    static uint32_t tok[N];
+    static uint16_t prof[N];
+    uint64_t perm[N], s = 5;
+    struct dh_plan_opts o;
+
+    (void)state;
+    random_manifest(&s, N, tok, prof);
+    dh_plan_opts_init(&o);
+    o.world_size = 4;
+    o.batch_size = 10;
+    o.seed = 42;
+    o.epoch = 3;
+    o.balance = DH_BALANCE_NONE;
+    o.drop_last = 0;
+    dh_plan_permutation(N, 42, 3, perm);
+    struct dh_plan *p = make(tok, prof, N, &o);
+    uint64_t k = 0;
+
+    for (uint64_t g = 0; g < dh_plan_steps(p); g++)
+        for (uint32_t r = 0; r < 4; r++) {
+            uint64_t c;
+            const uint64_t *ids = dh_plan_rank_ids(p, g, r, &c);
+
+            for (uint64_t i = 0; i < c; i++)
+                assert_int_equal(ids[i], perm[k++]);
+        }
+    assert_int_equal(k, N);
+    /* partial last step: 1003 - 25 x 40 = 3 samples over 4 ranks */
+    uint64_t c;
+    (void)dh_plan_rank_ids(p, 25, 3, &c);
+    assert_int_equal(c, 0);
+    (void)dh_plan_rank_ids(p, 25, 0, &c);
+    assert_int_equal(c, 1);
+    dh_plan_destroy(p);
+}
+
+static void bad_options_are_errors(void **state)
+{
+    uint32_t tok[10] = {0};
+    struct dh_plan_opts o;
+    struct dh_plan *p = (struct dh_plan *)&o; /* untouched on error */
+    struct dh_err e;
+
+    (void)state;
+    dh_plan_opts_init(&o);
+    o.world_size = 0;
+    assert_int_equal(dh_plan_create(tok, NULL, 10, &o, &p, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "world size"));
+    o.world_size = 4;
+    o.batch_size = 3; /* 12 > 10 with drop_last */
+    assert_int_equal(dh_plan_create(tok, NULL, 10, &o, &p, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "drop_last"));
+    o.batch_size = 1;
+    assert_int_equal(dh_plan_create(tok, NULL, 0, &o, &p, &e), DH_EINVAL);
+    o.balance = 9;
+    assert_int_equal(dh_plan_create(tok, NULL, 10, &o, &p, &e), DH_EINVAL);
+    assert_ptr_equal(p, (struct dh_plan *)&o);
+}
+
+static void allocation_failures_are_clean(void **state)
+{
+    enum { N = 300 };
+    static uint32_t tok[N];
+    static uint16_t prof[N];
+    uint64_t s = 1;
+    struct dh_plan_opts o;
+
+    (void)state;
+    random_manifest(&s, N, tok, prof);
+    dh_plan_opts_init(&o);
+    o.world_size = 3;
+    o.batch_size = 4;
+    for (uint32_t w = 1; w <= 2; w++) {
+        o.window = w;
+        for (long k = 0; k < 40; k++) {
+            struct dh_plan *p = NULL;
+            int rc;
+
+            dh__alloc_fail_after(k);
+            rc = dh_plan_create(tok, prof, N, &o, &p, NULL);
+            dh__alloc_fail_reset();
+            if (rc == 0) {
+                dh_plan_destroy(p);
+                break;
+            }
+            assert_int_equal(rc, DH_ENOMEM);
+        }
+    }
+}
+
+/* ---- balance on the heavy-tailed mix ---- */
+#define MIX_N 200000
+#define MIX_WORLD 8
+#define MIX_BATCH 4
+
+static double mix_balance(const uint32_t *tok, const uint16_t *prof,
+                          int balance, uint32_t window, double *worst)
+{
+    struct dh_plan_opts o;
+    double mean;
+
+    dh_plan_opts_init(&o);
+    o.world_size = MIX_WORLD;
+    o.batch_size = MIX_BATCH;
+    o.seed = 2024;
+    o.balance = balance;
+    o.window = window;
+    struct dh_plan *p = make(tok, prof, MIX_N, &o);
+    dh_plan_balance(p, &mean, worst);
+    dh_plan_destroy(p);
+    return mean;
+}
+
+static void heavy_tailed_mix_is_balanced(void **state)
+{
+    uint32_t *tok = malloc(MIX_N * sizeof(*tok));
+    uint16_t *prof = malloc(MIX_N * sizeof(*prof));
+    double none, greedy, win, wn, wg, ww;
+
+    (void)state;
+    heavy_mix(11, MIX_N, tok, prof);
+    none = mix_balance(tok, prof, DH_BALANCE_NONE, 0, &wn);
+    greedy = mix_balance(tok, prof, DH_BALANCE_FIXED, 1, &wg);
+    win = mix_balance(tok, prof, DH_BALANCE_FIXED, 0, &ww);
+    print_message("heavy-tailed mix, %d samples, world %d x batch %d, "
+                  "fixed counts: max/mean rank tokens per step (mean / "
+                  "worst)\n", MIX_N, MIX_WORLD, MIX_BATCH);
+    print_message("  random split (none)   %.3f / %.3f\n", none, wn);
+    print_message("  per-step greedy (W=1) %.3f / %.3f\n", greedy, wg);
+    print_message("  windowed (W=%u)        %.3f / %.3f\n",
+                  DH_PLAN_WINDOW_DEFAULT, win, ww);
+    for (uint32_t w = 2; w <= 32; w *= 2) {
+        double m = mix_balance(tok, prof, DH_BALANCE_FIXED, w, &ww);
+        double f = mix_balance(tok, prof, DH_BALANCE_FREE, w, &wg);
+
+        print_message("  W=%-2u fixed %.3f / %.3f   free %.3f / %.3f\n", w,
+                      m, ww, f, wg);
+    }
+    assert_true(win <= 1.10);
+    assert_true(greedy < none);
+    assert_true(win <= greedy);
+    free(tok);
+    free(prof);
+}
+
+/* The heaviest rank rotates: no rank is always the heavy one. */
+static void heaviest_rank_rotates(void **state)
+{
+    enum { N = 20000 };
+    static uint32_t tok[N];
+    static uint16_t prof[N];
+    uint64_t heavy[MIX_WORLD] = {0};
+    struct dh_plan_opts o;
+
+    (void)state;
+    heavy_mix(17, N, tok, prof);
+    dh_plan_opts_init(&o);
+    o.world_size = MIX_WORLD;
+    o.batch_size = MIX_BATCH;
+    for (uint32_t w = 1; w <= 8; w *= 8) {
+        o.window = w;
+        struct dh_plan *p = make(tok, prof, N, &o);
+        uint64_t steps = dh_plan_steps(p), unique = 0;
+
+        memset(heavy, 0, sizeof(heavy));
+        for (uint64_t g = 0; g < steps; g++) {
+            uint32_t arg = 0, ties = 0;
+
+            for (uint32_t r = 1; r < MIX_WORLD; r++) {
+                uint64_t t = dh_plan_rank_tokens(p, g, r);
+                uint64_t m = dh_plan_rank_tokens(p, g, arg);
+
+                ties = t == m ? ties + 1 : t > m ? 0 : ties;
+                arg = t > m ? r : arg;
+            }
+            if (ties == 0) { /* a strict heaviest rank */
+                heavy[arg]++;
+                unique++;
+            }
+        }
+        for (uint32_t r = 0; r < MIX_WORLD; r++)
+            assert_true(heavy[r] > unique / MIX_WORLD / 2);
+        dh_plan_destroy(p);
+    }
+}
+
+static void large_epoch_timing(void **state)
+{
+    const char *env = getenv("DH_PLAN_BENCH_N");
+    uint64_t n = env ? strtoull(env, NULL, 10) : 1000000;
+    uint32_t *tok = malloc(n * sizeof(*tok));
+    uint16_t *prof = malloc(n * sizeof(*prof));
+    struct dh_plan_opts o;
+    struct timespec t0, t1;
+    double mean, worst;
+
+    (void)state;
+    assert_non_null(tok);
+    assert_non_null(prof);
+    heavy_mix(5, n, tok, prof);
+    dh_plan_opts_init(&o);
+    o.world_size = MIX_WORLD;
+    o.batch_size = MIX_BATCH;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct dh_plan *p = make(tok, prof, n, &o);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    dh_plan_balance(p, &mean, &worst);
+    print_message("planning %llu samples (world %d x batch %d, W=%u): "
+                  "%.2f s, max/mean %.3f / %.3f\n", (unsigned long long)n,
+                  MIX_WORLD, MIX_BATCH, DH_PLAN_WINDOW_DEFAULT,
+                  (double)(t1.tv_sec - t0.tv_sec) +
+                      (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
+                  mean, worst);
+    dh_plan_destroy(p);
+    free(tok);
+    free(prof);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(properties_hold_over_random_inputs),
+        cmocka_unit_test(fixed_counts_exact_and_free_nonempty),
+        cmocka_unit_test(epochs_and_seeds_differ),
+        cmocka_unit_test(none_is_contiguous_chunks),
+        cmocka_unit_test(bad_options_are_errors),
+        cmocka_unit_test(allocation_failures_are_clean),
+        cmocka_unit_test(heavy_tailed_mix_is_balanced),
+        cmocka_unit_test(heaviest_rank_rotates),
+        cmocka_unit_test(large_epoch_timing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
