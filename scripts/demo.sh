@@ -25,3 +25,6 @@ for f in "$OUT"/videos/000000_S.mp4 "$OUT"/videos/000001_M.mp4 "$OUT"/videos/000
     "$DH" decode --repeat 3 "$f"
     "$DH" decode --repeat 3 --snap key "$f"
 done
+echo
+echo "== 6. plan: which rank gets which samples, 4 ranks x batch 2, balanced by estimated tokens"
+"$DH" plan --manifest "$OUT/manifest.dhx" --world-size 4 --batch-size 2
