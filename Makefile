@@ -7,7 +7,7 @@ CTEST   := ctest --timeout 300 --output-on-failure
 CMAKE_BUILD := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build
 
 .PHONY: all deps build build-asan test test-c test-asan test-py test-fuzz demo install \
-        bench bench-probe bench-index bench-decode fuzz clean
+        bench bench-probe bench-index bench-decode bench-plan fuzz clean
 
 all: build
 
@@ -46,7 +46,7 @@ demo: deps build
 install: build
 	cmake --install build
 
-bench: bench-probe bench-index bench-decode bench-arena bench-place
+bench: bench-probe bench-index bench-decode bench-arena bench-plan bench-place
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
@@ -54,6 +54,9 @@ bench-probe: build
 bench-decode: build
 	@scripts/setup-deps.sh bench
 	@$(PY) bench/bench_decode.py --bin build/datahelix
+
+bench-plan: build
+	@build/bench_plan_balance
 
 bench-index: build
 	@build/bench_index

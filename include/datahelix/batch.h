@@ -6,7 +6,7 @@
  * clips).
  *
  * Determinism (DESIGN 8): the random draws of a sample (jitter, random
- * crop) derive from (plan seed, sample id) only, never from which worker
+ * crop) derive from (plan seed, epoch, sample id) only, never from which worker
  * ran it or when, so a re-routed or resumed request yields the same bytes.
  *
  * Thread-safety: one dh_media per thread; the index may be shared.
@@ -35,12 +35,14 @@ int64_t dh_batch_frames(const struct dh_media_plan *p);
  * overflow, 0 when the plan cannot be batched. */
 size_t dh_batch_bytes(const struct dh_media_plan *p, uint32_t n);
 
-/* The plan sample `id` runs under: `p` with its seed mixed with the id. */
-void dh_batch_sample_plan(const struct dh_media_plan *p, uint64_t id,
-                          struct dh_media_plan *out);
+/* The plan sample `id` runs under in `epoch`: `p` with its seed mixed with
+ * the epoch and the id (a new augmentation every epoch, the same one on any
+ * worker). */
+void dh_batch_sample_plan(const struct dh_media_plan *p, uint64_t epoch,
+                          uint64_t id, struct dh_media_plan *out);
 
 /*
- * Decodes samples ids[0..n) of index `ix` with plan `p` into `dst`
+ * Decodes samples ids[0..n) of index `ix` in `epoch` with plan `p` into `dst`
  * (dst_len >= dh_batch_bytes(p, n) + DH_MEDIA_DST_PAD), sample i at
  * i * dh_batch_bytes(p, 1).  A sample with fewer frames than the batch is
  * zero-padded along T; valid_frames[i] says how many of its frames are
@@ -50,7 +52,7 @@ void dh_batch_sample_plan(const struct dh_media_plan *p, uint64_t id,
  * worker.
  */
 int dh_batch_decode(struct dh_media *m, const struct dh_index *ix,
-                    const uint64_t *ids, uint32_t n,
+                    uint64_t epoch, const uint64_t *ids, uint32_t n,
                     const struct dh_media_plan *p, uint8_t *dst,
                     size_t dst_len, int32_t *valid_frames,
                     uint32_t *failed_at, struct dh_err *e) DH_MUST_CHECK;

@@ -34,6 +34,11 @@
 #include "datahelix/estimate.h"
 #include "datahelix/table.h"
 
+/* Largest times and sizes the model accepts (calls beyond return
+ * DH_EINVAL): keeps every Eq. 1 sum finite. */
+#define DH_PLACE_MAX_MS 1e9
+#define DH_PLACE_MAX_BYTES 1e15
+
 struct dh_place; /* opaque */
 
 enum dh_place_policy {

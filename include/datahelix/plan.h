@@ -33,12 +33,13 @@ enum dh_balance {
     DH_BALANCE_FIXED = 0, /* exactly batch_size per rank (LPT with a
                              cardinality cap); the default */
     DH_BALANCE_FREE = 1,  /* counts may differ (each rank >= 1), tokens
-                             equalised */
+                             equalised; planned step by step (the window is
+                             ignored) so every step keeps world x batch */
     DH_BALANCE_NONE = 2,  /* random split: the permutation cut into
                              contiguous chunks (the baseline) */
 };
 
-#define DH_PLAN_WINDOW_DEFAULT 8u  /* chosen by measurement: docs/planner.md */
+#define DH_PLAN_WINDOW_DEFAULT 16u /* chosen by measurement: docs/planner.md */
 #define DH_PLAN_WINDOW_MAX 4096u
 #define DH_PLAN_WORLD_MAX (1u << 20)
 #define DH_PLAN_BATCH_MAX (1u << 20)

@@ -499,11 +499,12 @@ static void predict(const struct dh_place *p, int32_t id,
     t->at_cap = dh__place_at_cap(s);
 }
 
+/* Bounded inputs keep every sum finite: no NaN can "meet" a deadline. */
 static int req_ok(const struct dh_place_req *r)
 {
     return r && r->cpu_ms >= 0 && r->io_ms >= 0 && r->out_bytes >= 0 &&
-           isfinite(r->cpu_ms) && isfinite(r->io_ms) &&
-           isfinite(r->out_bytes) && !isnan(r->deadline_ms);
+           r->cpu_ms <= DH_PLACE_MAX_MS && r->io_ms <= DH_PLACE_MAX_MS &&
+           r->out_bytes <= DH_PLACE_MAX_BYTES && !isnan(r->deadline_ms);
 }
 
 int dh_cost_predict(const struct dh_place *p, int32_t server,
@@ -553,7 +554,11 @@ static int better(const struct cand *a, const struct cand *b)
         return 1;
     if (a->m < b->m - TIE_EPS)
         return 1;
-    return a->m <= b->m + TIE_EPS && a->t < b->t;
+    if (a->m > b->m + TIE_EPS)
+        return 0;
+    if (a->t != b->t)
+        return a->t < b->t;
+    return a->id < b->id; /* exact ties: the same answer however visited */
 }
 
 static struct cand cand_of(const struct dh_place_cand *t)
@@ -660,7 +665,9 @@ static int local_ok(const struct dh_place *p, const struct dh_place_req *r)
 {
     int32_t l = r->local_server;
 
-    return l >= 0 && l < p->max_servers && p->srv[l].used;
+    /* A remote named as "local" must not win with a free network term. */
+    return l >= 0 && l < p->max_servers && p->srv[l].used &&
+           p->srv[l].role == DH_PLACE_ROLE_LOCAL;
 }
 
 static uint64_t rng_next(struct dh_place *p)

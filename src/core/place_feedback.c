@@ -29,7 +29,7 @@ int dh_place_assign(struct dh_place *p, int32_t server, double work_ms)
 
     if (!s)
         return DH_ENOTFOUND;
-    if (!(work_ms >= 0) || !isfinite(work_ms))
+    if (!(work_ms >= 0) || !(work_ms <= DH_PLACE_MAX_MS))
         return DH_EINVAL;
     s->tasks++;
     s->inflight_ms += work_ms;
@@ -50,8 +50,8 @@ int dh_place_complete(struct dh_place *p, int32_t server, double predicted_ms,
 
     if (!s)
         return DH_ENOTFOUND;
-    if (!(predicted_ms >= 0) || !isfinite(predicted_ms) ||
-        !(actual_ms >= 0) || !isfinite(actual_ms))
+    if (!(predicted_ms >= 0) || !(predicted_ms <= DH_PLACE_MAX_MS) ||
+        !(actual_ms >= 0) || !(actual_ms <= DH_PLACE_MAX_MS))
         return DH_EINVAL;
     if (s->tasks > 0)
         s->tasks--;
@@ -105,7 +105,8 @@ int dh_place_heartbeat(struct dh_place *p, int32_t server,
 
     if (!s)
         return DH_ENOTFOUND;
-    if (queue_depth < 0 || busy_workers < 0 || !isfinite(recent_latency_ms))
+    if (queue_depth < 0 || busy_workers < 0 || !(recent_latency_ms >= 0) ||
+        !(recent_latency_ms <= DH_PLACE_MAX_MS))
         return DH_EINVAL;
     reported = (int64_t)queue_depth + busy_workers;
     s->ext_tasks = reported > s->tasks ? reported - s->tasks : 0;

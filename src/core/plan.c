@@ -209,12 +209,16 @@ static int plan_windows(struct dh_plan *p, const struct dh__plan_input *in)
 {
     uint64_t per_step = (uint64_t)p->world * p->batch;
     uint64_t full = p->n / per_step;
-    uint32_t nb = p->window * p->world;
+    /* Scratch for the largest window actually planned: O(n), not
+     * O(window x world x batch), when the epoch is short. */
+    uint32_t wmax = full == 0 ? 1 : full < p->window ? (uint32_t)full
+                                                     : p->window;
+    uint32_t nb = wmax * p->world;
     struct dh__plan_scratch *s = NULL;
     uint32_t *caps = dh__malloc(nb * sizeof(*caps));
     int rc = DH_ENOMEM;
 
-    if (!caps || dh__plan_scratch_create(p->window * per_step, nb, &s))
+    if (!caps || dh__plan_scratch_create(wmax * per_step, nb, &s))
         goto out_free;
     for (uint64_t g = 0; g < full; g += p->window) {
         uint32_t w = (uint32_t)(full - g < p->window ? full - g : p->window);
@@ -260,7 +264,9 @@ static int plan_alloc(const struct dh_plan_opts *o, uint64_t n,
     p->world = o->world_size;
     p->batch = o->batch_size;
     p->balance = o->balance;
-    p->window = o->balance == DH_BALANCE_NONE ? 1
+    /* `free` plans step by step: pooling a window's bins would let a
+     * step's total (the global batch) vary, not only the per-rank counts. */
+    p->window = o->balance != DH_BALANCE_FIXED ? 1
                 : o->window ? o->window : DH_PLAN_WINDOW_DEFAULT;
     p->n = n;
     p->kept = o->drop_last ? n / per_step * per_step : n;

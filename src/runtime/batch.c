@@ -47,11 +47,11 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-void dh_batch_sample_plan(const struct dh_media_plan *p, uint64_t id,
-                          struct dh_media_plan *out)
+void dh_batch_sample_plan(const struct dh_media_plan *p, uint64_t epoch,
+                          uint64_t id, struct dh_media_plan *out)
 {
     *out = *p;
-    out->seed = mix64(p->seed ^ mix64(id));
+    out->seed = mix64(p->seed ^ mix64(epoch ^ mix64(id)));
 }
 
 static int check_args(const struct dh_index *ix, const uint64_t *ids,
@@ -83,7 +83,8 @@ static int check_args(const struct dh_index *ix, const uint64_t *ids,
 }
 
 /* One sample into its slice; zero the frames it does not fill. */
-static int one_sample(struct dh_media *m, const char *path, uint64_t id,
+static int one_sample(struct dh_media *m, const char *path, uint64_t epoch,
+                      uint64_t id,
                       const struct dh_media_plan *p, uint8_t *slice,
                       size_t slice_len, int32_t *valid, struct dh_err *e)
 {
@@ -93,7 +94,7 @@ static int one_sample(struct dh_media *m, const char *path, uint64_t id,
     size_t used;
     int rc;
 
-    dh_batch_sample_plan(p, id, &sp);
+    dh_batch_sample_plan(p, epoch, id, &sp);
     rc = dh_media_open(m, path, e);
     if (!rc)
         rc = dh_media_select(m, &sp, &frames, e);
@@ -114,7 +115,7 @@ static int one_sample(struct dh_media *m, const char *path, uint64_t id,
 }
 
 int dh_batch_decode(struct dh_media *m, const struct dh_index *ix,
-                    const uint64_t *ids, uint32_t n,
+                    uint64_t epoch, const uint64_t *ids, uint32_t n,
                     const struct dh_media_plan *p, uint8_t *dst,
                     size_t dst_len, int32_t *valid_frames,
                     uint32_t *failed_at, struct dh_err *e)
@@ -130,7 +131,7 @@ int dh_batch_decode(struct dh_media *m, const struct dh_index *ix,
         uint8_t *slice = dst + (size_t)i * one;
 
         dh_err_clear(&sub);
-        rc = path ? one_sample(m, path, ids[i], p, slice,
+        rc = path ? one_sample(m, path, epoch, ids[i], p, slice,
                                dst_len - (size_t)i * one, &valid_frames[i],
                                &sub)
                   : dh_err_set(&sub, DH_EFORMAT, "no path in the index");

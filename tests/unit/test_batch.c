@@ -103,7 +103,7 @@ static uint8_t *alone(struct dh_media *m, uint64_t id,
     int64_t frames;
     uint8_t *buf;
 
-    dh_batch_sample_plan(p, id, &sp);
+    dh_batch_sample_plan(p, 0, id, &sp);
     assert_int_equal(dh_media_open(m, paths[id], &e), 0);
     assert_int_equal(dh_media_select(m, &sp, &frames, &e), 0);
     *len = dh_media_plan_bytes(&sp, frames);
@@ -134,7 +134,7 @@ static void slices_equal_samples_decoded_alone(void **state)
         uint32_t at = 99;
 
         assert_non_null(dst);
-        if (dh_batch_decode(m, ix, ids, 3, &plans[k], dst, cap, valid, &at,
+        if (dh_batch_decode(m, ix, 0, ids, 3, &plans[k], dst, cap, valid, &at,
                             &e))
             fail_msg("batch: %s", e.msg);
         for (int i = 0; i < 3; i++) {
@@ -149,20 +149,22 @@ static void slices_equal_samples_decoded_alone(void **state)
     dh_media_destroy(m);
 }
 
-static void jitter_depends_on_sample_id_only(void **state)
+static void jitter_depends_on_seed_epoch_and_id(void **state)
 {
     struct dh_media_plan p = small_plan(), a, b, c;
 
     (void)state;
     p.kind = DH_PLAN_JITTER;
     p.seed = 11;
-    dh_batch_sample_plan(&p, 5, &a);
-    dh_batch_sample_plan(&p, 5, &b);
-    dh_batch_sample_plan(&p, 6, &c);
+    dh_batch_sample_plan(&p, 0, 5, &a);
+    dh_batch_sample_plan(&p, 0, 5, &b);
+    dh_batch_sample_plan(&p, 0, 6, &c);
     assert_true(a.seed == b.seed);
     assert_true(a.seed != c.seed);
+    dh_batch_sample_plan(&p, 1, 5, &c); /* a new epoch, a new draw */
+    assert_true(a.seed != c.seed);
     p.seed = 12;
-    dh_batch_sample_plan(&p, 5, &b);
+    dh_batch_sample_plan(&p, 0, 5, &b);
     assert_true(a.seed != b.seed);
 }
 
@@ -186,7 +188,7 @@ static void short_samples_are_zero_padded_with_masks(void **state)
     assert_non_null(dst);
     memset(dst, 0xAB, cap);
     assert_int_equal(dh_media_create(&m, &e), 0);
-    if (dh_batch_decode(m, ix, ids, 2, &p, dst, cap, valid, NULL, &e))
+    if (dh_batch_decode(m, ix, 0, ids, 2, &p, dst, cap, valid, NULL, &e))
         fail_msg("batch: %s", e.msg);
     for (int i = 0; i < 2; i++) {
         size_t used = (size_t)valid[i] * 32 * 24 * 3;
@@ -198,7 +200,7 @@ static void short_samples_are_zero_padded_with_masks(void **state)
     }
     p.frames = 0; /* no cap: no fixed T */
     assert_int_equal(dh_batch_bytes(&p, 2), 0);
-    assert_int_equal(dh_batch_decode(m, ix, ids, 2, &p, dst, cap, valid,
+    assert_int_equal(dh_batch_decode(m, ix, 0, ids, 2, &p, dst, cap, valid,
                                      NULL, &e), DH_EINVAL);
     assert_non_null(strstr(e.msg, "frame cap"));
     dh_media_destroy(m);
@@ -222,15 +224,15 @@ static void errors_name_the_sample(void **state)
     assert_non_null(dst);
     assert_int_equal(dh_media_create(&m, &e), 0);
     dh_err_clear(&e);
-    assert_int_not_equal(dh_batch_decode(m, ix, ids, 3, &p, dst, cap, valid,
+    assert_int_not_equal(dh_batch_decode(m, ix, 0, ids, 3, &p, dst, cap, valid,
                                          &at, &e), 0);
     assert_int_equal(at, 1);
     snprintf(want, sizeof(want), "sample %d (%s): ", NCLIPS, paths[NCLIPS]);
     assert_non_null(strstr(e.msg, want));
-    assert_int_equal(dh_batch_decode(m, ix, bad_id, 1, &p, dst, cap, valid,
+    assert_int_equal(dh_batch_decode(m, ix, 0, bad_id, 1, &p, dst, cap, valid,
                                      NULL, &e), DH_EINVAL);
     assert_non_null(strstr(e.msg, "sample id 999"));
-    assert_int_equal(dh_batch_decode(m, ix, ids, 3, &p, dst,
+    assert_int_equal(dh_batch_decode(m, ix, 0, ids, 3, &p, dst,
                                      dh_batch_bytes(&p, 3), valid, NULL, &e),
                      DH_EINVAL);
     assert_non_null(strstr(e.msg, "destination holds"));
@@ -242,7 +244,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(slices_equal_samples_decoded_alone),
-        cmocka_unit_test(jitter_depends_on_sample_id_only),
+        cmocka_unit_test(jitter_depends_on_seed_epoch_and_id),
         cmocka_unit_test(short_samples_are_zero_padded_with_masks),
         cmocka_unit_test(errors_name_the_sample),
     };
