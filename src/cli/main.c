@@ -27,7 +27,7 @@ static const struct dh_cmd commands[] = {
     {"consume", NULL, "iterate batches like a training rank"},
     {"plan", dh_cmd_plan, "print the Tier-1 plan of an epoch"},
     {"bench", NULL, "benchmarks against peer loaders"},
-    {"sim", NULL, "discrete-event simulator at cluster scale"},
+    {"sim", dh_cmd_sim, "discrete-event simulator at cluster scale"},
     {"demo", NULL, "end-to-end demonstration"},
     {"top", NULL, "live view of a running job"},
 };

@@ -1,0 +1,124 @@
+"""`datahelix sim` (docs/sim.md): the --json shape and keys, the paper's
+11-workload matrix, the human tables, and one-line errors for bad input.
+Small configurations keep the whole file well under 30 s."""
+import json
+import math
+
+from conftest import run_dh
+
+KEYS = {"throughput", "input_wait_p95_s", "ready_p95_s", "ddl_miss_rate",
+        "cross_ds_gb_per_100_steps"}
+SYSTEMS = {"native", "pool", "datahelix"}
+SMALL = ["--steps", 10, "--warmup", 2]
+
+
+def sim_json(*args):
+    p = run_dh("sim", *args, "--json", timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("\n") == 1  # one JSON object
+    return json.loads(p.stdout)
+
+
+def check_metrics(m):
+    assert set(m) == KEYS
+    for k, v in m.items():
+        assert isinstance(v, (int, float)) and math.isfinite(v), (k, v)
+        assert v >= 0
+    assert m["throughput"] > 0
+    assert m["ddl_miss_rate"] <= 1
+
+
+def test_json_shape():
+    d = sim_json("--workload", "kinetics-mixed", *SMALL)
+    assert set(d) == {"workloads", "aggregate"}
+    assert list(d["workloads"]) == ["kinetics-mixed"]
+    for sysm in [d["workloads"]["kinetics-mixed"], d["aggregate"]]:
+        assert set(sysm) == SYSTEMS
+        for m in sysm.values():
+            check_metrics(m)
+    assert d["workloads"]["kinetics-mixed"]["native"][
+        "cross_ds_gb_per_100_steps"] == 0
+
+
+def test_systems_subset_and_determinism():
+    a = sim_json("--systems", "datahelix,native", "--seed", 5, *SMALL)
+    b = sim_json("--systems", "native,datahelix", "--seed", 5, *SMALL)
+    assert a == b
+    assert set(a["aggregate"]) == {"native", "datahelix"}
+
+
+def test_paper_matrix():
+    d = sim_json("--workload", "paper", *SMALL)
+    assert len(d["workloads"]) == 11
+    names = set(d["workloads"])
+    assert "kinetics-mixed/qwen-vl" in names
+    assert "openvid-mixed/wan-dit" in names
+    for sysm in d["workloads"].values():
+        assert set(sysm) == SYSTEMS
+        for m in sysm.values():
+            check_metrics(m)
+    # Table 2: geometric mean of throughput, arithmetic means of the rest
+    for s in SYSTEMS:
+        thr = [w[s]["throughput"] for w in d["workloads"].values()]
+        geo = math.exp(sum(map(math.log, thr)) / len(thr))
+        assert math.isclose(d["aggregate"][s]["throughput"], geo,
+                            rel_tol=1e-4)
+        miss = [w[s]["ddl_miss_rate"] for w in d["workloads"].values()]
+        assert math.isclose(d["aggregate"][s]["ddl_miss_rate"],
+                            sum(miss) / len(miss), rel_tol=1e-4,
+                            abs_tol=1e-6)
+
+
+def test_human_table():
+    p = run_dh("sim", "--workload", "openvid-mixed", "--model", "dit",
+               *SMALL, check=True)
+    assert "workload openvid-mixed (model dit)" in p.stdout
+    for s in SYSTEMS:
+        assert s in p.stdout
+    assert "vs native" in p.stdout
+
+
+def test_manifest(tmp_path):
+    m = tmp_path / "m.jsonl"
+    rows = [{"id": i, "path": f"v{i}.mp4", "kind": "video",
+             "profile": "32x336" if i % 2 else "16x224",
+             "est_cpu_ms": 80.0 if i % 2 else 20.0,
+             "est_out_bytes": 20000000, "est_tokens": 4000 + 4000 * (i % 2)}
+            for i in range(50)]
+    m.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    d = sim_json("--manifest", m, "--ranks", 2, "--remote", 2, *SMALL)
+    assert list(d["workloads"]) == [str(m)]
+    for v in d["workloads"][str(m)].values():
+        check_metrics(v)
+
+
+def test_help():
+    p = run_dh("sim", "--help")
+    assert p.returncode == 0
+    assert "usage: datahelix sim" in p.stdout
+    assert p.stderr == ""
+
+
+def one_line_error(*args):
+    p = run_dh("sim", *args)
+    assert p.returncode != 0
+    assert p.stdout == ""
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("datahelix: sim: "), lines[0]
+    return lines[0]
+
+
+def test_bad_arguments(tmp_path):
+    assert "--ranks" in one_line_error("--ranks", 0)
+    assert "--steps" in one_line_error("--steps", "ten")
+    assert "unknown workload" in one_line_error("--workload", "nope")
+    assert "--model" in one_line_error("--model", "gpt")
+    assert "unknown system" in one_line_error("--systems", "native,ray")
+    assert "exclude" in one_line_error("--workload", "kinetics-s",
+                                       "--manifest", "x.jsonl")
+    assert "--local" in one_line_error("--ranks", 2, "--local", 4)
+    one_line_error("--bogus")
+    one_line_error("--seed")
+    one_line_error("extra")
+    one_line_error("--manifest", tmp_path / "missing.jsonl")
