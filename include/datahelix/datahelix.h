@@ -10,10 +10,12 @@
 #include "datahelix/estimate.h"
 #include "datahelix/gendata.h"
 #include "datahelix/index.h"
+#include "datahelix/inflight.h"
 #include "datahelix/media.h"
 #include "datahelix/place.h"
 #include "datahelix/plan.h"
 #include "datahelix/probe.h"
+#include "datahelix/reorder.h"
 #include "datahelix/table.h"
 #include "datahelix/wire.h"
 
