@@ -21,19 +21,11 @@
 #include <stdint.h>
 
 #include "core/frame_select.h"
+#include "core/hash.h"
 
 #define MAXF DH_MEDIA_MAX_FRAMES
 
 /* ---- random numbers (SplitMix64, Steele et al. 2014) ---- */
-
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
 
 /* Uniform in [0, m), m >= 1, without modulo bias. */
 static uint64_t rand_below(uint64_t *s, uint64_t m)
@@ -42,7 +34,7 @@ static uint64_t rand_below(uint64_t *s, uint64_t m)
     uint64_t r;
 
     do
-        r = splitmix64(s);
+        r = dh__splitmix64(s);
     while (r < lim);
     return r % m;
 }

@@ -96,3 +96,17 @@ uint64_t dh__hash64(const void *data, size_t n, uint64_t seed)
         h = fold(h, tail ^ ((uint64_t)n << 56));
     return avalanche(h);
 }
+
+uint64_t dh__splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+uint64_t dh__mix64(uint64_t x)
+{
+    return dh__splitmix64(&x);
+}

@@ -4,7 +4,7 @@
  *
  * Design notes
  * - One flat array of `size` = power of two >= 2 * capacity entries; linear
- *   probing from mix(id).  Task ids pack (epoch, step, rank, microbatch)
+ *   probing from dh__mix64(id).  Task ids pack (epoch, step, rank, microbatch)
  *   into bit fields, so the low bits alone would cluster: the splitmix64
  *   finalizer spreads them.
  * - Deletion shifts the following run back (Knuth 6.4 algorithm R) instead
@@ -15,6 +15,7 @@
  */
 #include "datahelix/inflight.h"
 #include "core/alloc.h"
+#include "core/hash.h"
 
 struct entry {
     uint64_t id;
@@ -32,19 +33,10 @@ struct dh_inflight {
     size_t count;
 };
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /* Index of `id`'s entry, or of the empty entry ending its probe run. */
 static size_t probe(const struct dh_inflight *t, uint64_t id)
 {
-    size_t i = (size_t)mix(id) & t->mask;
+    size_t i = (size_t)dh__mix64(id) & t->mask;
 
     while (t->e[i].used && t->e[i].id != id)
         i = (i + 1) & t->mask;
@@ -67,7 +59,7 @@ static void erase(struct dh_inflight *t, size_t i)
         j = (j + 1) & t->mask;
         if (!t->e[j].used)
             break;
-        size_t k = (size_t)mix(t->e[j].id) & t->mask;
+        size_t k = (size_t)dh__mix64(t->e[j].id) & t->mask;
         /* Entry j may stay if its home k lies cyclically in (i, j]. */
         if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
             continue;

@@ -14,18 +14,10 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/hash.h"
 #include "core/plan_internal.h"
 
 /* ---- randomness ---- */
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 void dh__rng_seed(struct dh__rng *r, uint64_t seed, uint64_t epoch,
                   uint64_t stream, uint64_t index)
 {
@@ -33,11 +25,11 @@ void dh__rng_seed(struct dh__rng *r, uint64_t seed, uint64_t epoch,
 
     /* Chain the inputs through the mixer so that nearby tuples give
      * unrelated states. */
-    x = splitmix64(&x) ^ epoch;
-    x = splitmix64(&x) ^ stream;
-    x = splitmix64(&x) ^ index;
+    x = dh__splitmix64(&x) ^ epoch;
+    x = dh__splitmix64(&x) ^ stream;
+    x = dh__splitmix64(&x) ^ index;
     for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
+        r->s[i] = dh__splitmix64(&x);
 }
 
 static uint64_t rotl(uint64_t v, int k)

@@ -7,13 +7,14 @@
  *   the k-th oldest outstanding task.  A slot's state is PENDING until the
  *   first outcome (ARRIVED with a payload, or FAILED with a code).
  * - `index` maps task id -> ring slot: a power-of-two array (>= 2 * depth)
- *   of slot numbers + 1 (0 = empty), linear probing from mix(id), deletion
+ *   of slot numbers + 1 (0 = empty), linear probing from dh__mix64(id), deletion
  *   by backward shift (no tombstones).  The key of an index entry is read
  *   from its ring slot.
  * Locking: none; the owner serializes calls (see reorder.h).
  */
 #include "datahelix/reorder.h"
 #include "core/alloc.h"
+#include "core/hash.h"
 
 enum state { PENDING, ARRIVED, FAILED };
 
@@ -31,18 +32,9 @@ struct dh_reorder {
     size_t mask; /* index size - 1 */
 };
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static size_t home(const struct dh_reorder *r, uint64_t id)
 {
-    return (size_t)mix(id) & r->mask;
+    return (size_t)dh__mix64(id) & r->mask;
 }
 
 /* Index position of `id`, or of the empty entry ending its run. */

@@ -23,6 +23,7 @@
 #include "media/gen_content.h"
 
 #include <stddef.h>
+#include "core/hash.h"
 
 #define MAX_BOXES 6
 
@@ -49,14 +50,6 @@ struct camera {
     uint32_t dux, dvx;     /* step for x + 1 */
     uint32_t duy, dvy;     /* step for y + 1 */
 };
-
-uint64_t dh__gen_mix64(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 
 /* Parabolic sine of p/1024 of a turn, in 16.16 (-65536..65536). */
 static int32_t isin(uint32_t p)
@@ -89,7 +82,7 @@ static void box_init(struct box *b, uint64_t r, int w, int h)
 
 static void scene_init(struct scene *s, int w, int h, uint64_t seed)
 {
-    uint64_t r = dh__gen_mix64(seed ^ 0x67656E2D64617461ull); /* "gen-data" */
+    uint64_t r = dh__mix64(seed ^ 0x67656E2D64617461ull); /* "gen-data" */
 
     for (uint32_t i = 0; i < 256; i++)
         s->wave[i] = (int16_t)(isin(i * 4) / 512);
@@ -98,10 +91,10 @@ static void scene_init(struct scene *s, int w, int h, uint64_t seed)
     s->su = (uint32_t)(0x8000 + (r >> 16) % (3u << 16));
     s->sv = (uint32_t)(0x4000 + (r >> 34) % (2u << 16));
     s->noise_key = (uint32_t)(r >> 32);
-    r = dh__gen_mix64(r);
+    r = dh__mix64(r);
     s->nbox = 3 + (int)(r % 4);
     for (int k = 0; k < s->nbox; k++)
-        box_init(&s->box[k], dh__gen_mix64(r + (uint64_t)k + 1), w, h);
+        box_init(&s->box[k], dh__mix64(r + (uint64_t)k + 1), w, h);
 }
 
 /* The camera rotates about the frame centre and scrolls with time. */
@@ -144,7 +137,7 @@ static uint8_t texture_luma(const struct scene *s, uint32_t u, uint32_t v)
 static void draw_luma(const struct dh__gen_planes *pl, const struct scene *s,
                       const struct camera *c, int64_t t)
 {
-    uint32_t key = s->noise_key ^ (uint32_t)dh__gen_mix64((uint64_t)t);
+    uint32_t key = s->noise_key ^ (uint32_t)dh__mix64((uint64_t)t);
 
     for (int y = 0; y < pl->height; y++) {
         uint8_t *row = pl->data[0] + (ptrdiff_t)y * pl->linesize[0];

@@ -47,7 +47,4 @@ void dh__gen_content_fill(const struct dh__gen_planes *pl, int64_t frame,
 #define DH__GEN_STAMP_W ((DH__GEN_STAMP_BITS + 2) * DH__GEN_STAMP_BLOCK)
 void dh__gen_stamp_draw(const struct dh__gen_planes *pl, int64_t frame);
 
-/* SplitMix64 finaliser: a well-mixed 64-bit hash of x.  Pure. */
-uint64_t dh__gen_mix64(uint64_t x);
-
 #endif

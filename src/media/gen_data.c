@@ -27,6 +27,7 @@
 #include "core/alloc.h"
 #include "media/gen_content.h"
 #include "media/gen_encode.h"
+#include "core/hash.h"
 
 /* Paper's Kinetics mixes: 16x224, 32x336, 64x448 at 8 fps; XL is extra. */
 static const struct dh_gen_profile profiles[] = {
@@ -108,7 +109,7 @@ int64_t dh_gen_file_frames(const struct dh_gen_profile *p, uint64_t seed,
                            int64_t index)
 {
     int64_t nominal = (int64_t)(p->seconds * DH_GEN_FPS + 0.5);
-    uint64_t r = dh__gen_mix64(dh__gen_mix64(seed ^ 0x6A69747465720000ull) ^
+    uint64_t r = dh__mix64(dh__mix64(seed ^ 0x6A69747465720000ull) ^
                                (uint64_t)index);
     int64_t permille = 800 + (int64_t)(r % 401); /* 0.800 .. 1.200 */
     int64_t n = (nominal * permille + 500) / 1000;
@@ -118,7 +119,7 @@ int64_t dh_gen_file_frames(const struct dh_gen_profile *p, uint64_t seed,
 
 static uint64_t clip_seed(uint64_t seed, int64_t index)
 {
-    return dh__gen_mix64(dh__gen_mix64(seed) + (uint64_t)index);
+    return dh__mix64(dh__mix64(seed) + (uint64_t)index);
 }
 
 /* ---- directories and names ---- */
@@ -311,7 +312,7 @@ static void cap_sentence(struct caption *c, int words)
     for (int k = 0; k < words; k++) {
         const struct word_class *wc = &classes[shape[k]];
 
-        c->r = dh__gen_mix64(c->r);
+        c->r = dh__mix64(c->r);
         if (c->len > 0)
             cap_append(c, " ");
         cap_append(c, wc->w[c->r % wc->n]);
@@ -330,7 +331,7 @@ static void caption_text(struct caption *c, uint64_t seed, int64_t i)
     uint64_t q;
     int left;
 
-    c->r = dh__gen_mix64(dh__gen_mix64(seed ^ 0x63617074ull) ^ (uint64_t)i);
+    c->r = dh__mix64(dh__mix64(seed ^ 0x63617074ull) ^ (uint64_t)i);
     q = c->r % 1000;
     left = 5 + (int)(116 * q * q / 1000000);
     c->len = 0;

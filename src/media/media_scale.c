@@ -18,6 +18,7 @@
 
 #include "core/alloc.h"
 #include "media/media_internal.h"
+#include "core/hash.h"
 
 struct rect {
     int x, y, w, h;
@@ -49,14 +50,6 @@ void dh__media_scale_fini(struct dh_media *m)
     m->scratch_cap = 0;
 }
 
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /* The region of the displayed (rotated) picture that the output shows. */
 static struct rect display_region(const struct dh_media_plan *p, int wd,
                                   int hd)
@@ -79,9 +72,9 @@ static struct rect display_region(const struct dh_media_plan *p, int wd,
         r.y = (hd - r.h) / 2;
         return r;
     }
-    h = mix64(p->seed ^ 0x63726f70ull); /* one crop per clip, from seed */
+    h = dh__mix64(p->seed ^ 0x63726f70ull); /* one crop per clip, from seed */
     r.x = (int)(h % (uint64_t)(wd - r.w + 1));
-    r.y = (int)(mix64(h) % (uint64_t)(hd - r.h + 1));
+    r.y = (int)(dh__mix64(h) % (uint64_t)(hd - r.h + 1));
     return r;
 }
 

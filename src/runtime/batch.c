@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "datahelix/batch.h"
+#include "core/hash.h"
 
 int64_t dh_batch_frames(const struct dh_media_plan *p)
 {
@@ -39,19 +40,11 @@ size_t dh_batch_bytes(const struct dh_media_plan *p, uint32_t n)
     return one * n;
 }
 
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 void dh_batch_sample_plan(const struct dh_media_plan *p, uint64_t epoch,
                           uint64_t id, struct dh_media_plan *out)
 {
     *out = *p;
-    out->seed = mix64(p->seed ^ mix64(epoch ^ mix64(id)));
+    out->seed = dh__mix64(p->seed ^ dh__mix64(epoch ^ dh__mix64(id)));
 }
 
 static int check_args(const struct dh_index *ix, const uint64_t *ids,

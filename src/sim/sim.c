@@ -29,6 +29,7 @@
 #include "datahelix/place.h"
 #include "datahelix/plan.h"
 #include "sim/sim.h"
+#include "core/hash.h"
 
 #define DOMAIN_LOCAL_MAX 64
 
@@ -125,20 +126,12 @@ uint64_t dh_sim_samples_needed(const struct dh_sim_config *c)
 }
 
 /* ---- randomness: a pure function of (seed, sample) ---- */
-static uint64_t mix64(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Actual / estimated CPU time of sample k: lognormal with mean 1. */
 static double noise(const struct dh_sim_config *c, uint64_t k)
 {
-    uint64_t h = mix64(c->seed * 0xd1342543de82ef95ull ^ mix64(k));
+    uint64_t h = dh__mix64(c->seed * 0xd1342543de82ef95ull ^ dh__mix64(k));
     double u1 = ((double)(h >> 11) + 0.5) * 0x1p-53;
-    double u2 = (double)(mix64(h) >> 11) * 0x1p-53;
+    double u2 = (double)(dh__mix64(h) >> 11) * 0x1p-53;
     double z = sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
     double s = c->noise_sigma;
 

@@ -19,6 +19,7 @@
 #include "datahelix/estimate.h"
 #include "datahelix/table.h"
 #include "sim/sim.h"
+#include "core/hash.h"
 
 #define MID_GPU_MS 150.0 /* one 32 x 336p sample, every model */
 #define SRC_FPS 30.0
@@ -95,13 +96,6 @@ int dh_sim_model_parse(const char *s, enum dh_sim_model *out)
     return DH_EINVAL;
 }
 
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static int32_t wide(int32_t side)
 {
     return (int32_t)(2 * lround(side * 16.0 / 9.0 / 2));
@@ -165,7 +159,7 @@ static int pick(const struct mix *x, uint64_t seed, uint64_t k)
         return (int)(k % (uint64_t)x->n);
     for (int i = 0; i < x->n; i++)
         tot += x->w[i];
-    u = (double)(mix64(seed * 0x9e3779b97f4a7c15ull + k) >> 11) * 0x1p-53;
+    u = (double)(dh__mix64(seed * 0x9e3779b97f4a7c15ull + k) >> 11) * 0x1p-53;
     for (int i = 0; i < x->n; i++) {
         acc += x->w[i] / tot;
         if (u < acc)
