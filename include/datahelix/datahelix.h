@@ -18,5 +18,6 @@
 #include "datahelix/reorder.h"
 #include "datahelix/table.h"
 #include "datahelix/wire.h"
+#include "datahelix/workers.h"
 
 #endif

@@ -1,0 +1,511 @@
+/*
+ * workers.c - a DataServer's fixed worker pool (include/datahelix/workers.h).
+ *
+ * Design notes
+ * - A job node is allocated once, at submit: the copied ids and plan, and
+ *   the valid-frame array the worker fills.  The same node travels from the
+ *   job queue to the completion list; dh_workers_wait() hands its
+ *   valid-frame array to the caller and frees the node.  A worker allocates
+ *   nothing: its arena slot is the only per-job resource it creates, and
+ *   it releases that slot itself if the decode fails.
+ * - Locking: one mutex `mu` guards everything shared.  The job queue has
+ *   two condvars (`job_cv`: a job or stop for the workers; `space_cv`: room
+ *   for submitters); the completion list has one (`done_cv`: a completion
+ *   for waiters, or a thread exiting for destroy).  All are CLOCK_MONOTONIC
+ *   and every wait is timed.  No lock is held across an arena allocation or
+ *   a decode (DESIGN 6): a worker takes `mu` only to pop a job and to post
+ *   its completion.
+ * - Stop: destroy sets `stopping`; workers finish the job in hand, then
+ *   exit without taking queued jobs; destroy waits (bounded) for `alive` to
+ *   reach 0, then joins.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "datahelix/batch.h"
+#include "datahelix/workers.h"
+
+/* Workers wake this often to re-check `stopping` even without a signal. */
+#define IDLE_WAKE_MS 500
+
+struct job {
+    struct job *next;
+    uint64_t task_id, epoch;
+    uint64_t *ids;
+    uint32_t n;
+    struct dh_media_plan plan;
+    int alloc_timeout_ms;
+    /* Filled by the worker. */
+    int code;
+    uint32_t failed_at;
+    struct dh_slot_ref slot;
+    int32_t *valid;
+    double decode_ms;
+    char msg[DH_ERR_MSG_MAX];
+};
+
+struct fifo {
+    struct job *head, *tail;
+    uint64_t count;
+};
+
+struct thread {
+    struct dh_workers *w;
+    struct dh_media *media;
+    pthread_t tid;
+    int started;
+};
+
+struct dh_workers {
+    pthread_mutex_t mu;
+    pthread_cond_t job_cv, space_cv, done_cv;
+    struct fifo jobs, dones;
+    unsigned cap;
+    int stopping;
+    unsigned alive;   /* threads not yet returned from their loop */
+    uint64_t running, done, failed;
+    const struct dh_index *ix;
+    struct dh_arena *arena;
+    unsigned nthreads;
+    struct thread *threads;
+};
+
+/* ---- small helpers ---- */
+
+static void deadline_in(struct timespec *d, int ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, d);
+    d->tv_sec += ms / 1000;
+    d->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (d->tv_nsec >= 1000000000L) {
+        d->tv_sec++;
+        d->tv_nsec -= 1000000000L;
+    }
+}
+
+static double now_ms(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static void fifo_push(struct fifo *f, struct job *j)
+{
+    j->next = NULL;
+    if (f->tail)
+        f->tail->next = j;
+    else
+        f->head = j;
+    f->tail = j;
+    f->count++;
+}
+
+static struct job *fifo_pop(struct fifo *f)
+{
+    struct job *j = f->head;
+
+    if (j) {
+        f->head = j->next;
+        if (!f->head)
+            f->tail = NULL;
+        f->count--;
+    }
+    return j;
+}
+
+static void job_free(struct job *j)
+{
+    if (!j)
+        return;
+    dh__free(j->ids);
+    dh__free(j->valid);
+    dh__free(j);
+}
+
+/* ---- the worker ---- */
+
+/* The slot is ours alone: a failed release (stale ref, stuck lock) can only
+ * leave it counted in the arena's stats, and there is no one to tell. */
+static void release_slot(struct dh_arena *a, const struct dh_slot_ref *ref)
+{
+    int rc = dh_arena_release(a, ref, NULL);
+
+    (void)rc;
+}
+
+/* Allocates the slot, decodes into it; on error the slot is released. */
+static void run_job(struct dh_workers *w, struct dh_media *m, struct job *j)
+{
+    size_t need = dh_batch_bytes(&j->plan, j->n) + DH_MEDIA_DST_PAD;
+    struct dh_err e;
+    struct dh_slot_ref ref;
+    uint8_t *dst;
+    double t0;
+
+    dh_err_clear(&e);
+    j->failed_at = DH_WORK_NO_SAMPLE;
+    j->code = dh_arena_alloc(w->arena, need, j->alloc_timeout_ms, &ref, &e);
+    if (j->code)
+        goto out;
+    dst = dh_arena_ptr(w->arena, &ref);
+    if (!dst) {
+        j->code = dh_err_set(&e, DH_EINVAL, "slot at offset %llu vanished",
+                             (unsigned long long)ref.offset);
+        goto out_release;
+    }
+    t0 = now_ms();
+    j->code = dh_batch_decode(m, w->ix, j->epoch, j->ids, j->n, &j->plan, dst,
+                              need, j->valid, &j->failed_at, &e);
+    j->decode_ms = now_ms() - t0;
+    if (j->code)
+        goto out_release;
+    j->slot = ref;
+    return;
+out_release:
+    release_slot(w->arena, &ref);
+out:
+    snprintf(j->msg, sizeof(j->msg), "task %llu: %.480s",
+             (unsigned long long)j->task_id, e.msg);
+}
+
+/* Next job, or NULL when stopping.  Called and returns with `mu` held. */
+static struct job *next_job(struct dh_workers *w)
+{
+    struct timespec d;
+
+    while (!w->stopping && !w->jobs.count) {
+        deadline_in(&d, IDLE_WAKE_MS);
+        (void)pthread_cond_timedwait(&w->job_cv, &w->mu, &d);
+    }
+    return w->stopping ? NULL : fifo_pop(&w->jobs);
+}
+
+static void *worker_main(void *arg)
+{
+    struct thread *t = arg;
+    struct dh_workers *w = t->w;
+    struct job *j;
+
+    pthread_mutex_lock(&w->mu);
+    while ((j = next_job(w))) {
+        w->running++;
+        pthread_cond_signal(&w->space_cv);
+        pthread_mutex_unlock(&w->mu);
+        run_job(w, t->media, j); /* no lock held: DESIGN 6 */
+        pthread_mutex_lock(&w->mu);
+        w->running--;
+        if (j->code)
+            w->failed++;
+        else
+            w->done++;
+        fifo_push(&w->dones, j);
+        pthread_cond_broadcast(&w->done_cv);
+    }
+    w->alive--;
+    pthread_cond_broadcast(&w->done_cv);
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* ---- create / destroy ---- */
+
+static int init_sync(struct dh_workers *w, struct dh_err *e)
+{
+    pthread_condattr_t ca;
+    int rc = 0;
+
+    if (pthread_condattr_init(&ca))
+        return dh_err_set(e, DH_ENOMEM, "workers: condattr");
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (pthread_mutex_init(&w->mu, NULL))
+        rc = DH_ENOMEM;
+    else if (pthread_cond_init(&w->job_cv, &ca))
+        rc = DH_ENOMEM, pthread_mutex_destroy(&w->mu);
+    else if (pthread_cond_init(&w->space_cv, &ca))
+        rc = DH_ENOMEM, pthread_cond_destroy(&w->job_cv),
+        pthread_mutex_destroy(&w->mu);
+    else if (pthread_cond_init(&w->done_cv, &ca))
+        rc = DH_ENOMEM, pthread_cond_destroy(&w->space_cv),
+        pthread_cond_destroy(&w->job_cv), pthread_mutex_destroy(&w->mu);
+    pthread_condattr_destroy(&ca);
+    return rc ? dh_err_set(e, rc, "workers: cannot create locks") : 0;
+}
+
+static int start_threads(struct dh_workers *w, struct dh_err *e)
+{
+    int rc;
+
+    for (unsigned i = 0; i < w->nthreads; i++) {
+        struct thread *t = &w->threads[i];
+
+        t->w = w;
+        if ((rc = dh_media_create(&t->media, e)))
+            return rc;
+        pthread_mutex_lock(&w->mu);
+        w->alive++;
+        pthread_mutex_unlock(&w->mu);
+        if (pthread_create(&t->tid, NULL, worker_main, t)) {
+            pthread_mutex_lock(&w->mu);
+            w->alive--;
+            pthread_mutex_unlock(&w->mu);
+            return dh_err_set(e, DH_EIO, "workers: cannot start thread %u",
+                              i);
+        }
+        t->started = 1;
+    }
+    return 0;
+}
+
+/* Waits (bounded) for every thread to leave its loop; 0 if they all did. */
+static int wait_threads_exit(struct dh_workers *w)
+{
+    struct timespec d;
+    int rc = 0;
+
+    deadline_in(&d, DH_WORKERS_STOP_TIMEOUT_MS);
+    pthread_mutex_lock(&w->mu);
+    w->stopping = 1;
+    pthread_cond_broadcast(&w->job_cv);
+    pthread_cond_broadcast(&w->space_cv);
+    while (w->alive && rc == 0)
+        rc = pthread_cond_timedwait(&w->done_cv, &w->mu, &d);
+    rc = w->alive ? DH_ETIMEOUT : 0;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+/* Frees the queue, releases uncollected completions' slots, frees all. */
+static void free_pool(struct dh_workers *w)
+{
+    struct job *j;
+
+    while ((j = fifo_pop(&w->jobs)))
+        job_free(j);
+    while ((j = fifo_pop(&w->dones))) {
+        if (!j->code)
+            release_slot(w->arena, &j->slot);
+        job_free(j);
+    }
+    for (unsigned i = 0; i < w->nthreads; i++)
+        dh_media_destroy(w->threads[i].media);
+    pthread_cond_destroy(&w->done_cv);
+    pthread_cond_destroy(&w->space_cv);
+    pthread_cond_destroy(&w->job_cv);
+    pthread_mutex_destroy(&w->mu);
+    dh__free(w->threads);
+    dh__free(w);
+}
+
+void dh_workers_destroy(struct dh_workers *w)
+{
+    if (!w)
+        return;
+    if (wait_threads_exit(w)) {
+        /* A decode is stuck: never free memory a thread still uses. */
+        for (unsigned i = 0; i < w->nthreads; i++)
+            if (w->threads[i].started)
+                pthread_detach(w->threads[i].tid);
+        return;
+    }
+    for (unsigned i = 0; i < w->nthreads; i++)
+        if (w->threads[i].started)
+            pthread_join(w->threads[i].tid, NULL);
+    free_pool(w);
+}
+
+int dh_workers_create(unsigned nthreads, const struct dh_index *ix,
+                      struct dh_arena *arena, unsigned queue_cap,
+                      struct dh_workers **out, struct dh_err *e)
+{
+    struct dh_workers *w;
+    int rc;
+
+    if (!ix || !arena || !out || nthreads < 1 ||
+        nthreads > DH_WORKERS_MAX_THREADS || queue_cap < 1 ||
+        queue_cap > DH_WORKERS_MAX_QUEUE)
+        return dh_err_set(e, DH_EINVAL, "workers: %u threads (1..%d), queue "
+                          "%u (1..%d), index and arena required", nthreads,
+                          DH_WORKERS_MAX_THREADS, queue_cap,
+                          DH_WORKERS_MAX_QUEUE);
+    w = dh__calloc(1, sizeof(*w));
+    if (!w)
+        return dh_err_set(e, DH_ENOMEM, "workers: out of memory");
+    w->threads = dh__calloc(nthreads, sizeof(*w->threads));
+    if (!w->threads) {
+        dh__free(w);
+        return dh_err_set(e, DH_ENOMEM, "workers: out of memory");
+    }
+    if ((rc = init_sync(w, e))) {
+        dh__free(w->threads);
+        dh__free(w);
+        return rc;
+    }
+    w->ix = ix;
+    w->arena = arena;
+    w->cap = queue_cap;
+    w->nthreads = nthreads;
+    if ((rc = start_threads(w, e))) {
+        dh_workers_destroy(w); /* threads hold nothing yet: never stuck */
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+/* ---- submit / wait / stats ---- */
+
+static int check_job(const struct dh_work *job, struct dh_err *e)
+{
+    size_t need;
+    int rc;
+
+    if (!job || !job->plan || !job->ids)
+        return dh_err_set(e, DH_EINVAL, "workers: job, ids and plan needed");
+    if ((rc = dh_media_plan_check(job->plan, e)))
+        return rc;
+    if (job->plan->kind == DH_PLAN_INDICES)
+        return dh_err_set(e, DH_EINVAL, "task %llu: index-list plans are not "
+                          "supported by the worker pool",
+                          (unsigned long long)job->task_id);
+    if (job->n < 1 || job->n > DH_BATCH_MAX_SAMPLES || job->alloc_timeout_ms < 0)
+        return dh_err_set(e, DH_EINVAL, "task %llu: %u samples (1..%d), "
+                          "alloc timeout %d ms", (unsigned long long)job->task_id,
+                          job->n, DH_BATCH_MAX_SAMPLES, job->alloc_timeout_ms);
+    need = dh_batch_bytes(job->plan, job->n);
+    if (need == 0 || need > SIZE_MAX - DH_MEDIA_DST_PAD)
+        return dh_err_set(e, DH_EINVAL, "task %llu: the plan cannot be batched "
+                          "(no frame cap, or too large)",
+                          (unsigned long long)job->task_id);
+    return 0;
+}
+
+static struct job *job_copy(const struct dh_work *job)
+{
+    struct job *j = dh__calloc(1, sizeof(*j));
+
+    if (!j)
+        return NULL;
+    j->ids = dh__malloc(sizeof(*j->ids) * job->n);
+    j->valid = dh__calloc(job->n, sizeof(*j->valid));
+    if (!j->ids || !j->valid) {
+        job_free(j);
+        return NULL;
+    }
+    memcpy(j->ids, job->ids, sizeof(*j->ids) * job->n);
+    j->task_id = job->task_id;
+    j->epoch = job->epoch;
+    j->n = job->n;
+    j->plan = *job->plan;
+    j->plan.indices = NULL;
+    j->alloc_timeout_ms = job->alloc_timeout_ms;
+    return j;
+}
+
+/* Waits for room in the queue; called and returns with `mu` held. */
+static int wait_space(struct dh_workers *w, int timeout_ms)
+{
+    struct timespec d;
+
+    deadline_in(&d, timeout_ms);
+    while (!w->stopping && w->jobs.count >= w->cap)
+        if (timeout_ms == 0 ||
+            pthread_cond_timedwait(&w->space_cv, &w->mu, &d) == ETIMEDOUT)
+            break;
+    if (w->stopping)
+        return DH_EINVAL;
+    return w->jobs.count >= w->cap ? DH_ETIMEOUT : 0;
+}
+
+int dh_workers_submit(struct dh_workers *w, const struct dh_work *job,
+                      int timeout_ms, struct dh_err *e)
+{
+    struct job *j;
+    int rc;
+
+    if (!w || timeout_ms < 0)
+        return dh_err_set(e, DH_EINVAL, "workers: bad submit arguments");
+    if ((rc = check_job(job, e)))
+        return rc;
+    if (!(j = job_copy(job)))
+        return dh_err_set(e, DH_ENOMEM, "task %llu: out of memory",
+                          (unsigned long long)job->task_id);
+    pthread_mutex_lock(&w->mu);
+    rc = wait_space(w, timeout_ms);
+    if (!rc) {
+        fifo_push(&w->jobs, j);
+        pthread_cond_signal(&w->job_cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!rc)
+        return 0;
+    job_free(j);
+    if (rc == DH_ETIMEOUT)
+        return dh_err_set(e, rc, "task %llu: job queue full (%u jobs) for "
+                          "%d ms", (unsigned long long)job->task_id, w->cap,
+                          timeout_ms);
+    return dh_err_set(e, rc, "task %llu: worker pool is shutting down",
+                      (unsigned long long)job->task_id);
+}
+
+static void fill_done(struct job *j, struct dh_work_done *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->task_id = j->task_id;
+    out->code = j->code;
+    memcpy(out->msg, j->msg, sizeof(out->msg));
+    out->failed_at = j->failed_at;
+    if (!j->code)
+        out->slot = j->slot;
+    out->n = j->n;
+    out->valid_frames = j->valid; /* handed over */
+    out->decode_ms = j->decode_ms;
+    j->valid = NULL;
+}
+
+int dh_workers_wait(struct dh_workers *w, struct dh_work_done *out,
+                    int timeout_ms)
+{
+    struct timespec d;
+    struct job *j;
+
+    if (!w || !out || timeout_ms < 0)
+        return DH_EINVAL;
+    deadline_in(&d, timeout_ms);
+    pthread_mutex_lock(&w->mu);
+    while (!w->dones.count && timeout_ms > 0)
+        if (pthread_cond_timedwait(&w->done_cv, &w->mu, &d) == ETIMEDOUT)
+            break;
+    j = fifo_pop(&w->dones);
+    pthread_mutex_unlock(&w->mu);
+    if (!j)
+        return DH_ETIMEOUT;
+    fill_done(j, out);
+    job_free(j);
+    return 0;
+}
+
+void dh_workers_stats(struct dh_workers *w, struct dh_workers_stats *out)
+{
+    pthread_mutex_lock(&w->mu);
+    out->queued = w->jobs.count;
+    out->running = w->running;
+    out->pending = w->dones.count;
+    out->done = w->done;
+    out->failed = w->failed;
+    pthread_mutex_unlock(&w->mu);
+}
+
+void dh_work_done_fini(struct dh_work_done *d)
+{
+    if (!d)
+        return;
+    dh__free(d->valid_frames);
+    memset(d, 0, sizeof(*d));
+}
