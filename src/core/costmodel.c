@@ -98,7 +98,7 @@ static int solve(double a[NF][NF], double b[NF], int k)
 static int fit_active(const struct dh_cost_features *f, const double *ms,
                       size_t n, const int active[NF], double coef[NF])
 {
-    int idx[NF], k = 0;
+    int idx[NF] = {0}, k = 0;
     double scale[NF] = {0}, a[NF][NF] = {{0}}, b[NF] = {0}, x[NF];
 
     for (int j = 0; j < NF; j++)

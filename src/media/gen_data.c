@@ -425,7 +425,7 @@ int dh_gen_data(const struct dh_gen_opts *o, struct dh_gen_stats *st,
                 struct dh_err *e)
 {
     struct dh_gen_stats local = {0};
-    struct dh_gen_profile_list l;
+    struct dh_gen_profile_list l = {0};
     int r;
 
     if (!st)
