@@ -22,7 +22,7 @@ static const struct dh_cmd commands[] = {
     {"index", dh_cmd_index,
      "compile a descriptor table into a compact mmap-able index (.dhx)"},
     {"decode", dh_cmd_decode, "run the media pipeline on files (sampled decode)"},
-    {"coordinator", NULL, "run the control plane"},
+    {"coordinator", dh_cmd_coordinator, "run the control plane"},
     {"dataserver", NULL, "run a data-plane server"},
     {"consume", NULL, "iterate batches like a training rank"},
     {"plan", dh_cmd_plan, "print the Tier-1 plan of an epoch"},

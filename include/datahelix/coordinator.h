@@ -1,0 +1,127 @@
+/*
+ * datahelix/coordinator.h - the control plane (DESIGN.md 2, 3; issue 4
+ * item 2): one event loop on a ZeroMQ ROUTER socket that registers clients
+ * and DataServers, routes every descriptor request through the placement
+ * policy (place.h), keeps the in-flight table (inflight.h), forwards
+ * results and errors to the requesting client, and re-routes the tasks of
+ * a DataServer that stops heartbeating.  It never touches tensors.
+ *
+ * Protocol as the Coordinator speaks it (docs/wire-protocol.md; one
+ * Envelope per ZeroMQ message, peers are DEALER sockets):
+ *   RegisterServer / RegisterClient  the accepted message is echoed back as
+ *       the ack; a refused one (registry full, role clash) is answered with
+ *       a Shutdown whose reason says why.
+ *   Heartbeat  updates placement feedback and the server's last-seen time.
+ *       Registrations and notices naming a registered server also
+ *       count as signs of life.
+ *   DescriptorRequest  placed, then a Route with the embedded request goes
+ *       to the chosen DataServer and a Route without it (the ack) to the
+ *       client.  If every candidate is at its queue cap (or no server is
+ *       registered yet) the request waits in a bounded FIFO and is retried
+ *       whenever capacity may have freed; with the FIFO full the client
+ *       gets an ErrorNotice (cause DH_ETOOBIG) from server_id
+ *       DH_COORDINATOR_SERVER_ID.  A request for a task already known is
+ *       not placed twice: its client identity is refreshed (and, if it is
+ *       running, the Route ack is re-sent).
+ *   ResultNotice / ErrorNotice  accepted from any peer (a server declared
+ *       dead may still deliver first: DESIGN.md 8); the first completion of a task is
+ *       forwarded to its client; a later duplicate is NOT forwarded: the
+ *       Coordinator answers the peer that sent it with a Release of the
+ *       notice's slot (offset, generation) so the slot returns to its arena
+ *       (a duplicate ErrorNotice holds no slot and is just dropped).  So a
+ *       client sees each task id at most once from the Coordinator.
+ *   Shutdown  from any peer ends run(); on exit every registered peer is
+ *       sent a Shutdown (best effort, never blocking).
+ *   Anything else (undecodable bytes, wrong frame count, a message type a
+ *       peer may not send, a heartbeat from an unregistered server) is
+ *       counted in dh_coordinator_stats.malformed and logged as
+ *       one stderr line naming the peer; the loop keeps serving.
+ *
+ * Dead servers: a server silent for heartbeat_timeout_ms is removed from
+ * placement and from the registry; each of its in-flight tasks is placed
+ * again (its local server excluded) and forwarded, or queued as above.
+ *
+ * Thread-safety: create / run / destroy from one thread at a time; run()
+ * owns the socket while it runs.  dh_coordinator_stats() and
+ * dh_coordinator_endpoint() may be called from any thread at any time
+ * between create and destroy.
+ */
+#ifndef DATAHELIX_COORDINATOR_H
+#define DATAHELIX_COORDINATOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "datahelix/error.h"
+
+#define DH_COORDINATOR_DEFAULT_LISTEN "tcp://127.0.0.1:7500"
+/* server_id of ErrorNotices the Coordinator itself originates. */
+#define DH_COORDINATOR_SERVER_ID UINT32_MAX
+
+struct dh_coordinator; /* opaque */
+
+struct dh_coordinator_opts {
+    const char *listen;  /* ZeroMQ endpoint to bind; NULL: default above */
+    const char *policy;  /* "round-robin", "least-request" (default when
+                            NULL) or "deadline" */
+    int heartbeat_timeout_ms; /* silence that kills a server (default 3000;
+                                 1..3,600,000) */
+    FILE *telemetry;     /* one JSON line per placement decision; NULL:
+                            none.  Borrowed: must outlive the coordinator */
+    int max_servers;     /* registered DataServers (default 1024) */
+    int max_clients;     /* registered clients (default 4096) */
+    size_t max_inflight; /* tasks placed and not completed (default 65536) */
+    size_t max_pending;  /* requests waiting for capacity (default 4096) */
+    int queue_per_worker; /* queue cap of a server: this x its workers
+                             tasks in flight (default 4; 0 = no cap) */
+};
+
+/* Fills the defaults above (listen / policy NULL, telemetry NULL). */
+void dh_coordinator_opts_default(struct dh_coordinator_opts *o);
+
+/* Counters since create (each read atomically). */
+struct dh_coordinator_stats {
+    uint64_t malformed;     /* messages rejected and logged */
+    uint64_t requests;      /* descriptor requests accepted */
+    uint64_t routed;        /* Routes sent to servers (reroutes included) */
+    uint64_t rerouted;      /* tasks moved off a dead server */
+    uint64_t results;       /* completions forwarded to clients */
+    uint64_t duplicates;    /* late completions released / dropped */
+    uint64_t dead_servers;  /* servers declared dead */
+    uint64_t queue_full;    /* requests refused: FIFO full */
+    uint64_t send_failures; /* sends ZeroMQ refused (peer gone, HWM) */
+    uint64_t servers, clients, inflight, pending; /* current sizes */
+};
+
+/*
+ * Creates a Coordinator bound to o->listen (o may be NULL: defaults).
+ * On success *out owns it (dh_coordinator_destroy()); on error *out is
+ * untouched and `e` names the address and the cause: DH_EINVAL (bad
+ * option, policy or endpoint), DH_EIO (the address is busy or cannot be
+ * bound), DH_ENOMEM.
+ */
+int dh_coordinator_create(const struct dh_coordinator_opts *o,
+                          struct dh_coordinator **out,
+                          struct dh_err *e) DH_MUST_CHECK;
+
+/*
+ * Runs the event loop until *stop becomes non-zero (checked at least every
+ * 50 ms and after every signal-interrupted wait; stop may be NULL) or a
+ * Shutdown message arrives.  Returns 0 then; DH_EIO if the socket fails
+ * (named in `e`).  May be called again after it returns.
+ */
+int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
+                       struct dh_err *e) DH_MUST_CHECK;
+
+/* The endpoint actually bound (tcp port 0 resolved: ZMQ_LAST_ENDPOINT).
+ * Borrowed: valid until dh_coordinator_destroy(). */
+const char *dh_coordinator_endpoint(const struct dh_coordinator *c);
+
+void dh_coordinator_stats(const struct dh_coordinator *c,
+                          struct dh_coordinator_stats *out);
+
+/* Closes the socket (linger 0) and frees everything.  Accepts NULL. */
+void dh_coordinator_destroy(struct dh_coordinator *c);
+
+#endif

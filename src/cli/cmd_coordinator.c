@@ -1,0 +1,166 @@
+/*
+ * cmd_coordinator.c - `datahelix coordinator`: runs the control plane
+ * (include/datahelix/coordinator.h) until SIGINT / SIGTERM or a Shutdown
+ * message, then exits 0.
+ *
+ * Design: a thin shell over dh_coordinator_create/run/destroy.  The
+ * signal handlers only set a flag (sigaction without SA_RESTART, so the
+ * loop's poll returns EINTR and sees it at once).
+ * Locking: single-threaded.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "datahelix/coordinator.h"
+
+#define CMD "coordinator"
+
+static volatile int g_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+struct args {
+    struct dh_coordinator_opts o;
+    const char *telemetry_path;
+    int help;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: datahelix coordinator [--listen ADDR] [--policy P]\n"
+        "                             [--heartbeat-timeout-ms N]\n"
+        "                             [--telemetry FILE]\n\n"
+        "Runs the control plane: registers clients and DataServers, places\n"
+        "every descriptor request and forwards it to the chosen DataServer,\n"
+        "re-routes the tasks of a DataServer that stops heartbeating.\n"
+        "Runs until SIGINT / SIGTERM or a Shutdown message (exit 0).\n\n"
+        "  --listen ADDR              ZeroMQ endpoint to bind (default %s)\n"
+        "  --policy P                 round-robin, least-request (default)\n"
+        "                             or deadline\n"
+        "  --heartbeat-timeout-ms N   silence after which a DataServer is\n"
+        "                             declared dead (default 3000)\n"
+        "  --telemetry FILE           one JSON line per placement decision\n"
+        "  -h, --help                 this text\n",
+        DH_COORDINATOR_DEFAULT_LISTEN);
+}
+
+static const struct option long_opts[] = {
+    {"listen", required_argument, NULL, 'l'},
+    {"policy", required_argument, NULL, 'p'},
+    {"heartbeat-timeout-ms", required_argument, NULL, 't'},
+    {"telemetry", required_argument, NULL, 'T'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static int parse_opt(struct args *a, int c)
+{
+    int64_t v = 0;
+
+    switch (c) {
+    case 'l': a->o.listen = optarg; return 0;
+    case 'p':
+        if (strcmp(optarg, "round-robin") && strcmp(optarg, "least-request")
+            && strcmp(optarg, "deadline"))
+            return dh_cli_usage_error(CMD, "--policy must be round-robin, "
+                                      "least-request or deadline, not '%s'",
+                                      optarg);
+        a->o.policy = optarg;
+        return 0;
+    case 't':
+        if (dh_cli_parse_i64(optarg, 1, 3600000, &v))
+            return dh_cli_usage_error(CMD, "--heartbeat-timeout-ms must be "
+                                      "an integer in [1, 3600000], not '%s'",
+                                      optarg);
+        a->o.heartbeat_timeout_ms = (int)v;
+        return 0;
+    case 'T': a->telemetry_path = optarg; return 0;
+    case 'h': a->help = 1; return 0;
+    default: return dh_cli_usage_error(CMD, "bad option");
+    }
+}
+
+static int parse_args(struct args *a, int argc, char **argv)
+{
+    int c, r;
+
+    dh_coordinator_opts_default(&a->o);
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+        if ((r = dh_cli_getopt_error(CMD, c, argv)) != 0)
+            return r;
+        if ((r = parse_opt(a, c)) != 0)
+            return r;
+    }
+    if (!a->help && optind < argc)
+        return dh_cli_usage_error(CMD, "unexpected argument '%s'",
+                                  argv[optind]);
+    return 0;
+}
+
+static void install_handlers(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; /* no SA_RESTART: poll must return EINTR */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static int serve(struct args *a)
+{
+    struct dh_coordinator *c = NULL;
+    struct dh_err e;
+    FILE *tel = NULL;
+    int rc;
+
+    if (a->telemetry_path && !(tel = fopen(a->telemetry_path, "w"))) {
+        dh_cli_error(CMD, "cannot open %s: %s", a->telemetry_path,
+                     strerror(errno));
+        return DH_EXIT_FAIL;
+    }
+    a->o.telemetry = tel;
+    install_handlers();
+    dh_err_clear(&e);
+    if ((rc = dh_coordinator_create(&a->o, &c, &e)) == 0) {
+        fprintf(stderr, "datahelix: coordinator: listening on %s (policy "
+                "%s)\n", dh_coordinator_endpoint(c),
+                a->o.policy ? a->o.policy : "least-request");
+        rc = dh_coordinator_run(c, &g_stop, &e);
+    }
+    if (rc < 0)
+        dh_cli_error(CMD, "%s", e.msg[0] ? e.msg : dh_strerror(rc));
+    dh_coordinator_destroy(c);
+    if (tel)
+        fclose(tel);
+    return rc < 0 ? DH_EXIT_FAIL : DH_EXIT_OK;
+}
+
+int dh_cmd_coordinator(int argc, char **argv)
+{
+    struct args a;
+    int r;
+
+    memset(&a, 0, sizeof(a));
+    if ((r = parse_args(&a, argc, argv)) != 0)
+        return r;
+    if (a.help) {
+        usage(stdout);
+        return DH_EXIT_OK;
+    }
+    return serve(&a);
+}

@@ -1,0 +1,583 @@
+/*
+ * coordinator.c - the Coordinator's socket, event loop and registry
+ * (include/datahelix/coordinator.h; DESIGN.md 2, 3).
+ *
+ * Design: one ZMQ_ROUTER socket; every peer (client or DataServer) is a
+ * DEALER and each ZeroMQ message is [routing id][one Envelope].  The loop
+ * waits in zmq_poll() for at most 50 ms, handles up to a burst of messages
+ * without blocking, then checks heartbeats.  Sends never block
+ * (ZMQ_DONTWAIT, ZMQ_ROUTER_MANDATORY so an unknown peer is an error, not a
+ * silent drop).  Messages over DH_WIRE_MAX_MSG are refused by ZeroMQ itself
+ * (ZMQ_MAXMSGSIZE: the peer is disconnected).  Placement, the task table
+ * and completions live in coordinator_route.c.
+ *
+ * Locking: none; the thread in dh_coordinator_run() owns all state, other
+ * threads only read the atomic counters.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "core/alloc.h"
+#include "runtime/coordinator_internal.h"
+
+#define POLL_MS 50
+#define BURST 256
+
+uint64_t dh__co_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void dh_coordinator_opts_default(struct dh_coordinator_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->heartbeat_timeout_ms = 3000;
+    o->max_servers = 1024;
+    o->max_clients = 4096;
+    o->max_inflight = 65536;
+    o->max_pending = 4096;
+    o->queue_per_worker = 4;
+}
+
+/* ---- logging ---- */
+
+/* "127.0.0.1 id 0080000001": the transport address when ZeroMQ knows it
+ * (frame: a received message of that peer, or NULL) and the routing id. */
+static void peer_name(void *frame, const struct co_peer *p, char *buf,
+                      size_t len)
+{
+    const char *addr = NULL;
+    size_t n = 0;
+
+    if (frame)
+        addr = zmq_msg_gets((zmq_msg_t *)frame, "Peer-Address");
+    n = (size_t)snprintf(buf, len, "%s id ", addr ? addr : "peer");
+    for (size_t i = 0; p && i < p->len && i < 32 && n + 3 < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%02x", p->id[i]);
+}
+
+void dh__co_malformed(struct dh_coordinator *c, const struct co_peer *from,
+                      const char *fmt, ...)
+{
+    char who[128], why[DH_ERR_MSG_MAX];
+    va_list ap;
+
+    CO_INC(c, malformed);
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    peer_name(c->cur_frame, from, who, sizeof(who));
+    fprintf(stderr, "datahelix: coordinator: malformed message from %s: %s\n",
+            who, why);
+}
+
+/* ---- sending ---- */
+
+int dh__co_send(struct dh_coordinator *c, const struct co_peer *to,
+                const struct dh_wire_msg *m)
+{
+    struct dh_err e;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = dh_wire_encode(m, &buf, &len, &e);
+
+    if (rc == 0) {
+        if (zmq_send(c->sock, to->id, to->len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0
+            || zmq_send(c->sock, buf, len, ZMQ_DONTWAIT) < 0)
+            rc = dh_err_set(&e, DH_EIO, "%s", zmq_strerror(zmq_errno()));
+        dh_wire_free(buf);
+    }
+    if (rc < 0)
+        CO_INC(c, send_failures);
+    if (rc < 0 && !c->quiet) {
+        char who[128];
+
+        peer_name(NULL, to, who, sizeof(who));
+        fprintf(stderr, "datahelix: coordinator: cannot send %s to %s: %s\n",
+                dh_wire_type_name(m->type), who, e.msg);
+    }
+    return rc;
+}
+
+static void send_refusal(struct dh_coordinator *c, const struct co_peer *to,
+                         const char *why)
+{
+    dh_wire_msg_fini(&c->out);
+    dh_wire_msg_init(&c->out, DH_WIRE_SHUTDOWN);
+    snprintf(c->out.u.shutdown.reason, sizeof(c->out.u.shutdown.reason),
+             "registration refused: %s", why);
+    (void)dh__co_send(c, to, &c->out);
+    fprintf(stderr, "datahelix: coordinator: registration refused: %s\n", why);
+}
+
+/* ---- registry ---- */
+
+static int find_server(const struct dh_coordinator *c, uint32_t wire_id)
+{
+    for (int i = 0; i < c->max_servers; i++)
+        if (c->servers[i].used && c->servers[i].wire_id == wire_id)
+            return i;
+    return -1;
+}
+
+static int free_slot_server(const struct dh_coordinator *c)
+{
+    for (int i = 0; i < c->max_servers; i++)
+        if (!c->servers[i].used)
+            return i;
+    return -1;
+}
+
+/* A known server registering again (a reconnect): same role and rank. */
+static int reregister(struct dh_coordinator *c, int slot,
+                      const struct co_peer *from,
+                      const struct dh_wire_register_server *r, uint64_t now)
+{
+    struct co_server *s = &c->servers[slot];
+
+    if (s->role != r->role || s->rank != r->rank) {
+        send_refusal(c, from, "server id already registered with another "
+                              "role or rank");
+        return -1;
+    }
+    s->peer = *from;
+    s->last_seen_ms = now;
+    snprintf(s->addr, sizeof(s->addr), "%s", r->addr);
+    return 0;
+}
+
+static int add_server(struct dh_coordinator *c, const struct co_peer *from,
+                      const struct dh_wire_register_server *r, uint64_t now)
+{
+    int local = r->role == DH_WIRE_ROLE_LOCAL;
+    int slot = free_slot_server(c);
+    struct dh_err e;
+    char why[DH_ERR_MSG_MAX + 64];
+    int32_t cap = c->queue_per_worker * (int32_t)r->workers;
+
+    if (local && r->rank < DH_WIRE_MAX_RANKS && c->rank_local[r->rank] >= 0)
+        snprintf(why, sizeof(why), "rank %u already has a local server",
+                 r->rank);
+    else if (slot < 0)
+        snprintf(why, sizeof(why), "registry full (%d servers)",
+                 c->max_servers);
+    else if (dh_place_add_server(c->place, slot,
+                                 local ? DH_PLACE_ROLE_LOCAL
+                                       : DH_PLACE_ROLE_REMOTE,
+                                 local ? (int32_t)r->rank : -1,
+                                 (int32_t)r->workers, cap, &e) < 0)
+        snprintf(why, sizeof(why), "server %u: %s", r->server_id, e.msg);
+    else
+        goto added;
+    send_refusal(c, from, why);
+    return -1;
+added:
+    c->servers[slot] = (struct co_server){
+        .used = 1, .wire_id = r->server_id, .gen = ++c->next_gen,
+        .peer = *from, .role = r->role, .rank = r->rank, .last_seen_ms = now};
+    snprintf(c->servers[slot].addr, sizeof(c->servers[slot].addr), "%s",
+             r->addr);
+    if (local)
+        c->rank_local[r->rank] = slot;
+    CO_INC(c, servers);
+    return 0;
+}
+
+static void on_register_server(struct dh_coordinator *c,
+                               const struct co_peer *from,
+                               const struct dh_wire_msg *m, uint64_t now)
+{
+    const struct dh_wire_register_server *r = &m->u.register_server;
+    int slot = find_server(c, r->server_id);
+    int rc = slot >= 0 ? reregister(c, slot, from, r, now)
+                       : add_server(c, from, r, now);
+
+    if (rc == 0) {
+        (void)dh__co_send(c, from, m); /* the ack: the message echoed */
+        dh__co_drain(c, now);
+    }
+}
+
+static void on_register_client(struct dh_coordinator *c,
+                               const struct co_peer *from,
+                               const struct dh_wire_msg *m)
+{
+    const struct dh_wire_register_client *r = &m->u.register_client;
+    int slot = -1;
+
+    for (int i = 0; i < c->max_clients; i++) {
+        if (c->clients[i].used && c->clients[i].rank == r->rank) {
+            slot = i;
+            break;
+        }
+        if (!c->clients[i].used && slot < 0)
+            slot = i;
+    }
+    if (slot < 0) {
+        send_refusal(c, from, "client registry full");
+        return;
+    }
+    if (!c->clients[slot].used)
+        CO_INC(c, clients);
+    c->clients[slot] = (struct co_client){.used = 1, .rank = r->rank,
+                                          .peer = *from};
+    (void)dh__co_send(c, from, m);
+}
+
+static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
+                         const struct dh_wire_msg *m, uint64_t now)
+{
+    const struct dh_wire_heartbeat *h = &m->u.heartbeat;
+    int slot = find_server(c, h->server_id);
+
+    if (slot < 0) {
+        dh__co_malformed(c, from, "heartbeat from unregistered server %u",
+                         h->server_id);
+        return;
+    }
+    c->servers[slot].last_seen_ms = now;
+    c->servers[slot].peer = *from;
+    if (dh_place_heartbeat(c->place, slot, (int32_t)h->queue_depth,
+                           (int32_t)h->busy_workers, h->latency_ms) < 0)
+        dh__co_malformed(c, from, "heartbeat of server %u out of range",
+                         h->server_id);
+    for (uint32_t i = 0; i < h->n_links; i++) {
+        int to = find_server(c, h->links[i].peer_server_id);
+
+        /* Only links into a local server feed C_net; others are ignored. */
+        if (to >= 0 && c->servers[to].role == DH_WIRE_ROLE_LOCAL &&
+            h->links[i].bytes_per_s > 0 &&
+            dh_place_link(c->place, slot, to,
+                          (double)h->links[i].bytes_per_s, 1.0) < 0)
+            break;
+    }
+    dh__co_drain(c, now);
+}
+
+/* ---- heartbeat timeouts ---- */
+
+static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now)
+{
+    struct co_server *s = &c->servers[slot];
+
+    fprintf(stderr, "datahelix: coordinator: server %u (%s) silent for %llu "
+            "ms: declared dead, re-routing its tasks\n", s->wire_id, s->addr,
+            (unsigned long long)(now - s->last_seen_ms));
+    if (dh_place_remove_server(c->place, slot, NULL) < 0)
+        fprintf(stderr, "datahelix: coordinator: server %u was not in "
+                "placement\n", s->wire_id); /* cannot happen */
+    if (s->role == DH_WIRE_ROLE_LOCAL && s->rank < DH_WIRE_MAX_RANKS &&
+        c->rank_local[s->rank] == slot)
+        c->rank_local[s->rank] = -1;
+    s->used = 0;
+    atomic_fetch_sub(&c->st_servers, 1);
+    CO_INC(c, dead_servers);
+    dh__co_orphan_tasks(c, slot);
+}
+
+static void check_heartbeats(struct dh_coordinator *c, uint64_t now)
+{
+    int any = 0;
+
+    for (int i = 0; i < c->max_servers; i++)
+        if (c->servers[i].used &&
+            now - c->servers[i].last_seen_ms >= (uint64_t)c->hb_timeout_ms) {
+            declare_dead(c, i, now);
+            any = 1;
+        }
+    if (any)
+        dh__co_drain(c, now);
+}
+
+/* ---- receiving ---- */
+
+static void dispatch(struct dh_coordinator *c, const struct co_peer *from,
+                     uint64_t now)
+{
+    struct dh_wire_msg *m = &c->in;
+
+    switch (m->type) {
+    case DH_WIRE_REGISTER_SERVER: on_register_server(c, from, m, now); break;
+    case DH_WIRE_REGISTER_CLIENT: on_register_client(c, from, m); break;
+    case DH_WIRE_HEARTBEAT: on_heartbeat(c, from, m, now); break;
+    case DH_WIRE_DESCRIPTOR_REQUEST: dh__co_on_request(c, from, m, now); break;
+    case DH_WIRE_RESULT_NOTICE:
+    case DH_WIRE_ERROR_NOTICE: dh__co_on_done(c, from, m, now); break;
+    case DH_WIRE_SHUTDOWN:
+        fprintf(stderr, "datahelix: coordinator: shutdown requested: %s\n",
+                m->u.shutdown.reason);
+        c->shutdown = 1;
+        break;
+    default:
+        dh__co_malformed(c, from, "a peer may not send %s to the "
+                         "coordinator", dh_wire_type_name(m->type));
+    }
+}
+
+/* Reads the rest of a multipart message; returns how many frames. */
+static int drain_frames(void *sock, zmq_msg_t *extra)
+{
+    int n = 0, more = 0;
+    size_t sz = sizeof(more);
+
+    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
+        if (zmq_msg_recv(extra, sock, ZMQ_DONTWAIT) < 0)
+            break;
+        n++;
+    }
+    return n;
+}
+
+static void handle_frames(struct dh_coordinator *c, zmq_msg_t *idf,
+                          zmq_msg_t *body, int extra)
+{
+    struct co_peer from = {0};
+    struct dh_err e;
+    size_t idlen = zmq_msg_size(idf);
+
+    from.len = (uint8_t)(idlen > sizeof(from.id) ? sizeof(from.id) : idlen);
+    memcpy(from.id, zmq_msg_data(idf), from.len);
+    c->cur_frame = body;
+    if (extra > 0)
+        dh__co_malformed(c, &from, "%d frames, expected one envelope",
+                         extra + 1);
+    else if (dh_wire_decode(zmq_msg_data(body), zmq_msg_size(body), &c->in,
+                            &e) < 0)
+        dh__co_malformed(c, &from, "%s", e.msg);
+    else {
+        dispatch(c, &from, dh__co_now_ms());
+        dh_wire_msg_fini(&c->in);
+    }
+    c->cur_frame = NULL;
+}
+
+/* 1: a message was handled, 0: none waiting, <0: socket error. */
+static int recv_one(struct dh_coordinator *c, struct dh_err *e)
+{
+    zmq_msg_t idf, body, extra;
+    int rc = 1, more = 0, n = 0;
+    size_t sz = sizeof(more);
+
+    zmq_msg_init(&idf);
+    zmq_msg_init(&body);
+    zmq_msg_init(&extra);
+    if (zmq_msg_recv(&idf, c->sock, ZMQ_DONTWAIT) < 0) {
+        rc = (zmq_errno() == EAGAIN || zmq_errno() == EINTR)
+                 ? 0 : dh_err_set(e, DH_EIO, "coordinator %s: receive: %s",
+                                  c->endpoint, zmq_strerror(zmq_errno()));
+        goto out;
+    }
+    if (zmq_getsockopt(c->sock, ZMQ_RCVMORE, &more, &sz) == 0 && more &&
+        zmq_msg_recv(&body, c->sock, ZMQ_DONTWAIT) >= 0)
+        n = drain_frames(c->sock, &extra);
+    else
+        n = -1; /* a routing id alone: ROUTER never delivers that */
+    if (n >= 0)
+        handle_frames(c, &idf, &body, n);
+out:
+    zmq_msg_close(&extra);
+    zmq_msg_close(&body);
+    zmq_msg_close(&idf);
+    return rc;
+}
+
+static void broadcast_shutdown(struct dh_coordinator *c)
+{
+    dh_wire_msg_fini(&c->out);
+    dh_wire_msg_init(&c->out, DH_WIRE_SHUTDOWN);
+    snprintf(c->out.u.shutdown.reason, sizeof(c->out.u.shutdown.reason),
+             "coordinator exiting");
+    c->quiet = 1; /* peers that already left are no news */
+    for (int i = 0; i < c->max_servers; i++)
+        if (c->servers[i].used)
+            (void)dh__co_send(c, &c->servers[i].peer, &c->out);
+    for (int i = 0; i < c->max_clients; i++)
+        if (c->clients[i].used)
+            (void)dh__co_send(c, &c->clients[i].peer, &c->out);
+    c->quiet = 0;
+}
+
+int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
+                       struct dh_err *e)
+{
+    int timeout = c->hb_timeout_ms / 4 < POLL_MS ? c->hb_timeout_ms / 4
+                                                 : POLL_MS;
+    int rc = 0;
+
+    c->shutdown = 0;
+    if (timeout < 1)
+        timeout = 1;
+    while (rc == 0 && !c->shutdown && !(stop && *stop)) {
+        zmq_pollitem_t it = {.socket = c->sock, .events = ZMQ_POLLIN};
+
+        if (zmq_poll(&it, 1, timeout) < 0 && zmq_errno() != EINTR)
+            rc = dh_err_set(e, DH_EIO, "coordinator %s: poll: %s",
+                            c->endpoint, zmq_strerror(zmq_errno()));
+        for (int i = 0; rc == 0 && i < BURST && !c->shutdown; i++) {
+            int r = recv_one(c, e);
+
+            if (r <= 0) {
+                rc = r < 0 ? r : 0;
+                break;
+            }
+        }
+        check_heartbeats(c, dh__co_now_ms());
+    }
+    broadcast_shutdown(c);
+    if (c->telemetry)
+        fflush(c->telemetry);
+    return rc;
+}
+
+/* ---- lifetime ---- */
+
+static int check_opts(const struct dh_coordinator_opts *o,
+                      enum dh_place_policy *pol, struct dh_err *e)
+{
+    if (o->heartbeat_timeout_ms < 1 || o->heartbeat_timeout_ms > 3600000)
+        return dh_err_set(e, DH_EINVAL, "heartbeat timeout %d ms is not in "
+                          "1..3600000", o->heartbeat_timeout_ms);
+    if (o->max_servers < 1 || o->max_servers > 65536 || o->max_clients < 1 ||
+        o->max_clients > 65536 || o->max_inflight < 1 ||
+        o->max_inflight > DH_INFLIGHT_MAX_CAPACITY || o->max_pending < 1 ||
+        o->max_pending > DH_INFLIGHT_MAX_CAPACITY ||
+        o->queue_per_worker < 0 || o->queue_per_worker > 1000000)
+        return dh_err_set(e, DH_EINVAL, "coordinator size limits out of "
+                          "range");
+    return dh_place_policy_parse(o->policy ? o->policy : "least-request",
+                                 pol, e);
+}
+
+static int bind_socket(struct dh_coordinator *c, const char *addr,
+                       struct dh_err *e)
+{
+    int zero = 0, one = 1, to = 100;
+    int64_t maxmsg = DH_WIRE_MAX_MSG;
+    size_t len = sizeof(c->endpoint);
+
+    if (!(c->ctx = zmq_ctx_new()) ||
+        !(c->sock = zmq_socket(c->ctx, ZMQ_ROUTER)))
+        return dh_err_set(e, DH_ENOMEM, "coordinator: zmq: %s",
+                          zmq_strerror(zmq_errno()));
+    zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(c->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
+    zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &to, sizeof(to));
+    zmq_setsockopt(c->sock, ZMQ_RCVTIMEO, &to, sizeof(to));
+    zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    if (zmq_bind(c->sock, addr) < 0) {
+        int err = zmq_errno();
+
+        return dh_err_set(e, err == EADDRINUSE || err == EADDRNOTAVAIL ||
+                                     err == EACCES ? DH_EIO : DH_EINVAL,
+                          "cannot listen on %s: %s", addr, zmq_strerror(err));
+    }
+    if (zmq_getsockopt(c->sock, ZMQ_LAST_ENDPOINT, c->endpoint, &len) < 0)
+        snprintf(c->endpoint, sizeof(c->endpoint), "%s", addr);
+    c->bound = 1;
+    return 0;
+}
+
+static int alloc_tables(struct dh_coordinator *c,
+                        const struct dh_coordinator_opts *o,
+                        enum dh_place_policy pol, struct dh_err *e)
+{
+    struct dh_place_opts po;
+    int rc;
+
+    dh_place_opts_default(&po);
+    po.policy = pol;
+    if ((rc = dh_place_create(o->max_servers, &po, &c->place, e)) < 0 ||
+        (rc = dh_inflight_create(o->max_inflight, &c->inflight, e)) < 0)
+        return rc;
+    c->servers = dh__calloc((size_t)o->max_servers, sizeof(*c->servers));
+    c->clients = dh__calloc((size_t)o->max_clients, sizeof(*c->clients));
+    c->rank_local = dh__malloc(DH_WIRE_MAX_RANKS * sizeof(*c->rank_local));
+    if (!c->servers || !c->clients || !c->rank_local)
+        return dh_err_set(e, DH_ENOMEM, "coordinator: out of memory");
+    for (size_t i = 0; i < DH_WIRE_MAX_RANKS; i++)
+        c->rank_local[i] = -1;
+    return dh__co_tasks_init(c, o->max_inflight, o->max_pending, e);
+}
+
+int dh_coordinator_create(const struct dh_coordinator_opts *o,
+                          struct dh_coordinator **out, struct dh_err *e)
+{
+    struct dh_coordinator_opts def;
+    struct dh_coordinator *c;
+    enum dh_place_policy pol;
+    int rc;
+
+    if (!o) {
+        dh_coordinator_opts_default(&def);
+        o = &def;
+    }
+    if (!out)
+        return dh_err_set(e, DH_EINVAL, "coordinator: out is NULL");
+    if ((rc = check_opts(o, &pol, e)) < 0)
+        return rc;
+    if (!(c = dh__calloc(1, sizeof(*c))))
+        return dh_err_set(e, DH_ENOMEM, "coordinator: out of memory");
+    c->telemetry = o->telemetry;
+    c->hb_timeout_ms = o->heartbeat_timeout_ms;
+    c->queue_per_worker = o->queue_per_worker;
+    c->max_servers = o->max_servers;
+    c->max_clients = o->max_clients;
+    dh_wire_msg_init(&c->in, DH_WIRE_NONE);
+    dh_wire_msg_init(&c->out, DH_WIRE_NONE);
+    if ((rc = alloc_tables(c, o, pol, e)) < 0 ||
+        (rc = bind_socket(c, o->listen ? o->listen
+                                       : DH_COORDINATOR_DEFAULT_LISTEN, e)) < 0) {
+        dh_coordinator_destroy(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+const char *dh_coordinator_endpoint(const struct dh_coordinator *c)
+{
+    return c->endpoint;
+}
+
+void dh_coordinator_stats(const struct dh_coordinator *c,
+                          struct dh_coordinator_stats *out)
+{
+    struct dh_coordinator *m = (struct dh_coordinator *)c;
+
+#define CO_LOAD_(n) out->n = atomic_load_explicit(&m->st_##n, \
+                                                  memory_order_relaxed);
+    CO_STATS(CO_LOAD_)
+#undef CO_LOAD_
+}
+
+void dh_coordinator_destroy(struct dh_coordinator *c)
+{
+    if (!c)
+        return;
+    if (c->sock)
+        zmq_close(c->sock);
+    if (c->ctx)
+        zmq_ctx_term(c->ctx);
+    /* ZeroMQ leaves the socket file of an ipc:// endpoint we bound. */
+    if (c->bound && !strncmp(c->endpoint, "ipc://", 6) &&
+        c->endpoint[6] != '@')
+        unlink(c->endpoint + 6);
+    dh__co_tasks_fini(c);
+    dh_wire_msg_fini(&c->in);
+    dh_wire_msg_fini(&c->out);
+    dh_inflight_destroy(c->inflight);
+    dh_place_destroy(c->place);
+    dh__free(c->servers);
+    dh__free(c->clients);
+    dh__free(c->rank_local);
+    dh__free(c);
+}

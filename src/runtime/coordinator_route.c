@@ -1,0 +1,443 @@
+/*
+ * coordinator_route.c - what the Coordinator does with tasks: placement of
+ * descriptor requests (place.h), the FIFO of requests waiting for capacity,
+ * Routes to servers and acks to clients, first-result-wins completion
+ * (inflight.h) and re-routing the tasks of a dead server (DESIGN.md 3, 8).
+ *
+ * Design: every task the Coordinator knows is one struct co_task in a hash
+ * keyed by task id (linear probing, backward-shift deletion), from arrival
+ * until its first completion.  The in-flight table says where a running
+ * task runs; the co_task keeps what re-routing needs (the request and the
+ * client's routing id).  Waiting tasks sit in a ring, oldest first,
+ * re-routes in front of new requests; only the head is tried, so a request
+ * that meets backpressure waits with everything behind it (simple and
+ * fair; head-of-line blocking across ranks is accepted for now).
+ *
+ * Locking: none (see coordinator_internal.h).
+ */
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/hash.h"
+#include "runtime/coordinator_internal.h"
+
+/* ---- the task hash ---- */
+
+static size_t home(const struct dh_coordinator *c, uint64_t id)
+{
+    return (size_t)dh__mix64(id) & (c->tasks_cap - 1);
+}
+
+static struct co_task *task_find(const struct dh_coordinator *c, uint64_t id)
+{
+    for (size_t i = home(c, id);; i = (i + 1) & (c->tasks_cap - 1)) {
+        if (!c->tasks[i])
+            return NULL;
+        if (c->tasks[i]->req.task.id == id)
+            return c->tasks[i];
+    }
+}
+
+/* The table is sized so that it never fills (see dh__co_tasks_init). */
+static void task_insert(struct dh_coordinator *c, struct co_task *t)
+{
+    size_t i = home(c, t->req.task.id);
+
+    while (c->tasks[i])
+        i = (i + 1) & (c->tasks_cap - 1);
+    c->tasks[i] = t;
+    c->n_tasks++;
+}
+
+static void task_remove(struct dh_coordinator *c, uint64_t id)
+{
+    size_t mask = c->tasks_cap - 1, i = home(c, id), j;
+
+    while (c->tasks[i] && c->tasks[i]->req.task.id != id)
+        i = (i + 1) & mask;
+    if (!c->tasks[i])
+        return;
+    c->tasks[i] = NULL;
+    c->n_tasks--;
+    /* Backward shift: move up every entry whose home is not in (i, j]. */
+    for (j = (i + 1) & mask; c->tasks[j]; j = (j + 1) & mask) {
+        size_t h = home(c, c->tasks[j]->req.task.id);
+
+        if ((j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j))) {
+            c->tasks[i] = c->tasks[j];
+            c->tasks[j] = NULL;
+            i = j;
+        }
+    }
+}
+
+/* Frees what the decoder allocated for the request (as dh_wire_msg_fini()
+ * would: both arrays come from the library's allocation seam). */
+static void task_free(struct dh_coordinator *c, struct co_task *t)
+{
+    (void)c;
+    dh__free(t->req.sample_ids);
+    dh__free(t->req.plan.indices);
+    dh__free(t);
+}
+
+int dh__co_tasks_init(struct dh_coordinator *c, size_t max_inflight,
+                      size_t max_pending, struct dh_err *e)
+{
+    size_t need = 2 * (max_inflight + max_pending);
+
+    c->tasks_cap = 16;
+    while (c->tasks_cap < need)
+        c->tasks_cap <<= 1;
+    c->fifo_cap = max_inflight + max_pending;
+    c->max_pending = max_pending;
+    c->dead_cap = 1024;
+    c->tasks = dh__calloc(c->tasks_cap, sizeof(*c->tasks));
+    c->fifo = dh__calloc(c->fifo_cap, sizeof(*c->fifo));
+    c->dead_buf = dh__calloc(c->dead_cap, sizeof(*c->dead_buf));
+    if (!c->tasks || !c->fifo || !c->dead_buf)
+        return dh_err_set(e, DH_ENOMEM, "coordinator: out of memory");
+    return 0;
+}
+
+void dh__co_tasks_fini(struct dh_coordinator *c)
+{
+    /* Cancelled tasks live only in the FIFO, all others in the hash. */
+    for (size_t k = 0; c->fifo && k < c->fifo_len; k++) {
+        struct co_task *t = c->fifo[(c->fifo_head + k) % c->fifo_cap];
+
+        if (t->cancelled)
+            task_free(c, t);
+    }
+    for (size_t i = 0; c->tasks && i < c->tasks_cap; i++)
+        if (c->tasks[i])
+            task_free(c, c->tasks[i]);
+    dh__free(c->tasks);
+    dh__free(c->fifo);
+    dh__free(c->dead_buf);
+}
+
+/* ---- the FIFO ---- */
+
+static int fifo_push(struct dh_coordinator *c, struct co_task *t, int front)
+{
+    if (c->fifo_len == c->fifo_cap)
+        return -1;
+    if (front) {
+        c->fifo_head = (c->fifo_head + c->fifo_cap - 1) % c->fifo_cap;
+        c->fifo[c->fifo_head] = t;
+    } else {
+        c->fifo[(c->fifo_head + c->fifo_len) % c->fifo_cap] = t;
+    }
+    c->fifo_len++;
+    if (t->state == CO_PENDING_NEW)
+        c->pending_new++;
+    CO_SET(c, pending, c->fifo_len);
+    return 0;
+}
+
+static void fifo_pop(struct dh_coordinator *c)
+{
+    struct co_task *t = c->fifo[c->fifo_head];
+
+    if (t->state == CO_PENDING_NEW)
+        c->pending_new--;
+    c->fifo_head = (c->fifo_head + 1) % c->fifo_cap;
+    c->fifo_len--;
+    CO_SET(c, pending, c->fifo_len);
+}
+
+/* ---- messages to peers ---- */
+
+static void send_route(struct dh_coordinator *c, struct co_task *t,
+                       const struct co_peer *to, int with_request)
+{
+    const struct co_server *s = &c->servers[t->server];
+    int32_t tgt = t->req.requester_rank < DH_WIRE_MAX_RANKS
+                      ? c->rank_local[t->req.requester_rank] : -1;
+    struct dh_wire_route *r;
+
+    if (tgt < 0)
+        tgt = t->server; /* no local server: the chosen one delivers */
+    dh_wire_msg_fini(&c->out);
+    dh_wire_msg_init(&c->out, DH_WIRE_ROUTE);
+    r = &c->out.u.route;
+    r->task = t->req.task;
+    r->server_id = s->wire_id;
+    r->target_server_id = c->servers[tgt].wire_id;
+    memcpy(r->target_addr, c->servers[tgt].addr, sizeof(r->target_addr));
+    if (with_request) {
+        r->has_request = 1;
+        r->request = t->req; /* borrowed: cleared before any fini */
+    }
+    (void)dh__co_send(c, to, &c->out);
+    dh_wire_msg_init(&c->out, DH_WIRE_NONE); /* drops the borrow */
+}
+
+static void send_error(struct dh_coordinator *c, struct co_task *t, int cause,
+                       const char *why)
+{
+    struct dh_wire_error *er;
+
+    dh_wire_msg_fini(&c->out);
+    dh_wire_msg_init(&c->out, DH_WIRE_ERROR_NOTICE);
+    er = &c->out.u.error;
+    er->task = t->req.task;
+    er->server_id = DH_COORDINATOR_SERVER_ID;
+    er->sample_id = t->req.n_samples ? t->req.sample_ids[0] : 0;
+    er->cause = cause < 0 ? cause : DH_EIO;
+    snprintf(er->message, sizeof(er->message), "coordinator: %s", why);
+    (void)dh__co_send(c, &t->client, &c->out);
+}
+
+static void send_release(struct dh_coordinator *c, const struct co_peer *to,
+                         const struct dh_wire_result *res)
+{
+    dh_wire_msg_fini(&c->out);
+    dh_wire_msg_init(&c->out, DH_WIRE_RELEASE);
+    c->out.u.release.task = res->task;
+    c->out.u.release.slot_offset = res->arena_offset;
+    c->out.u.release.generation = res->slot_generation;
+    (void)dh__co_send(c, to, &c->out);
+}
+
+/* ---- placement ---- */
+
+static double now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int32_t wire_id_of(const struct dh_coordinator *c, int32_t slot)
+{
+    return slot >= 0 && slot < c->max_servers && c->servers[slot].used
+               ? (int32_t)c->servers[slot].wire_id : -1;
+}
+
+/* One line per decision (DESIGN 4.4), servers named by their wire ids; a
+ * task waiting under backpressure is recorded once, not at every retry. */
+static void telemetry(struct dh_coordinator *c, struct co_task *t,
+                      const struct dh_place_decision *d, double us)
+{
+    struct dh_place_decision w = *d;
+    char line[2048];
+    size_t n;
+
+    if (!c->telemetry || (d->server < 0 && t->bp_logged))
+        return;
+    t->bp_logged |= d->server < 0;
+    w.server = wire_id_of(c, d->server);
+    for (int32_t i = 0; i < w.ntop && i < DH_PLACE_TOP; i++)
+        w.top[i].server = wire_id_of(c, d->top[i].server);
+    n = dh_place_decision_format(&w, (int64_t)t->req.task.id, us, line,
+                                 sizeof(line));
+    if (n < sizeof(line)) {
+        fprintf(c->telemetry, "%s\n", line);
+        fflush(c->telemetry);
+    }
+}
+
+static void fill_req(const struct dh_coordinator *c, const struct co_task *t,
+                     uint64_t now, struct dh_place_req *q)
+{
+    uint32_t rank = t->req.requester_rank;
+
+    q->rank = (int32_t)rank;
+    q->local_server = rank < DH_WIRE_MAX_RANKS ? c->rank_local[rank] : -1;
+    q->cpu_ms = t->req.hints.est_cpu_ms;
+    q->io_ms = 0;
+    q->out_bytes = (double)t->req.hints.est_out_bytes;
+    /* Slack is relative to the request's arrival (DESIGN 3 "Clocks"); the
+     * time it waited here is already spent. */
+    q->deadline_ms = (double)t->req.slack_ms - (double)(now - t->arrived_ms);
+}
+
+/* 1: placed and sent, 0: backpressure (try later), <0: cannot place. */
+static int place_task(struct dh_coordinator *c, struct co_task *t,
+                      uint64_t now)
+{
+    struct dh_place_req q;
+    struct dh_place_decision d;
+    double t0 = now_us();
+    int rc;
+
+    fill_req(c, t, now, &q);
+    if ((rc = dh_place_decide(c->place, &q, &d)) < 0)
+        return rc;
+    telemetry(c, t, &d, now_us() - t0);
+    if (d.server < 0)
+        return 0;
+    rc = t->state == CO_PENDING_NEW
+             ? dh_inflight_add(c->inflight, t->req.task.id, (uint32_t)d.server,
+                               now, NULL)
+             : dh_inflight_reroute(c->inflight, t->req.task.id,
+                                   (uint32_t)d.server, now);
+    if (rc == DH_ETOOBIG)
+        return 0; /* in-flight table full: wait for a completion */
+    if (rc < 0 || (rc = dh_place_assign(c->place, d.server, d.work_ms)) < 0)
+        return rc;
+    if (t->state == CO_PENDING_REROUTE)
+        CO_INC(c, rerouted);
+    t->state = CO_RUNNING;
+    t->server = d.server;
+    t->server_gen = c->servers[d.server].gen;
+    t->work_ms = d.work_ms;
+    t->since_ms = now;
+    CO_INC(c, routed);
+    CO_SET(c, inflight, dh_inflight_count(c->inflight));
+    send_route(c, t, &c->servers[d.server].peer, 1);
+    send_route(c, t, &t->client, 0);
+    return 1;
+}
+
+static void fail_task(struct dh_coordinator *c, struct co_task *t, int rc,
+                      const char *why)
+{
+    int first = 0;
+
+    send_error(c, t, rc, why);
+    if (t->state == CO_PENDING_REROUTE &&
+        dh_inflight_done(c->inflight, t->req.task.id, 0, &first) < 0)
+        first = 0;
+    task_remove(c, t->req.task.id);
+    task_free(c, t);
+}
+
+void dh__co_drain(struct dh_coordinator *c, uint64_t now)
+{
+    while (c->fifo_len > 0) {
+        struct co_task *t = c->fifo[c->fifo_head];
+        int rc = t->cancelled ? 1 : place_task(c, t, now);
+
+        if (rc == 0)
+            break;
+        fifo_pop(c);
+        if (t->cancelled)
+            task_free(c, t);
+        else if (rc < 0)
+            fail_task(c, t, rc, "request cannot be placed (bad cost hints)");
+    }
+}
+
+/* ---- requests ---- */
+
+void dh__co_on_request(struct dh_coordinator *c, const struct co_peer *from,
+                       struct dh_wire_msg *m, uint64_t now)
+{
+    struct co_task *t = task_find(c, m->u.request.task.id);
+
+    if (t) { /* a re-issue: refresh where the answer goes */
+        t->client = *from;
+        if (t->state == CO_RUNNING)
+            send_route(c, t, from, 0);
+        return;
+    }
+    if (!(t = dh__calloc(1, sizeof(*t)))) {
+        fprintf(stderr, "datahelix: coordinator: out of memory\n");
+        return;
+    }
+    t->req = m->u.request; /* take the arrays */
+    m->u.request.sample_ids = NULL;
+    m->u.request.plan.indices = NULL;
+    t->client = *from;
+    t->state = CO_PENDING_NEW;
+    t->server = -1;
+    t->arrived_ms = now;
+    if (c->pending_new >= c->max_pending || fifo_push(c, t, 0) < 0) {
+        CO_INC(c, queue_full);
+        send_error(c, t, DH_ETOOBIG, "request queue full");
+        task_free(c, t);
+        return;
+    }
+    task_insert(c, t);
+    CO_INC(c, requests);
+    dh__co_drain(c, now);
+}
+
+/* ---- completions ---- */
+
+static void note_alive(struct dh_coordinator *c, const struct co_peer *from,
+                       uint32_t wire_id, uint64_t now)
+{
+    for (int i = 0; i < c->max_servers; i++)
+        if (c->servers[i].used && c->servers[i].wire_id == wire_id) {
+            if (c->servers[i].peer.len == from->len &&
+                !memcmp(c->servers[i].peer.id, from->id, from->len))
+                c->servers[i].last_seen_ms = now;
+            return;
+        }
+}
+
+static void complete_task(struct dh_coordinator *c, struct co_task *t,
+                          uint64_t now)
+{
+    const struct co_server *s = t->server >= 0 ? &c->servers[t->server]
+                                               : NULL;
+
+    /* A completion from the server the task runs on, still the same
+     * registration: its work leaves the queue and the EWMA learns. */
+    if (s && s->used && s->gen == t->server_gen &&
+        dh_place_complete(c->place, t->server, t->work_ms,
+                          (double)(now - t->since_ms)) < 0)
+        fprintf(stderr, "datahelix: coordinator: placement lost server "
+                "slot %d\n", (int)t->server); /* cannot happen */
+    task_remove(c, t->req.task.id);
+    if (t->state == CO_RUNNING)
+        task_free(c, t);
+    else
+        t->cancelled = 1; /* still in the FIFO, which frees it */
+}
+
+void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
+                    const struct dh_wire_msg *m, uint64_t now)
+{
+    int is_result = m->type == DH_WIRE_RESULT_NOTICE;
+    const struct dh_wire_task *task = is_result ? &m->u.result.task
+                                                : &m->u.error.task;
+    uint32_t sid = is_result ? m->u.result.server_id : m->u.error.server_id;
+    struct co_task *t = NULL;
+    int first = 0;
+
+    note_alive(c, from, sid, now);
+    if (dh_inflight_done(c->inflight, task->id, sid, &first) < 0 || !first ||
+        !(t = task_find(c, task->id))) {
+        CO_INC(c, duplicates); /* late or unknown: never reaches a client */
+        if (is_result)
+            send_release(c, from, &m->u.result);
+        return;
+    }
+    CO_SET(c, inflight, dh_inflight_count(c->inflight));
+    (void)dh__co_send(c, &t->client, m);
+    CO_INC(c, results);
+    complete_task(c, t, now);
+    dh__co_drain(c, now);
+}
+
+/* ---- dead servers ---- */
+
+void dh__co_orphan_tasks(struct dh_coordinator *c, int32_t slot)
+{
+    size_t n = 0;
+
+    do {
+        if (dh_inflight_server_dead(c->inflight, (uint32_t)slot, c->dead_buf,
+                                    c->dead_cap, &n) < 0)
+            return;
+        for (size_t i = 0; i < n; i++) {
+            struct co_task *t = task_find(c, c->dead_buf[i]);
+
+            if (!t)
+                continue;
+            t->state = CO_PENDING_REROUTE;
+            t->server = -1;
+            t->bp_logged = 0;
+            if (fifo_push(c, t, 1) < 0) /* cannot happen: sized for all */
+                fail_task(c, t, DH_ETOOBIG, "re-route queue full");
+        }
+    } while (n == c->dead_cap);
+}

@@ -1,0 +1,526 @@
+/* test_coordinator.c - the Coordinator's event loop over real ZeroMQ
+ * sockets: it runs in a thread on tcp://127.0.0.1:0 (the bound port read
+ * back with dh_coordinator_endpoint()), and fake DataServers and a fake
+ * client are DEALER sockets in the test speaking the wire codec.
+ * Registration acks; a request placed on the requester's local server and
+ * forwarded with the embedded request; its result forwarded to the client
+ * exactly once; a duplicate from a second server released, not delivered;
+ * a silent server declared dead and its task re-routed; backpressure
+ * queueing; malformed input counted while the loop keeps serving; Shutdown
+ * and the stop flag end run() promptly.  Every receive has a timeout. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+#include <zmq.h>
+
+#include "datahelix/coordinator.h"
+#include "datahelix/wire.h"
+
+#define WAIT_MS 3000 /* a message that should come */
+#define QUIET_MS 250 /* how long "nothing comes" is watched */
+
+struct fx {
+    struct dh_coordinator *c;
+    pthread_t th;
+    volatile int stop;
+    volatile int finished;
+    int run_rc;
+    void *ctx;
+    FILE *tel;
+};
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void *run_thread(void *arg)
+{
+    struct fx *f = arg;
+    struct dh_err e;
+
+    f->run_rc = dh_coordinator_run(f->c, &f->stop, &e);
+    __atomic_store_n(&f->finished, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static struct fx *start(const char *policy, int hb_ms, int per_worker)
+{
+    struct fx *f = calloc(1, sizeof(*f));
+    struct dh_coordinator_opts o;
+    struct dh_err e;
+
+    assert_non_null(f);
+    f->tel = tmpfile();
+    assert_non_null(f->tel);
+    dh_coordinator_opts_default(&o);
+    o.listen = "tcp://127.0.0.1:0";
+    o.policy = policy;
+    o.heartbeat_timeout_ms = hb_ms;
+    o.queue_per_worker = per_worker;
+    o.telemetry = f->tel;
+    assert_int_equal(dh_coordinator_create(&o, &f->c, &e), 0);
+    assert_non_null(strstr(dh_coordinator_endpoint(f->c), "127.0.0.1:"));
+    assert_null(strstr(dh_coordinator_endpoint(f->c), ":0"));
+    f->ctx = zmq_ctx_new();
+    assert_non_null(f->ctx);
+    assert_int_equal(pthread_create(&f->th, NULL, run_thread, f), 0);
+    return f;
+}
+
+/* Waits (bounded) for run() to return; 1 if it did. */
+static int wait_finished(struct fx *f, int ms)
+{
+    uint64_t end = now_ms() + (uint64_t)ms;
+
+    while (!__atomic_load_n(&f->finished, __ATOMIC_SEQ_CST) &&
+           now_ms() < end) {
+        struct timespec ts = {0, 5000000};
+
+        nanosleep(&ts, NULL);
+    }
+    return __atomic_load_n(&f->finished, __ATOMIC_SEQ_CST);
+}
+
+/* Sets the stop flag, checks that run() returns within 1 s, frees all. */
+static void stop_and_free(struct fx *f)
+{
+    uint64_t t0 = now_ms();
+
+    f->stop = 1;
+    assert_true(wait_finished(f, 1000));
+    assert_true(now_ms() - t0 < 1000);
+    pthread_join(f->th, NULL);
+    assert_int_equal(f->run_rc, 0);
+    dh_coordinator_destroy(f->c);
+    zmq_ctx_term(f->ctx);
+    fclose(f->tel);
+    free(f);
+}
+
+static void *peer(struct fx *f)
+{
+    void *s = zmq_socket(f->ctx, ZMQ_DEALER);
+    int zero = 0, to = 1000;
+
+    assert_non_null(s);
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(s, ZMQ_SNDTIMEO, &to, sizeof(to));
+    assert_int_equal(zmq_connect(s, dh_coordinator_endpoint(f->c)), 0);
+    return s;
+}
+
+static void send_msg(void *s, const struct dh_wire_msg *m)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    struct dh_err e;
+
+    assert_int_equal(dh_wire_encode(m, &buf, &len, &e), 0);
+    assert_int_equal(zmq_send(s, buf, len, 0), (int)len);
+    dh_wire_free(buf);
+}
+
+/* Receives the next message of `type` (others are skipped) within ms;
+ * 0, or -1 on timeout. */
+static int recv_type(void *s, enum dh_wire_type type, struct dh_wire_msg *m,
+                     int ms)
+{
+    uint64_t end = now_ms() + (uint64_t)ms;
+    uint8_t buf[65536];
+
+    for (;;) {
+        uint64_t now = now_ms();
+        zmq_pollitem_t it = {.socket = s, .events = ZMQ_POLLIN};
+        int n;
+
+        if (now >= end || zmq_poll(&it, 1, (long)(end - now)) <= 0)
+            return -1;
+        n = zmq_recv(s, buf, sizeof(buf), ZMQ_DONTWAIT);
+        if (n < 0)
+            continue;
+        assert_true((size_t)n <= sizeof(buf));
+        assert_int_equal(dh_wire_decode(buf, (size_t)n, m, NULL), 0);
+        if (m->type == type)
+            return 0;
+        dh_wire_msg_fini(m);
+    }
+}
+
+static void expect(void *s, enum dh_wire_type type, struct dh_wire_msg *m)
+{
+    assert_int_equal(recv_type(s, type, m, WAIT_MS), 0);
+}
+
+static void expect_none(void *s, enum dh_wire_type type)
+{
+    struct dh_wire_msg m;
+
+    assert_int_equal(recv_type(s, type, &m, QUIET_MS), -1);
+}
+
+static void *server(struct fx *f, uint32_t id, enum dh_wire_role role,
+                    uint32_t rank)
+{
+    void *s = peer(f);
+    struct dh_wire_msg m, ack;
+
+    dh_wire_msg_init(&m, DH_WIRE_REGISTER_SERVER);
+    m.u.register_server.server_id = id;
+    snprintf(m.u.register_server.addr, sizeof(m.u.register_server.addr),
+             "ipc://server-%u", id);
+    m.u.register_server.role = role;
+    m.u.register_server.rank = role == DH_WIRE_ROLE_LOCAL ? rank : 0;
+    m.u.register_server.workers = 1;
+    m.u.register_server.arena_bytes = 1 << 20;
+    send_msg(s, &m);
+    expect(s, DH_WIRE_REGISTER_SERVER, &ack);
+    assert_int_equal(ack.u.register_server.server_id, id);
+    dh_wire_msg_fini(&ack);
+    return s;
+}
+
+static void *client(struct fx *f, uint32_t rank)
+{
+    void *s = peer(f);
+    struct dh_wire_msg m, ack;
+
+    dh_wire_msg_init(&m, DH_WIRE_REGISTER_CLIENT);
+    m.u.register_client.rank = rank;
+    m.u.register_client.world_size = rank + 1;
+    m.u.register_client.pid = 1;
+    send_msg(s, &m);
+    expect(s, DH_WIRE_REGISTER_CLIENT, &ack);
+    dh_wire_msg_fini(&ack);
+    return s;
+}
+
+static void heartbeat(void *s, uint32_t id)
+{
+    struct dh_wire_msg m;
+
+    dh_wire_msg_init(&m, DH_WIRE_HEARTBEAT);
+    m.u.heartbeat.server_id = id;
+    send_msg(s, &m);
+}
+
+static struct dh_wire_task task(uint32_t step)
+{
+    struct dh_wire_task t;
+
+    assert_int_equal(dh_wire_task_make(&t, 0, step, 0, 0, NULL), 0);
+    return t;
+}
+
+static void request(void *s, uint32_t step)
+{
+    struct dh_wire_msg m;
+    uint64_t ids[2] = {100 + step, 200 + step};
+
+    dh_wire_msg_init(&m, DH_WIRE_DESCRIPTOR_REQUEST);
+    m.u.request.task = task(step);
+    m.u.request.requester_rank = 0;
+    assert_int_equal(dh_wire_set_samples(&m.u.request, ids, 2, NULL), 0);
+    m.u.request.slack_ms = 100000;
+    m.u.request.hints.est_cpu_ms = 10;
+    send_msg(s, &m);
+    dh_wire_msg_fini(&m);
+}
+
+static void result(void *s, uint32_t step, uint32_t server_id)
+{
+    struct dh_wire_msg m;
+    uint64_t ids[2] = {100 + step, 200 + step};
+
+    dh_wire_msg_init(&m, DH_WIRE_RESULT_NOTICE);
+    m.u.result.task = task(step);
+    m.u.result.server_id = server_id;
+    m.u.result.arena_offset = 4096 * server_id;
+    m.u.result.length = 64;
+    m.u.result.slot_generation = 7;
+    m.u.result.dims[0] = 64;
+    m.u.result.ndims = 1;
+    m.u.result.dtype = DH_DTYPE_U8;
+    assert_int_equal(dh_wire_set_result_samples(&m.u.result, ids, NULL, 2,
+                                                NULL), 0);
+    send_msg(s, &m);
+    dh_wire_msg_fini(&m);
+}
+
+/* The server gets the Route with the embedded request for `step`. */
+static void expect_route(void *s, uint32_t step, uint32_t server_id)
+{
+    struct dh_wire_msg m;
+
+    expect(s, DH_WIRE_ROUTE, &m);
+    assert_int_equal(m.u.route.task.id, task(step).id);
+    assert_int_equal(m.u.route.server_id, server_id);
+    assert_int_equal(m.u.route.has_request, 1);
+    assert_int_equal(m.u.route.request.n_samples, 2);
+    assert_int_equal(m.u.route.request.sample_ids[0], 100 + step);
+    assert_int_equal(m.u.route.request.sample_ids[1], 200 + step);
+    dh_wire_msg_fini(&m);
+}
+
+static void expect_result(void *s, uint32_t step, uint32_t server_id)
+{
+    struct dh_wire_msg m;
+
+    expect(s, DH_WIRE_RESULT_NOTICE, &m);
+    assert_int_equal(m.u.result.task.id, task(step).id);
+    assert_int_equal(m.u.result.server_id, server_id);
+    assert_int_equal(m.u.result.sample_ids[1], 200 + step);
+    dh_wire_msg_fini(&m);
+}
+
+static struct dh_coordinator_stats stats(struct fx *f)
+{
+    struct dh_coordinator_stats s;
+
+    dh_coordinator_stats(f->c, &s);
+    return s;
+}
+
+static void routed_locally_result_once_duplicate_released(void **state)
+{
+    struct fx *f = start("deadline", 5000, 4);
+    void *a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
+    void *b = server(f, 2, DH_WIRE_ROLE_REMOTE, 0);
+    void *cl = client(f, 0);
+    struct dh_wire_msg m;
+
+    (void)state;
+    request(cl, 0);
+    expect_route(a, 0, 1); /* the local server: local meets the deadline */
+    expect(cl, DH_WIRE_ROUTE, &m); /* the ack, without the request */
+    assert_int_equal(m.u.route.has_request, 0);
+    assert_int_equal(m.u.route.server_id, 1);
+    assert_int_equal(m.u.route.target_server_id, 1);
+    assert_string_equal(m.u.route.target_addr, "ipc://server-1");
+    dh_wire_msg_fini(&m);
+    expect_none(b, DH_WIRE_ROUTE);
+
+    result(a, 0, 1);
+    expect_result(cl, 0, 1);
+    expect_none(cl, DH_WIRE_RESULT_NOTICE); /* exactly once */
+
+    result(b, 0, 2); /* a late duplicate from another server */
+    expect(b, DH_WIRE_RELEASE, &m);
+    assert_int_equal(m.u.release.task.id, task(0).id);
+    assert_int_equal(m.u.release.slot_offset, 4096 * 2);
+    assert_int_equal(m.u.release.generation, 7);
+    dh_wire_msg_fini(&m);
+    expect_none(cl, DH_WIRE_RESULT_NOTICE);
+
+    assert_int_equal(stats(f).results, 1);
+    assert_int_equal(stats(f).duplicates, 1);
+    assert_int_equal(stats(f).servers, 2);
+    assert_int_equal(stats(f).inflight, 0);
+    zmq_close(a);
+    zmq_close(b);
+    zmq_close(cl);
+    stop_and_free(f);
+}
+
+static void telemetry_has_one_line_per_decision(void **state)
+{
+    struct fx *f = start("least-request", 5000, 4);
+    void *a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
+    void *cl = client(f, 0);
+    char line[4096];
+    int lines = 0;
+    FILE *tel = f->tel;
+
+    (void)state;
+    request(cl, 3);
+    expect_route(a, 3, 1);
+    zmq_close(a);
+    zmq_close(cl);
+    f->stop = 1;
+    assert_true(wait_finished(f, 1000));
+    pthread_join(f->th, NULL);
+    rewind(tel);
+    while (fgets(line, sizeof(line), tel)) {
+        assert_non_null(strstr(line, "\"candidates\":[{\"server\":1,"));
+        assert_non_null(strstr(line, "\"chosen\":1,"));
+        assert_non_null(strstr(line, "\"reason\":\"least_request\""));
+        assert_non_null(strstr(line, "\"decide_us\":"));
+        lines++;
+    }
+    assert_int_equal(lines, 1);
+    fclose(tel);
+    dh_coordinator_destroy(f->c);
+    zmq_ctx_term(f->ctx);
+    free(f);
+}
+
+static void silent_server_is_dead_and_task_rerouted(void **state)
+{
+    struct fx *f = start("deadline", 500, 4);
+    void *a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
+    void *b = server(f, 2, DH_WIRE_ROLE_REMOTE, 0);
+    void *cl = client(f, 0);
+    struct dh_wire_msg m;
+    uint64_t end;
+    int got = -1;
+
+    (void)state;
+    request(cl, 1);
+    expect_route(a, 1, 1);
+    /* b keeps heartbeating, a falls silent: the task must move to b. */
+    for (end = now_ms() + WAIT_MS; got != 0 && now_ms() < end;) {
+        heartbeat(b, 2);
+        got = recv_type(b, DH_WIRE_ROUTE, &m, 50);
+    }
+    assert_int_equal(got, 0);
+    assert_int_equal(m.u.route.task.id, task(1).id);
+    assert_int_equal(m.u.route.server_id, 2);
+    assert_int_equal(m.u.route.has_request, 1);
+    assert_int_equal(m.u.route.request.sample_ids[0], 101);
+    assert_int_equal(m.u.route.target_server_id, 2); /* a is gone */
+    dh_wire_msg_fini(&m);
+    assert_int_equal(stats(f).dead_servers, 1);
+    assert_int_equal(stats(f).rerouted, 1);
+    assert_int_equal(stats(f).servers, 1);
+
+    result(b, 1, 2);
+    expect_result(cl, 1, 2);
+    result(a, 1, 1); /* the "dead" server finishes after all: released */
+    expect(a, DH_WIRE_RELEASE, &m);
+    dh_wire_msg_fini(&m);
+    expect_none(cl, DH_WIRE_RESULT_NOTICE);
+    assert_int_equal(stats(f).results, 1);
+    zmq_close(a);
+    zmq_close(b);
+    zmq_close(cl);
+    stop_and_free(f);
+}
+
+static void backpressure_queues_then_routes(void **state)
+{
+    struct fx *f = start("least-request", 5000, 1); /* cap 1 x 1 worker */
+    void *a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
+    void *cl = client(f, 0);
+
+    (void)state;
+    request(cl, 0);
+    request(cl, 1);
+    expect_route(a, 0, 1);
+    expect_none(a, DH_WIRE_ROUTE); /* step 1 waits: the server is full */
+    /* Under load the second request may still be on its way: wait for it
+     * to be queued (bounded), never for a route. */
+    for (uint64_t end = now_ms() + WAIT_MS;
+         stats(f).pending < 1 && now_ms() < end;) {
+        struct timespec ts = {0, 5000000};
+
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(stats(f).pending, 1);
+    expect_none(a, DH_WIRE_ROUTE);
+    result(a, 0, 1);
+    expect_result(cl, 0, 1);
+    expect_route(a, 1, 1); /* capacity freed: the queued one goes */
+    assert_int_equal(stats(f).pending, 0);
+    result(a, 1, 1);
+    expect_result(cl, 1, 1);
+    zmq_close(a);
+    zmq_close(cl);
+    stop_and_free(f);
+}
+
+static void malformed_is_counted_and_loop_keeps_serving(void **state)
+{
+    struct fx *f = start("round-robin", 5000, 4);
+    void *bad = peer(f);
+    struct dh_wire_msg m;
+    void *a;
+
+    (void)state;
+    assert_int_equal(zmq_send(bad, "\x01\x02garbage", 9, 0), 9);
+    assert_int_equal(zmq_send(bad, "x", 1, ZMQ_SNDMORE), 1);
+    assert_int_equal(zmq_send(bad, "y", 1, 0), 1);
+    dh_wire_msg_init(&m, DH_WIRE_RELEASE); /* not for the coordinator */
+    m.u.release.task = task(0);
+    send_msg(bad, &m);
+    heartbeat(bad, 9); /* from a server nobody registered */
+    a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0); /* still serving */
+    /* The two sockets are separate connections: wait for bad's four. */
+    for (uint64_t end = now_ms() + WAIT_MS;
+         stats(f).malformed < 4 && now_ms() < end;) {
+        struct timespec ts = {0, 5000000};
+
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(stats(f).malformed, 4);
+    assert_int_equal(stats(f).servers, 1);
+    zmq_close(bad);
+    zmq_close(a);
+    stop_and_free(f);
+}
+
+static void shutdown_message_ends_run(void **state)
+{
+    struct fx *f = start("least-request", 5000, 4);
+    void *a = server(f, 1, DH_WIRE_ROLE_REMOTE, 0);
+    struct dh_wire_msg m;
+
+    (void)state;
+    dh_wire_msg_init(&m, DH_WIRE_SHUTDOWN);
+    snprintf(m.u.shutdown.reason, sizeof(m.u.shutdown.reason), "test");
+    send_msg(a, &m);
+    assert_true(wait_finished(f, 2000));
+    expect(a, DH_WIRE_SHUTDOWN, &m); /* peers are told */
+    dh_wire_msg_fini(&m);
+    zmq_close(a);
+    stop_and_free(f);
+}
+
+static void bad_options_and_busy_address(void **state)
+{
+    struct dh_coordinator_opts o;
+    struct dh_coordinator *c = NULL, *c2 = NULL;
+    struct dh_err e;
+
+    (void)state;
+    dh_coordinator_opts_default(&o);
+    o.policy = "fastest";
+    assert_int_equal(dh_coordinator_create(&o, &c, &e), DH_EINVAL);
+    o.policy = NULL;
+    o.listen = "nonsense://x";
+    assert_int_equal(dh_coordinator_create(&o, &c, &e), DH_EINVAL);
+    assert_null(c);
+    o.listen = "tcp://127.0.0.1:0";
+    assert_int_equal(dh_coordinator_create(&o, &c, &e), 0);
+    o.listen = dh_coordinator_endpoint(c);
+    assert_int_equal(dh_coordinator_create(&o, &c2, &e), DH_EIO);
+    assert_non_null(strstr(e.msg, o.listen));
+    assert_null(c2);
+    dh_coordinator_destroy(c);
+    dh_coordinator_destroy(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(routed_locally_result_once_duplicate_released),
+        cmocka_unit_test(telemetry_has_one_line_per_decision),
+        cmocka_unit_test(silent_server_is_dead_and_task_rerouted),
+        cmocka_unit_test(backpressure_queues_then_routes),
+        cmocka_unit_test(malformed_is_counted_and_loop_keeps_serving),
+        cmocka_unit_test(shutdown_message_ends_run),
+        cmocka_unit_test(bad_options_and_busy_address),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
