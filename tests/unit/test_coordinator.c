@@ -27,6 +27,19 @@
 #define WAIT_MS 3000 /* a message that should come */
 #define QUIET_MS 250 /* how long "nothing comes" is watched */
 
+/* Counters move on the coordinator's thread, a moment after the message
+ * that caused them is sent: poll (bounded), then assert. */
+#define ASSERT_STAT(f, field, want)                                          \
+    do {                                                                     \
+        uint64_t end_ = now_ms() + WAIT_MS;                                  \
+        while ((uint64_t)stats(f).field != (uint64_t)(want) &&               \
+               now_ms() < end_) {                                            \
+            struct timespec ts_ = {0, 5000000};                              \
+            nanosleep(&ts_, NULL);                                           \
+        }                                                                    \
+        assert_int_equal(stats(f).field, (want));                            \
+    } while (0)
+
 struct fx {
     struct dh_coordinator *c;
     pthread_t th;
@@ -323,10 +336,10 @@ static void routed_locally_result_once_duplicate_released(void **state)
     dh_wire_msg_fini(&m);
     expect_none(cl, DH_WIRE_RESULT_NOTICE);
 
-    assert_int_equal(stats(f).results, 1);
-    assert_int_equal(stats(f).duplicates, 1);
-    assert_int_equal(stats(f).servers, 2);
-    assert_int_equal(stats(f).inflight, 0);
+    ASSERT_STAT(f, results, 1);
+    ASSERT_STAT(f, duplicates, 1);
+    ASSERT_STAT(f, servers, 2);
+    ASSERT_STAT(f, inflight, 0);
     zmq_close(a);
     zmq_close(b);
     zmq_close(cl);
@@ -390,9 +403,9 @@ static void silent_server_is_dead_and_task_rerouted(void **state)
     assert_int_equal(m.u.route.request.sample_ids[0], 101);
     assert_int_equal(m.u.route.target_server_id, 2); /* a is gone */
     dh_wire_msg_fini(&m);
-    assert_int_equal(stats(f).dead_servers, 1);
-    assert_int_equal(stats(f).rerouted, 1);
-    assert_int_equal(stats(f).servers, 1);
+    ASSERT_STAT(f, dead_servers, 1);
+    ASSERT_STAT(f, rerouted, 1);
+    ASSERT_STAT(f, servers, 1);
 
     result(b, 1, 2);
     expect_result(cl, 1, 2);
@@ -400,7 +413,7 @@ static void silent_server_is_dead_and_task_rerouted(void **state)
     expect(a, DH_WIRE_RELEASE, &m);
     dh_wire_msg_fini(&m);
     expect_none(cl, DH_WIRE_RESULT_NOTICE);
-    assert_int_equal(stats(f).results, 1);
+    ASSERT_STAT(f, results, 1);
     zmq_close(a);
     zmq_close(b);
     zmq_close(cl);
@@ -418,20 +431,13 @@ static void backpressure_queues_then_routes(void **state)
     request(cl, 1);
     expect_route(a, 0, 1);
     expect_none(a, DH_WIRE_ROUTE); /* step 1 waits: the server is full */
-    /* Under load the second request may still be on its way: wait for it
-     * to be queued (bounded), never for a route. */
-    for (uint64_t end = now_ms() + WAIT_MS;
-         stats(f).pending < 1 && now_ms() < end;) {
-        struct timespec ts = {0, 5000000};
-
-        nanosleep(&ts, NULL);
-    }
-    assert_int_equal(stats(f).pending, 1);
+    /* Under load the second request may still be on its way. */
+    ASSERT_STAT(f, pending, 1);
     expect_none(a, DH_WIRE_ROUTE);
     result(a, 0, 1);
     expect_result(cl, 0, 1);
     expect_route(a, 1, 1); /* capacity freed: the queued one goes */
-    assert_int_equal(stats(f).pending, 0);
+    ASSERT_STAT(f, pending, 0);
     result(a, 1, 1);
     expect_result(cl, 1, 1);
     zmq_close(a);
@@ -462,8 +468,8 @@ static void malformed_is_counted_and_loop_keeps_serving(void **state)
 
         nanosleep(&ts, NULL);
     }
-    assert_int_equal(stats(f).malformed, 4);
-    assert_int_equal(stats(f).servers, 1);
+    ASSERT_STAT(f, malformed, 4);
+    ASSERT_STAT(f, servers, 1);
     zmq_close(bad);
     zmq_close(a);
     stop_and_free(f);
