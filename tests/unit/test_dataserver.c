@@ -1,0 +1,522 @@
+/* test_dataserver.c - a local DataServer against a real Coordinator over
+ * loopback TCP (each in its own thread) and a fake client DEALER speaking
+ * the wire codec: a request's batch arrives as a ResultNotice whose slot,
+ * read through the DataServer's arena, equals dh_batch_decode() of the same
+ * samples inline; an out-of-range sample id yields an ErrorNotice naming
+ * it; a Release from a (fake) Coordinator returns the slot to the arena;
+ * heartbeats flow; stop flags end both loops promptly; an unreachable
+ * Coordinator is a clear timeout error.  Every receive has a timeout. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <zmq.h>
+
+#include "datahelix/arena.h"
+#include "datahelix/batch.h"
+#include "datahelix/coordinator.h"
+#include "datahelix/dataserver.h"
+#include "datahelix/gendata.h"
+#include "datahelix/index.h"
+#include "datahelix/wire.h"
+
+#define NCLIPS 2
+#define WAIT_MS 10000 /* a message that should come (decode under ASan) */
+
+static char dir[512], dhx[600];
+static struct dh_index *ix;
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    nanosleep(&ts, NULL);
+}
+
+static int setup(void **state)
+{
+    const char *tmp = getenv("DH_TEST_TMP");
+    struct dh_gen_opts o = {0};
+    struct dh_index_builder *b;
+    struct dh_desc d;
+    struct dh_err e;
+    char path[NCLIPS][700];
+
+    (void)state;
+    snprintf(dir, sizeof(dir), "%s/ds", tmp ? tmp : "/tmp");
+    o.out_dir = dir;
+    o.profiles = "S";
+    o.count = NCLIPS;
+    o.seed = 5;
+    if (dh_gen_data(&o, &(struct dh_gen_stats){0}, &e))
+        fail_msg("gen-data: %s", e.msg);
+    assert_int_equal(dh_index_builder_create(&b, &e), 0);
+    for (int i = 0; i < NCLIPS; i++) {
+        snprintf(path[i], sizeof(path[i]), "%s/%06d_S.mp4", dir, i);
+        dh_desc_init(&d);
+        d.path = path[i];
+        d.id = (uint64_t)i;
+        d.kind = DH_KIND_VIDEO;
+        snprintf(d.profile, sizeof(d.profile), "16x224");
+        assert_int_equal(dh_index_builder_add(b, &d, &e), 0);
+    }
+    snprintf(dhx, sizeof(dhx), "%s/m.dhx", dir);
+    if (dh_index_builder_finish(b, dhx, &e))
+        fail_msg("index: %s", e.msg);
+    dh_index_builder_destroy(b);
+    assert_int_equal(dh_index_open(dhx, 0, &ix, &e), 0);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    dh_index_close(ix);
+    return 0;
+}
+
+static struct dh_media_plan small_plan(void)
+{
+    struct dh_media_plan p;
+
+    dh_media_plan_init(&p);
+    p.frames = 4;
+    p.width = 32;
+    p.height = 24;
+    return p;
+}
+
+/* ---- threads running the two loops ---- */
+
+struct runner {
+    pthread_t th;
+    struct dh_coordinator *c; /* one of the two */
+    struct dh_dataserver *s;
+    volatile int stop;
+    int finished; /* atomic */
+    int rc;
+};
+
+static void *run_thread(void *arg)
+{
+    struct runner *r = arg;
+    struct dh_err e;
+
+    r->rc = r->c ? dh_coordinator_run(r->c, &r->stop, &e)
+                 : dh_dataserver_run(r->s, &r->stop, &e);
+    __atomic_store_n(&r->finished, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static void start_runner(struct runner *r)
+{
+    assert_int_equal(pthread_create(&r->th, NULL, run_thread, r), 0);
+}
+
+/* Sets the stop flag; run() must return within 1 s, with 0. */
+static void stop_runner(struct runner *r)
+{
+    uint64_t end = now_ms() + 1000;
+
+    r->stop = 1;
+    while (!__atomic_load_n(&r->finished, __ATOMIC_SEQ_CST) &&
+           now_ms() < end)
+        sleep_ms(5);
+    assert_true(__atomic_load_n(&r->finished, __ATOMIC_SEQ_CST));
+    pthread_join(r->th, NULL);
+    assert_int_equal(r->rc, 0);
+}
+
+static struct dh_dataserver *make_server(const char *endpoint, int reg_ms,
+                                         struct dh_err *e, int *rc)
+{
+    struct dh_dataserver_opts o;
+    struct dh_dataserver *s = NULL;
+
+    dh_dataserver_opts_default(&o);
+    o.coordinator = endpoint;
+    o.index_path = dhx;
+    o.rank = 0;
+    o.workers = 2;
+    o.arena_bytes = 4u << 20;
+    o.heartbeat_ms = 50;
+    o.register_timeout_ms = reg_ms;
+    *rc = dh_dataserver_create(&o, &s, e);
+    return *rc == 0 ? s : NULL;
+}
+
+/* Counters move on the server's thread a moment after the message they
+ * count is sent: poll (bounded), then assert. */
+#define WAIT_STAT(s, field, want)                                          \
+    do {                                                                   \
+        struct dh_dataserver_stats st_;                                    \
+        uint64_t end_ = now_ms() + WAIT_MS;                                \
+        do {                                                               \
+            dh_dataserver_stats((s), &st_);                                \
+            if (st_.field == (want))                                       \
+                break;                                                     \
+            sleep_ms(5);                                                   \
+        } while (now_ms() < end_);                                         \
+        assert_int_equal(st_.field, (want));                               \
+    } while (0)
+
+/* ---- the fake peers' side of the wire ---- */
+
+static void *dealer(void *ctx, const char *endpoint)
+{
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0, to = 1000;
+
+    assert_non_null(s);
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(s, ZMQ_SNDTIMEO, &to, sizeof(to));
+    assert_int_equal(zmq_connect(s, endpoint), 0);
+    return s;
+}
+
+static void send_msg(void *s, const struct dh_wire_msg *m)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    struct dh_err e;
+
+    if (dh_wire_encode(m, &buf, &len, &e))
+        fail_msg("encode: %s", e.msg);
+    assert_int_equal(zmq_send(s, buf, len, 0), (int)len);
+    dh_wire_free(buf);
+}
+
+/* Receives the next message of `type` within ms (others skipped); 0 or -1.
+ * A ROUTER socket (router != 0) gets the identity frame into id/idlen. */
+static int recv_type(void *s, int router, uint8_t *id, size_t *idlen,
+                     enum dh_wire_type type, struct dh_wire_msg *m, int ms)
+{
+    uint64_t end = now_ms() + (uint64_t)ms;
+    static uint8_t buf[1 << 16];
+
+    for (;;) {
+        uint64_t now = now_ms();
+        zmq_pollitem_t it = {.socket = s, .events = ZMQ_POLLIN};
+        int n;
+
+        if (now >= end || zmq_poll(&it, 1, (long)(end - now)) <= 0)
+            return -1;
+        if (router) {
+            n = zmq_recv(s, id, 256, ZMQ_DONTWAIT);
+            if (n < 0)
+                continue;
+            *idlen = (size_t)n;
+        }
+        n = zmq_recv(s, buf, sizeof(buf), ZMQ_DONTWAIT);
+        if (n < 0)
+            continue;
+        assert_true((size_t)n <= sizeof(buf));
+        assert_int_equal(dh_wire_decode(buf, (size_t)n, m, NULL), 0);
+        if (m->type == type)
+            return 0;
+        dh_wire_msg_fini(m);
+    }
+}
+
+static void *client(void *ctx, const char *endpoint)
+{
+    void *s = dealer(ctx, endpoint);
+    struct dh_wire_msg m;
+
+    dh_wire_msg_init(&m, DH_WIRE_REGISTER_CLIENT);
+    m.u.register_client.rank = 0;
+    m.u.register_client.world_size = 1;
+    m.u.register_client.pid = (uint32_t)getpid();
+    snprintf(m.u.register_client.host, sizeof(m.u.register_client.host),
+             "test");
+    send_msg(s, &m);
+    dh_wire_msg_fini(&m);
+    assert_int_equal(recv_type(s, 0, NULL, NULL, DH_WIRE_REGISTER_CLIENT, &m,
+                               WAIT_MS), 0);
+    dh_wire_msg_fini(&m);
+    return s;
+}
+
+static void fill_request(struct dh_wire_request *rq, uint32_t step,
+                         const uint64_t *ids, uint32_t n)
+{
+    struct dh_media_plan p = small_plan();
+    struct dh_err e;
+
+    assert_int_equal(dh_wire_task_make(&rq->task, 0, step, 0, 0, &e), 0);
+    rq->requester_rank = 0;
+    assert_int_equal(dh_wire_set_samples(rq, ids, n, &e), 0);
+    assert_int_equal(dh_wire_plan_from_media(&rq->plan, &p, &e), 0);
+    rq->slack_ms = 1000;
+}
+
+static void request(void *s, uint32_t step, const uint64_t *ids, uint32_t n)
+{
+    struct dh_wire_msg m;
+
+    dh_wire_msg_init(&m, DH_WIRE_DESCRIPTOR_REQUEST);
+    fill_request(&m.u.request, step, ids, n);
+    send_msg(s, &m);
+    dh_wire_msg_fini(&m);
+}
+
+/* The slot's bytes equal the batch decoded inline; then releases it. */
+static void check_slot(struct dh_dataserver *srv,
+                       const struct dh_wire_result *r, const uint64_t *ids,
+                       uint32_t n)
+{
+    struct dh_media_plan p = small_plan();
+    size_t bytes = dh_batch_bytes(&p, n);
+    uint8_t *dst = malloc(bytes + DH_MEDIA_DST_PAD);
+    int32_t valid[4];
+    struct dh_slot_ref ref = {r->arena_offset, r->length, r->slot_generation};
+    struct dh_arena *a;
+    struct dh_media *m;
+    struct dh_err e;
+    uint8_t *got;
+
+    assert_non_null(dst);
+    assert_int_equal(dh_media_create(&m, &e), 0);
+    if (dh_batch_decode(m, ix, 0, ids, n, &p, dst, bytes + DH_MEDIA_DST_PAD,
+                        valid, NULL, &e))
+        fail_msg("inline: %s", e.msg);
+    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(srv), &a, &e), 0);
+    assert_true(r->length >= bytes);
+    got = dh_arena_ptr(a, &ref);
+    assert_non_null(got);
+    assert_memory_equal(got, dst, bytes);
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(r->sample_ids[i], ids[i]);
+        assert_int_equal(r->valid_frames[i], (uint32_t)valid[i]);
+    }
+    assert_int_equal(dh_arena_release(a, &ref, &e), 0); /* the consumer */
+    dh_arena_destroy(a);
+    dh_media_destroy(m);
+    free(dst);
+}
+
+/* ---- tests ---- */
+
+static void batch_through_coordinator_and_errors(void **state)
+{
+    struct runner co = {0}, ds = {0};
+    struct dh_coordinator_opts o;
+    struct dh_wire_msg m;
+    struct dh_dataserver_stats st;
+    struct dh_err e;
+    uint64_t ids[2] = {1, 0}, bad[2] = {0, 99};
+    void *ctx = zmq_ctx_new(), *cl;
+    int rc;
+
+    (void)state;
+    dh_coordinator_opts_default(&o);
+    o.listen = "tcp://127.0.0.1:0";
+    assert_int_equal(dh_coordinator_create(&o, &co.c, &e), 0);
+    start_runner(&co);
+    ds.s = make_server(dh_coordinator_endpoint(co.c), WAIT_MS, &e, &rc);
+    if (rc)
+        fail_msg("dataserver: %s", e.msg);
+    start_runner(&ds);
+    cl = client(ctx, dh_coordinator_endpoint(co.c));
+
+    request(cl, 1, ids, 2);
+    assert_int_equal(recv_type(cl, 0, NULL, NULL, DH_WIRE_RESULT_NOTICE, &m,
+                               WAIT_MS), 0);
+    assert_int_equal(m.u.result.task.step, 1);
+    assert_int_equal(m.u.result.ndims, 5);
+    assert_int_equal(m.u.result.dims[0], 2);
+    assert_int_equal(m.u.result.dims[1], 4);
+    assert_int_equal(m.u.result.dims[2], 24);
+    assert_int_equal(m.u.result.dims[3], 32);
+    assert_int_equal(m.u.result.dims[4], 3);
+    assert_int_equal(m.u.result.dtype, DH_DTYPE_U8);
+    assert_int_equal(m.u.result.server_id, 1);
+    assert_int_equal(m.u.result.n_samples, 2);
+    check_slot(ds.s, &m.u.result, ids, 2);
+    dh_wire_msg_fini(&m);
+
+    request(cl, 2, bad, 2);
+    assert_int_equal(recv_type(cl, 0, NULL, NULL, DH_WIRE_ERROR_NOTICE, &m,
+                               WAIT_MS), 0);
+    assert_int_equal(m.u.error.task.step, 2);
+    assert_int_equal(m.u.error.sample_id, 99);
+    assert_true(m.u.error.cause < 0);
+    assert_non_null(strstr(m.u.error.message, "99"));
+    dh_wire_msg_fini(&m);
+
+    WAIT_STAT(ds.s, routes, 2);
+    WAIT_STAT(ds.s, results, 1);
+    WAIT_STAT(ds.s, errors, 1);
+    dh_dataserver_stats(ds.s, &st);
+    assert_true(st.heartbeats >= 1);
+    assert_int_equal(st.malformed, 0);
+
+    stop_runner(&ds);
+    stop_runner(&co);
+    zmq_close(cl);
+    zmq_ctx_term(ctx);
+    dh_dataserver_destroy(ds.s);
+    dh_coordinator_destroy(co.c);
+}
+
+/* A fake Coordinator (ROUTER): ack, Route, Release, garbage, Shutdown. */
+struct create_args {
+    const char *ep;
+    struct dh_dataserver *s;
+    int rc;
+    struct dh_err e;
+};
+
+static void *create_thread(void *arg)
+{
+    struct create_args *ca = arg;
+
+    ca->s = make_server(ca->ep, WAIT_MS, &ca->e, &ca->rc);
+    return NULL;
+}
+
+static void router_send(void *rt, const uint8_t *id, size_t idlen,
+                        const struct dh_wire_msg *m)
+{
+    assert_int_equal(zmq_send(rt, id, idlen, ZMQ_SNDMORE), (int)idlen);
+    send_msg(rt, m);
+}
+
+/* A fake Coordinator registers the server, routes it a request, gets the
+ * result and a heartbeat, releases the slot, sends garbage, then Shutdown. */
+static void release_and_shutdown_from_fake_coordinator(void **state)
+{
+    void *ctx = zmq_ctx_new(), *rt = zmq_socket(ctx, ZMQ_ROUTER);
+    char ep[256];
+    size_t eplen = sizeof(ep), idlen = 0;
+    uint8_t id[256];
+    uint64_t ids[1] = {1};
+    int zero = 0;
+    struct runner ds = {0};
+    struct create_args ca = {0};
+    pthread_t th;
+    struct dh_wire_msg m;
+    struct dh_arena_stats as;
+    struct dh_slot_ref ref;
+    struct dh_arena *a;
+    struct dh_err e;
+
+    (void)state;
+    zmq_setsockopt(rt, ZMQ_LINGER, &zero, sizeof(zero));
+    assert_int_equal(zmq_bind(rt, "tcp://127.0.0.1:0"), 0);
+    assert_int_equal(zmq_getsockopt(rt, ZMQ_LAST_ENDPOINT, ep, &eplen), 0);
+    ca.ep = ep;
+    assert_int_equal(pthread_create(&th, NULL, create_thread, &ca), 0);
+    assert_int_equal(recv_type(rt, 1, id, &idlen, DH_WIRE_REGISTER_SERVER,
+                               &m, WAIT_MS), 0);
+    assert_int_equal(m.u.register_server.role, DH_WIRE_ROLE_LOCAL);
+    assert_int_equal(m.u.register_server.workers, 2);
+    assert_int_equal(m.u.register_server.arena_bytes, 4u << 20);
+    router_send(rt, id, idlen, &m); /* the ack: echoed */
+    dh_wire_msg_fini(&m);
+    pthread_join(th, NULL);
+    if (ca.rc)
+        fail_msg("dataserver: %s", ca.e.msg);
+    ds.s = ca.s;
+    start_runner(&ds);
+
+    dh_wire_msg_init(&m, DH_WIRE_ROUTE);
+    fill_request(&m.u.route.request, 3, ids, 1);
+    m.u.route.has_request = 1;
+    m.u.route.task = m.u.route.request.task;
+    m.u.route.server_id = 1;
+    m.u.route.target_server_id = 1;
+    snprintf(m.u.route.target_addr, sizeof(m.u.route.target_addr), "x");
+    router_send(rt, id, idlen, &m);
+    dh_wire_msg_fini(&m);
+    assert_int_equal(recv_type(rt, 1, id, &idlen, DH_WIRE_RESULT_NOTICE, &m,
+                               WAIT_MS), 0);
+    ref = (struct dh_slot_ref){m.u.result.arena_offset, m.u.result.length,
+                               m.u.result.slot_generation};
+    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(ds.s), &a, &e),
+                     0);
+    assert_int_equal(dh_arena_stats(a, &as), 0);
+    assert_int_equal(as.live_slots, 1);
+    assert_non_null(dh_arena_ptr(a, &ref));
+    dh_wire_msg_fini(&m);
+    dh_wire_msg_init(&m, DH_WIRE_RELEASE);
+    assert_int_equal(dh_wire_task_make(&m.u.release.task, 0, 3, 0, 0, &e), 0);
+    m.u.release.slot_offset = ref.offset;
+    m.u.release.generation = ref.gen;
+    router_send(rt, id, idlen, &m);
+    dh_wire_msg_fini(&m);
+    WAIT_STAT(ds.s, releases, 1);
+    assert_int_equal(dh_arena_stats(a, &as), 0);
+    assert_int_equal(as.live_slots, 0);
+    assert_null(dh_arena_ptr(a, &ref));
+    assert_int_equal(recv_type(rt, 1, id, &idlen, DH_WIRE_HEARTBEAT, &m,
+                               WAIT_MS), 0);
+    assert_int_equal(m.u.heartbeat.server_id, 1);
+    dh_wire_msg_fini(&m);
+
+    assert_int_equal(zmq_send(rt, id, idlen, ZMQ_SNDMORE), (int)idlen);
+    assert_int_equal(zmq_send(rt, "garbage", 7, 0), 7);
+    WAIT_STAT(ds.s, malformed, 1);
+
+    dh_wire_msg_init(&m, DH_WIRE_SHUTDOWN);
+    snprintf(m.u.shutdown.reason, sizeof(m.u.shutdown.reason), "test");
+    router_send(rt, id, idlen, &m);
+    dh_wire_msg_fini(&m);
+    {
+        uint64_t end = now_ms() + 1000;
+
+        while (!__atomic_load_n(&ds.finished, __ATOMIC_SEQ_CST) &&
+               now_ms() < end)
+            sleep_ms(5);
+        assert_true(__atomic_load_n(&ds.finished, __ATOMIC_SEQ_CST));
+    }
+    pthread_join(ds.th, NULL);
+    assert_int_equal(ds.rc, 0);
+    dh_arena_destroy(a);
+    dh_dataserver_destroy(ds.s);
+    zmq_close(rt);
+    zmq_ctx_term(ctx);
+}
+
+static void unreachable_coordinator_times_out(void **state)
+{
+    struct dh_err e;
+    uint64_t t0 = now_ms();
+    int rc;
+    struct dh_dataserver *s;
+
+    (void)state;
+    s = make_server("tcp://127.0.0.1:1", 300, &e, &rc);
+    assert_null(s);
+    assert_int_equal(rc, DH_ETIMEOUT);
+    assert_string_equal(e.msg, "coordinator tcp://127.0.0.1:1 did not "
+                               "answer within 300 ms");
+    assert_true(now_ms() - t0 < 2000);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(batch_through_coordinator_and_errors),
+        cmocka_unit_test(release_and_shutdown_from_fake_coordinator),
+        cmocka_unit_test(unreachable_coordinator_times_out),
+    };
+
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
