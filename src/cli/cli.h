@@ -69,6 +69,11 @@ struct dh_desc;
 void dh_cli_print_profile_summary(FILE *f, const struct dh_desc *descs,
                                   const int *ok, size_t n);
 
+/* Installs SIGINT/SIGTERM handlers (without SA_RESTART, so blocking polls
+ * return EINTR) that set the returned flag: the stop flag of a daemon's run
+ * loop.  Call once per process. */
+const volatile int *dh_cli_stop_on_signals(void);
+
 /* Monotonic seconds. */
 double dh_cli_now(void);
 

@@ -2,9 +2,11 @@
  * cli_util.c - one-line errors and strict number parsing for subcommands.
  */
 #include <errno.h>
+#include <signal.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
+#include <string.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -80,4 +82,25 @@ double dh_cli_now(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static volatile int stop_flag;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+const volatile int *dh_cli_stop_on_signals(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; /* no SA_RESTART: poll must return EINTR */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    return &stop_flag;
 }

@@ -20,14 +20,6 @@
 
 #define CMD "coordinator"
 
-static volatile int g_stop;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    g_stop = 1;
-}
-
 struct args {
     struct dh_coordinator_opts o;
     const char *telemetry_path;
@@ -109,18 +101,6 @@ static int parse_args(struct args *a, int argc, char **argv)
     return 0;
 }
 
-static void install_handlers(void)
-{
-    struct sigaction sa;
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = 0; /* no SA_RESTART: poll must return EINTR */
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
 static int serve(struct args *a)
 {
     struct dh_coordinator *c = NULL;
@@ -134,13 +114,14 @@ static int serve(struct args *a)
         return DH_EXIT_FAIL;
     }
     a->o.telemetry = tel;
-    install_handlers();
+    const volatile int *stop = dh_cli_stop_on_signals();
+
     dh_err_clear(&e);
     if ((rc = dh_coordinator_create(&a->o, &c, &e)) == 0) {
         fprintf(stderr, "datahelix: coordinator: listening on %s (policy "
                 "%s)\n", dh_coordinator_endpoint(c),
                 a->o.policy ? a->o.policy : "least-request");
-        rc = dh_coordinator_run(c, &g_stop, &e);
+        rc = dh_coordinator_run(c, stop, &e);
     }
     if (rc < 0)
         dh_cli_error(CMD, "%s", e.msg[0] ? e.msg : dh_strerror(rc));

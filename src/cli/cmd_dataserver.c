@@ -19,14 +19,6 @@
 
 #define CMD "dataserver"
 
-static volatile int g_stop;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    g_stop = 1;
-}
-
 struct args {
     struct dh_dataserver_opts o;
     int have_rank, help;
@@ -138,31 +130,20 @@ static int parse_args(struct args *a, int argc, char **argv)
     return 0;
 }
 
-static void install_handlers(void)
-{
-    struct sigaction sa;
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = 0; /* no SA_RESTART: poll must return EINTR */
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
 static int serve(struct args *a)
 {
     struct dh_dataserver *s = NULL;
     struct dh_err e;
     int rc;
 
-    install_handlers();
+    const volatile int *stop = dh_cli_stop_on_signals();
+
     dh_err_clear(&e);
     if ((rc = dh_dataserver_create(&a->o, &s, &e)) == 0) {
         fprintf(stderr, "datahelix: dataserver: rank %u registered with %s "
                 "(%u workers, %zu MiB arena)\n", a->o.rank, a->o.coordinator,
                 a->o.workers, a->o.arena_bytes >> 20);
-        rc = dh_dataserver_run(s, &g_stop, &e);
+        rc = dh_dataserver_run(s, stop, &e);
     }
     if (rc < 0)
         dh_cli_error(CMD, "%s", e.msg[0] ? e.msg : dh_strerror(rc));
