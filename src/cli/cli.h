@@ -39,6 +39,12 @@ int dh_cli_usage_error(const char *cmd, const char *fmt, ...) DH_PRINTF(2, 3);
  * other c.  Call it right after getopt_long(). */
 int dh_cli_getopt_error(const char *cmd, int c, char **argv);
 
+/* Option `name`'s value `s` as an integer in [lo, hi]: 0, or (and a
+ * one-line usage error for `cmd`) "NAME must be an integer in [lo, hi],
+ * not 'S'". */
+int dh_cli_opt_i64(const char *cmd, const char *name, const char *s,
+                   int64_t lo, int64_t hi, int64_t *out);
+
 /* Strict integer / float parsing: whole string, in [lo, hi]. 0 or -1. */
 int dh_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int dh_cli_parse_double(const char *s, double lo, double hi, double *out);

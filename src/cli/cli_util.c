@@ -76,6 +76,16 @@ int dh_cli_parse_double(const char *s, double lo, double hi, double *out)
     return 0;
 }
 
+int dh_cli_opt_i64(const char *cmd, const char *name, const char *s,
+                   int64_t lo, int64_t hi, int64_t *out)
+{
+    if (dh_cli_parse_i64(s, lo, hi, out))
+        return dh_cli_usage_error(cmd, "%s must be an integer in [%lld, "
+                                  "%lld], not '%s'", name, (long long)lo,
+                                  (long long)hi, s ? s : "");
+    return 0;
+}
+
 double dh_cli_now(void)
 {
     struct timespec ts;

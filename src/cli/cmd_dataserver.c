@@ -59,15 +59,6 @@ static const struct option long_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
-static int parse_num(const char *name, int64_t lo, int64_t hi, int64_t *v)
-{
-    if (dh_cli_parse_i64(optarg, lo, hi, v))
-        return dh_cli_usage_error(CMD, "%s must be an integer in [%lld, "
-                                  "%lld], not '%s'", name, (long long)lo,
-                                  (long long)hi, optarg);
-    return 0;
-}
-
 static int parse_opt(struct args *a, int c)
 {
     int64_t v = 0;
@@ -77,25 +68,25 @@ static int parse_opt(struct args *a, int c)
     case 'c': a->o.coordinator = optarg; return 0;
     case 'i': a->o.index_path = optarg; return 0;
     case 'r':
-        if (!(r = parse_num("--rank", 0, 65535, &v))) {
+        if (!(r = dh_cli_opt_i64(CMD, "--rank", optarg, 0, 65535, &v))) {
             a->o.rank = (uint32_t)v;
             a->have_rank = 1;
         }
         return r;
     case 'w':
-        if (!(r = parse_num("--workers", 1, 256, &v)))
+        if (!(r = dh_cli_opt_i64(CMD, "--workers", optarg, 1, 256, &v)))
             a->o.workers = (unsigned)v;
         return r;
     case 's':
-        if (!(r = parse_num("--server-id", 1, UINT32_MAX - 1, &v)))
+        if (!(r = dh_cli_opt_i64(CMD, "--server-id", optarg, 1, UINT32_MAX - 1, &v)))
             a->o.server_id = (uint32_t)v;
         return r;
     case 'a':
-        if (!(r = parse_num("--arena-mb", 1, 1 << 20, &v)))
+        if (!(r = dh_cli_opt_i64(CMD, "--arena-mb", optarg, 1, 1 << 20, &v)))
             a->o.arena_bytes = (size_t)v << 20;
         return r;
     case 'b':
-        if (!(r = parse_num("--heartbeat-ms", 1, 3600000, &v)))
+        if (!(r = dh_cli_opt_i64(CMD, "--heartbeat-ms", optarg, 1, 3600000, &v)))
             a->o.heartbeat_ms = (int)v;
         return r;
     case 'R':

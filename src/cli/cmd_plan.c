@@ -93,16 +93,6 @@ static int parse_balance(const char *s, int *out)
                               "not '%s'", s);
 }
 
-static int parse_num(const char *name, const char *s, int64_t lo, int64_t hi,
-                     int64_t *out)
-{
-    if (dh_cli_parse_i64(s, lo, hi, out))
-        return dh_cli_usage_error(CMD, "%s must be an integer in [%" PRId64
-                                  ", %" PRId64 "], not '%s'", name, lo, hi,
-                                  s);
-    return 0;
-}
-
 static int parse_opt(struct args *a, int c)
 {
     int64_t v = 0;
@@ -110,15 +100,15 @@ static int parse_opt(struct args *a, int c)
 
     switch (c) {
     case 'm': a->manifest = optarg; break;
-    case 'w': r = parse_num("--world-size", optarg, 1, DH_PLAN_WORLD_MAX, &v);
+    case 'w': r = dh_cli_opt_i64(CMD, "--world-size", optarg, 1, DH_PLAN_WORLD_MAX, &v);
               a->o.world_size = (uint32_t)v; break;
-    case 'b': r = parse_num("--batch-size", optarg, 1, DH_PLAN_BATCH_MAX, &v);
+    case 'b': r = dh_cli_opt_i64(CMD, "--batch-size", optarg, 1, DH_PLAN_BATCH_MAX, &v);
               a->o.batch_size = (uint32_t)v; break;
-    case 's': r = parse_num("--seed", optarg, 0, INT64_MAX, &v);
+    case 's': r = dh_cli_opt_i64(CMD, "--seed", optarg, 0, INT64_MAX, &v);
               a->o.seed = (uint64_t)v; break;
-    case 'e': r = parse_num("--epoch", optarg, 0, INT64_MAX, &v);
+    case 'e': r = dh_cli_opt_i64(CMD, "--epoch", optarg, 0, INT64_MAX, &v);
               a->o.epoch = (uint64_t)v; break;
-    case 'W': r = parse_num("--window", optarg, 1, DH_PLAN_WINDOW_MAX, &v);
+    case 'W': r = dh_cli_opt_i64(CMD, "--window", optarg, 1, DH_PLAN_WINDOW_MAX, &v);
               a->o.window = (uint32_t)v; break;
     case 'B': r = parse_balance(optarg, &a->o.balance); break;
     case 'D': a->o.drop_last = 0; break;

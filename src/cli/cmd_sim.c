@@ -94,13 +94,11 @@ static const struct option long_opts[] = {
 static int opt_u32(const char *name, int64_t lo, int64_t hi, uint32_t *out)
 {
     int64_t v;
+    int r = dh_cli_opt_i64(CMD, name, optarg, lo, hi, &v);
 
-    if (dh_cli_parse_i64(optarg, lo, hi, &v))
-        return dh_cli_usage_error(CMD, "%s must be an integer in [%" PRId64
-                                  ", %" PRId64 "], not '%s'", name, lo, hi,
-                                  optarg);
-    *out = (uint32_t)v;
-    return 0;
+    if (!r)
+        *out = (uint32_t)v;
+    return r;
 }
 
 static int opt_dbl(const char *name, double lo, double hi, double *out)
