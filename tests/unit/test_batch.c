@@ -18,69 +18,12 @@
 
 #define NCLIPS 3
 
-static char dir[512], dhx[600];
-static char paths[NCLIPS + 1][600];
-static struct dh_index *ix;
-
-static void make_truncated(const char *from, const char *to)
-{
-    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
-    char buf[4096];
-    size_t n, total = 0;
-
-    assert_non_null(in);
-    assert_non_null(out);
-    /* Keep the front (the index lives there), lose most samples. */
-    while ((n = fread(buf, 1, sizeof(buf), in)) > 0 && total < 12000) {
-        fwrite(buf, 1, n, out);
-        total += n;
-    }
-    fclose(in);
-    fclose(out);
-}
+#include "clip_fixture.h"
 
 static int setup(void **state)
 {
-    const char *tmp = getenv("DH_TEST_TMP");
-    struct dh_gen_opts o = {0};
-    struct dh_index_builder *b;
-    struct dh_desc d;
-    struct dh_err e;
-
     (void)state;
-    snprintf(dir, sizeof(dir), "%s/batch", tmp ? tmp : "/tmp");
-    o.out_dir = dir;
-    o.profiles = "S";
-    o.count = NCLIPS;
-    o.seed = 3;
-    if (dh_gen_data(&o, &(struct dh_gen_stats){0}, &e))
-        fail_msg("gen-data: %s", e.msg);
-    for (int i = 0; i < NCLIPS; i++)
-        snprintf(paths[i], sizeof(paths[i]), "%s/%06d_S.mp4", dir, i);
-    snprintf(paths[NCLIPS], sizeof(paths[NCLIPS]), "%s/cut.mp4", dir);
-    make_truncated(paths[0], paths[NCLIPS]);
-    assert_int_equal(dh_index_builder_create(&b, &e), 0);
-    for (int i = 0; i <= NCLIPS; i++) {
-        dh_desc_init(&d);
-        d.path = paths[i];
-        d.id = i;
-        d.kind = DH_KIND_VIDEO;
-        snprintf(d.profile, sizeof(d.profile), "16x224");
-        assert_int_equal(dh_index_builder_add(b, &d, &e), 0);
-    }
-    snprintf(dhx, sizeof(dhx), "%s/m.dhx", dir);
-    if (dh_index_builder_finish(b, dhx, &e))
-        fail_msg("index: %s", e.msg);
-    dh_index_builder_destroy(b);
-    assert_int_equal(dh_index_open(dhx, 0, &ix, &e), 0);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    dh_index_close(ix);
-    return 0;
+    return clip_fixture_setup("batch", 3);
 }
 
 static struct dh_media_plan small_plan(void)
@@ -248,5 +191,5 @@ int main(void)
         cmocka_unit_test(short_samples_are_zero_padded_with_masks),
         cmocka_unit_test(errors_name_the_sample),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, clip_fixture_teardown);
 }
