@@ -46,7 +46,7 @@ demo: deps build
 install: build
 	cmake --install build
 
-bench: bench-probe bench-index bench-decode bench-arena bench-plan bench-place
+bench: bench-probe bench-index bench-decode bench-arena bench-handover bench-plan bench-place bench-route
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
@@ -66,9 +66,19 @@ bench-index: build
 bench-arena: build
 	@build/bench_arena
 
+# The arena vs torch.utils.data.DataLoader vs memcpy, one run (needs python3-torch).
+.PHONY: bench-handover
+bench-handover: build
+	@scripts/setup-deps.sh bench
+	@$(PY) bench/bench_handover.py --bin build/bench_arena
+
 .PHONY: bench-place
 bench-place: build
 	@build/bench_place
+
+.PHONY: bench-route
+bench-route: build
+	@build/bench_route
 
 FUZZ_SECONDS ?= 10
 FUZZERS := fuzz_desc_json fuzz_index_open fuzz_media_decode fuzz_wire_decode

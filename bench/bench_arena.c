@@ -16,7 +16,9 @@
  * kindest copy - and into a freshly malloc'd buffer (what a copying
  * loader pays for a new tensor).  Medians of 5.
  * The torch.utils.data.DataLoader peer comes with the Python package.
- * Usage: bench_arena [--reps N]
+ * Usage: bench_arena [--reps N] [--json]
+ * --json: instead of the table, one JSON object per size on its own line
+ * (medians in ms), for bench/bench_handover.py.
  */
 #include <errno.h>
 #include <signal.h>
@@ -214,13 +216,17 @@ int main(int argc, char **argv)
 {
     static const size_t sizes[] = {8 * MIB, 64 * MIB, 256 * MIB};
     struct row rows[3];
-    int reps = 5;
+    int reps = 5, json = 0;
 
-    if (argc == 3 && strcmp(argv[1], "--reps") == 0)
-        reps = atoi(argv[2]);
-    if (argc != 1 && argc != 3) {
-        fprintf(stderr, "usage: bench_arena [--reps N]\n");
-        return 2;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else {
+            fprintf(stderr, "usage: bench_arena [--reps N] [--json]\n");
+            return 2;
+        }
     }
     if (reps < 1 || reps > MAX_REPS)
         reps = 5;
@@ -231,6 +237,17 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_arena: %zu MiB failed\n", sizes[i] / MIB);
             return 1;
         }
+    }
+    if (json) {
+        for (int i = 0; i < 3; i++)
+            printf("{\"bench\":\"arena\",\"mib\":%zu,\"bytes\":%zu,"
+                   "\"reps\":%d,\"handover_ms\":%.6f,"
+                   "\"memcpy_warm_ms\":%.6f,\"memcpy_fresh_ms\":%.6f,"
+                   "\"attach_ms\":%.6f}\n",
+                   rows[i].bytes / MIB, rows[i].bytes, reps,
+                   rows[i].handover * 1e3, rows[i].copy_warm * 1e3,
+                   rows[i].copy_fresh * 1e3, rows[i].attach * 1e3);
+        return 0;
     }
     printf(
         "## Hand-over of a ready batch to another process (median of %d)\n\n",

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs every Debian package datahelix needs to build, test and demo.
-# `setup-deps.sh bench` adds what the peer benchmarks need (torchvision,
-# which pulls python3-torch: a large download that `make test` never pays).
+# The Python package (python/datahelix) needs the CPython headers to build
+# and python3-torch to run and test.  `setup-deps.sh bench` adds what the
+# peer benchmarks need besides (torchvision).
 # Idempotent: exits at once when everything is already installed, so that
 # `make demo` / `make test` / `make bench-*` can call it on every run.
 set -eu
@@ -10,7 +11,7 @@ PKGS="build-essential cmake pkg-config git
 libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
 libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
 libjansson-dev libcmocka-dev python3-pytest python3-av python3-numpy
-clang libclang-rt-dev"
+clang libclang-rt-dev python3-dev python3-torch iproute2"
 if [ "${1:-}" = bench ]; then
     PKGS="$PKGS python3-torchvision"
 fi

@@ -10,7 +10,10 @@
  * Envelope per ZeroMQ message, peers are DEALER sockets):
  *   RegisterServer / RegisterClient  the accepted message is echoed back as
  *       the ack; a refused one (registry full, role clash) is answered with
- *       a Shutdown whose reason says why.
+ *       a Shutdown whose reason says why.  A LOCAL server with a new id
+ *       for a rank that already has one supersedes it (the rank's client
+ *       restarted its DataServer: a new arena): the old one is declared
+ *       dead at once and its tasks re-routed, delivered to the new one.
  *   Heartbeat  updates placement feedback and the server's last-seen time.
  *       Registrations and notices naming a registered server also
  *       count as signs of life.
@@ -75,6 +78,11 @@ struct dh_coordinator_opts {
     size_t max_pending;  /* requests waiting for capacity (default 4096) */
     int queue_per_worker; /* queue cap of a server: this x its workers
                              tasks in flight (default 4; 0 = no cap) */
+    int exit_when_unused_ms; /* > 0: run() returns once no LOCAL server has
+                                been registered for this long, after the
+                                first one registered (the embedded
+                                Coordinator of a multi-rank job: local
+                                servers end with their ranks).  0: off */
 };
 
 /* Fills the defaults above (listen / policy NULL, telemetry NULL). */

@@ -7,6 +7,7 @@
 #include "datahelix/arena.h"
 #include "datahelix/batch.h"
 #include "datahelix/coordinator.h"
+#include "datahelix/client.h"
 #include "datahelix/dataserver.h"
 #include "datahelix/error.h"
 #include "datahelix/estimate.h"

@@ -27,6 +27,7 @@ int dh_cmd_plan(int argc, char **argv);
 int dh_cmd_sim(int argc, char **argv);
 int dh_cmd_coordinator(int argc, char **argv);
 int dh_cmd_dataserver(int argc, char **argv);
+int dh_cmd_consume(int argc, char **argv);
 
 /* Prints "datahelix: <what>: <why>\n" to stderr. */
 void dh_cli_error(const char *what, const char *fmt, ...) DH_PRINTF(2, 3);
@@ -47,6 +48,10 @@ int dh_cli_opt_i64(const char *cmd, const char *name, const char *s,
 
 /* Strict integer / float parsing: whole string, in [lo, hi]. 0 or -1. */
 int dh_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* "WxH" (each 1..16384) into p->width / p->height; else a usage error
+ * (DH_EXIT_USAGE) naming cmd. */
+struct dh_media_plan;
+int dh_cli_opt_size(const char *cmd, const char *s, struct dh_media_plan *p);
 int dh_cli_parse_double(const char *s, double lo, double hi, double *out);
 
 /* ---- progress on stderr (only drawn when stderr is a terminal) ---- */
@@ -79,6 +84,9 @@ void dh_cli_print_profile_summary(FILE *f, const struct dh_desc *descs,
  * return EINTR) that set the returned flag: the stop flag of a daemon's run
  * loop.  Call once per process. */
 const volatile int *dh_cli_stop_on_signals(void);
+/* Also raise that flag when the parent process dies (a thread polls
+ * getppid()).  -1 if the thread cannot start. */
+int dh_cli_stop_with_parent(void);
 
 /* Monotonic seconds. */
 double dh_cli_now(void);

@@ -2,6 +2,9 @@
  * cli_util.c - one-line errors and strict number parsing for subcommands.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <unistd.h>
 #include <signal.h>
 #include <getopt.h>
 #include <math.h>
@@ -11,6 +14,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "datahelix/media.h"
 
 void dh_cli_error(const char *what, const char *fmt, ...)
 {
@@ -113,4 +117,57 @@ const volatile int *dh_cli_stop_on_signals(void)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     return &stop_flag;
+}
+
+/* Polls the parent's pid: when it changes the parent died (we were
+ * re-parented), so stop as a signal would.  100 ms is fast enough for a
+ * cleanup path and costs nothing. */
+static void *watch_parent(void *arg)
+{
+    pid_t parent = (pid_t)(intptr_t)arg;
+    struct timespec ts = {0, 100000000};
+
+    while (getppid() == parent)
+        nanosleep(&ts, NULL);
+    stop_flag = 1;
+    return NULL;
+}
+
+int dh_cli_stop_with_parent(void)
+{
+    pthread_t th;
+    sigset_t all, old;
+    int rc;
+
+    /* The watcher takes no signals: they belong to the main loop. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    rc = pthread_create(&th, NULL, watch_parent,
+                        (void *)(intptr_t)getppid());
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return -1;
+    pthread_detach(th);
+    return 0;
+}
+
+int dh_cli_opt_size(const char *cmd, const char *s, struct dh_media_plan *p)
+{
+    char w[16];
+    const char *x = strchr(s, 'x');
+    int64_t wv, hv;
+
+    if (!x || (size_t)(x - s) >= sizeof(w))
+        goto bad;
+    memcpy(w, s, (size_t)(x - s));
+    w[x - s] = '\0';
+    if (dh_cli_parse_i64(w, 1, 16384, &wv) ||
+        dh_cli_parse_i64(x + 1, 1, 16384, &hv))
+        goto bad;
+    p->width = (int32_t)wv;
+    p->height = (int32_t)hv;
+    return 0;
+bad:
+    return dh_cli_usage_error(cmd, "--size '%s': expected WxH, each "
+                              "1..16384", s);
 }

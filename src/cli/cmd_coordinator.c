@@ -23,7 +23,7 @@
 struct args {
     struct dh_coordinator_opts o;
     const char *telemetry_path;
-    int help;
+    int help, with_parent;
 };
 
 static void usage(FILE *f)
@@ -31,7 +31,8 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: datahelix coordinator [--listen ADDR] [--policy P]\n"
         "                             [--heartbeat-timeout-ms N]\n"
-        "                             [--telemetry FILE]\n\n"
+        "                             [--telemetry FILE] [--exit-with-parent]\n"
+        "                             [--exit-when-unused MS]\n\n"
         "Runs the control plane: registers clients and DataServers, places\n"
         "every descriptor request and forwards it to the chosen DataServer,\n"
         "re-routes the tasks of a DataServer that stops heartbeating.\n"
@@ -42,6 +43,11 @@ static void usage(FILE *f)
         "  --heartbeat-timeout-ms N   silence after which a DataServer is\n"
         "                             declared dead (default 3000)\n"
         "  --telemetry FILE           one JSON line per placement decision\n"
+        "  --exit-with-parent         stop (cleanly) when the process that\n"
+        "                             started this one dies\n"
+        "  --exit-when-unused MS      stop once no local DataServer has been\n"
+        "                             registered for MS ms (after the first\n"
+        "                             one): the ranks of the job are gone\n"
         "  -h, --help                 this text\n",
         DH_COORDINATOR_DEFAULT_LISTEN);
 }
@@ -51,6 +57,8 @@ static const struct option long_opts[] = {
     {"policy", required_argument, NULL, 'p'},
     {"heartbeat-timeout-ms", required_argument, NULL, 't'},
     {"telemetry", required_argument, NULL, 'T'},
+    {"exit-with-parent", no_argument, NULL, 'P'},
+    {"exit-when-unused", required_argument, NULL, 'U'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -77,6 +85,14 @@ static int parse_opt(struct args *a, int c)
         a->o.heartbeat_timeout_ms = (int)v;
         return 0;
     case 'T': a->telemetry_path = optarg; return 0;
+    case 'P': a->with_parent = 1; return 0;
+    case 'U':
+        if (dh_cli_parse_i64(optarg, 1, 3600000, &v))
+            return dh_cli_usage_error(CMD, "--exit-when-unused must be an "
+                                      "integer in [1, 3600000] ms, not '%s'",
+                                      optarg);
+        a->o.exit_when_unused_ms = (int)v;
+        return 0;
     case 'h': a->help = 1; return 0;
     default: return dh_cli_usage_error(CMD, "bad option");
     }
@@ -115,6 +131,13 @@ static int serve(struct args *a)
     }
     a->o.telemetry = tel;
     const volatile int *stop = dh_cli_stop_on_signals();
+
+    if (a->with_parent && dh_cli_stop_with_parent() < 0) {
+        dh_cli_error(CMD, "cannot watch the parent process");
+        if (tel)
+            fclose(tel);
+        return DH_EXIT_FAIL;
+    }
 
     dh_err_clear(&e);
     if ((rc = dh_coordinator_create(&a->o, &c, &e)) == 0) {

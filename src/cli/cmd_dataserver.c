@@ -1,8 +1,9 @@
 /*
- * cmd_dataserver.c - `datahelix dataserver`: runs a local DataServer
- * (include/datahelix/dataserver.h) for one rank until SIGINT / SIGTERM or
- * a Shutdown from the Coordinator, then exits 0.  `--remote` (the CPU
- * sidecar mode) is not implemented yet.
+ * cmd_dataserver.c - `datahelix dataserver`: runs a DataServer
+ * (include/datahelix/dataserver.h), local to one rank (`--rank R`,
+ * optionally `--listen` for payloads from remote servers) or a remote CPU
+ * sidecar (`--remote`), until SIGINT / SIGTERM or a Shutdown from the
+ * Coordinator, then exits 0.
  *
  * Design: a thin shell over dh_dataserver_create/run/destroy; the signal
  * handlers only set a flag (no SA_RESTART, so the loop's poll returns EINTR
@@ -29,20 +30,46 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: datahelix dataserver --coordinator ADDR --rank R "
         "--index M.dhx\n"
-        "                            [--workers N] [--server-id ID]\n"
+        "                            [--listen ADDR [--advertise ADDR]]\n"
+        "                            [--client-socket NAME | --client-fd N]\n"
+        "       datahelix dataserver --remote --coordinator ADDR "
+        "--index M.dhx\n"
+        "                            [--deliver-timeout-ms MS]\n"
+        "   common options:          [--workers N] [--server-id ID]\n"
         "                            [--arena-mb MB] [--heartbeat-ms MS]\n\n"
         "Runs the local DataServer of rank R: registers with the\n"
         "Coordinator, decodes the batches routed to it into its shared-\n"
-        "memory arena and notifies the Coordinator.  Runs until SIGINT /\n"
+        "memory arena and notifies the Coordinator.  With --remote, runs a\n"
+        "remote CPU sidecar instead: it decodes the batches routed to it\n"
+        "into a private staging area and sends each to the requester's\n"
+        "local DataServer, which must run with --listen (without it, the\n"
+        "Coordinator keeps that rank's work local).  Runs until SIGINT /\n"
         "SIGTERM or a Shutdown message (exit 0).\n\n"
         "  --coordinator ADDR   ZeroMQ endpoint of the Coordinator\n"
         "  --rank R             the rank this server is local to\n"
+        "  --remote             remote sidecar mode (no --rank)\n"
         "  --index M.dhx        the index the sample ids refer to\n"
         "  --workers N          decode threads (default 2)\n"
-        "  --server-id ID       server id, >= 1 (default R + 1)\n"
-        "  --arena-mb MB        shared-memory arena size (default 256)\n"
+        "  --server-id ID       server id, >= 1 (default R + 1; remote: a\n"
+        "                       hash of host name and pid)\n"
+        "  --arena-mb MB        shared-memory arena size (default 256;\n"
+        "                       remote: staging memory)\n"
         "  --heartbeat-ms MS    heartbeat period (default 500)\n"
-        "  --remote             remote sidecar mode (not implemented yet)\n"
+        "  --listen ADDR        local: take payloads from remote servers on\n"
+        "                       this ZeroMQ endpoint (e.g.\n"
+        "                       tcp://127.0.0.1:0 picks a free port); the\n"
+        "                       bound address is announced\n"
+        "  --advertise ADDR     announce ADDR instead (required when\n"
+        "                       --listen binds every interface, tcp://*:P)\n"
+        "  --deliver-timeout-ms MS  remote: how long a local server may take\n"
+        "                       to accept a batch before the task fails\n"
+        "                       (default 5000)\n"
+        "  --client-socket NAME hand the arena to the client that connects\n"
+        "                       to the abstract Unix socket @NAME\n"
+        "  --client-fd N        hand it over inherited socket N (how a\n"
+        "                       client starts its embedded server)\n"
+        "                       With either, the server stops when its\n"
+        "                       client goes away.\n"
         "  -h, --help           this text\n");
 }
 
@@ -55,6 +82,11 @@ static const struct option long_opts[] = {
     {"arena-mb", required_argument, NULL, 'a'},
     {"heartbeat-ms", required_argument, NULL, 'b'},
     {"remote", no_argument, NULL, 'R'},
+    {"client-socket", required_argument, NULL, 'S'},
+    {"client-fd", required_argument, NULL, 'F'},
+    {"listen", required_argument, NULL, 'l'},
+    {"advertise", required_argument, NULL, 'A'},
+    {"deliver-timeout-ms", required_argument, NULL, 'D'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -85,16 +117,39 @@ static int parse_opt(struct args *a, int c)
         if (!(r = dh_cli_opt_i64(CMD, "--arena-mb", optarg, 1, 1 << 20, &v)))
             a->o.arena_bytes = (size_t)v << 20;
         return r;
+    case 'D':
+        if (!(r = dh_cli_opt_i64(CMD, "--deliver-timeout-ms", optarg, 1,
+                                 3600000, &v)))
+            a->o.deliver_timeout_ms = (int)v;
+        return r;
+    case 'l': a->o.listen = optarg; return 0;
+    case 'A': a->o.advertise = optarg; return 0;
     case 'b':
         if (!(r = dh_cli_opt_i64(CMD, "--heartbeat-ms", optarg, 1, 3600000, &v)))
             a->o.heartbeat_ms = (int)v;
         return r;
-    case 'R':
-        return dh_cli_usage_error(CMD, "--remote: not implemented yet in "
-                                  "this version of datahelix");
+    case 'S': a->o.client_socket = optarg; return 0;
+    case 'F':
+        if (!(r = dh_cli_opt_i64(CMD, "--client-fd", optarg, 3, 1 << 20, &v)))
+            a->o.client_fd = (int)v;
+        return r;
+    case 'R': a->o.remote = 1; return 0;
     case 'h': a->help = 1; return 0;
     default: return dh_cli_usage_error(CMD, "bad option");
     }
+}
+
+/* Options of a local server only. */
+static int check_remote(const struct args *a)
+{
+    if (a->have_rank)
+        return dh_cli_usage_error(CMD, "--remote and --rank exclude each "
+                                  "other: a remote server serves any rank");
+    if (a->o.listen || a->o.client_fd >= 0 || a->o.client_socket)
+        return dh_cli_usage_error(CMD, "--remote takes no --listen or "
+                                  "client link: it sends batches to the "
+                                  "ranks' local servers");
+    return 0;
 }
 
 static int parse_args(struct args *a, int argc, char **argv)
@@ -115,10 +170,33 @@ static int parse_args(struct args *a, int argc, char **argv)
     if (optind < argc)
         return dh_cli_usage_error(CMD, "unexpected argument '%s'",
                                   argv[optind]);
-    if (!a->o.coordinator || !a->have_rank || !a->o.index_path)
-        return dh_cli_usage_error(CMD, "--coordinator, --rank and --index "
-                                  "are required");
-    return 0;
+    if (!a->o.coordinator || !a->o.index_path ||
+        (!a->have_rank && !a->o.remote))
+        return dh_cli_usage_error(CMD, "--coordinator, --index and --rank "
+                                  "(or --remote) are required");
+    if (a->o.client_fd >= 0 && a->o.client_socket)
+        return dh_cli_usage_error(CMD, "--client-socket and --client-fd "
+                                  "exclude each other");
+    if (a->o.advertise && !a->o.listen)
+        return dh_cli_usage_error(CMD, "--advertise needs --listen");
+    return a->o.remote ? check_remote(a) : 0;
+}
+
+static void announce(const struct args *a, const struct dh_dataserver *s)
+{
+    const char *ep = dh_dataserver_endpoint(s);
+
+    if (a->o.remote)
+        fprintf(stderr, "datahelix: dataserver: remote server %u registered "
+                "with %s (%u workers, %zu MiB staging)\n",
+                dh_dataserver_id(s), a->o.coordinator, a->o.workers,
+                a->o.arena_bytes >> 20);
+    else
+        fprintf(stderr, "datahelix: dataserver: rank %u (server %u) "
+                "registered with %s (%u workers, %zu MiB arena%s%s)\n",
+                a->o.rank, dh_dataserver_id(s), a->o.coordinator,
+                a->o.workers, a->o.arena_bytes >> 20,
+                ep ? ", payloads on " : "", ep ? ep : "");
 }
 
 static int serve(struct args *a)
@@ -131,9 +209,7 @@ static int serve(struct args *a)
 
     dh_err_clear(&e);
     if ((rc = dh_dataserver_create(&a->o, &s, &e)) == 0) {
-        fprintf(stderr, "datahelix: dataserver: rank %u registered with %s "
-                "(%u workers, %zu MiB arena)\n", a->o.rank, a->o.coordinator,
-                a->o.workers, a->o.arena_bytes >> 20);
+        announce(a, s);
         rc = dh_dataserver_run(s, stop, &e);
     }
     if (rc < 0)

@@ -190,27 +190,6 @@ static int parse_plan(const char *s, struct decode_opts *o)
     return 0;
 }
 
-static int parse_size(const char *s, struct dh_media_plan *p)
-{
-    char w[16];
-    const char *x = strchr(s, 'x');
-    int64_t wv, hv;
-
-    if (!x || (size_t)(x - s) >= sizeof(w))
-        goto bad;
-    memcpy(w, s, (size_t)(x - s));
-    w[x - s] = '\0';
-    if (dh_cli_parse_i64(w, 1, 16384, &wv) ||
-        dh_cli_parse_i64(x + 1, 1, 16384, &hv))
-        goto bad;
-    p->width = (int32_t)wv;
-    p->height = (int32_t)hv;
-    return 0;
-bad:
-    return dh_cli_usage_error("decode", "--size '%s': expected WxH, each "
-                              "1..16384", s);
-}
-
 /* An enum option: table lookup or a usage error naming the choices. */
 static int parse_enum(const struct name_val *t, const char *opt,
                       const char *choices, int *out)
@@ -267,7 +246,7 @@ static int parse_opt(int c, struct decode_opts *o)
 
     switch (c) {
     case 'p': return parse_plan(optarg, o);
-    case 's': return parse_size(optarg, p);
+    case 's': return dh_cli_opt_size("decode", optarg, p);
     case 'o': o->out = optarg; return 0;
     case OPT_JSON: o->json = 1; return 0;
     case OPT_GEOM:

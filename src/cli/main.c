@@ -24,7 +24,7 @@ static const struct dh_cmd commands[] = {
     {"decode", dh_cmd_decode, "run the media pipeline on files (sampled decode)"},
     {"coordinator", dh_cmd_coordinator, "run the control plane"},
     {"dataserver", dh_cmd_dataserver, "run a data-plane server"},
-    {"consume", NULL, "iterate batches like a training rank"},
+    {"consume", dh_cmd_consume, "iterate batches like a training rank"},
     {"plan", dh_cmd_plan, "print the Tier-1 plan of an epoch"},
     {"bench", NULL, "benchmarks against peer loaders"},
     {"sim", dh_cmd_sim, "discrete-event simulator at cluster scale"},

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -42,10 +43,46 @@ void dh_probe_list_fini(struct dh_probe_list *l)
     dh_probe_list_init(l);
 }
 
+/* `path` made absolute against the working directory (taken over), so a
+ * table works from any directory and in any process that reads it; NULL
+ * when out of memory or the directory is unknown (then `path` is kept). */
+static char *absolute(char *path)
+{
+    char cwd[4096], *out;
+    size_t a, b;
+
+    if (path[0] == '/' || !getcwd(cwd, sizeof(cwd)))
+        return path;
+    a = strlen(cwd);
+    b = strlen(path);
+    if (path[0] == '.' && path[1] == '/') { /* "./x" -> "cwd/x" */
+        if (!(out = dh__malloc(a + b)))
+            return NULL;
+        memcpy(out, cwd, a);
+        memcpy(out + a, path + 1, b); /* "/x" and the NUL */
+    } else {
+        if (!(out = dh__malloc(a + b + 2)))
+            return NULL;
+        memcpy(out, cwd, a);
+        out[a] = '/';
+        memcpy(out + a + 1, path, b + 1);
+    }
+    dh__free(path);
+    return out;
+}
+
 /* Takes ownership of path and text (also on failure). */
 static int push(struct dh_probe_list *l, char *path, char *text,
                 struct dh_err *e)
 {
+    char *abs = absolute(path);
+
+    if (!abs) {
+        dh__free(path);
+        dh__free(text);
+        return dh_err_set(e, DH_ENOMEM, "input list: out of memory");
+    }
+    path = abs;
     if (l->count == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 256;
         void *p = dh__realloc(l->items, cap * sizeof(*l->items));

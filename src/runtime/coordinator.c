@@ -155,19 +155,28 @@ static int reregister(struct dh_coordinator *c, int slot,
     return 0;
 }
 
+static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
+                         const char *why);
+
+/* A new local server for a rank that has one supersedes it: the rank's
+ * client restarted its DataServer (a new arena), so whatever ran on the
+ * old one is re-routed with the new one as delivery target. */
 static int add_server(struct dh_coordinator *c, const struct co_peer *from,
                       const struct dh_wire_register_server *r, uint64_t now)
 {
     int local = r->role == DH_WIRE_ROLE_LOCAL;
-    int slot = free_slot_server(c);
+    int slot;
     struct dh_err e;
     char why[DH_ERR_MSG_MAX + 64];
     int32_t cap = c->queue_per_worker * (int32_t)r->workers;
 
-    if (local && r->rank < DH_WIRE_MAX_RANKS && c->rank_local[r->rank] >= 0)
-        snprintf(why, sizeof(why), "rank %u already has a local server",
-                 r->rank);
-    else if (slot < 0)
+    if (local && r->rank < DH_WIRE_MAX_RANKS && c->rank_local[r->rank] >= 0) {
+        snprintf(why, sizeof(why), "superseded by server %u for rank %u",
+                 r->server_id, r->rank);
+        declare_dead(c, c->rank_local[r->rank], now, why);
+    }
+    slot = free_slot_server(c);
+    if (slot < 0)
         snprintf(why, sizeof(why), "registry full (%d servers)",
                  c->max_servers);
     else if (dh_place_add_server(c->place, slot,
@@ -192,14 +201,30 @@ added:
     return 0;
 }
 
+static int same_peer(const struct co_peer *a, const struct co_peer *b)
+{
+    return a->len == b->len && !memcmp(a->id, b->id, a->len);
+}
+
+/* A server registers once per process (a ZeroMQ reconnect is invisible
+ * here), so a known id from another peer is a new process - a restart
+ * whose predecessor's tasks died with it: it supersedes the old entry.
+ * The same peer registering again (a lost ack) is just acknowledged. */
 static void on_register_server(struct dh_coordinator *c,
                                const struct co_peer *from,
                                const struct dh_wire_msg *m, uint64_t now)
 {
     const struct dh_wire_register_server *r = &m->u.register_server;
     int slot = find_server(c, r->server_id);
-    int rc = slot >= 0 ? reregister(c, slot, from, r, now)
-                       : add_server(c, from, r, now);
+    int rc;
+
+    if (slot >= 0 && !same_peer(&c->servers[slot].peer, from) &&
+        c->servers[slot].role == r->role && c->servers[slot].rank == r->rank) {
+        declare_dead(c, slot, now, "registered again by a new process");
+        slot = -1;
+    }
+    rc = slot >= 0 ? reregister(c, slot, from, r, now)
+                   : add_server(c, from, r, now);
 
     if (rc == 0) {
         (void)dh__co_send(c, from, m); /* the ack: the message echoed */
@@ -228,6 +253,8 @@ static void on_register_client(struct dh_coordinator *c,
     }
     if (!c->clients[slot].used)
         CO_INC(c, clients);
+    else if (!same_peer(&c->clients[slot].peer, from))
+        dh__co_client_moved(c, r->rank, from); /* a restarted client */
     c->clients[slot] = (struct co_client){.used = 1, .rank = r->rank,
                                           .peer = *from};
     (void)dh__co_send(c, from, m);
@@ -265,13 +292,19 @@ static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
 
 /* ---- heartbeat timeouts ---- */
 
-static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now)
+static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
+                         const char *why)
 {
     struct co_server *s = &c->servers[slot];
 
-    fprintf(stderr, "datahelix: coordinator: server %u (%s) silent for %llu "
-            "ms: declared dead, re-routing its tasks\n", s->wire_id, s->addr,
-            (unsigned long long)(now - s->last_seen_ms));
+    if (why)
+        fprintf(stderr, "datahelix: coordinator: server %u (%s) %s: "
+                "declared dead, re-routing its tasks\n", s->wire_id,
+                s->addr, why);
+    else
+        fprintf(stderr, "datahelix: coordinator: server %u (%s) silent for "
+                "%llu ms: declared dead, re-routing its tasks\n", s->wire_id,
+                s->addr, (unsigned long long)(now - s->last_seen_ms));
     if (dh_place_remove_server(c->place, slot, NULL) < 0)
         fprintf(stderr, "datahelix: coordinator: server %u was not in "
                 "placement\n", s->wire_id); /* cannot happen */
@@ -291,7 +324,7 @@ static void check_heartbeats(struct dh_coordinator *c, uint64_t now)
     for (int i = 0; i < c->max_servers; i++)
         if (c->servers[i].used &&
             now - c->servers[i].last_seen_ms >= (uint64_t)c->hb_timeout_ms) {
-            declare_dead(c, i, now);
+            declare_dead(c, i, now, NULL);
             any = 1;
         }
     if (any)
@@ -406,6 +439,27 @@ static void broadcast_shutdown(struct dh_coordinator *c)
     c->quiet = 0;
 }
 
+/* 1 when no LOCAL server has been registered for exit_unused_ms, after
+ * one was. */
+static int unused_for_long(struct dh_coordinator *c, uint64_t now)
+{
+    int locals = 0;
+
+    for (int i = 0; i < c->max_servers && !locals; i++)
+        locals = c->servers[i].used &&
+                 c->servers[i].role == DH_WIRE_ROLE_LOCAL;
+    if (locals) {
+        c->had_local = 1;
+        c->unused_since_ms = 0;
+        return 0;
+    }
+    if (!c->had_local)
+        return 0;
+    if (!c->unused_since_ms)
+        c->unused_since_ms = now;
+    return now - c->unused_since_ms >= (uint64_t)c->exit_unused_ms;
+}
+
 int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
                        struct dh_err *e)
 {
@@ -431,6 +485,12 @@ int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
             }
         }
         check_heartbeats(c, dh__co_now_ms());
+        if (c->exit_unused_ms > 0 && unused_for_long(c, dh__co_now_ms())) {
+            fprintf(stderr, "datahelix: coordinator: no local dataserver "
+                    "for %d ms: every rank is gone; exiting\n",
+                    c->exit_unused_ms);
+            break;
+        }
     }
     broadcast_shutdown(c);
     if (c->telemetry)
@@ -529,6 +589,7 @@ int dh_coordinator_create(const struct dh_coordinator_opts *o,
     c->telemetry = o->telemetry;
     c->hb_timeout_ms = o->heartbeat_timeout_ms;
     c->queue_per_worker = o->queue_per_worker;
+    c->exit_unused_ms = o->exit_when_unused_ms;
     c->max_servers = o->max_servers;
     c->max_clients = o->max_clients;
     dh_wire_msg_init(&c->in, DH_WIRE_NONE);

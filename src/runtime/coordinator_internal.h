@@ -51,6 +51,7 @@ struct co_task {
     enum co_state state;
     int cancelled;  /* completed while in the FIFO: the FIFO frees it */
     int bp_logged;  /* a BACKPRESSURE decision was already in telemetry */
+    int counted_new; /* counted in pending_new while in the FIFO */
     int32_t server; /* placement slot while running, else -1 */
     uint64_t server_gen;
     double work_ms;
@@ -67,6 +68,9 @@ struct dh_coordinator {
     char endpoint[DH_WIRE_MAX_ADDR + 1];
     FILE *telemetry;
     int hb_timeout_ms, queue_per_worker;
+    int exit_unused_ms;       /* see dh_coordinator_opts */
+    int had_local;            /* a local server registered at some time */
+    uint64_t unused_since_ms; /* no local server since then (0: some) */
     int shutdown;
     int quiet; /* 1: failed sends are counted, not logged */
     int bound; /* the endpoint is ours (ipc file to remove) */
@@ -122,6 +126,11 @@ void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
                     const struct dh_wire_msg *m, uint64_t now);
 /* Places waiting tasks, oldest first, until one meets backpressure. */
 void dh__co_drain(struct dh_coordinator *c, uint64_t now);
+/* The client of `rank` is now `to` (a new process): every known task of
+ * that rank answers there, so late results reach a client that releases
+ * them. */
+void dh__co_client_moved(struct dh_coordinator *c, uint32_t rank,
+                         const struct co_peer *to);
 /* Queues the in-flight tasks of dead slot `slot` for re-routing (the slot
  * has already left placement and the registry). */
 void dh__co_orphan_tasks(struct dh_coordinator *c, int32_t slot);

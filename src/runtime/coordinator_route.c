@@ -12,6 +12,9 @@
  * re-routes in front of new requests; only the head is tried, so a request
  * that meets backpressure waits with everything behind it (simple and
  * fair; head-of-line blocking across ranks is accepted for now).
+ * A request whose rank's local server takes no payloads (registered as
+ * "local:...") or that says local_only is decided among that local server
+ * alone: a remote server could not deliver its batch.
  *
  * Locking: none (see coordinator_internal.h).
  */
@@ -132,8 +135,10 @@ static int fifo_push(struct dh_coordinator *c, struct co_task *t, int front)
         c->fifo[(c->fifo_head + c->fifo_len) % c->fifo_cap] = t;
     }
     c->fifo_len++;
-    if (t->state == CO_PENDING_NEW)
+    if (t->state == CO_PENDING_NEW) {
         c->pending_new++;
+        t->counted_new = 1;
+    }
     CO_SET(c, pending, c->fifo_len);
     return 0;
 }
@@ -142,8 +147,12 @@ static void fifo_pop(struct dh_coordinator *c)
 {
     struct co_task *t = c->fifo[c->fifo_head];
 
-    if (t->state == CO_PENDING_NEW)
+    /* By the task's flag, not its state: place_task() has already moved
+     * a task it placed to CO_RUNNING when it is popped. */
+    if (t->counted_new) {
         c->pending_new--;
+        t->counted_new = 0;
+    }
     c->fifo_head = (c->fifo_head + 1) % c->fifo_cap;
     c->fifo_len--;
     CO_SET(c, pending, c->fifo_len);
@@ -257,6 +266,48 @@ static void fill_req(const struct dh_coordinator *c, const struct co_task *t,
     q->deadline_ms = (double)t->req.slack_ms - (double)(now - t->arrived_ms);
 }
 
+/* A remote server delivers to the requester's local server at the
+ * address it registered; "local:..." means it takes no payloads (it does
+ * not listen), so a remote could not deliver.  Such a request, or one
+ * marked local_only, may run on the requester's local server only. */
+static int local_only(const struct dh_coordinator *c, const struct co_task *t,
+                      const struct dh_place_req *q)
+{
+    return t->req.hints.local_only ||
+           (q->local_server >= 0 &&
+            !strncmp(c->servers[q->local_server].addr, "local:", 6));
+}
+
+/* The decision among the local server alone: it, or backpressure when it
+ * is at its queue cap or the rank has none (yet). */
+static int decide_local(struct dh_coordinator *c,
+                        const struct dh_place_req *q,
+                        struct dh_place_decision *d)
+{
+    struct dh_cost_terms ct;
+    int rc;
+
+    memset(d, 0, sizeof(*d));
+    d->server = -1;
+    d->reason = DH_PLACE_REASON_BACKPRESSURE;
+    d->work_ms = q->cpu_ms + q->io_ms;
+    if (q->local_server < 0)
+        return 0;
+    if ((rc = dh_cost_predict(c->place, q->local_server, q, &ct)) < 0)
+        return rc;
+    d->scored = 1;
+    if (ct.at_cap)
+        return 0;
+    d->server = q->local_server;
+    d->reason = ct.miss_ms > 0 ? DH_PLACE_REASON_EARLIEST_FINISH
+                               : DH_PLACE_REASON_LOCAL_MEETS;
+    d->t_pred_ms = ct.t_ms;
+    d->miss_ms = ct.miss_ms;
+    d->ntop = 1;
+    d->top[0] = (struct dh_place_cand){d->server, ct.t_ms, ct.miss_ms};
+    return 0;
+}
+
 /* 1: placed and sent, 0: backpressure (try later), <0: cannot place. */
 static int place_task(struct dh_coordinator *c, struct co_task *t,
                       uint64_t now)
@@ -267,7 +318,9 @@ static int place_task(struct dh_coordinator *c, struct co_task *t,
     int rc;
 
     fill_req(c, t, now, &q);
-    if ((rc = dh_place_decide(c->place, &q, &d)) < 0)
+    rc = local_only(c, t, &q) ? decide_local(c, &q, &d)
+                              : dh_place_decide(c->place, &q, &d);
+    if (rc < 0)
         return rc;
     telemetry(c, t, &d, now_us() - t0);
     if (d.server < 0)
@@ -416,6 +469,14 @@ void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
     CO_INC(c, results);
     complete_task(c, t, now);
     dh__co_drain(c, now);
+}
+
+void dh__co_client_moved(struct dh_coordinator *c, uint32_t rank,
+                         const struct co_peer *to)
+{
+    for (size_t i = 0; i < c->tasks_cap; i++)
+        if (c->tasks[i] && c->tasks[i]->req.requester_rank == rank)
+            c->tasks[i]->client = *to;
 }
 
 /* ---- dead servers ---- */

@@ -68,6 +68,9 @@ static void *run_thread(void *arg)
     return NULL;
 }
 
+static size_t start_max_pending; /* 0: the default */
+static int start_exit_unused;    /* 0: off */
+
 static struct fx *start(const char *policy, int hb_ms, int per_worker)
 {
     struct fx *f = calloc(1, sizeof(*f));
@@ -83,6 +86,9 @@ static struct fx *start(const char *policy, int hb_ms, int per_worker)
     o.heartbeat_timeout_ms = hb_ms;
     o.queue_per_worker = per_worker;
     o.telemetry = f->tel;
+    if (start_max_pending)
+        o.max_pending = start_max_pending;
+    o.exit_when_unused_ms = start_exit_unused;
     assert_int_equal(dh_coordinator_create(&o, &f->c, &e), 0);
     assert_non_null(strstr(dh_coordinator_endpoint(f->c), "127.0.0.1:"));
     assert_null(strstr(dh_coordinator_endpoint(f->c), ":0"));
@@ -183,16 +189,21 @@ static void expect_none(void *s, enum dh_wire_type type)
     assert_int_equal(recv_type(s, type, &m, QUIET_MS), -1);
 }
 
-static void *server(struct fx *f, uint32_t id, enum dh_wire_role role,
-                    uint32_t rank)
+/* A fake server registered at `addr` (NULL: "ipc://server-ID"). */
+static void *server_at(struct fx *f, uint32_t id, enum dh_wire_role role,
+                       uint32_t rank, const char *addr)
 {
     void *s = peer(f);
     struct dh_wire_msg m, ack;
 
     dh_wire_msg_init(&m, DH_WIRE_REGISTER_SERVER);
     m.u.register_server.server_id = id;
-    snprintf(m.u.register_server.addr, sizeof(m.u.register_server.addr),
-             "ipc://server-%u", id);
+    if (addr)
+        snprintf(m.u.register_server.addr,
+                 sizeof(m.u.register_server.addr), "%s", addr);
+    else
+        snprintf(m.u.register_server.addr,
+                 sizeof(m.u.register_server.addr), "ipc://server-%u", id);
     m.u.register_server.role = role;
     m.u.register_server.rank = role == DH_WIRE_ROLE_LOCAL ? rank : 0;
     m.u.register_server.workers = 1;
@@ -202,6 +213,12 @@ static void *server(struct fx *f, uint32_t id, enum dh_wire_role role,
     assert_int_equal(ack.u.register_server.server_id, id);
     dh_wire_msg_fini(&ack);
     return s;
+}
+
+static void *server(struct fx *f, uint32_t id, enum dh_wire_role role,
+                    uint32_t rank)
+{
+    return server_at(f, id, role, rank, NULL);
 }
 
 static void *client(struct fx *f, uint32_t rank)
@@ -236,7 +253,7 @@ static struct dh_wire_task task(uint32_t step)
     return t;
 }
 
-static void request(void *s, uint32_t step)
+static void request_hinted(void *s, uint32_t step, int local_only)
 {
     struct dh_wire_msg m;
     uint64_t ids[2] = {100 + step, 200 + step};
@@ -247,8 +264,14 @@ static void request(void *s, uint32_t step)
     assert_int_equal(dh_wire_set_samples(&m.u.request, ids, 2, NULL), 0);
     m.u.request.slack_ms = 100000;
     m.u.request.hints.est_cpu_ms = 10;
+    m.u.request.hints.local_only = local_only;
     send_msg(s, &m);
     dh_wire_msg_fini(&m);
+}
+
+static void request(void *s, uint32_t step)
+{
+    request_hinted(s, step, 0);
 }
 
 static void result(void *s, uint32_t step, uint32_t server_id)
@@ -420,6 +443,139 @@ static void silent_server_is_dead_and_task_rerouted(void **state)
     stop_and_free(f);
 }
 
+/* A restarted local DataServer (new server id, same rank) supersedes the
+ * old one at once: the old one's task is re-routed to the new one, which
+ * is the delivery target from then on. */
+static void new_local_server_supersedes_old(void **state)
+{
+    struct fx *f = start("least-request", 60000, 4);
+    void *a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
+    void *cl = client(f, 0);
+    void *a2;
+    struct dh_wire_msg m;
+
+    (void)state;
+    request(cl, 1);
+    expect_route(a, 1, 1);
+    a2 = server(f, 7, DH_WIRE_ROLE_LOCAL, 0);
+    assert_int_equal(recv_type(a2, DH_WIRE_ROUTE, &m, WAIT_MS), 0);
+    assert_int_equal(m.u.route.task.id, task(1).id);
+    assert_int_equal(m.u.route.server_id, 7);
+    assert_int_equal(m.u.route.target_server_id, 7);
+    assert_int_equal(m.u.route.has_request, 1);
+    dh_wire_msg_fini(&m);
+    ASSERT_STAT(f, dead_servers, 1);
+    ASSERT_STAT(f, rerouted, 1);
+    ASSERT_STAT(f, servers, 1);
+    result(a2, 1, 7);
+    expect_result(cl, 1, 7);
+    zmq_close(a);
+    zmq_close(a2);
+    zmq_close(cl);
+    stop_and_free(f);
+}
+
+/* The waiting-queue bound counts requests waiting, not requests ever
+ * made: many more than max_pending, one at a time, all go through. */
+static void pending_bound_counts_only_waiting_requests(void **state)
+{
+    struct fx *f;
+    void *a, *cl;
+
+    (void)state;
+    start_max_pending = 2;
+    f = start("least-request", 60000, 4);
+    start_max_pending = 0;
+    a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
+    cl = client(f, 0);
+    for (uint32_t step = 0; step < 12; step++) {
+        request(cl, step);
+        expect_route(a, step, 1);
+        result(a, step, 1);
+        expect_result(cl, step, 1);
+    }
+    ASSERT_STAT(f, queue_full, 0);
+    ASSERT_STAT(f, results, 12);
+    zmq_close(a);
+    zmq_close(cl);
+    stop_and_free(f);
+}
+
+/* Round-robin alternates local and remote, but a remote cannot deliver
+ * to a local server that takes no payloads ("local:" address), nor serve
+ * a local_only request: those stay on the local server, queueing behind
+ * its cap rather than going remote. */
+static void remote_only_when_local_takes_payloads(void **state)
+{
+    struct fx *f = start("round-robin", 60000, 2); /* cap 2 x 1 worker */
+    void *a = server_at(f, 1, DH_WIRE_ROLE_LOCAL, 0, "local:rank-0");
+    void *b = server(f, 2, DH_WIRE_ROLE_REMOTE, 0);
+    void *cl = client(f, 0);
+    void *a2;
+
+    (void)state;
+    request(cl, 0);
+    request(cl, 1);
+    expect_route(a, 0, 1);
+    expect_route(a, 1, 1);     /* not b: a has no payload address */
+    request(cl, 2);            /* a is at its cap: waits, not remote */
+    ASSERT_STAT(f, pending, 1);
+    expect_none(b, DH_WIRE_ROUTE);
+    result(a, 0, 1);
+    expect_route(a, 2, 1);
+    ASSERT_STAT(f, pending, 0);
+    result(a, 1, 1);
+    result(a, 2, 1);
+    ASSERT_STAT(f, inflight, 0);
+
+    /* The rank's server restarts with a payload address: round-robin now
+     * reaches the remote, except for a request marked local_only. */
+    a2 = server_at(f, 7, DH_WIRE_ROLE_LOCAL, 0, "tcp://127.0.0.1:9");
+    request(cl, 3);
+    request(cl, 4);
+    expect_route(a2, 3, 7);
+    expect_route(b, 4, 2);
+    request_hinted(cl, 5, 1);
+    expect_route(a2, 5, 7);
+    expect_none(b, DH_WIRE_ROUTE);
+    zmq_close(a);
+    zmq_close(a2);
+    zmq_close(b);
+    zmq_close(cl);
+    stop_and_free(f);
+}
+
+/* exit_when_unused: not before a local server came, not while one is
+ * there, soon after the last one is gone (declared dead). */
+static void exits_when_no_local_server_is_left(void **state)
+{
+    struct fx *f;
+    void *a;
+    uint64_t t0;
+
+    (void)state;
+    start_exit_unused = 300;
+    f = start("least-request", 400, 4);
+    start_exit_unused = 0;
+    assert_false(wait_finished(f, 600)); /* nobody came yet: keeps going */
+    a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
+    for (t0 = now_ms(); now_ms() - t0 < 900;) { /* alive: keeps going */
+        heartbeat(a, 1);
+        assert_false(wait_finished(f, 100));
+    }
+    t0 = now_ms(); /* silent from now: dead after 400 ms, exit 300 later */
+    assert_true(wait_finished(f, 5000));
+    assert_true(now_ms() - t0 >= 600);
+    ASSERT_STAT(f, dead_servers, 1);
+    zmq_close(a);
+    pthread_join(f->th, NULL);
+    assert_int_equal(f->run_rc, 0);
+    dh_coordinator_destroy(f->c);
+    zmq_ctx_term(f->ctx);
+    fclose(f->tel);
+    free(f);
+}
+
 static void backpressure_queues_then_routes(void **state)
 {
     struct fx *f = start("least-request", 5000, 1); /* cap 1 x 1 worker */
@@ -522,6 +678,10 @@ int main(void)
         cmocka_unit_test(routed_locally_result_once_duplicate_released),
         cmocka_unit_test(telemetry_has_one_line_per_decision),
         cmocka_unit_test(silent_server_is_dead_and_task_rerouted),
+        cmocka_unit_test(new_local_server_supersedes_old),
+        cmocka_unit_test(pending_bound_counts_only_waiting_requests),
+        cmocka_unit_test(exits_when_no_local_server_is_left),
+        cmocka_unit_test(remote_only_when_local_takes_payloads),
         cmocka_unit_test(backpressure_queues_then_routes),
         cmocka_unit_test(malformed_is_counted_and_loop_keeps_serving),
         cmocka_unit_test(shutdown_message_ends_run),

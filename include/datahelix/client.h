@@ -1,0 +1,199 @@
+/*
+ * datahelix/client.h - the training rank's side of the data plane (DESIGN.md
+ * 2 and 8; issue 4 item 5; docs/client.md): requests batches ahead of
+ * consumption, gets them back in request order as zero-copy views of its
+ * local DataServer's shared-memory arena.
+ *
+ * Design notes:
+ *   - The caller gives the client an epoch's schedule: for each step the
+ *     sample ids this rank consumes (from the planner, plan.h).  An I/O
+ *     thread (the paper's sender and fetcher in one, since a ZeroMQ socket
+ *     belongs to one thread) keeps up to `prefetch` steps requested ahead
+ *     of consumption, each as `microbatches` DescriptorRequests (task id
+ *     (epoch, step, rank, microbatch)), and files the notices that come
+ *     back into a reorder buffer (reorder.h).
+ *   - dh_client_next() blocks, bounded by timeout_ms, until every part of
+ *     the next step is in, and returns a view: one part per microbatch,
+ *     each a tensor in the arena (no copy: DESIGN.md 6).  The parts are
+ *     not merged into one buffer, which would be a copy; a part's samples
+ *     are contiguous in batch order.
+ *   - The local DataServer: embedded (default) - the client starts
+ *     `datahelix dataserver --client-fd N` itself, in its own process
+ *     group, and if it dies starts a new one (a new server id, which the
+ *     Coordinator lets supersede the old) and re-issues the steps still
+ *     outstanding; external - the client attaches to a running server's
+ *     abstract socket, and that server's death is an error.  Either way
+ *     the server exits when the client does (local_link.h).
+ *   - Errors surface at the next() of the step they belong to, naming
+ *     sample id, path and cause; that step is then consumed and the next
+ *     call goes on with the following step (a `skip` policy is the
+ *     caller's loop).  The failing sample ids are remembered
+ *     (dh_client_quarantine()).
+ *   - Telemetry (DESIGN.md 4.4): input wait (time blocked in next()) and
+ *     window (time between one next() returning and the following call)
+ *     per step, as JSONL if `telemetry` is set, and as percentiles in
+ *     dh_client_stats().
+ *
+ * Ownership: a batch from next() holds its arena slots until
+ * dh_client_batch_release(); the client stays allocated until it is
+ * destroyed and every batch released (so a batch may outlive destroy()).
+ *
+ * Thread-safety: next(), start_epoch() and stats() from one consumer
+ * thread at a time; dh_client_batch_release() from any thread.
+ */
+#ifndef DATAHELIX_CLIENT_H
+#define DATAHELIX_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "datahelix/error.h"
+#include "datahelix/media.h"
+
+#define DH_CLIENT_MAX_PREFETCH 256u
+#define DH_CLIENT_MAX_MICROBATCHES 255u
+#define DH_CLIENT_MAX_PARTS DH_CLIENT_MAX_MICROBATCHES
+
+struct dh_client; /* opaque */
+
+struct dh_client_opts {
+    const char *coordinator; /* ZeroMQ endpoint, required */
+    const char *index_path;  /* the .dhx the sample ids refer to, required */
+    uint32_t rank, world_size;
+    const char *dataserver;  /* NULL: embedded; else the abstract socket
+                                name of a running local DataServer */
+    const char *datahelix_bin; /* embedded: program to start; NULL:
+                                  $DATAHELIX_BIN, else `datahelix` on PATH */
+    unsigned ds_workers;     /* embedded server's decode threads (def. 2) */
+    const char *ds_listen;   /* embedded: endpoint where the server takes
+                                payloads from remote DataServers
+                                (`dataserver --listen`); NULL: none, so
+                                this rank is served locally only */
+    size_t arena_bytes;      /* embedded: 0 = dh_arena_default_size(
+                                prefetch x microbatches, the bytes of a
+                                part of max_batch samples), at least
+                                64 MiB; 256 MiB when max_batch is 0 */
+    uint32_t max_batch;      /* most samples of a step (sizes the arena;
+                                0: unknown) */
+    struct dh_media_plan plan; /* how every sample is prepared (indices
+                                  are copied) */
+    unsigned prefetch;       /* steps requested ahead (default 4) */
+    unsigned microbatches;   /* requests per step (default 1) */
+    int timeout_ms;          /* bound on one next() (default 60000) */
+    int start_timeout_ms;    /* bound on registering and on starting the
+                                embedded server (default 15000) */
+    int max_restarts;        /* embedded server restarts (default 3) */
+    double step_ms_hint;     /* step time assumed before one is measured,
+                                for request slack (default 100) */
+    FILE *telemetry;         /* JSONL per consumed step; NULL: none.
+                                Borrowed: must outlive the client */
+};
+
+/* Fills the defaults above (pointers NULL, rank 0, world 1, plan from
+ * dh_media_plan_init()). */
+void dh_client_opts_default(struct dh_client_opts *o);
+
+/* One microbatch's tensor in the arena. */
+struct dh_client_part {
+    const void *data;      /* in this process's mapping of the arena */
+    uint64_t len;          /* bytes of the slot (>= the tensor) */
+    uint64_t dims[8];
+    uint32_t ndims;        /* [B,T,H,W,3] (THWC) or [B,T,3,H,W] (TCHW) */
+    enum dh_dtype dtype;
+    enum dh_layout layout;
+    uint32_t n_samples;    /* dims[0] */
+    uint32_t server_id;    /* the arena's server */
+};
+
+/* A consumed step.  Read-only; release with dh_client_batch_release(). */
+struct dh_client_batch {
+    uint32_t epoch;
+    uint64_t step;
+    uint32_t n_parts;
+    struct dh_client_part *parts;
+    uint32_t n_samples;           /* over all parts */
+    const uint64_t *sample_ids;   /* n_samples, batch order */
+    const uint32_t *valid_frames; /* n_samples: frames from the clip; the
+                                     rest of T is padding */
+    double input_wait_ms;         /* time this next() blocked */
+};
+
+struct dh_client_stats {
+    uint64_t steps;        /* next() calls that returned a batch */
+    uint64_t errors;       /* next() calls that returned a sample error */
+    uint64_t misses;       /* steps whose batch was not ready (waited >
+                              DH_CLIENT_MISS_MS) */
+    double input_wait_p50_ms, input_wait_p95_ms, input_wait_max_ms;
+    double window_p50_ms;  /* time between steps, as measured */
+    uint64_t requests;     /* DescriptorRequests sent (re-issues included) */
+    uint64_t reissued;     /* requests re-sent after a server restart */
+    uint64_t restarts;     /* embedded server restarts */
+    uint64_t late_released; /* duplicate or stale results released */
+    uint64_t quarantined;  /* distinct samples that failed */
+    double elapsed_s;      /* since the first next() */
+};
+
+#define DH_CLIENT_MISS_MS 1.0
+
+/*
+ * Registers with the Coordinator and starts (or attaches to) the local
+ * DataServer; both bounded by start_timeout_ms.  On error *out is
+ * untouched, nothing is left running, and `e` says why: DH_EINVAL (bad
+ * option), DH_ETIMEOUT ("coordinator ADDR did not answer within N ms"),
+ * DH_EIO (cannot start or reach the local DataServer, with its exit
+ * status), the index's codes, DH_ENOMEM.
+ */
+int dh_client_create(const struct dh_client_opts *o, struct dh_client **out,
+                     struct dh_err *e) DH_MUST_CHECK;
+
+/*
+ * Starts an epoch: n_steps steps, numbered first_step.. (the global step
+ * within the epoch; first_step > 0 resumes mid-epoch), step k consuming
+ * ids[offsets[k] .. offsets[k+1]) (offsets has n_steps + 1 entries; each
+ * step 1..DH_WIRE_MAX_SAMPLES ids, at least `microbatches`).  Copied.
+ * Steps of a previous epoch not consumed yet are abandoned: their results
+ * are released as they come.  A task id names its content: the same
+ * (epoch, step) must mean the same ids.  DH_EINVAL / DH_ETOOBIG for a bad
+ * schedule, DH_ENOMEM.
+ */
+int dh_client_start_epoch(struct dh_client *c, uint32_t epoch,
+                          uint64_t first_step, uint64_t n_steps,
+                          const uint64_t *ids, const uint64_t *offsets,
+                          struct dh_err *e) DH_MUST_CHECK;
+
+/*
+ * The next step's batch.  0: *out is set (release it).  DH_EEMPTY: the
+ * epoch is done.  A sample error of this step: its code, `e` naming the
+ * sample id, path and cause; the step is consumed.  DH_ETIMEOUT after
+ * timeout_ms (the step stays next: calling again waits again).  DH_EIO /
+ * DH_EPEERDEAD: the data plane failed (Coordinator shut down, local
+ * server died and could not be restarted); every later call returns it.
+ */
+int dh_client_next(struct dh_client *c, struct dh_client_batch **out,
+                   struct dh_err *e) DH_MUST_CHECK;
+
+/* next() with its own bound (>= 0 ms) instead of timeout_ms: call it in
+ * short slices to stay responsive to signals.  A step's input wait is
+ * measured from the first call that asked for it. */
+int dh_client_next_for(struct dh_client *c, int timeout_ms,
+                       struct dh_client_batch **out,
+                       struct dh_err *e) DH_MUST_CHECK;
+
+/* Gives the batch's slots back to the arena and frees it.  Any thread.
+ * Accepts NULL. */
+void dh_client_batch_release(struct dh_client_batch *b);
+
+void dh_client_stats(struct dh_client *c, struct dh_client_stats *out);
+
+/* Up to `cap` sample ids that failed so far (distinct, in order of
+ * failure); returns how many there are in all. */
+size_t dh_client_quarantine(struct dh_client *c, uint64_t *out, size_t cap);
+
+/*
+ * Stops the I/O thread, stops the embedded server (bounded: SIGKILL after
+ * 2 s) and frees the client once every batch is released.  Accepts NULL.
+ */
+void dh_client_destroy(struct dh_client *c);
+
+#endif

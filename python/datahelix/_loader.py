@@ -1,0 +1,262 @@
+"""datahelix.DataLoader: the `for batch in loader:` face of the data plane
+(DESIGN.md 4.3, docs/python.md)."""
+import array
+import os
+import shutil
+
+import torch
+
+from . import _C
+from ._services import Coordinator, coordinator_address, ensure_index
+
+_BALANCE = {"fixed": _C.BALANCE_FIXED, "free": _C.BALANCE_FREE,
+            "none": _C.BALANCE_NONE}
+_POLICIES = ("deadline", "least-request", "round-robin")
+_DTYPES = {"uint8": torch.uint8, "float32": torch.float32}
+
+
+def _dist_rank_world():
+    """(rank, world_size) from torch.distributed, else torchrun's
+    environment, else (0, 1)."""
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:
+        pass
+    return (int(os.environ.get("RANK", "0")),
+            int(os.environ.get("WORLD_SIZE", "1")))
+
+
+class DataLoader:
+    """Batches of video clips for one training rank.
+
+    Each step yields a dict: ``video`` (uint8 ``[B, T, H, W, 3]``, or
+    ``[B, T, 3, H, W]`` with ``layout="TCHW"``; a zero-copy view of shared
+    memory), ``valid_frames`` (int32 ``[B]``: frames from the clip, the rest
+    of T repeats the last one), ``ids`` (int64 ``[B]``), ``tokens`` (int64
+    ``[B]``, estimated), ``text`` (list of captions or None), ``epoch`` and
+    ``step``.
+
+    Every rank computes the same token-balanced plan of the epoch; rank r
+    consumes its share, requested ``prefetch`` steps ahead through the
+    Coordinator and prepared by its local DataServer (or a remote one) into
+    a shared-memory arena.  ``len()``, ``set_epoch()``, iterating twice and
+    ``drop_last`` behave as in ``torch.utils.data.DataLoader`` with a
+    ``DistributedSampler``.
+
+    coordinator: None starts one for this job (one rank: private; several:
+    rank 0 serves it on MASTER_ADDR:MASTER_PORT+1, or $DATAHELIX_COORDINATOR
+    names a running one); or a ZeroMQ address.
+    on_error: "raise" (DataError naming sample, path and cause, at the step
+    it belongs to) or "skip" (the step is dropped, counted in stats()).
+    """
+
+    def __init__(self, manifest, batch_size=4, frames=16, size=(224, 224),
+                 rank=None, world_size=None, coordinator=None, prefetch=4,
+                 policy="deadline", balance="fixed", seed=0, drop_last=True,
+                 on_error="raise", *, microbatches=1, workers=2,
+                 timeout=60.0, layout="THWC", dtype="uint8",
+                 random_crop=False, telemetry=None, dataserver=None,
+                 listen=None):
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error={on_error!r}: 'raise' or 'skip'")
+        if balance not in _BALANCE:
+            raise ValueError(f"balance={balance!r}: one of {list(_BALANCE)}")
+        if policy not in _POLICIES:
+            raise ValueError(f"policy={policy!r}: one of {list(_POLICIES)}")
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype={dtype!r}: 'uint8' or 'float32'")
+        if batch_size < 1 or frames < 1 or prefetch < 1 or microbatches < 1:
+            raise ValueError("batch_size, frames, prefetch and microbatches "
+                             "must be >= 1")
+        if batch_size < microbatches:
+            raise ValueError(f"batch_size {batch_size} < microbatches "
+                             f"{microbatches}")
+        width, height = size
+        if rank is None or world_size is None:
+            r, w = _dist_rank_world()
+            rank = r if rank is None else rank
+            world_size = w if world_size is None else world_size
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} of world size {world_size}")
+        self.batch_size, self.frames = batch_size, frames
+        self.size = (width, height)
+        self.rank, self.world_size = rank, world_size
+        self.prefetch, self.policy, self.balance = prefetch, policy, balance
+        self.seed, self.drop_last, self.on_error = seed, drop_last, on_error
+        self._opts = dict(frames=frames, width=width, height=height,
+                          layout=layout, dtype=dtype, prefetch=prefetch,
+                          microbatches=microbatches,
+                          timeout_ms=int(timeout * 1000), workers=workers,
+                          max_batch=batch_size, seed=seed,
+                          random_crop=bool(random_crop),
+                          telemetry=os.fspath(telemetry) if telemetry else None,
+                          dataserver=dataserver, listen=listen)
+        self._dtype = _DTYPES[dtype]
+        self._timeout_ms = int(timeout * 1000)
+        self._coordinator_arg = coordinator
+        self.index_path = ensure_index(manifest)
+        self._index = _C.Index(self.index_path)
+        self._client = None
+        self._coord = None
+        self._tmpdir = None
+        self._epoch = 0
+        self._step = 0           # next step to consume in this epoch
+        self._resume = False     # _step came from load_state_dict()
+        self._skipped = 0
+        self._len = None
+
+    # -- plan ---------------------------------------------------------------
+
+    def _schedule(self, epoch):
+        return _C.schedule(self.index_path, self.world_size, self.batch_size,
+                           self.rank, epoch, self.seed,
+                           _BALANCE[self.balance], self.drop_last)
+
+    def __len__(self):
+        if self._len is None:
+            _, offs = self._schedule(self._epoch)
+            self._len = len(offs) // 8 - 1
+        return self._len
+
+    def set_epoch(self, epoch):
+        """The epoch the next iteration plans (the permutation and every
+        random crop derive from (seed, epoch, sample id))."""
+        if epoch != self._epoch:
+            self._epoch = int(epoch)
+            self._step = 0
+            self._resume = False
+
+    # -- services -----------------------------------------------------------
+
+    def _ensure_client(self):
+        if self._client is not None:
+            return
+        addr = self._coordinator_arg
+        if addr is None:
+            addr, start = coordinator_address(self.rank, self.world_size)
+            if addr.startswith("ipc://"):
+                self._tmpdir = os.path.dirname(addr[len("ipc://"):])
+            if start:
+                self._coord = Coordinator(addr, self.policy,
+                                          shared=self.world_size > 1)
+        self._client = _C.Client(addr, self.index_path, rank=self.rank,
+                                 world_size=self.world_size, **self._opts)
+
+    # -- iteration ----------------------------------------------------------
+
+    def __iter__(self):
+        self._ensure_client()
+        ids, offs = self._schedule(self._epoch)
+        n_steps = len(offs) // 8 - 1
+        if not self._resume and self._step >= n_steps:
+            self._step = 0  # iterating again: the same epoch once more
+        self._resume = False
+        first = min(self._step, n_steps)
+        o = array.array("Q", offs)[first:]
+        self._client.start_epoch(self._epoch, first, ids, o.tobytes())
+        while True:
+            try:
+                b = self._client.next(self._timeout_ms)
+            except _C.DataError as e:
+                if getattr(e, "sample_error", False) and \
+                        self.on_error == "skip":
+                    self._skipped += 1
+                    self._step += 1
+                    continue
+                raise
+            if b is None:
+                return
+            self._step = b.step + 1
+            yield self._to_dict(b)
+
+    def _video(self, b):
+        parts = []
+        for j in range(b.n_parts):
+            t = torch.frombuffer(b.part(j), dtype=self._dtype)
+            parts.append(t.view(b.dims(j)))
+        # One microbatch: the arena's memory itself.  Several: one tensor
+        # is a copy (merging slots of different servers cannot be free).
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def _to_dict(self, b):
+        ids = array.array("Q", b.sample_ids)
+        return {
+            "video": self._video(b),
+            "valid_frames": torch.tensor(array.array("I", b.valid_frames),
+                                         dtype=torch.int32),
+            "ids": torch.tensor(ids, dtype=torch.int64),
+            "tokens": torch.tensor([self._index.tokens(i) for i in ids],
+                                   dtype=torch.int64),
+            "text": [self._index.text(i) for i in ids],
+            "epoch": b.epoch,
+            "step": b.step,
+        }
+
+    # -- state --------------------------------------------------------------
+
+    def state_dict(self):
+        """Where this rank is: the next iteration after load_state_dict()
+        resumes at exactly this step (the plan is a pure function of the
+        manifest, the seed and the epoch)."""
+        return {"epoch": self._epoch, "step": self._step, "seed": self.seed,
+                "world_size": self.world_size,
+                "batch_size": self.batch_size, "rank": self.rank}
+
+    def load_state_dict(self, state):
+        for k in ("seed", "world_size", "batch_size"):
+            if k in state and state[k] != getattr(self, k):
+                raise ValueError(f"state_dict was saved with {k}="
+                                 f"{state[k]}, this loader has "
+                                 f"{getattr(self, k)}: the plan differs")
+        self._epoch = int(state["epoch"])
+        self._step = int(state["step"])
+        self._resume = True
+        self._len = None
+
+    def stats(self):
+        """Input-wait percentiles, misses, errors, restarts (dict)."""
+        s = self._client.stats() if self._client is not None else {}
+        s["skipped"] = self._skipped
+        s["quarantine"] = (self._client.quarantine()
+                           if self._client is not None else [])
+        return s
+
+    # -- lifetime -----------------------------------------------------------
+
+    def close(self):
+        """Stops the client, its DataServer and an embedded Coordinator.
+        Batches still held stay valid until they are freed."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._coord is not None:
+            self._coord.stop()
+            self._coord = None
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class DistributedDataLoader:
+    """Any map-style torch Dataset run on the DataServers' Python workers
+    (DESIGN.md 4.3): not implemented yet in this version of datahelix."""
+
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError(
+            "datahelix.DistributedDataLoader is not implemented yet in this "
+            "version of datahelix (see README, Status); use "
+            "datahelix.DataLoader with a manifest")

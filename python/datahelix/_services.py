@@ -1,0 +1,134 @@
+"""The processes a loader needs besides itself: the `datahelix` binary, an
+embedded Coordinator when the user names none, and the index of a JSONL
+manifest.  Every process started here is ended by pid, and also ends on its
+own if this process dies (`coordinator --exit-with-parent`; the local
+DataServer watches its link, see docs/client.md).
+"""
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+from . import _C
+
+
+def binary():
+    """The `datahelix` program: $DATAHELIX_BIN, else `datahelix` on PATH."""
+    b = os.environ.get("DATAHELIX_BIN") or shutil.which("datahelix")
+    if not b or not os.access(b, os.X_OK):
+        raise FileNotFoundError(
+            "datahelix: the `datahelix` program was not found: install it "
+            "(make install) or set DATAHELIX_BIN to its path")
+    return b
+
+
+def ensure_index(manifest):
+    """Path of the .dhx index for `manifest` (.dhx, or a .jsonl table that
+    is compiled beside it - or in a temporary folder if that one is not
+    writable - when the index is missing or older than the table)."""
+    manifest = os.fspath(manifest)
+    if not os.path.exists(manifest):
+        raise FileNotFoundError(f"datahelix: manifest {manifest} not found")
+    if manifest.endswith(".dhx"):
+        return manifest
+    if not manifest.endswith(".jsonl"):
+        raise ValueError(f"datahelix: manifest {manifest}: expected a .jsonl "
+                         "descriptor table or a .dhx index")
+    dhx = manifest[: -len(".jsonl")] + ".dhx"
+    if not os.access(os.path.dirname(os.path.abspath(dhx)), os.W_OK):
+        key = hashlib.sha1(os.path.abspath(manifest).encode()).hexdigest()
+        dhx = os.path.join(tempfile.gettempdir(),
+                           f"datahelix-{os.getuid()}-{key[:16]}.dhx")
+    if (os.path.exists(dhx) and
+            os.path.getmtime(dhx) >= os.path.getmtime(manifest)):
+        return dhx
+    # Several ranks may race here: each builds its own file, the renames
+    # are atomic and the contents identical.
+    tmp = f"{dhx}.tmp.{os.getpid()}"
+    try:
+        _C.build_index(manifest, tmp)
+        os.replace(tmp, dhx)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return dhx
+
+
+class Coordinator:
+    """A `datahelix coordinator` started for this process."""
+
+    def __init__(self, listen, policy, telemetry=None, timeout=10.0,
+                 shared=False):
+        """shared: other ranks use it too, so it must outlive this process
+        until they are done: it stops when no rank's local DataServer is
+        left (they end with their ranks), not with this process."""
+        self.listen = listen
+        self.shared = shared
+        cmd = [binary(), "coordinator", "--listen", listen, "--policy",
+               policy, "--heartbeat-timeout-ms", "1000"]
+        cmd += (["--exit-when-unused", "2000"] if shared
+                else ["--exit-with-parent"])
+        if telemetry:
+            cmd += ["--telemetry", os.fspath(telemetry)]
+        # Its own process group: a Ctrl-C reaches the training process,
+        # which then closes this cleanly.
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE,
+                                     start_new_session=True)
+        if listen.startswith("ipc://"):
+            path = listen[len("ipc://"):]
+            end = time.monotonic() + timeout
+            while not os.path.exists(path) and time.monotonic() < end:
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.005)
+            if not os.path.exists(path):
+                err = self._stop_and_read()
+                raise RuntimeError(f"datahelix: the coordinator at {listen} "
+                                   f"did not start: {err.strip()}")
+
+    def _stop_and_read(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        try:
+            return self.proc.stderr.read().decode(errors="replace")
+        finally:
+            self.proc.stderr.close()
+
+    def stop(self):
+        """Ends a private Coordinator now; a shared one is left to end
+        when the last rank's DataServer is gone."""
+        if self.proc is not None:
+            if self.shared:
+                self.proc.stderr.close()
+            else:
+                self._stop_and_read()
+            self.proc = None
+
+
+def coordinator_address(rank, world_size):
+    """(address, whether this rank starts it) when the user gave none.
+
+    One rank: a private ipc socket.  Several: $DATAHELIX_COORDINATOR if set
+    (someone else runs it), else rank 0 serves on MASTER_ADDR at
+    MASTER_PORT + 1 (torchrun's rendezvous address, one port up)."""
+    env = os.environ.get("DATAHELIX_COORDINATOR")
+    if env:
+        return env, False
+    if world_size == 1:
+        d = tempfile.mkdtemp(prefix="datahelix-")
+        return f"ipc://{d}/coordinator.sock", True
+    host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = int(os.environ.get("MASTER_PORT", "29500")) + 1
+    if host == "localhost":
+        host = "127.0.0.1"
+    return f"tcp://{host}:{port}", rank == 0

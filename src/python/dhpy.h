@@ -1,0 +1,29 @@
+/*
+ * dhpy.h - the CPython extension `datahelix._C` (python/datahelix/ is the
+ * package around it; docs/python.md): types and helpers shared by
+ * dhpy_module.c (module functions, Index) and dhpy_client.c (Client,
+ * Batch, Part).
+ *
+ * Locking: the GIL, released around every call that may wait (next(),
+ * create, close, planning).  A Client refuses a second concurrent next().
+ */
+#ifndef DH_PYTHON_DHPY_H
+#define DH_PYTHON_DHPY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "datahelix/error.h"
+
+/* datahelix._C.DataError: a sample failed, or the data plane did. */
+extern PyObject *dhpy_DataError;
+
+/* Raises the Python exception for code `rc` with e's message: TimeoutError
+ * for DH_ETIMEOUT, MemoryError, ValueError for DH_EINVAL, OSError for
+ * DH_ENOTFOUND / DH_EIO, else DataError.  Returns NULL. */
+PyObject *dhpy_raise(int rc, const struct dh_err *e);
+
+/* Adds the Client, Batch and Part types to `m`; -1 on error. */
+int dhpy_client_init(PyObject *m);
+
+#endif

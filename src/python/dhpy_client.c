@@ -1,0 +1,516 @@
+/*
+ * dhpy_client.c - datahelix._C.Client (include/datahelix/client.h), Batch
+ * (one consumed step) and Part (one microbatch's tensor bytes, exported
+ * with the buffer protocol so torch.frombuffer() wraps the arena memory
+ * without a copy).
+ *
+ * Ownership: a Part holds its Batch; the Batch holds the C batch, whose
+ * arena slots go back when the Batch is freed - that is, when the last
+ * tensor made from any of its parts dies (DESIGN 8 "Arena lifetime").
+ * The C client outlives the Python Client until its batches are gone.
+ *
+ * Locking: the GIL, released around next() (in 100 ms slices, checking for
+ * signals between them), create and close.  `busy` refuses a second
+ * concurrent next() on one Client.
+ */
+#include "python/dhpy.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "datahelix/client.h"
+
+#define SLICE_MS 100
+
+/* ---- Batch and Part ---- */
+
+typedef struct {
+    PyObject_HEAD
+    struct dh_client_batch *b;
+} BatchObject;
+
+typedef struct {
+    PyObject_HEAD
+    BatchObject *batch; /* owned reference */
+    uint32_t j;
+    Py_ssize_t len;     /* bytes of the tensor (not of the slot) */
+} PartObject;
+
+static size_t elem_size(enum dh_dtype t)
+{
+    return t == DH_DTYPE_F32 ? 4 : 1;
+}
+
+static Py_ssize_t tensor_bytes(const struct dh_client_part *p)
+{
+    uint64_t n = elem_size(p->dtype);
+
+    for (uint32_t i = 0; i < p->ndims; i++)
+        n *= p->dims[i];
+    return n <= p->len ? (Py_ssize_t)n : -1;
+}
+
+static void batch_dealloc(BatchObject *self)
+{
+    dh_client_batch_release(self->b);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject PartType;
+
+static PyObject *batch_part(BatchObject *self, PyObject *arg)
+{
+    long j = PyLong_AsLong(arg);
+    PartObject *p;
+
+    if (PyErr_Occurred())
+        return NULL;
+    if (j < 0 || (unsigned long)j >= self->b->n_parts)
+        return PyErr_Format(PyExc_IndexError, "part %ld of %u", j,
+                            self->b->n_parts);
+    if (!(p = PyObject_New(PartObject, &PartType)))
+        return NULL;
+    Py_INCREF(self);
+    p->batch = self;
+    p->j = (uint32_t)j;
+    p->len = tensor_bytes(&self->b->parts[j]);
+    if (p->len < 0) {
+        Py_DECREF(p);
+        return PyErr_Format(dhpy_DataError, "step %llu part %ld: the shape "
+                            "does not fit its slot",
+                            (unsigned long long)self->b->step, j);
+    }
+    return (PyObject *)p;
+}
+
+static PyObject *batch_dims(BatchObject *self, PyObject *arg)
+{
+    long j = PyLong_AsLong(arg);
+    const struct dh_client_part *p;
+    PyObject *t;
+
+    if (PyErr_Occurred())
+        return NULL;
+    if (j < 0 || (unsigned long)j >= self->b->n_parts)
+        return PyErr_Format(PyExc_IndexError, "part %ld of %u", j,
+                            self->b->n_parts);
+    p = &self->b->parts[j];
+    if (!(t = PyTuple_New(p->ndims)))
+        return NULL;
+    for (uint32_t i = 0; i < p->ndims; i++)
+        PyTuple_SET_ITEM(t, i, PyLong_FromUnsignedLongLong(p->dims[i]));
+    return t;
+}
+
+static PyObject *batch_get(BatchObject *self, void *what)
+{
+    const struct dh_client_batch *b = self->b;
+    const char *w = what;
+
+    if (!strcmp(w, "epoch"))
+        return PyLong_FromUnsignedLong(b->epoch);
+    if (!strcmp(w, "step"))
+        return PyLong_FromUnsignedLongLong(b->step);
+    if (!strcmp(w, "n_parts"))
+        return PyLong_FromUnsignedLong(b->n_parts);
+    if (!strcmp(w, "n_samples"))
+        return PyLong_FromUnsignedLong(b->n_samples);
+    if (!strcmp(w, "input_wait_ms"))
+        return PyFloat_FromDouble(b->input_wait_ms);
+    if (!strcmp(w, "sample_ids"))
+        return PyBytes_FromStringAndSize((const char *)b->sample_ids,
+                                         (Py_ssize_t)b->n_samples * 8);
+    if (!strcmp(w, "valid_frames"))
+        return PyBytes_FromStringAndSize((const char *)b->valid_frames,
+                                         (Py_ssize_t)b->n_samples * 4);
+    if (!strcmp(w, "dtype"))
+        return PyUnicode_FromString(b->parts[0].dtype == DH_DTYPE_F32
+                                        ? "float32" : "uint8");
+    return PyUnicode_FromString(b->parts[0].layout == DH_LAYOUT_TCHW
+                                    ? "TCHW" : "THWC");
+}
+
+static PyGetSetDef batch_getset[] = {
+    {"epoch", (getter)batch_get, NULL, "epoch", "epoch"},
+    {"step", (getter)batch_get, NULL, "global step in the epoch", "step"},
+    {"n_parts", (getter)batch_get, NULL, "microbatches", "n_parts"},
+    {"n_samples", (getter)batch_get, NULL, "samples", "n_samples"},
+    {"input_wait_ms", (getter)batch_get, NULL, "time next() blocked",
+     "input_wait_ms"},
+    {"sample_ids", (getter)batch_get, NULL, "native uint64 bytes",
+     "sample_ids"},
+    {"valid_frames", (getter)batch_get, NULL, "native uint32 bytes",
+     "valid_frames"},
+    {"dtype", (getter)batch_get, NULL, "'uint8' or 'float32'", "dtype"},
+    {"layout", (getter)batch_get, NULL, "'THWC' or 'TCHW'", "layout"},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef batch_methods[] = {
+    {"part", (PyCFunction)batch_part, METH_O,
+     "part(j): microbatch j's tensor bytes (buffer protocol, no copy)"},
+    {"dims", (PyCFunction)batch_dims, METH_O, "dims(j): part j's shape"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject BatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "datahelix._C.Batch",
+    .tp_basicsize = sizeof(BatchObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One consumed step; its arena slots return when it is freed.",
+    .tp_dealloc = (destructor)batch_dealloc,
+    .tp_methods = batch_methods,
+    .tp_getset = batch_getset,
+};
+
+static void part_dealloc(PartObject *self)
+{
+    Py_XDECREF(self->batch);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int part_getbuffer(PartObject *self, Py_buffer *view, int flags)
+{
+    const struct dh_client_part *p = &self->batch->b->parts[self->j];
+
+    /* Writable: the slot is this consumer's until released (in-place
+     * normalisation is fine); torch.frombuffer() wants it so. */
+    return PyBuffer_FillInfo(view, (PyObject *)self, (void *)p->data,
+                             self->len, 0, flags);
+}
+
+static PyBufferProcs part_buffer = {
+    .bf_getbuffer = (getbufferproc)part_getbuffer,
+};
+
+static PyTypeObject PartType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "datahelix._C.Part",
+    .tp_basicsize = sizeof(PartObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A microbatch's tensor in shared memory (buffer protocol).",
+    .tp_dealloc = (destructor)part_dealloc,
+    .tp_as_buffer = &part_buffer,
+};
+
+/* ---- Client ---- */
+
+typedef struct {
+    PyObject_HEAD
+    struct dh_client *c;
+    FILE *telemetry;
+    int busy;
+} ClientObject;
+
+static int parse_enum(const char *s, const char *a, const char *b,
+                      const char *what, int *out)
+{
+    if (!strcmp(s, a))
+        *out = 0;
+    else if (!strcmp(s, b))
+        *out = 1;
+    else {
+        PyErr_Format(PyExc_ValueError, "%s '%s': expected '%s' or '%s'",
+                     what, s, a, b);
+        return -1;
+    }
+    return 0;
+}
+
+static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {
+        "coordinator", "index", "rank", "world_size", "frames", "width",
+        "height", "layout", "dtype", "prefetch", "microbatches",
+        "timeout_ms", "start_timeout_ms", "dataserver", "datahelix_bin",
+        "workers", "max_batch", "listen", "seed", "telemetry",
+        "max_restarts", "random_crop", NULL};
+    struct dh_client_opts o;
+    const char *layout = "THWC", *dtype = "uint8", *tel = NULL;
+    unsigned long long seed = 0;
+    long long frames = 16;
+    int w = 224, h = 224, lay = 0, dt = 0, rc, random_crop = 0;
+    struct dh_err e;
+
+    if (self->c) {
+        PyErr_SetString(PyExc_RuntimeError, "Client already initialised");
+        return -1;
+    }
+    dh_client_opts_default(&o);
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "ss|IILiissIIiizzIIzKzip", names, &o.coordinator,
+            &o.index_path, &o.rank, &o.world_size, &frames, &w, &h, &layout,
+            &dtype, &o.prefetch, &o.microbatches, &o.timeout_ms,
+            &o.start_timeout_ms, &o.dataserver, &o.datahelix_bin,
+            &o.ds_workers, &o.max_batch, &o.ds_listen, &seed, &tel,
+            &o.max_restarts, &random_crop))
+        return -1;
+    if (parse_enum(layout, "THWC", "TCHW", "layout", &lay) < 0 ||
+        parse_enum(dtype, "uint8", "float32", "dtype", &dt) < 0)
+        return -1;
+    o.plan.frames = frames;
+    o.plan.width = w;
+    o.plan.height = h;
+    o.plan.layout = lay ? DH_LAYOUT_TCHW : DH_LAYOUT_THWC;
+    o.plan.dtype = dt ? DH_DTYPE_F32 : DH_DTYPE_U8;
+    o.plan.seed = seed;
+    if (random_crop)
+        o.plan.geometry = DH_GEOM_RANDOM_CROP;
+    if (tel && !(self->telemetry = fopen(tel, "w"))) {
+        PyErr_SetFromErrnoWithFilename(PyExc_OSError, tel);
+        return -1;
+    }
+    o.telemetry = self->telemetry;
+    Py_BEGIN_ALLOW_THREADS
+    rc = dh_client_create(&o, &self->c, &e);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        self->c = NULL;
+        dhpy_raise(rc, &e);
+        return -1;
+    }
+    return 0;
+}
+
+static void client_close_c(ClientObject *self)
+{
+    struct dh_client *c = self->c;
+
+    self->c = NULL;
+    if (c) {
+        Py_BEGIN_ALLOW_THREADS
+        dh_client_destroy(c);
+        Py_END_ALLOW_THREADS
+    }
+    if (self->telemetry) {
+        fclose(self->telemetry);
+        self->telemetry = NULL;
+    }
+}
+
+static void client_dealloc(ClientObject *self)
+{
+    client_close_c(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int check_open(const ClientObject *self)
+{
+    if (!self->c) {
+        PyErr_SetString(PyExc_ValueError, "the client is closed");
+        return -1;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "next() is already running on "
+                        "this client in another thread");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *client_close(ClientObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "close() while next() runs");
+        return NULL;
+    }
+    client_close_c(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *client_start_epoch(ClientObject *self, PyObject *args)
+{
+    unsigned epoch;
+    unsigned long long first;
+    Py_buffer ids = {0}, offs = {0};
+    struct dh_err e;
+    int rc = 0;
+    uint64_t n;
+
+    if (check_open(self) < 0 ||
+        !PyArg_ParseTuple(args, "IKy*y*", &epoch, &first, &ids, &offs))
+        return NULL;
+    if (offs.len < 8 || offs.len % 8 || ids.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "ids and offsets must be native "
+                        "uint64 bytes, offsets at least one entry");
+        rc = -1;
+        goto out;
+    }
+    n = (uint64_t)offs.len / 8 - 1;
+    if (n && ((const uint64_t *)offs.buf)[n] > (uint64_t)ids.len / 8) {
+        PyErr_SetString(PyExc_ValueError, "offsets point past the ids");
+        rc = -1;
+        goto out;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = dh_client_start_epoch(self->c, epoch, first, n, ids.buf, offs.buf,
+                               &e);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        dhpy_raise(rc, &e);
+out:
+    PyBuffer_Release(&ids);
+    PyBuffer_Release(&offs);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t errors_of(struct dh_client *c)
+{
+    struct dh_client_stats st;
+
+    dh_client_stats(c, &st);
+    return st.errors;
+}
+
+/* next(timeout_ms=-1): a Batch, or None at the end of the epoch.  Raises
+ * DataError (its `sample_error` attribute True when one sample failed and
+ * the step was consumed, False when the data plane failed), TimeoutError,
+ * or KeyboardInterrupt between slices. */
+static PyObject *client_next(ClientObject *self, PyObject *args)
+{
+    int timeout_ms = -1, rc;
+    struct dh_client_batch *b = NULL;
+    struct dh_err e;
+    double t0 = now_s();
+    uint64_t errs;
+    BatchObject *bo;
+
+    if (check_open(self) < 0 || !PyArg_ParseTuple(args, "|i", &timeout_ms))
+        return NULL;
+    errs = errors_of(self->c);
+    self->busy = 1;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = dh_client_next_for(self->c, SLICE_MS, &b, &e);
+        Py_END_ALLOW_THREADS
+        if (rc != DH_ETIMEOUT)
+            break;
+        if (PyErr_CheckSignals() < 0) {
+            self->busy = 0;
+            return NULL;
+        }
+        if (timeout_ms >= 0 && (now_s() - t0) * 1e3 >= timeout_ms)
+            break;
+    }
+    self->busy = 0;
+    if (rc == DH_EEMPTY)
+        Py_RETURN_NONE;
+    if (rc == DH_ETIMEOUT)
+        return dhpy_raise(rc, &e);
+    if (rc < 0) {
+        PyObject *exc, *val, *tb, *code;
+        int sample = errors_of(self->c) > errs;
+
+        /* DataError: say which kind, and the code. */
+        PyErr_SetString(dhpy_DataError, e.msg[0] ? e.msg : dh_strerror(rc));
+        PyErr_Fetch(&exc, &val, &tb);
+        PyErr_NormalizeException(&exc, &val, &tb);
+        if (val && (code = PyLong_FromLong(rc))) {
+            if (PyObject_SetAttrString(val, "sample_error",
+                                       sample ? Py_True : Py_False) < 0 ||
+                PyObject_SetAttrString(val, "code", code) < 0)
+                PyErr_Clear();
+            Py_DECREF(code);
+        }
+        PyErr_Restore(exc, val, tb);
+        return NULL;
+    }
+    if (!(bo = PyObject_New(BatchObject, &BatchType))) {
+        dh_client_batch_release(b);
+        return NULL;
+    }
+    bo->b = b;
+    return (PyObject *)bo;
+}
+
+static PyObject *client_stats(ClientObject *self, PyObject *unused)
+{
+    struct dh_client_stats s;
+
+    (void)unused;
+    if (!self->c) {
+        PyErr_SetString(PyExc_ValueError, "the client is closed");
+        return NULL;
+    }
+    dh_client_stats(self->c, &s);
+    return Py_BuildValue(
+        "{sKsKsKsdsdsdsdsKsKsKsKsKsd}", "steps", s.steps, "errors", s.errors,
+        "misses", s.misses, "input_wait_p50_ms", s.input_wait_p50_ms,
+        "input_wait_p95_ms", s.input_wait_p95_ms, "input_wait_max_ms",
+        s.input_wait_max_ms, "window_p50_ms", s.window_p50_ms, "requests",
+        s.requests, "reissued", s.reissued, "restarts", s.restarts,
+        "late_released", s.late_released, "quarantined", s.quarantined,
+        "elapsed_s", s.elapsed_s);
+}
+
+static PyObject *client_quarantine(ClientObject *self, PyObject *unused)
+{
+    uint64_t ids[4096];
+    size_t n;
+    PyObject *l;
+
+    (void)unused;
+    if (!self->c) {
+        PyErr_SetString(PyExc_ValueError, "the client is closed");
+        return NULL;
+    }
+    n = dh_client_quarantine(self->c, ids, 4096);
+    if (n > 4096)
+        n = 4096;
+    if (!(l = PyList_New((Py_ssize_t)n)))
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        PyList_SET_ITEM(l, (Py_ssize_t)i, PyLong_FromUnsignedLongLong(ids[i]));
+    return l;
+}
+
+static PyMethodDef client_methods[] = {
+    {"start_epoch", (PyCFunction)client_start_epoch, METH_VARARGS,
+     "start_epoch(epoch, first_step, ids, offsets): this rank's schedule"},
+    {"next", (PyCFunction)client_next, METH_VARARGS,
+     "next(timeout_ms=-1) -> Batch, or None at the end of the epoch"},
+    {"stats", (PyCFunction)client_stats, METH_NOARGS, "counters (dict)"},
+    {"quarantine", (PyCFunction)client_quarantine, METH_NOARGS,
+     "sample ids that failed so far"},
+    {"close", (PyCFunction)client_close, METH_NOARGS,
+     "stop the client and its embedded DataServer"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ClientType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "datahelix._C.Client",
+    .tp_basicsize = sizeof(ClientObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Client(coordinator, index, ...): a training rank's side of "
+              "the data plane (include/datahelix/client.h).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)client_init,
+    .tp_dealloc = (destructor)client_dealloc,
+    .tp_methods = client_methods,
+};
+
+int dhpy_client_init(PyObject *m)
+{
+    if (PyType_Ready(&BatchType) < 0 || PyType_Ready(&PartType) < 0 ||
+        PyType_Ready(&ClientType) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(m, "Client", (PyObject *)&ClientType) < 0 ||
+        PyModule_AddObjectRef(m, "Batch", (PyObject *)&BatchType) < 0 ||
+        PyModule_AddObjectRef(m, "Part", (PyObject *)&PartType) < 0)
+        return -1;
+    return 0;
+}

@@ -1,0 +1,292 @@
+/*
+ * dhpy_module.c - module `datahelix._C`: planning an epoch (the same C
+ * planner every rank and the simulator run), building an index from a
+ * JSONL table, reading an index (Index), and the exception types.
+ *
+ * Locking: the GIL; released while the planner or the index builder run.
+ */
+#include "python/dhpy.h"
+
+#include <string.h>
+
+#include "datahelix/index.h"
+#include "datahelix/plan.h"
+
+PyObject *dhpy_DataError;
+
+PyObject *dhpy_raise(int rc, const struct dh_err *e)
+{
+    const char *msg = e && e->msg[0] ? e->msg : dh_strerror(rc);
+    PyObject *type;
+
+    switch (rc) {
+    case DH_ETIMEOUT: type = PyExc_TimeoutError; break;
+    case DH_ENOMEM: return PyErr_NoMemory();
+    case DH_EINVAL: type = PyExc_ValueError; break;
+    case DH_ENOTFOUND: type = PyExc_FileNotFoundError; break;
+    case DH_EIO: type = PyExc_OSError; break;
+    default: type = dhpy_DataError;
+    }
+    PyErr_SetString(type, msg);
+    return NULL;
+}
+
+/* ---- schedule ---- */
+
+static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"index", "world_size", "batch_size", "rank",
+                            "epoch", "seed", "balance", "drop_last", NULL};
+    const char *path;
+    unsigned world, batch, rank;
+    unsigned long long epoch = 0, seed = 0;
+    int balance = DH_BALANCE_FIXED, drop_last = 1, rc;
+    struct dh_index *ix = NULL;
+    struct dh_plan *p = NULL;
+    struct dh_plan_opts po;
+    struct dh_index_columns col;
+    struct dh_err e;
+    PyObject *ids = NULL, *offs = NULL, *out = NULL;
+    uint64_t steps, total = 0;
+
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sIII|KKip", names, &path,
+                                     &world, &batch, &rank, &epoch, &seed,
+                                     &balance, &drop_last))
+        return NULL;
+    if (rank >= world)
+        return PyErr_Format(PyExc_ValueError, "rank %u of world size %u",
+                            rank, world);
+    dh_plan_opts_init(&po);
+    po.world_size = world;
+    po.batch_size = batch;
+    po.epoch = epoch;
+    po.seed = seed;
+    po.balance = balance;
+    po.drop_last = drop_last;
+    Py_BEGIN_ALLOW_THREADS
+    rc = dh_index_open(path, 0, &ix, &e);
+    if (rc == 0) {
+        dh_index_columns(ix, &col);
+        rc = dh_plan_create(col.est_tokens, col.profile, col.count, &po, &p,
+                            &e);
+    }
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        goto out;
+    steps = dh_plan_steps(p);
+    for (uint64_t k = 0; k < steps; k++) {
+        uint64_t n = 0;
+
+        dh_plan_rank_ids(p, k, rank, &n);
+        total += n;
+    }
+    ids = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(total * 8));
+    offs = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((steps + 1) * 8));
+    if (!ids || !offs)
+        goto out;
+    {
+        uint64_t *di = (uint64_t *)PyBytes_AS_STRING(ids);
+        uint64_t *dof = (uint64_t *)PyBytes_AS_STRING(offs), at = 0;
+
+        for (uint64_t k = 0; k < steps; k++) {
+            uint64_t n = 0;
+            const uint64_t *r = dh_plan_rank_ids(p, k, rank, &n);
+
+            dof[k] = at;
+            if (n)
+                memcpy(di + at, r, n * 8);
+            at += n;
+        }
+        dof[steps] = at;
+    }
+    out = Py_BuildValue("(OO)", ids, offs);
+out:
+    Py_XDECREF(ids);
+    Py_XDECREF(offs);
+    dh_plan_destroy(p);
+    dh_index_close(ix);
+    if (rc < 0)
+        return dhpy_raise(rc, &e);
+    return out;
+}
+
+static PyObject *py_build_index(PyObject *self, PyObject *args)
+{
+    const char *jsonl, *dhx;
+    struct dh_err e;
+    int rc;
+
+    (void)self;
+    if (!PyArg_ParseTuple(args, "ss", &jsonl, &dhx))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = dh_index_build_from_table(jsonl, dhx, &e);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return dhpy_raise(rc, &e);
+    Py_RETURN_NONE;
+}
+
+/* ---- Index ---- */
+
+typedef struct {
+    PyObject_HEAD
+    struct dh_index *ix;
+    struct dh_index_columns col;
+} IndexObject;
+
+static int index_init(IndexObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"path", NULL};
+    const char *path;
+    struct dh_err e;
+    int rc;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s", names, &path))
+        return -1;
+    if (self->ix)
+        return 0;
+    if ((rc = dh_index_open(path, 0, &self->ix, &e)) < 0) {
+        dhpy_raise(rc, &e);
+        return -1;
+    }
+    dh_index_columns(self->ix, &self->col);
+    return 0;
+}
+
+static void index_dealloc(IndexObject *self)
+{
+    dh_index_close(self->ix);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t index_len(IndexObject *self)
+{
+    return self->ix ? (Py_ssize_t)self->col.count : 0;
+}
+
+static int index_id(IndexObject *self, PyObject *arg, uint64_t *id)
+{
+    unsigned long long v = PyLong_AsUnsignedLongLong(arg);
+
+    if (PyErr_Occurred())
+        return -1;
+    if (!self->ix || v >= self->col.count) {
+        PyErr_Format(PyExc_IndexError, "sample id %llu out of range", v);
+        return -1;
+    }
+    *id = v;
+    return 0;
+}
+
+static PyObject *str_or_none(const char *s)
+{
+    if (!s)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeFSDefault(s);
+}
+
+static PyObject *index_path(IndexObject *self, PyObject *arg)
+{
+    uint64_t id;
+
+    return index_id(self, arg, &id) < 0 ? NULL
+                                        : str_or_none(dh_index_path(self->ix,
+                                                                    id));
+}
+
+static PyObject *index_text(IndexObject *self, PyObject *arg)
+{
+    uint64_t id;
+    const char *t;
+
+    if (index_id(self, arg, &id) < 0)
+        return NULL;
+    if (!(t = dh_index_text(self->ix, id)))
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8(t, (Py_ssize_t)strlen(t), "replace");
+}
+
+static PyObject *index_tokens(IndexObject *self, PyObject *arg)
+{
+    uint64_t id;
+
+    return index_id(self, arg, &id) < 0
+               ? NULL
+               : PyLong_FromUnsignedLong(self->col.est_tokens[id]);
+}
+
+static PyMethodDef index_methods[] = {
+    {"path", (PyCFunction)index_path, METH_O, "path(id): the sample's file"},
+    {"text", (PyCFunction)index_text, METH_O,
+     "text(id): the sample's caption, or None"},
+    {"tokens", (PyCFunction)index_tokens, METH_O,
+     "tokens(id): the sample's estimated token count"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods index_seq = {.sq_length = (lenfunc)index_len};
+
+static PyTypeObject IndexType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "datahelix._C.Index",
+    .tp_basicsize = sizeof(IndexObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Index(path): a .dhx index, read-only (mmap).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)index_init,
+    .tp_dealloc = (destructor)index_dealloc,
+    .tp_methods = index_methods,
+    .tp_as_sequence = &index_seq,
+};
+
+/* ---- module ---- */
+
+static PyMethodDef module_methods[] = {
+    {"schedule", (PyCFunction)(void (*)(void))py_schedule,
+     METH_VARARGS | METH_KEYWORDS,
+     "schedule(index, world_size, batch_size, rank, epoch=0, seed=0, "
+     "balance=0, drop_last=True) -> (ids, offsets): rank's sample ids of "
+     "the epoch's plan, step k = ids[offsets[k]:offsets[k+1]] (both bytes "
+     "of native uint64)"},
+    {"build_index", py_build_index, METH_VARARGS,
+     "build_index(table.jsonl, out.dhx): compile a descriptor table"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "datahelix._C",
+    "datahelix's C core: planning, indexes and the client "
+    "(see the datahelix package).", -1, module_methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__C(void);
+
+PyMODINIT_FUNC PyInit__C(void)
+{
+    PyObject *m = PyModule_Create(&module);
+
+    if (!m)
+        return NULL;
+    if (PyType_Ready(&IndexType) < 0 ||
+        PyModule_AddObjectRef(m, "Index", (PyObject *)&IndexType) < 0)
+        goto fail;
+    dhpy_DataError = PyErr_NewExceptionWithDoc(
+        "datahelix._C.DataError",
+        "A batch could not be delivered: a sample failed (the message names "
+        "its id, path and cause) or the data plane failed.",
+        PyExc_RuntimeError, NULL);
+    if (!dhpy_DataError ||
+        PyModule_AddObjectRef(m, "DataError", dhpy_DataError) < 0 ||
+        PyModule_AddIntConstant(m, "BALANCE_FIXED", DH_BALANCE_FIXED) < 0 ||
+        PyModule_AddIntConstant(m, "BALANCE_FREE", DH_BALANCE_FREE) < 0 ||
+        PyModule_AddIntConstant(m, "BALANCE_NONE", DH_BALANCE_NONE) < 0 ||
+        dhpy_client_init(m) < 0)
+        goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,760 @@
+/*
+ * client.c - the consumer's side of the client (client.h): create and
+ * destroy, epochs, next() in request order, batch release, statistics.
+ * The I/O thread is in client_io.c, the local server in client_spawn.c.
+ *
+ * Locking: see client_internal.h.  next() waits on c->cv with a deadline;
+ * a batch holds a reference on the client so the memory it points into
+ * stays mapped after destroy().
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "core/alloc.h"
+#include "datahelix/batch.h"
+#include "runtime/client_internal.h"
+
+#define MIN_ARENA ((size_t)64 << 20)
+#define DEFAULT_ARENA ((size_t)256 << 20)
+#define EWMA_ALPHA 0.2
+
+/* What a batch owns: its parts' slots and a reference on the client. */
+struct cl_batch {
+    struct dh_client_batch pub;
+    struct dh_client *c;
+    int arena[DH_CLIENT_MAX_PARTS];
+    struct dh_slot_ref ref[DH_CLIENT_MAX_PARTS];
+};
+
+uint64_t dh__cl_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static double now_msf(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+void dh_client_opts_default(struct dh_client_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->world_size = 1;
+    o->ds_workers = 2;
+    dh_media_plan_init(&o->plan);
+    o->prefetch = 4;
+    o->microbatches = 1;
+    o->timeout_ms = 60000;
+    o->start_timeout_ms = 15000;
+    o->max_restarts = 3;
+    o->step_ms_hint = 100;
+}
+
+/* ---- create / destroy ---- */
+
+static int check_opts(const struct dh_client_opts *o, struct dh_err *e)
+{
+    if (!o || !o->coordinator || !o->coordinator[0] || !o->index_path ||
+        !o->index_path[0])
+        return dh_err_set(e, DH_EINVAL, "client: the coordinator address and "
+                          "the index path are required");
+    if (strlen(o->coordinator) > DH_WIRE_MAX_ADDR)
+        return dh_err_set(e, DH_EINVAL, "client: coordinator address too "
+                          "long");
+    if (o->world_size < 1 || o->world_size > DH_WIRE_MAX_RANKS ||
+        o->rank >= o->world_size)
+        return dh_err_set(e, DH_EINVAL, "client: rank %u of world size %u",
+                          o->rank, o->world_size);
+    if (o->prefetch < 1 || o->prefetch > DH_CLIENT_MAX_PREFETCH ||
+        o->microbatches < 1 || o->microbatches > DH_CLIENT_MAX_MICROBATCHES)
+        return dh_err_set(e, DH_EINVAL, "client: prefetch %u (1..%u) or "
+                          "microbatches %u (1..%u) out of range", o->prefetch,
+                          DH_CLIENT_MAX_PREFETCH, o->microbatches,
+                          DH_CLIENT_MAX_MICROBATCHES);
+    if (o->timeout_ms < 1 || o->start_timeout_ms < 1 || o->max_restarts < 0 ||
+        o->ds_workers < 1 || !(o->step_ms_hint >= 0))
+        return dh_err_set(e, DH_EINVAL, "client: timeouts must be >= 1 ms, "
+                          "workers >= 1, restarts >= 0");
+    if (dh_media_plan_check(&o->plan, e) < 0)
+        return DH_EINVAL;
+    if (dh_batch_frames(&o->plan) <= 0)
+        return dh_err_set(e, DH_EINVAL, "client: the plan has no frame "
+                          "bound, so its samples cannot be batched");
+    return 0;
+}
+
+static int copy_opts(struct dh_client *c, const struct dh_client_opts *o,
+                     struct dh_err *e)
+{
+    snprintf(c->coord, sizeof(c->coord), "%s", o->coordinator);
+    c->rank = o->rank;
+    c->world = o->world_size;
+    c->ds_workers = o->ds_workers;
+    c->prefetch = o->prefetch;
+    c->mb = o->microbatches;
+    c->plan = o->plan;
+    c->timeout_ms = o->timeout_ms;
+    c->start_timeout_ms = o->start_timeout_ms;
+    c->max_restarts = o->max_restarts;
+    c->step_ms_hint = o->step_ms_hint;
+    c->telemetry = o->telemetry;
+    c->link_fd = -1;
+    c->wake_fd = -1;
+    c->child = -1;
+    if (!(c->index_path = dh__strdup(o->index_path)) ||
+        (o->dataserver && !(c->ds_name = dh__strdup(o->dataserver))) ||
+        (o->datahelix_bin && !(c->bin = dh__strdup(o->datahelix_bin))) ||
+        (o->ds_listen && !(c->ds_listen = dh__strdup(o->ds_listen))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    if (o->plan.kind == DH_PLAN_INDICES && o->plan.frames > 0) {
+        size_t n = (size_t)o->plan.frames;
+
+        if (!(c->plan_indices = dh__malloc(n * sizeof(int64_t))))
+            return dh_err_set(e, DH_ENOMEM, "out of memory");
+        memcpy(c->plan_indices, o->plan.indices, n * sizeof(int64_t));
+        c->plan.indices = c->plan_indices;
+    }
+    c->arena_bytes = o->arena_bytes;
+    if (!c->arena_bytes && o->max_batch) {
+        uint32_t part = (o->max_batch + c->mb - 1) / c->mb;
+        size_t b = dh_batch_bytes(&c->plan, part);
+
+        c->arena_bytes = b && b != SIZE_MAX
+                             ? dh_arena_default_size(c->prefetch * c->mb,
+                                                     b + DH_MEDIA_DST_PAD)
+                             : 0;
+        if (c->arena_bytes && c->arena_bytes < MIN_ARENA)
+            c->arena_bytes = MIN_ARENA;
+    }
+    if (!c->arena_bytes)
+        c->arena_bytes = DEFAULT_ARENA;
+    return 0;
+}
+
+static int alloc_state(struct dh_client *c, struct dh_err *e)
+{
+    pthread_condattr_t ca;
+    int rc;
+
+    c->pool_n = (size_t)c->prefetch * c->mb;
+    if (!(c->pool = dh__calloc(c->pool_n, sizeof(*c->pool))) ||
+        !(c->sent = dh__calloc(c->pool_n, sizeof(*c->sent))) ||
+        !(c->pend = dh__calloc(c->pool_n, sizeof(*c->pend))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    if ((rc = dh_reorder_create(c->pool_n, &c->ro, e)) < 0)
+        return rc;
+    if ((c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+        return dh_err_set(e, DH_EIO, "client: eventfd: %s", strerror(errno));
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return 0;
+}
+
+/* Sends RegisterClient and waits (bounded) for its echo. */
+static int do_register(struct dh_client *c, struct dh_err *e)
+{
+    struct dh_wire_msg m;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    uint64_t end = dh__cl_now_ms() + (uint64_t)c->start_timeout_ms, t;
+    int rc, zero = 0;
+    int64_t maxmsg = DH_WIRE_MAX_MSG;
+
+    if (!(c->ctx = zmq_ctx_new()) ||
+        !(c->sock = zmq_socket(c->ctx, ZMQ_DEALER)))
+        return dh_err_set(e, DH_EIO, "client: zmq: %s",
+                          zmq_strerror(zmq_errno()));
+    zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+    if (zmq_connect(c->sock, c->coord) < 0)
+        return dh_err_set(e, DH_EINVAL, "cannot connect to coordinator %s: "
+                          "%s", c->coord, zmq_strerror(zmq_errno()));
+    dh_wire_msg_init(&m, DH_WIRE_REGISTER_CLIENT);
+    m.u.register_client.rank = c->rank;
+    m.u.register_client.world_size = c->world;
+    m.u.register_client.pid = (uint32_t)getpid();
+    if (gethostname(m.u.register_client.host,
+                    sizeof(m.u.register_client.host) - 1) < 0)
+        m.u.register_client.host[0] = 0;
+    rc = dh_wire_encode(&m, &buf, &len, e);
+    dh_wire_msg_fini(&m);
+    if (rc < 0)
+        return rc;
+    rc = zmq_send(c->sock, buf, len, ZMQ_DONTWAIT);
+    dh_wire_free(buf);
+    if (rc < 0)
+        return dh_err_set(e, DH_EIO, "sending to coordinator %s: %s",
+                          c->coord, zmq_strerror(zmq_errno()));
+    while ((t = dh__cl_now_ms()) < end) {
+        zmq_pollitem_t it = {.socket = c->sock, .events = ZMQ_POLLIN};
+        zmq_msg_t msg;
+        struct dh_err de;
+
+        if (zmq_poll(&it, 1, (long)(end - t)) <= 0)
+            continue;
+        zmq_msg_init(&msg);
+        if (zmq_msg_recv(&msg, c->sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&msg);
+            continue;
+        }
+        rc = dh_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), &m, &de);
+        zmq_msg_close(&msg);
+        if (rc < 0)
+            continue;
+        if (m.type == DH_WIRE_REGISTER_CLIENT &&
+            m.u.register_client.rank == c->rank)
+            rc = 1;
+        else if (m.type == DH_WIRE_SHUTDOWN)
+            rc = dh_err_set(e, DH_EIO, "coordinator %s refused rank %u: %s",
+                            c->coord, c->rank, m.u.shutdown.reason);
+        else
+            rc = 0;
+        dh_wire_msg_fini(&m);
+        if (rc != 0)
+            return rc < 0 ? rc : 0;
+    }
+    return dh_err_set(e, DH_ETIMEOUT, "coordinator %s did not answer within "
+                      "%d ms", c->coord, c->start_timeout_ms);
+}
+
+/* Frees everything; the last reference does it. */
+static void client_free(struct dh_client *c)
+{
+    int n = atomic_load(&c->n_arenas);
+
+    for (int i = 0; i < n; i++)
+        dh_arena_destroy(c->arenas[i].a);
+    if (c->wake_fd >= 0) {
+        close(c->wake_fd);
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+    }
+    dh_reorder_destroy(c->ro);
+    dh_index_close(c->ix);
+    dh__free(c->pool);
+    dh__free(c->sent);
+    dh__free(c->pend);
+    dh__free(c->ids);
+    dh__free(c->offs);
+    dh__free(c->waits);
+    dh__free(c->windows);
+    dh__free(c->quar);
+    dh__free(c->plan_indices);
+    dh__free(c->index_path);
+    dh__free(c->ds_name);
+    dh__free(c->bin);
+    dh__free(c->ds_listen);
+    dh__free(c);
+}
+
+static void unref(struct dh_client *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) == 1)
+        client_free(c);
+}
+
+/* Gives back the slots of every pooled outcome and empties the pool
+ * (mu held, or no other thread). */
+static void drop_pool(struct dh_client *c)
+{
+    struct dh_err e;
+
+    for (size_t i = 0; c->pool && i < c->pool_n; i++) {
+        struct cl_result *r = &c->pool[i];
+
+        if (!r->used)
+            continue;
+        if (!r->is_error &&
+            dh_arena_release(c->arenas[r->arena].a, &r->ref, &e) < 0)
+            fprintf(stderr, "datahelix: client %u: %s\n", c->rank, e.msg);
+        dh__free(r->ids);
+        dh__free(r->valid);
+        r->used = 0;
+    }
+}
+
+void dh_client_destroy(struct dh_client *c)
+{
+    char why[128];
+
+    if (!c)
+        return;
+    if (c->io_started) {
+        atomic_store(&c->stop, 1);
+        dh__cl_wake(c);
+        pthread_join(c->io, NULL);
+    }
+    if (c->link_fd >= 0) { /* the server sees EOF and stops */
+        close(c->link_fd);
+        c->link_fd = -1;
+    }
+    dh__cl_reap(c, 2000, why, sizeof(why));
+    if (c->sock)
+        zmq_close(c->sock);
+    if (c->ctx)
+        zmq_ctx_term(c->ctx);
+    c->sock = c->ctx = NULL;
+    drop_pool(c);
+    unref(c);
+}
+
+int dh_client_create(const struct dh_client_opts *o, struct dh_client **out,
+                     struct dh_err *e)
+{
+    struct dh_client *c;
+    int rc;
+
+    if ((rc = check_opts(o, e)) < 0)
+        return rc;
+    if (!(c = dh__calloc(1, sizeof(*c))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    atomic_store(&c->refs, 1);
+    if ((rc = copy_opts(c, o, e)) < 0 || (rc = alloc_state(c, e)) < 0 ||
+        (rc = dh_index_open(c->index_path, 0, &c->ix, e)) < 0 ||
+        (rc = do_register(c, e)) < 0)
+        goto fail;
+    rc = c->ds_name ? dh__cl_attach_server(c, e)
+                    : dh__cl_start_server(c, c->rank + 1, e);
+    if (rc < 0)
+        goto fail;
+    if (pthread_create(&c->io, NULL, dh__cl_io_main, c) != 0) {
+        rc = dh_err_set(e, DH_EIO, "client: cannot start its I/O thread");
+        goto fail;
+    }
+    c->io_started = 1;
+    *out = c;
+    return 0;
+fail:
+    dh_client_destroy(c);
+    return rc;
+}
+
+/* ---- epochs ---- */
+
+static int check_schedule(const struct dh_client *c, uint32_t epoch,
+                          uint64_t first_step, uint64_t n_steps,
+                          const uint64_t *ids, const uint64_t *offs,
+                          struct dh_err *e)
+{
+    if (epoch >= (1u << DH_WIRE_EPOCH_BITS) ||
+        first_step + n_steps > (1ull << DH_WIRE_STEP_BITS) ||
+        n_steps > (1ull << DH_WIRE_STEP_BITS))
+        return dh_err_set(e, DH_ETOOBIG, "client: epoch %u or steps %llu.."
+                          "%llu beyond the task id's range", epoch,
+                          (unsigned long long)first_step,
+                          (unsigned long long)(first_step + n_steps));
+    if (n_steps && (!ids || !offs))
+        return dh_err_set(e, DH_EINVAL, "client: no schedule given");
+    for (uint64_t k = 0; k < n_steps; k++) {
+        uint64_t n = offs[k + 1] - offs[k];
+
+        if (offs[k + 1] < offs[k] || n < c->mb ||
+            n > DH_WIRE_MAX_SAMPLES)
+            return dh_err_set(e, DH_EINVAL, "client: step %llu has %lld "
+                              "samples (want %u..%u)",
+                              (unsigned long long)(first_step + k),
+                              (long long)(offs[k + 1] - offs[k]), c->mb,
+                              DH_WIRE_MAX_SAMPLES);
+    }
+    return 0;
+}
+
+int dh_client_start_epoch(struct dh_client *c, uint32_t epoch,
+                          uint64_t first_step, uint64_t n_steps,
+                          const uint64_t *ids, const uint64_t *offsets,
+                          struct dh_err *e)
+{
+    uint64_t *nid = NULL, *noff = NULL, total, base;
+    struct dh_reorder *ro = NULL;
+    int rc;
+
+    if ((rc = check_schedule(c, epoch, first_step, n_steps, ids, offsets,
+                             e)) < 0)
+        return rc;
+    base = n_steps ? offsets[0] : 0;
+    total = n_steps ? offsets[n_steps] - base : 0;
+    if (!(noff = dh__malloc((n_steps + 1) * sizeof(*noff))) ||
+        !(nid = dh__malloc((total + 1) * sizeof(*nid)))) {
+        rc = dh_err_set(e, DH_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (uint64_t k = 0; k <= n_steps; k++)
+        noff[k] = n_steps ? offsets[k] - base : 0;
+    if (total)
+        memcpy(nid, ids + base, total * sizeof(*nid));
+    if ((rc = dh_reorder_create(c->pool_n, &ro, e)) < 0)
+        goto fail;
+    pthread_mutex_lock(&c->mu);
+    drop_pool(c); /* outcomes of the abandoned steps */
+    c->n_taken = 0;
+    c->step_t_call = 0;
+    dh_reorder_destroy(c->ro);
+    c->ro = ro;
+    dh__free(c->ids);
+    dh__free(c->offs);
+    c->ids = nid;
+    c->offs = noff;
+    c->epoch = epoch;
+    c->first_step = first_step;
+    c->n_steps = n_steps;
+    c->next_issue = c->next_consume = 0;
+    memset(c->sent, 0, c->pool_n * sizeof(*c->sent));
+    pthread_mutex_unlock(&c->mu);
+    dh__cl_wake(c);
+    return 0;
+fail:
+    dh__free(nid);
+    dh__free(noff);
+    return rc;
+}
+
+/* ---- next ---- */
+
+static int push_meas(struct dh_client *c, double wait, double window)
+{
+    if (c->n_meas == c->cap_meas) {
+        size_t cap = c->cap_meas ? 2 * c->cap_meas : 1024;
+        double *w = dh__realloc(c->waits, cap * sizeof(*w));
+
+        if (!w)
+            return -1;
+        c->waits = w;
+        if (!(w = dh__realloc(c->windows, cap * sizeof(*w))))
+            return -1;
+        c->windows = w;
+        c->cap_meas = cap;
+    }
+    c->waits[c->n_meas] = wait;
+    c->windows[c->n_meas++] = window;
+    return 0;
+}
+
+static void quarantine_add(struct dh_client *c, uint64_t id)
+{
+    for (size_t i = 0; i < c->n_quar; i++)
+        if (c->quar[i] == id)
+            return;
+    if (c->n_quar == c->cap_quar) {
+        size_t cap = c->cap_quar ? 2 * c->cap_quar : 64;
+        uint64_t *q = dh__realloc(c->quar, cap * sizeof(*q));
+
+        if (!q)
+            return;
+        c->quar = q;
+        c->cap_quar = cap;
+    }
+    c->quar[c->n_quar++] = id;
+    c->st.quarantined = c->n_quar;
+}
+
+/* Waits (mu held) until the reorder buffer yields the next outcome;
+ * its pool index into *idx.  0, DH_ETIMEOUT or the fatal code. */
+static int take_one(struct dh_client *c, const struct timespec *deadline,
+                    size_t *idx, struct dh_err *e)
+{
+    for (;;) {
+        uint64_t tid, payload;
+        int rc;
+
+        if (c->fatal)
+            return dh_err_set(e, c->fatal_e.code, "%s", c->fatal_e.msg);
+        rc = dh_reorder_next(c->ro, &tid, &payload);
+        if (rc == 0) {
+            *idx = (size_t)payload;
+            return 0;
+        }
+        if (rc != DH_EEMPTY)
+            return dh_err_set(e, rc, "rank %u: task %llu failed", c->rank,
+                              (unsigned long long)tid);
+        if (pthread_cond_timedwait(&c->cv, &c->mu, deadline) == ETIMEDOUT)
+            return DH_ETIMEOUT;
+    }
+}
+
+static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
+                           double window, const size_t *idx)
+{
+    uint64_t ready = 0;
+    int64_t slack = 0;
+    uint64_t cross = 0, samples = 0;
+    char servers[256];
+    size_t off = 0;
+
+    if (!c->telemetry)
+        return;
+    servers[0] = 0;
+    for (uint32_t j = 0; j < c->mb; j++) {
+        const struct cl_sent *s = &c->sent[(k % c->prefetch) * c->mb + j];
+        const struct cl_result *r = &c->pool[idx[j]];
+
+        if (r->arrived_ms > s->sent_ms && r->arrived_ms - s->sent_ms > ready)
+            ready = r->arrived_ms - s->sent_ms;
+        slack = s->slack_ms;
+        samples += r->n;
+        if (s->route_server && s->route_server != c->arenas[r->arena].server_id)
+            cross += r->ref.len;
+        if (off < sizeof(servers) - 16)
+            off += (size_t)snprintf(servers + off, sizeof(servers) - off,
+                                    "%s%u", j ? "," : "", s->route_server);
+    }
+    fprintf(c->telemetry,
+            "{\"rank\":%u,\"epoch\":%u,\"step\":%llu,\"input_wait_ms\":%.3f,"
+            "\"window_ms\":%.3f,\"deadline_ms\":%lld,\"miss\":%s,"
+            "\"ready_latency_ms\":%llu,\"samples\":%llu,\"servers\":[%s],"
+            "\"cross_ds_bytes\":%llu}\n",
+            c->rank, c->epoch, (unsigned long long)(c->first_step + k), wait,
+            window, (long long)slack, wait > DH_CLIENT_MISS_MS ? "true" : "false",
+            (unsigned long long)ready, (unsigned long long)samples, servers,
+            (unsigned long long)cross);
+    fflush(c->telemetry);
+}
+
+/* The step's parts are all in (mu held): builds the batch or the error,
+ * empties the pool entries. */
+static int finish_step(struct dh_client *c, const size_t *idx, double wait,
+                       double window, struct dh_client_batch **out,
+                       struct dh_err *e)
+{
+    uint64_t k = c->next_consume, total = 0;
+    const struct cl_result *bad = NULL;
+    struct cl_batch *b = NULL;
+    int rc = 0;
+
+    for (uint32_t j = 0; j < c->mb; j++) {
+        const struct cl_result *r = &c->pool[idx[j]];
+
+        if (r->is_error && !bad)
+            bad = r;
+        total += r->n;
+    }
+    telemetry_line(c, k, wait, window, idx);
+    if (!bad) {
+        size_t sz = sizeof(*b) + c->mb * sizeof(struct dh_client_part) +
+                    total * (sizeof(uint64_t) + sizeof(uint32_t));
+
+        if (!(b = dh__calloc(1, sz)))
+            bad = NULL, rc = dh_err_set(e, DH_ENOMEM, "out of memory");
+    }
+    if (bad) {
+        rc = dh_err_set(e, bad->code, "rank %u epoch %u step %llu: %s",
+                        c->rank, c->epoch,
+                        (unsigned long long)(c->first_step + k), bad->msg);
+        /* Only a sample's own failure: resource errors (a full arena or
+         * queue, memory) say nothing about the sample they name. */
+        if (bad->code != DH_ETIMEOUT && bad->code != DH_ENOMEM &&
+            bad->code != DH_ETOOBIG)
+            quarantine_add(c, bad->sample_id);
+        c->st.errors++;
+    }
+    if (b) {
+        struct dh_client_part *parts = (struct dh_client_part *)(b + 1);
+        uint64_t *ids = (uint64_t *)(parts + c->mb);
+        uint32_t *valid = (uint32_t *)(ids + total);
+        uint64_t at = 0;
+
+        b->c = c;
+        b->pub = (struct dh_client_batch){
+            .epoch = c->epoch, .step = c->first_step + k, .n_parts = c->mb,
+            .parts = parts, .n_samples = (uint32_t)total, .sample_ids = ids,
+            .valid_frames = valid, .input_wait_ms = wait};
+        for (uint32_t j = 0; j < c->mb; j++) {
+            struct cl_result *r = &c->pool[idx[j]];
+            struct cl_arena *a = &c->arenas[r->arena];
+
+            parts[j] = (struct dh_client_part){
+                .data = dh_arena_ptr(a->a, &r->ref), .len = r->ref.len,
+                .ndims = r->ndims, .dtype = r->dtype, .layout = r->layout,
+                .n_samples = r->n, .server_id = a->server_id};
+            memcpy(parts[j].dims, r->dims, sizeof(parts[j].dims));
+            memcpy(ids + at, r->ids, r->n * sizeof(*ids));
+            memcpy(valid + at, r->valid, r->n * sizeof(*valid));
+            at += r->n;
+            b->arena[j] = r->arena;
+            b->ref[j] = r->ref;
+            r->is_error = 1; /* the batch owns the slot now */
+        }
+        atomic_fetch_add(&c->refs, 1);
+        c->st.steps++;
+        *out = &b->pub;
+    }
+    for (uint32_t j = 0; j < c->mb; j++) {
+        struct cl_result *r = &c->pool[idx[j]];
+        struct dh_err re;
+
+        if (!r->is_error &&
+            dh_arena_release(c->arenas[r->arena].a, &r->ref, &re) < 0)
+            fprintf(stderr, "datahelix: client %u: %s\n", c->rank, re.msg);
+        dh__free(r->ids);
+        dh__free(r->valid);
+        r->used = 0;
+    }
+    return rc;
+}
+
+int dh_client_next(struct dh_client *c, struct dh_client_batch **out,
+                   struct dh_err *e)
+{
+    return dh_client_next_for(c, c->timeout_ms, out, e);
+}
+
+int dh_client_next_for(struct dh_client *c, int timeout_ms,
+                       struct dh_client_batch **out, struct dh_err *e)
+{
+    double t_call = now_msf(), wait, window;
+    size_t *idx = c->taken;
+    uint64_t dl = dh__cl_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms
+                                                              : 0);
+    struct timespec deadline = {.tv_sec = (time_t)(dl / 1000),
+                                .tv_nsec = (long)(dl % 1000) * 1000000};
+    int rc = 0;
+
+    *out = NULL;
+    pthread_mutex_lock(&c->mu);
+    /* A step's wait runs from the first call that asked for it, across
+     * calls that timed out; its window ends there. */
+    if (c->step_t_call == 0) {
+        c->step_t_call = t_call;
+        c->step_window = c->last_return_us
+                             ? t_call - (double)c->last_return_us / 1e3 : 0;
+    }
+    t_call = c->step_t_call;
+    window = c->step_window;
+    if (!c->t0_ms)
+        c->t0_ms = dh__cl_now_ms();
+    if (c->fatal) {
+        rc = dh_err_set(e, c->fatal_e.code, "%s", c->fatal_e.msg);
+        goto out;
+    }
+    if (!c->ids || c->next_consume >= c->n_steps) {
+        rc = dh_err_set(e, DH_EEMPTY, "rank %u: epoch %u is done", c->rank,
+                        c->epoch);
+        goto out;
+    }
+    /* Parts taken by an earlier call that timed out come first: a reorder
+     * buffer only moves forward, so they wait in c->taken. */
+    while (c->n_taken < c->mb) {
+        if ((rc = take_one(c, &deadline, &idx[c->n_taken], e)) ==
+            DH_ETIMEOUT) {
+            rc = dh_err_set(e, DH_ETIMEOUT, "rank %u: no batch for epoch %u "
+                            "step %llu after %.0f ms (coordinator %s)",
+                            c->rank, c->epoch,
+                            (unsigned long long)(c->first_step +
+                                                 c->next_consume),
+                            now_msf() - c->step_t_call, c->coord);
+            break;
+        }
+        if (rc < 0)
+            goto out;
+        c->n_taken++;
+    }
+    if (c->n_taken < c->mb)
+        goto out;
+    c->n_taken = 0;
+    c->step_t_call = 0;
+    wait = now_msf() - t_call;
+    rc = finish_step(c, idx, wait, window, out, e);
+    if (push_meas(c, wait, window) < 0) {
+        /* out of memory for statistics only: the batch is still good */
+    }
+    if (wait > DH_CLIENT_MISS_MS)
+        c->st.misses++;
+    if (window > 0)
+        c->step_ms_ewma = c->step_ms_ewma == 0
+                              ? window + wait
+                              : (1 - EWMA_ALPHA) * c->step_ms_ewma +
+                                    EWMA_ALPHA * (window + wait);
+    c->next_consume++;
+out:
+    pthread_mutex_unlock(&c->mu);
+    c->last_return_us = (uint64_t)(now_msf() * 1e3);
+    dh__cl_wake(c);
+    return rc;
+}
+
+/* ---- batches, statistics ---- */
+
+void dh_client_batch_release(struct dh_client_batch *pub)
+{
+    struct cl_batch *b = (struct cl_batch *)pub;
+    struct dh_client *c;
+    struct dh_err e;
+
+    if (!b)
+        return;
+    c = b->c;
+    for (uint32_t j = 0; j < pub->n_parts; j++)
+        if (dh_arena_release(c->arenas[b->arena[j]].a, &b->ref[j], &e) < 0)
+            fprintf(stderr, "datahelix: client %u: releasing step %llu: %s\n",
+                    c->rank, (unsigned long long)pub->step, e.msg);
+    dh__free(b);
+    unref(c);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of v[0..n) (sorted in place). */
+static double pct(double *v, size_t n, double p)
+{
+    size_t i;
+
+    if (!n)
+        return 0;
+    qsort(v, n, sizeof(*v), cmp_double);
+    i = (size_t)(p / 100.0 * (double)n + 0.999999);
+    return v[i ? (i > n ? n - 1 : i - 1) : 0];
+}
+
+void dh_client_stats(struct dh_client *c, struct dh_client_stats *out)
+{
+    double *tmp;
+    size_t n;
+
+    pthread_mutex_lock(&c->mu);
+    *out = c->st;
+    n = c->n_meas;
+    if (c->t0_ms)
+        out->elapsed_s = (double)(dh__cl_now_ms() - c->t0_ms) / 1e3;
+    if (n && (tmp = dh__malloc(n * sizeof(*tmp)))) {
+        memcpy(tmp, c->waits, n * sizeof(*tmp));
+        out->input_wait_p50_ms = pct(tmp, n, 50);
+        out->input_wait_p95_ms = pct(tmp, n, 95);
+        out->input_wait_max_ms = tmp[n - 1];
+        memcpy(tmp, c->windows, n * sizeof(*tmp));
+        out->window_p50_ms = pct(tmp, n, 50);
+        dh__free(tmp);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+size_t dh_client_quarantine(struct dh_client *c, uint64_t *out, size_t cap)
+{
+    size_t n;
+
+    pthread_mutex_lock(&c->mu);
+    n = c->n_quar;
+    if (out)
+        memcpy(out, c->quar, (cap < n ? cap : n) * sizeof(*out));
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}

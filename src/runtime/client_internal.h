@@ -1,0 +1,139 @@
+/*
+ * client_internal.h - state shared by client.c (the consumer's side:
+ * create, epochs, next, release), client_io.c (the I/O thread: requests,
+ * notices, restarts of the embedded server) and client_spawn.c (starting,
+ * reaping and greeting the embedded DataServer).
+ *
+ * Locking: `mu` guards the schedule, the reorder buffer, the result pool,
+ * the fatal error and the counters; `cv` signals a new outcome or a fatal
+ * error to next().  The ZeroMQ socket and the link belong to the I/O
+ * thread once it runs (before that, to create()).  `arenas` is append-
+ * only: an entry is complete before n_arenas (atomic) counts it, so
+ * release() reads it without the lock.
+ */
+#ifndef DH_RUNTIME_CLIENT_INTERNAL_H
+#define DH_RUNTIME_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "datahelix/arena.h"
+#include "datahelix/client.h"
+#include "datahelix/index.h"
+#include "datahelix/reorder.h"
+#include "datahelix/wire.h"
+#include "runtime/local_link.h"
+
+#define CL_MAX_ARENAS 64 /* the first server and its restarts */
+
+struct cl_arena {
+    uint32_t server_id;
+    struct dh_arena *a;
+};
+
+/* An outcome waiting in the reorder buffer (the payload is its index). */
+struct cl_result {
+    int used, is_error;
+    uint64_t task_id;
+    int arena;
+    struct dh_slot_ref ref;
+    uint64_t dims[DH_WIRE_MAX_DIMS];
+    uint32_t ndims;
+    enum dh_dtype dtype;
+    enum dh_layout layout;
+    uint32_t n;
+    uint64_t *ids;   /* owned */
+    uint32_t *valid; /* owned */
+    int code;        /* is_error */
+    uint64_t sample_id;
+    char msg[DH_ERR_MSG_MAX];
+    uint64_t arrived_ms;
+};
+
+/* Per outstanding task (ring by request position): for telemetry. */
+struct cl_sent {
+    uint64_t task_id, sent_ms;
+    int64_t slack_ms;
+    uint32_t route_server;
+};
+
+struct dh_client {
+    /* options (copied) */
+    char coord[DH_WIRE_MAX_ADDR + 1];
+    char *index_path, *ds_name, *bin, *ds_listen;
+    uint32_t rank, world;
+    unsigned ds_workers, prefetch, mb;
+    size_t arena_bytes;
+    struct dh_media_plan plan;
+    int64_t *plan_indices;
+    int timeout_ms, start_timeout_ms, max_restarts;
+    double step_ms_hint;
+    FILE *telemetry;
+
+    struct dh_index *ix;
+    void *ctx, *sock;
+    int link_fd, wake_fd;
+    pid_t child; /* embedded server, or -1 */
+    uint32_t server_id;
+    struct cl_arena arenas[CL_MAX_ARENAS];
+    _Atomic int n_arenas;
+    pthread_t io;
+    int io_started;
+    _Atomic int stop;
+    _Atomic int refs; /* 1 for the client + 1 per live batch */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* the epoch (mu) */
+    uint32_t epoch;
+    uint64_t first_step, n_steps;
+    uint64_t *ids, *offs;
+    uint64_t next_issue, next_consume; /* step positions 0..n_steps */
+    struct dh_reorder *ro;
+    struct cl_result *pool;
+    size_t pool_n;
+    struct cl_sent *sent; /* pool_n, indexed by (k % prefetch) * mb + j */
+    uint64_t *pend;       /* pool_n: scratch for dh_reorder_pending() */
+    int fatal;
+    struct dh_err fatal_e;
+    /* consumer-side measurements (consumer thread; copied under mu) */
+    uint64_t t0_ms, last_return_us;
+    double step_t_call, step_window; /* of the step being waited for */
+    size_t taken[DH_CLIENT_MAX_PARTS]; /* parts of the head step in hand */
+    uint32_t n_taken;
+    double *waits, *windows;
+    size_t n_meas, cap_meas;
+    double step_ms_ewma;
+    uint64_t *quar;
+    size_t n_quar, cap_quar;
+    struct dh_client_stats st; /* counters (mu) */
+};
+
+uint64_t dh__cl_now_ms(void);
+
+/* ---- client_io.c ---- */
+void *dh__cl_io_main(void *arg);
+/* Wakes the I/O thread (a step was consumed or the epoch changed). */
+void dh__cl_wake(struct dh_client *c);
+/* Task id of step position k, microbatch j of the current epoch. */
+uint64_t dh__cl_task_id(const struct dh_client *c, uint64_t k, uint32_t j);
+
+/* ---- client_spawn.c ---- */
+/*
+ * Starts the embedded server (server id `server_id`) and waits, bounded by
+ * start_timeout_ms, for its hello; then attaches its arena and appends it
+ * to c->arenas.  Sets c->child, c->link_fd, c->server_id.  On error
+ * nothing is left running.
+ */
+int dh__cl_start_server(struct dh_client *c, uint32_t server_id,
+                        struct dh_err *e);
+/* Attaches to an external server's abstract socket (c->ds_name). */
+int dh__cl_attach_server(struct dh_client *c, struct dh_err *e);
+/* Waits for the embedded child to end (it will: its link is closed or it
+ * died), SIGKILL after grace_ms; writes how it ended into why.  Returns 0
+ * when it exited with status 0, 1 otherwise (a signal, a failure, none). */
+int dh__cl_reap(struct dh_client *c, int grace_ms, char *why, size_t n);
+
+#endif

@@ -1,0 +1,486 @@
+/*
+ * client_io.c - the client's I/O thread (client.h): the paper's sender
+ * (DescriptorRequests up to `prefetch` steps ahead of consumption) and
+ * fetcher (notices into the reorder buffer) in one loop over the
+ * Coordinator socket, the local link and a wake-up eventfd; and the
+ * restart of a dead embedded DataServer.
+ *
+ * Locking: takes c->mu for every touch of the schedule, reorder buffer and
+ * pool, never across a wait; owns the socket and the link.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "core/alloc.h"
+#include "datahelix/batch.h"
+#include "runtime/client_internal.h"
+
+#define POLL_MS 100
+
+void dh__cl_wake(struct dh_client *c)
+{
+    uint64_t one = 1;
+
+    if (write(c->wake_fd, &one, sizeof(one)) < 0) {
+        /* EAGAIN: the counter is already non-zero, the thread will wake */
+    }
+}
+
+uint64_t dh__cl_task_id(const struct dh_client *c, uint64_t k, uint32_t j)
+{
+    return (uint64_t)c->epoch << 48 | (c->first_step + k) << 24 |
+           (uint64_t)c->rank << 8 | j;
+}
+
+/* Sets the fatal error (mu held) and wakes next(). */
+static void set_fatal(struct dh_client *c, int code, const char *msg)
+{
+    if (!c->fatal) {
+        c->fatal = 1;
+        dh_err_set(&c->fatal_e, code, "rank %u: %s", c->rank, msg);
+    }
+    pthread_cond_broadcast(&c->cv);
+}
+
+/* ---- requests ---- */
+
+/* Bounds of microbatch j of step position k (mu held). */
+static void part_range(const struct dh_client *c, uint64_t k, uint32_t j,
+                       uint64_t *lo, uint64_t *hi)
+{
+    uint64_t a = c->offs[k], n = c->offs[k + 1] - a;
+
+    *lo = a + n * j / c->mb;
+    *hi = a + n * (j + 1) / c->mb;
+}
+
+/* Encodes and sends the request of (k, j) without blocking (mu held).
+ * 0 sent; DH_EIO (ZeroMQ refused: try later) or an encode error. */
+static int send_request(struct dh_client *c, uint64_t k, uint32_t j,
+                        int64_t slack_ms, struct dh_err *e)
+{
+    struct dh_wire_msg m;
+    struct dh_wire_request *r;
+    struct dh_index_columns col;
+    uint64_t lo, hi;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    double cpu = 0;
+    int rc;
+
+    part_range(c, k, j, &lo, &hi);
+    dh_index_columns(c->ix, &col);
+    for (uint64_t i = lo; i < hi; i++)
+        cpu += c->ids[i] < col.count ? col.est_cpu_ms[c->ids[i]] : 0;
+    dh_wire_msg_init(&m, DH_WIRE_DESCRIPTOR_REQUEST);
+    r = &m.u.request;
+    r->requester_rank = c->rank;
+    r->slack_ms = slack_ms;
+    r->hints.est_cpu_ms = cpu > 0 && cpu < DH_WIRE_MAX_LATENCY_MS ? cpu : 0;
+    r->hints.est_out_bytes = dh_batch_bytes(&c->plan, (uint32_t)(hi - lo));
+    r->hints.steps_ahead = (uint32_t)(k - c->next_consume);
+    if ((rc = dh_wire_task_make(&r->task, c->epoch, c->first_step + k,
+                                c->rank, j, e)) < 0 ||
+        (rc = dh_wire_set_samples(r, c->ids + lo, hi - lo, e)) < 0 ||
+        (rc = dh_wire_plan_from_media(&r->plan, &c->plan, e)) < 0 ||
+        (rc = dh_wire_encode(&m, &buf, &len, e)) < 0)
+        goto out;
+    if (zmq_send(c->sock, buf, len, ZMQ_DONTWAIT) < 0)
+        rc = dh_err_set(e, DH_EIO, "sending a request to coordinator %s: %s",
+                        c->coord, zmq_strerror(zmq_errno()));
+    else
+        c->st.requests++;
+out:
+    dh_wire_free(buf);
+    dh_wire_msg_fini(&m);
+    return rc;
+}
+
+/* Requests steps until `prefetch` are outstanding (mu held). */
+static void issue(struct dh_client *c)
+{
+    struct dh_err e;
+
+    while (!c->fatal && c->ids && c->next_issue < c->n_steps &&
+           c->next_issue - c->next_consume < c->prefetch) {
+        uint64_t k = c->next_issue;
+        double step = c->step_ms_ewma > 0 ? c->step_ms_ewma : c->step_ms_hint;
+        int64_t slack = (int64_t)(step * (double)(k - c->next_consume + 1));
+
+        for (uint32_t j = 0; j < c->mb; j++) {
+            struct cl_sent *s = &c->sent[(k % c->prefetch) * c->mb + j];
+            int rc = send_request(c, k, j, slack, &e);
+
+            if (rc == DH_EIO && j == 0)
+                return; /* socket full: retry on the next round */
+            if (rc < 0) {
+                set_fatal(c, rc, e.msg);
+                return;
+            }
+            /* Cannot fail: the window has room for this step's parts. */
+            if (dh_reorder_expect(c->ro, dh__cl_task_id(c, k, j)) < 0) {
+                set_fatal(c, DH_EIO, "reorder window out of step");
+                return;
+            }
+            *s = (struct cl_sent){.task_id = dh__cl_task_id(c, k, j),
+                                  .sent_ms = dh__cl_now_ms(),
+                                  .slack_ms = slack};
+        }
+        c->next_issue++;
+    }
+}
+
+/* Re-sends every outstanding task without an outcome (mu held). */
+static void reissue(struct dh_client *c)
+{
+    uint64_t *ids = c->pend;
+    size_t n = 0;
+    struct dh_err e;
+
+    if (!c->ro || dh_reorder_pending(c->ro, ids, c->pool_n, &n) < 0)
+        n = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct dh_wire_task t;
+        uint64_t k;
+
+        dh_wire_task_split(ids[i], &t);
+        k = t.step - c->first_step;
+        if (t.epoch != c->epoch || k >= c->n_steps)
+            continue;
+        if (send_request(c, k, t.microbatch,
+                         c->sent[(k % c->prefetch) * c->mb + t.microbatch]
+                             .slack_ms, &e) < 0)
+            fprintf(stderr, "datahelix: client %u: re-issuing task %llu: "
+                    "%s\n", c->rank, (unsigned long long)ids[i], e.msg);
+        else
+            c->st.reissued++;
+    }
+}
+
+/* ---- notices ---- */
+
+static int arena_of(const struct dh_client *c, uint32_t server_id)
+{
+    int n = atomic_load(&c->n_arenas);
+
+    for (int i = n - 1; i >= 0; i--)
+        if (c->arenas[i].server_id == server_id)
+            return i;
+    return -1;
+}
+
+static struct cl_result *pool_get(struct dh_client *c)
+{
+    for (size_t i = 0; i < c->pool_n; i++)
+        if (!c->pool[i].used) {
+            memset(&c->pool[i], 0, sizeof(c->pool[i]));
+            c->pool[i].used = 1;
+            return &c->pool[i];
+        }
+    return NULL;
+}
+
+/* Hands `r` to the reorder buffer; frees it (and releases its slot) if
+ * the task is not outstanding or already has an outcome (mu held). */
+static void file_result(struct dh_client *c, struct cl_result *r)
+{
+    int accepted = 0;
+
+    r->arrived_ms = dh__cl_now_ms();
+    if (c->ro && dh_reorder_arrive(c->ro, r->task_id,
+                                   (uint64_t)(r - c->pool), &accepted) < 0)
+        accepted = 0;
+    if (accepted) {
+        pthread_cond_broadcast(&c->cv);
+        return;
+    }
+    if (!r->is_error) {
+        struct dh_err e;
+
+        if (dh_arena_release(c->arenas[r->arena].a, &r->ref, &e) < 0)
+            fprintf(stderr, "datahelix: client %u: %s\n", c->rank, e.msg);
+        c->st.late_released++;
+    }
+    dh__free(r->ids);
+    dh__free(r->valid);
+    r->used = 0;
+}
+
+static void on_result(struct dh_client *c, const struct dh_wire_result *w)
+{
+    int ai = arena_of(c, w->server_id);
+    struct dh_slot_ref ref = {.offset = w->arena_offset, .len = w->length,
+                              .gen = w->slot_generation};
+    struct cl_result *r;
+
+    if (ai < 0 || !dh_arena_ptr(c->arenas[ai].a, &ref)) {
+        /* Not in an arena we know: nothing to release, nothing to use. */
+        fprintf(stderr, "datahelix: client %u: result of task %llu names "
+                "%s (server %u, offset %llu); ignored\n", c->rank,
+                (unsigned long long)w->task.id,
+                ai < 0 ? "an unknown arena" : "no live slot", w->server_id,
+                (unsigned long long)w->arena_offset);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    if (!(r = pool_get(c))) {
+        /* Every entry holds the outcome of a step in the window, so this
+         * result is not for one of them (e.g. an abandoned epoch's, come
+         * back after the new epoch's whole window): give its slot back. */
+        struct dh_err e;
+
+        if (dh_arena_release(c->arenas[ai].a, &ref, &e) < 0)
+            fprintf(stderr, "datahelix: client %u: %s\n", c->rank, e.msg);
+        c->st.late_released++;
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    r->task_id = w->task.id;
+    r->arena = ai;
+    r->ref = ref;
+    memcpy(r->dims, w->dims, sizeof(r->dims));
+    r->ndims = w->ndims;
+    r->dtype = w->dtype;
+    r->layout = w->layout;
+    r->n = w->n_samples;
+    r->ids = dh__malloc((w->n_samples + 1) * sizeof(*r->ids));
+    r->valid = dh__malloc((w->n_samples + 1) * sizeof(*r->valid));
+    if (!r->ids || !r->valid) {
+        r->is_error = 1; /* the slot still goes back */
+        if (dh_arena_release(c->arenas[ai].a, &ref, NULL) < 0) {
+            /* stale already: nothing more to give back */
+        }
+        r->code = DH_ENOMEM;
+        snprintf(r->msg, sizeof(r->msg), "out of memory for task %llu",
+                 (unsigned long long)w->task.id);
+    } else {
+        memcpy(r->ids, w->sample_ids, w->n_samples * sizeof(*r->ids));
+        memcpy(r->valid, w->valid_frames, w->n_samples * sizeof(*r->valid));
+    }
+    file_result(c, r);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* The cause in a server's message, without the prefixes that repeat what
+ * the client says itself ("task N: ", "sample N (PATH): ", "PATH: "). */
+static const char *cause_of(const struct dh_wire_error *w)
+{
+    const char *m = w->message;
+    char pre[DH_WIRE_MAX_PATH + 64];
+    size_t n;
+
+    if (!strncmp(m, "task ", 5) && m[5] >= '0' && m[5] <= '9') {
+        const char *p = m + 5;
+
+        while (*p >= '0' && *p <= '9')
+            p++;
+        if (p[0] == ':' && p[1] == ' ')
+            m = p + 2;
+    }
+    n = (size_t)snprintf(pre, sizeof(pre), "sample %llu (%s): ",
+                         (unsigned long long)w->sample_id, w->path);
+    if (n < sizeof(pre) && !strncmp(m, pre, n))
+        m += n;
+    n = (size_t)snprintf(pre, sizeof(pre), "%s: ", w->path);
+    if (w->path[0] && n < sizeof(pre) && !strncmp(m, pre, n))
+        m += n;
+    return m;
+}
+
+static void on_error(struct dh_client *c, const struct dh_wire_error *w)
+{
+    struct cl_result *r;
+
+    pthread_mutex_lock(&c->mu);
+    if ((r = pool_get(c))) {
+        r->task_id = w->task.id;
+        r->is_error = 1;
+        r->code = w->cause;
+        r->sample_id = w->sample_id;
+        snprintf(r->msg, sizeof(r->msg), "sample %llu (%.200s): %.280s",
+                 (unsigned long long)w->sample_id,
+                 w->path[0] ? w->path : "no path", cause_of(w));
+        file_result(c, r);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void on_route(struct dh_client *c, const struct dh_wire_route *w)
+{
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->pool_n; i++)
+        if (c->sent[i].task_id == w->task.id)
+            c->sent[i].route_server = w->server_id;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void dispatch(struct dh_client *c, const struct dh_wire_msg *m)
+{
+    char why[512];
+
+    switch (m->type) {
+    case DH_WIRE_RESULT_NOTICE: on_result(c, &m->u.result); break;
+    case DH_WIRE_ERROR_NOTICE: on_error(c, &m->u.error); break;
+    case DH_WIRE_ROUTE: on_route(c, &m->u.route); break;
+    case DH_WIRE_REGISTER_CLIENT: break; /* a repeated ack */
+    case DH_WIRE_SHUTDOWN:
+        snprintf(why, sizeof(why), "coordinator %.200s shut down: %.200s", c->coord,
+                 m->u.shutdown.reason);
+        pthread_mutex_lock(&c->mu);
+        set_fatal(c, DH_EIO, why);
+        pthread_mutex_unlock(&c->mu);
+        break;
+    default:
+        fprintf(stderr, "datahelix: client %u: the coordinator may not send "
+                "%s; ignored\n", c->rank, dh_wire_type_name(m->type));
+    }
+}
+
+/* Receives every waiting message.  < 0 if the socket failed. */
+static int drain(struct dh_client *c)
+{
+    for (int i = 0; i < 256; i++) {
+        zmq_msg_t msg;
+        struct dh_wire_msg m;
+        struct dh_err e;
+        int more = 0;
+        size_t sz = sizeof(more);
+
+        zmq_msg_init(&msg);
+        if (zmq_msg_recv(&msg, c->sock, ZMQ_DONTWAIT) < 0) {
+            int err = zmq_errno();
+
+            zmq_msg_close(&msg);
+            return err == EAGAIN || err == EINTR ? 0 : -1;
+        }
+        if (zmq_getsockopt(c->sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
+            fprintf(stderr, "datahelix: client %u: multipart message from "
+                    "the coordinator ignored\n", c->rank);
+            while (more && zmq_msg_recv(&msg, c->sock, ZMQ_DONTWAIT) >= 0 &&
+                   zmq_getsockopt(c->sock, ZMQ_RCVMORE, &more, &sz) == 0)
+                ;
+        } else if (dh_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), &m,
+                                  &e) < 0) {
+            fprintf(stderr, "datahelix: client %u: malformed message from "
+                    "the coordinator: %s\n", c->rank, e.msg);
+        } else {
+            dispatch(c, &m);
+            dh_wire_msg_fini(&m);
+        }
+        zmq_msg_close(&msg);
+    }
+    return 0;
+}
+
+/* ---- the local server died ---- */
+
+static void on_link_dead(struct dh_client *c)
+{
+    char why[160], msg[DH_ERR_MSG_MAX];
+    struct dh_err e;
+    uint32_t next_id;
+    uint64_t restarts;
+
+    close(c->link_fd);
+    c->link_fd = -1;
+    if (c->child <= 0) {
+        pthread_mutex_lock(&c->mu);
+        snprintf(msg, sizeof(msg), "local dataserver @%s went away",
+                 c->ds_name ? c->ds_name : "?");
+        set_fatal(c, DH_EPEERDEAD, msg);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    /* Exit status 0: it was asked to stop (a Shutdown from the
+     * Coordinator, a signal it handles), so it is not restarted. */
+    if (dh__cl_reap(c, 2000, why, sizeof(why)) == 0) {
+        snprintf(msg, sizeof(msg), "local dataserver stopped (%s): the "
+                 "coordinator %.200s shut down or it was told to stop",
+                 why, c->coord);
+        pthread_mutex_lock(&c->mu);
+        set_fatal(c, DH_EIO, msg);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    restarts = c->st.restarts;
+    pthread_mutex_unlock(&c->mu);
+    if ((int)restarts >= c->max_restarts ||
+        restarts + 1 >= CL_MAX_ARENAS) {
+        snprintf(msg, sizeof(msg), "local dataserver died (%s) and %llu "
+                 "restarts are used up", why, (unsigned long long)restarts);
+        pthread_mutex_lock(&c->mu);
+        set_fatal(c, DH_EPEERDEAD, msg);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    fprintf(stderr, "datahelix: client %u: local dataserver died (%s); "
+            "starting a new one (restart %llu of %d)\n", c->rank, why,
+            (unsigned long long)restarts + 1, c->max_restarts);
+    /* A new server id: the Coordinator lets it supersede the old one. */
+    next_id = c->server_id + (1u << 16);
+    if (dh__cl_start_server(c, next_id, &e) < 0) {
+        snprintf(msg, sizeof(msg), "restarting the local dataserver: %.400s",
+                 e.msg);
+        pthread_mutex_lock(&c->mu);
+        set_fatal(c, DH_EPEERDEAD, msg);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    c->st.restarts++;
+    reissue(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void *dh__cl_io_main(void *arg)
+{
+    struct dh_client *c = arg;
+    sigset_t all;
+
+    /* Signals are the training process's business, not this thread's. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    while (!atomic_load(&c->stop)) {
+        zmq_pollitem_t it[3] = {
+            {.socket = c->sock, .events = ZMQ_POLLIN},
+            {.fd = c->wake_fd, .events = ZMQ_POLLIN}};
+        int n = 2;
+
+        if (c->link_fd >= 0)
+            it[n++] = (zmq_pollitem_t){.fd = c->link_fd, .events = ZMQ_POLLIN};
+        if (zmq_poll(it, n, POLL_MS) < 0 && zmq_errno() != EINTR) {
+            pthread_mutex_lock(&c->mu);
+            set_fatal(c, DH_EIO, "polling the coordinator socket failed");
+            pthread_mutex_unlock(&c->mu);
+            break;
+        }
+        if (it[1].revents & ZMQ_POLLIN) {
+            uint64_t v;
+
+            if (read(c->wake_fd, &v, sizeof(v)) < 0) {
+                /* EAGAIN: someone else drained it */
+            }
+        }
+        if (n == 3 && (it[2].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
+            on_link_dead(c);
+        if (drain(c) < 0) {
+            pthread_mutex_lock(&c->mu);
+            set_fatal(c, DH_EIO, "receiving from the coordinator failed");
+            pthread_mutex_unlock(&c->mu);
+            break;
+        }
+        pthread_mutex_lock(&c->mu);
+        issue(c);
+        pthread_mutex_unlock(&c->mu);
+    }
+    return NULL;
+}

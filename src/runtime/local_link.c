@@ -1,0 +1,123 @@
+/*
+ * local_link.c - the client <-> local DataServer link (local_link.h):
+ * the hello codec and abstract-namespace Unix sockets.
+ *
+ * Locking: none.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "runtime/local_link.h"
+
+static const char MAGIC[8] = {'D', 'H', 'A', 'R', 'E', 'N', 'A', '1'};
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_le(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+void dh__link_hello_pack(unsigned char out[DH_LINK_HELLO_BYTES],
+                         const struct dh_link_hello *h)
+{
+    memcpy(out, MAGIC, sizeof(MAGIC));
+    put_u32(out + 8, h->server_id);
+    put_u32(out + 12, h->rank);
+    put_u64(out + 16, h->capacity);
+}
+
+int dh__link_hello_unpack(const unsigned char *in, size_t len,
+                          struct dh_link_hello *h, struct dh_err *e)
+{
+    if (len != DH_LINK_HELLO_BYTES || memcmp(in, MAGIC, sizeof(MAGIC)) != 0)
+        return dh_err_set(e, DH_EFORMAT, "local link: not a datahelix arena "
+                          "hello (%zu bytes)", len);
+    h->server_id = (uint32_t)get_le(in + 8, 4);
+    h->rank = (uint32_t)get_le(in + 12, 4);
+    h->capacity = get_le(in + 16, 8);
+    return 0;
+}
+
+/* Fills an abstract address; its length through *len. */
+static int abstract_addr(const char *name, struct sockaddr_un *a,
+                         socklen_t *len, struct dh_err *e)
+{
+    size_t n;
+
+    if (name && name[0] == '@')
+        name++;
+    if (!name || !(n = strlen(name)) || n > DH_LINK_MAX_NAME ||
+        n + 1 > sizeof(a->sun_path))
+        return dh_err_set(e, DH_EINVAL, "local link: bad socket name '%s' "
+                          "(1..%d bytes)", name ? name : "", DH_LINK_MAX_NAME);
+    memset(a, 0, sizeof(*a));
+    a->sun_family = AF_UNIX;
+    memcpy(a->sun_path + 1, name, n); /* sun_path[0] = 0: abstract */
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+    return 0;
+}
+
+int dh__link_listen(const char *name, struct dh_err *e)
+{
+    struct sockaddr_un a;
+    socklen_t len;
+    int fd, rc;
+
+    if ((rc = abstract_addr(name, &a, &len, e)) < 0)
+        return rc;
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return dh_err_set(e, DH_EIO, "local link: socket: %s",
+                          strerror(errno));
+    if (bind(fd, (struct sockaddr *)&a, len) < 0 || listen(fd, 4) < 0) {
+        int err = errno;
+
+        close(fd);
+        return dh_err_set(e, DH_EIO, "local link: cannot listen on @%s: %s",
+                          a.sun_path + 1, err == EADDRINUSE
+                              ? "name in use (another dataserver?)"
+                              : strerror(err));
+    }
+    return fd;
+}
+
+int dh__link_connect(const char *name, struct dh_err *e)
+{
+    struct sockaddr_un a;
+    socklen_t len;
+    int fd, rc;
+
+    if ((rc = abstract_addr(name, &a, &len, e)) < 0)
+        return rc;
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return dh_err_set(e, DH_EIO, "local link: socket: %s",
+                          strerror(errno));
+    if (connect(fd, (struct sockaddr *)&a, len) < 0) {
+        int err = errno;
+
+        close(fd);
+        return dh_err_set(e, DH_EIO, "no local dataserver listens on @%s: %s",
+                          a.sun_path + 1, strerror(err));
+    }
+    return fd;
+}

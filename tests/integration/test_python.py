@@ -1,0 +1,307 @@
+"""`import datahelix` (issue 5): the DataLoader over the real data plane.
+
+Batches follow the epoch plan, hold exactly the bytes the media pipeline
+decodes, and are views of the DataServer's shared memory (no copy); two
+ranks started torchrun-style share one embedded Coordinator and see every
+sample once; state_dict() resumes mid-epoch exactly; a corrupt clip raises
+at its step or is skipped; len / set_epoch / iterating twice behave as in
+torch; nothing outlives the training process, even after SIGKILL.
+"""
+import array
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import ROOT, run_dh, _binary
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(ROOT / "python"))
+import datahelix  # noqa: E402
+
+SMALL = dict(batch_size=2, frames=4, size=(32, 32))
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """12 short S clips with captions; the table (.jsonl) is what users
+    pass, the loader compiles its index."""
+    d = tmp_path_factory.mktemp("py")
+    run_dh("gen-data", "--out", d / "videos", "--profiles", "S", "--count",
+           12, "--seed", 5, "--captions", check=True, timeout=300)
+    run_dh("probe", "--out", d / "m.jsonl", d / "videos" / "captions.jsonl",
+           check=True)
+    return d
+
+
+@pytest.fixture(autouse=True)
+def binary_env(monkeypatch):
+    monkeypatch.setenv("DATAHELIX_BIN", _binary())
+    monkeypatch.delenv("DATAHELIX_COORDINATOR", raising=False)
+
+
+def plan(manifest, world, batch, epoch=0):
+    p = run_dh("plan", "--manifest", manifest, "--world-size", world,
+               "--batch-size", batch, "--epoch", epoch, "--json", check=True)
+    return [json.loads(x)["ranks"] for x in p.stdout.splitlines()
+            if '"ranks"' in x]
+
+
+def rows(manifest):
+    return {r["id"]: r for r in map(json.loads,
+                                     pathlib.Path(manifest).read_text()
+                                     .splitlines()) if "id" in r}
+
+
+def arena_mapping(ptr):
+    """The /proc/self/maps line of the mapping holding address `ptr`."""
+    for line in pathlib.Path("/proc/self/maps").read_text().splitlines():
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        if lo <= ptr < hi:
+            return line
+    return ""
+
+
+def test_epoch_follows_plan_bytes_match_decode_zero_copy(dataset, tmp_path):
+    m = dataset / "m.jsonl"
+    want = plan(m, 1, 2)
+    table = rows(m)
+    with datahelix.DataLoader(m, **SMALL) as loader:
+        assert len(loader) == len(want)
+        got = []
+        for k, b in enumerate(loader):
+            assert b["step"] == k and b["epoch"] == 0
+            assert b["video"].shape == (2, 4, 32, 32, 3)
+            assert b["video"].dtype == torch.uint8
+            assert b["valid_frames"].tolist() == [4, 4]
+            ids = b["ids"].tolist()
+            assert ids == want[k][0]
+            assert b["text"] == [table[i].get("text") for i in ids]
+            assert b["tokens"].tolist() == [table[i]["est_tokens"]
+                                            for i in ids]
+            # Zero copy: the tensor is the arena's memory (a memfd).
+            line = arena_mapping(b["video"].data_ptr())
+            assert "memfd:datahelix-arena" in line, line
+            if k == 0:  # exactly the media pipeline's bytes
+                out = tmp_path / "ref.raw"
+                for j, i in enumerate(ids):
+                    run_dh("decode", "--frames", 4, "--size", "32x32",
+                           "--out", out, table[i]["path"], check=True)
+                    ref = torch.frombuffer(bytearray(out.read_bytes()),
+                                           dtype=torch.uint8)
+                    assert torch.equal(b["video"][j].reshape(-1), ref)
+            got.append(ids)
+        assert got == [s[0] for s in want]
+        st = loader.stats()
+        assert st["steps"] == len(want) and st["errors"] == 0
+
+
+def test_len_iterate_twice_set_epoch_and_float(dataset):
+    m = dataset / "m.jsonl"
+    with datahelix.DataLoader(m, **SMALL) as loader:
+        first = [b["ids"].tolist() for b in loader]
+        again = [b["ids"].tolist() for b in loader]
+        assert first == again and len(first) == len(loader) == 6
+        loader.set_epoch(1)
+        e1 = [b["ids"].tolist() for b in loader]
+        assert e1 == [s[0] for s in plan(m, 1, 2, epoch=1)]
+        assert e1 != first
+    with datahelix.DataLoader(m, dtype="float32", layout="TCHW",
+                              **SMALL) as loader:
+        b = next(iter(loader))
+        assert b["video"].dtype == torch.float32
+        assert b["video"].shape == (2, 4, 3, 32, 32)
+        assert torch.isfinite(b["video"]).all()
+
+
+def test_state_dict_resumes_exactly(dataset):
+    m = dataset / "m.jsonl"
+    with datahelix.DataLoader(m, **SMALL) as full:
+        ref = [(b["ids"].tolist(), b["video"].clone()) for b in full]
+    with datahelix.DataLoader(m, **SMALL) as a:
+        it = iter(a)
+        for _ in range(2):
+            next(it)
+        state = a.state_dict()
+    assert state["step"] == 2
+    with datahelix.DataLoader(m, **SMALL) as b:
+        b.load_state_dict(state)
+        rest = [(x["ids"].tolist(), x["video"].clone()) for x in b]
+    assert [r[0] for r in rest] == [r[0] for r in ref[2:]]
+    for (_, v), (_, w) in zip(rest, ref[2:]):
+        assert torch.equal(v, w)
+    with pytest.raises(ValueError, match="batch_size"):
+        datahelix.DataLoader(m, batch_size=3, frames=4,
+                             size=(32, 32)).load_state_dict(state)
+
+
+def test_corrupt_clip_raises_at_its_step_or_is_skipped(dataset, tmp_path):
+    d = tmp_path / "bad"
+    shutil.copytree(dataset / "videos", d / "videos")
+    run_dh("probe", "--out", d / "m.jsonl", d / "videos", check=True)
+    victim = rows(d / "m.jsonl")[3]["path"]
+    data = pathlib.Path(victim).read_bytes()
+    pathlib.Path(victim).write_bytes(data[: len(data) // 3])
+    steps = plan(d / "m.jsonl", 1, 2)
+    bad = next(k for k, s in enumerate(steps) if 3 in s[0])
+    with datahelix.DataLoader(d / "m.jsonl", **SMALL) as loader:
+        seen = []
+        with pytest.raises(datahelix.DataError) as ei:
+            for b in loader:
+                seen.append(b["step"])
+        assert seen == list(range(bad))
+        assert victim in str(ei.value) and "sample 3" in str(ei.value)
+        assert ei.value.sample_error is True
+    with datahelix.DataLoader(d / "m.jsonl", on_error="skip",
+                              **SMALL) as loader:
+        got = [b["step"] for b in loader]
+        assert got == [k for k in range(len(steps)) if k != bad]
+        st = loader.stats()
+        assert st["skipped"] == 1 and st["quarantine"] == [3]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+RANK_SCRIPT = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import datahelix
+    loader = datahelix.DataLoader(sys.argv[2], batch_size=2, frames=4,
+                                  size=(32, 32), timeout=60)
+    ids = [b["ids"].tolist() for b in loader]
+    print(json.dumps({"rank": loader.rank, "ids": ids}), flush=True)
+    loader.close()
+""")
+
+
+def test_two_ranks_torchrun_style_share_one_coordinator(dataset, tmp_path):
+    m = dataset / "m.jsonl"
+    datahelix.DataLoader(m, **SMALL).close()  # compile the index once
+    port = free_port()
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port - 1))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", RANK_SCRIPT, str(ROOT / "python"), str(m)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True))
+    outs = [p.communicate(timeout=180) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    res = {json.loads(o)["rank"]: json.loads(o)["ids"] for o, _ in outs}
+    want = plan(m, 2, 2)
+    for r in range(2):
+        assert res[r] == [s[r] for s in want]
+    every = sorted(i for r in range(2) for s in res[r] for i in s)
+    assert every == list(range(12))
+    # Rank 0's Coordinator outlives rank 0 while others need it, then ends
+    # by itself once no rank's DataServer is left.
+    addr = f"tcp://127.0.0.1:{port}"
+    end = time.monotonic() + 15
+    while time.monotonic() < end and coordinators_at(addr):
+        time.sleep(0.1)
+    assert not coordinators_at(addr), "the shared coordinator never ended"
+
+
+def coordinators_at(addr):
+    """Live `datahelix coordinator --listen addr` processes."""
+    found = []
+    for d in pathlib.Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+            st = (d / "stat").read_text()
+        except OSError:
+            continue
+        if b"coordinator" in argv and addr.encode() in argv and \
+                st[st.rindex(")") + 2:].split()[0] != "Z":
+            found.append(int(d.name))
+    return found
+
+
+KILL_SCRIPT = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import datahelix
+    loader = datahelix.DataLoader(sys.argv[2], batch_size=2, frames=4,
+                                  size=(32, 32))
+    held = next(iter(loader))
+    print("ready", flush=True)
+    sys.stdin.read()  # until killed
+""")
+
+
+def descendants(pid):
+    kids, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        for d in pathlib.Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                st = (d / "stat").read_text()
+            except OSError:
+                continue
+            f = st[st.rindex(")") + 2:].split()
+            if int(f[1]) == p and f[0] != "Z":
+                kids.append(int(d.name))
+                frontier.append(int(d.name))
+    return kids
+
+
+def gone(pid):
+    try:
+        st = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return st[st.rindex(")") + 2:].split()[0] == "Z"
+
+
+def test_sigkill_of_training_process_leaves_nothing(dataset):
+    m = dataset / "m.jsonl"
+    datahelix.DataLoader(m, **SMALL).close()
+    shm = set(os.listdir("/dev/shm"))
+    p = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT,
+                          str(ROOT / "python"), str(m)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        kids = descendants(p.pid)
+        assert len(kids) == 2  # the coordinator and the local DataServer
+        p.kill()
+        p.wait(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    end = time.monotonic() + 5
+    while time.monotonic() < end and not all(gone(k) for k in kids):
+        time.sleep(0.05)
+    assert all(gone(k) for k in kids), "a child outlived the training process"
+    assert set(os.listdir("/dev/shm")) - shm == set()
+
+
+def test_bad_arguments_and_unimplemented(dataset, tmp_path):
+    m = dataset / "m.jsonl"
+    with pytest.raises(ValueError):
+        datahelix.DataLoader(m, on_error="ignore")
+    with pytest.raises(ValueError):
+        datahelix.DataLoader(m, rank=2, world_size=2)
+    with pytest.raises(FileNotFoundError):
+        datahelix.DataLoader(tmp_path / "missing.jsonl")
+    with pytest.raises(NotImplementedError, match="not implemented yet"):
+        datahelix.DistributedDataLoader(None, batch_size=2)

@@ -1,0 +1,371 @@
+"""The data plane end to end, as processes: `datahelix coordinator`, the
+local DataServers that `datahelix consume` starts (or attaches to), and the
+consumers themselves (issue 4).
+
+Every sample of an epoch arrives exactly once, in the order the plan gives
+each rank; a corrupt clip is an error at its step naming its path; a killed
+local DataServer is restarted (embedded) or a clear error (external); no
+child process and no /dev/shm entry outlives the job, after a normal end,
+SIGINT, or SIGKILL of the consumer; an unreachable or dead Coordinator is a
+clear error within the timeout.  Every wait is bounded.
+"""
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import run_dh, _binary
+
+SMALL = ["--frames", "4", "--size", "32x32"]
+
+
+# ---- helpers ---------------------------------------------------------------
+
+def children(pid):
+    """Pids whose parent is `pid` (from /proc), zombies excluded."""
+    out = []
+    for d in pathlib.Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(d.name))
+    return out
+
+
+def alive(pid):
+    """True if `pid` exists and is not a zombie."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+
+
+def wait_gone(pid, seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if not alive(pid):
+            return True
+        time.sleep(0.02)
+    return not alive(pid)
+
+
+def wait_until(pred, seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.02)
+    return pred()
+
+
+def shm_entries():
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+def plan_ids(manifest, world, batch, epoch=0, seed=0):
+    """Per rank, the ids the plan gives it, in step order."""
+    p = run_dh("plan", "--manifest", manifest, "--world-size", world,
+               "--batch-size", batch, "--epoch", epoch, "--seed", seed,
+               "--json", check=True)
+    per_rank = [[] for _ in range(world)]
+    steps = []
+    for line in p.stdout.splitlines():
+        rec = json.loads(line)
+        if "ranks" in rec:
+            steps.append(rec["ranks"])
+            for r, ids in enumerate(rec["ranks"]):
+                per_rank[r].extend(ids)
+    return per_rank, steps
+
+
+def read_ids(path):
+    return [int(x) for x in pathlib.Path(path).read_text().split()]
+
+
+def summary_of(stdout):
+    for line in stdout.splitlines():
+        if line.startswith('{"summary"'):
+            return json.loads(line)["summary"]
+    raise AssertionError(f"no summary in:\n{stdout}")
+
+
+class Proc:
+    """A daemon started for one test, ended by pid (SIGTERM, then SIGKILL)."""
+
+    def __init__(self, *args, **kw):
+        self.p = subprocess.Popen([_binary(), *map(str, args)],
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, **kw)
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(timeout=5)
+        out, err = self.p.communicate(timeout=5)
+        return self.p.returncode, out, err
+
+
+def consume_args(coord, manifest, rank=0, world=1, batch=2, *extra):
+    return ["consume", "--coordinator", coord, "--manifest", manifest,
+            "--rank", rank, "--world-size", world, "--batch-size", batch,
+            "--json", *SMALL, *extra]
+
+
+def start_consume(*args):
+    return subprocess.Popen([_binary(), *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def first_step_line(proc, seconds=60):
+    """Reads stdout until the first per-step JSON line (bounded)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith('{"epoch"'):
+            return json.loads(line)
+    raise AssertionError("consume printed no step")
+
+
+# ---- fixtures --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """12 short S clips and their index (decoding them is quick)."""
+    d = tmp_path_factory.mktemp("rt")
+    run_dh("gen-data", "--out", d / "videos", "--profiles", "S", "--count",
+           12, "--seed", 3, check=True, timeout=300)
+    run_dh("probe", "--out", d / "m.jsonl", "--index", d / "m.dhx",
+           d / "videos", check=True)
+    return d
+
+
+@pytest.fixture
+def coordinator(tmp_path):
+    addr = f"ipc://{tmp_path}/coord.sock"
+    c = Proc("coordinator", "--listen", addr, "--heartbeat-timeout-ms", 1000)
+    # Ready when the socket file exists (bounded).
+    assert wait_until(lambda: (tmp_path / "coord.sock").exists(), 10), \
+        c.stop()
+    yield addr, c
+    c.stop()
+
+
+# ---- exactly once, in order ------------------------------------------------
+
+def test_two_ranks_two_epochs_exactly_once_in_plan_order(dataset,
+                                                          coordinator,
+                                                          tmp_path):
+    coord, _ = coordinator
+    m = dataset / "m.dhx"
+    procs = [start_consume(*consume_args(coord, m, r, 2, 2, "--epochs", 2,
+                                         "--ids-out", tmp_path / f"ids{r}"))
+             for r in range(2)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    want = [[], []]
+    for ep in range(2):
+        per_rank, _ = plan_ids(m, 2, 2, epoch=ep)
+        for r in range(2):
+            want[r].extend(per_rank[r])
+    got = [read_ids(tmp_path / f"ids{r}") for r in range(2)]
+    assert got == want  # each rank: the plan's ids, in its request order
+    for ep in range(2):  # every id of an epoch once across the ranks
+        half = len(got[0]) // 2
+        epoch_ids = got[0][ep * half:(ep + 1) * half] + \
+            got[1][ep * half:(ep + 1) * half]
+        assert sorted(epoch_ids) == list(range(12))
+    s = summary_of(outs[0][0])
+    assert s["steps"] == 6 and s["samples"] == 12 and s["errors"] == 0
+
+
+def test_microbatches_and_telemetry(dataset, coordinator, tmp_path):
+    coord, _ = coordinator
+    m = dataset / "m.dhx"
+    tel = tmp_path / "tel.jsonl"
+    p = run_dh(*consume_args(coord, m, 0, 1, 4, "--microbatches", 2,
+                             "--ids-out", tmp_path / "ids", "--telemetry",
+                             tel), timeout=180)
+    assert p.returncode == 0, p.stderr
+    assert read_ids(tmp_path / "ids") == plan_ids(m, 1, 4)[0][0]
+    recs = [json.loads(x) for x in tel.read_text().splitlines()]
+    assert [r["step"] for r in recs] == [0, 1, 2]
+    for r in recs:
+        assert r["samples"] == 4 and len(r["servers"]) == 2
+        assert r["input_wait_ms"] >= 0 and isinstance(r["miss"], bool)
+
+
+# ---- errors ----------------------------------------------------------------
+
+@pytest.fixture
+def corrupt_set(dataset, tmp_path):
+    """The dataset with one clip truncated after probing: the manifest
+    still lists it as good, the decode must fail."""
+    d = tmp_path / "bad"
+    shutil.copytree(dataset / "videos", d / "videos")
+    run_dh("probe", "--out", d / "m.jsonl", "--index", d / "m.dhx",
+           d / "videos", check=True)
+    rows = [json.loads(x) for x in (d / "m.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "id" in r]
+    victim = next(r for r in rows if r["id"] == 5)
+    path = pathlib.Path(victim["path"])
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+    return d / "m.dhx", 5, str(path)
+
+
+def test_corrupt_clip_is_an_error_at_its_step(corrupt_set, coordinator,
+                                              tmp_path):
+    coord, _ = coordinator
+    m, victim, path = corrupt_set
+    _, steps = plan_ids(m, 1, 2)
+    bad_step = next(i for i, s in enumerate(steps) if victim in s[0])
+    p = run_dh(*consume_args(coord, m, 0, 1, 2), timeout=180)
+    assert p.returncode == 1
+    assert path in p.stderr and f"step {bad_step}" in p.stderr
+    assert f"sample {victim}" in p.stderr
+    done = [json.loads(x)["step"] for x in p.stdout.splitlines()
+            if x.startswith('{"epoch"')]
+    assert done == list(range(bad_step))  # nothing after, nothing lost before
+
+    # skip: the step is counted and left out, every other one arrives
+    p = run_dh(*consume_args(coord, m, 0, 1, 2, "--on-error", "skip",
+                             "--ids-out", tmp_path / "ids"), timeout=180)
+    assert p.returncode == 0, p.stderr
+    want = [i for k, s in enumerate(steps) if k != bad_step for i in s[0]]
+    assert read_ids(tmp_path / "ids") == want
+    s = summary_of(p.stdout)
+    assert s["skipped"] == 1 and s["quarantined"] == 1 and s["errors"] == 1
+
+
+def test_unreachable_coordinator_is_a_clear_error(dataset, tmp_path):
+    t0 = time.monotonic()
+    p = run_dh(*consume_args(f"ipc://{tmp_path}/nobody.sock",
+                             dataset / "m.dhx", 0, 1, 2,
+                             "--start-timeout-ms", 500), timeout=30)
+    assert p.returncode == 1
+    assert "did not answer within 500 ms" in p.stderr
+    assert time.monotonic() - t0 < 10
+
+
+def test_dead_coordinator_is_an_error_within_the_timeout(dataset,
+                                                         coordinator):
+    coord, c = coordinator
+    proc = start_consume(*consume_args(coord, dataset / "m.dhx", 0, 1, 2,
+                                       "--window-ms", 300, "--prefetch", 1,
+                                       "--timeout-ms", 2000))
+    try:
+        first_step_line(proc)
+        c.p.kill()  # SIGKILL: no Shutdown reaches the client
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert "no batch for epoch 0 step" in err and coord in err
+
+
+def test_usage_errors(dataset):
+    p = run_dh("consume", "--manifest", dataset / "m.dhx")
+    assert p.returncode == 2 and "required" in p.stderr
+    p = run_dh(*consume_args("ipc:///x", dataset / "m.dhx", 2, 2, 2))
+    assert p.returncode == 2 and "--rank 2" in p.stderr
+
+
+# ---- failures of the local DataServer ----------------------------------
+
+def test_kill9_of_embedded_dataserver_restarts_it(dataset, coordinator,
+                                                  tmp_path):
+    coord, _ = coordinator
+    m = dataset / "m.dhx"
+    proc = start_consume(*consume_args(coord, m, 0, 1, 2, "--window-ms", 250,
+                                       "--ids-out", tmp_path / "ids"))
+    try:
+        first_step_line(proc)
+        kids = wait_until(lambda: children(proc.pid), 5)
+        assert len(kids) == 1
+        os.kill(kids[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "starting a new one" in err
+    assert read_ids(tmp_path / "ids") == plan_ids(m, 1, 2)[0][0]
+    s = summary_of(out)
+    assert s["restarts"] == 1 and s["samples"] == 12
+
+
+def test_kill9_of_external_dataserver_is_a_clear_error(dataset, coordinator):
+    coord, _ = coordinator
+    m = dataset / "m.dhx"
+    name = f"dh-test-{os.getpid()}-ext"
+    ds = Proc("dataserver", "--coordinator", coord, "--rank", 0, "--index",
+              m, "--client-socket", name)
+    try:
+        proc = start_consume(*consume_args(coord, m, 0, 1, 2, "--window-ms",
+                                           250, "--dataserver", name,
+                                           "--timeout-ms", 5000,
+                                           "--start-timeout-ms", 10000))
+        try:
+            first_step_line(proc)
+            ds.p.kill()
+            t0 = time.monotonic()
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 1
+        assert "went away" in err, err
+        assert time.monotonic() - t0 < 15
+    finally:
+        ds.stop()
+
+
+@pytest.mark.parametrize("how", ["normal", "sigint", "sigkill"])
+def test_nothing_left_behind(dataset, coordinator, how):
+    coord, _ = coordinator
+    before = shm_entries()
+    proc = start_consume(*consume_args(coord, dataset / "m.dhx", 0, 1, 2,
+                                       "--window-ms", 100))
+    try:
+        first_step_line(proc)
+        kids = wait_until(lambda: children(proc.pid), 5)
+        assert len(kids) == 1
+        if how == "sigint":
+            proc.send_signal(signal.SIGINT)
+        elif how == "sigkill":
+            proc.kill()
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if how == "normal":
+        assert proc.returncode == 0
+    elif how == "sigint":
+        assert proc.returncode == 1  # "interrupted", cleanly
+    # The server sees its link close and exits, whoever ended the client.
+    assert wait_gone(kids[0], 5), f"dataserver {kids[0]} outlived its client"
+    assert shm_entries() - before == set()

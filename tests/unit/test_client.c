@@ -1,0 +1,868 @@
+/* test_client.c - the client library (client.h) in one process, external
+ * mode: a real Coordinator (tcp://127.0.0.1:0) and a local DataServer for
+ * rank 0 (listening on a unique abstract socket), each on its own thread,
+ * and the client attached to that server.  Steps come back exactly once and
+ * in order with the bytes an inline decode gives (also split into
+ * microbatches); a sample error surfaces at its step, naming the sample and
+ * its path, and the epoch goes on; a full arena gives "arena exhausted"
+ * instead of a hang and recovers once batches are released; an unreachable
+ * Coordinator and bad options fail cleanly (no thread or fd left); a new
+ * epoch abandons the old one without leaking arena slots (also when the
+ * abandoned results come back after the new epoch's prefetch is full); the
+ * DataServer going away is an error, never a hang.  Every wait is bounded;
+ * every test's servers are torn down by its teardown even if it fails. */
+#include <dirent.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "datahelix/arena.h"
+#include "datahelix/batch.h"
+#include "datahelix/client.h"
+#include "datahelix/coordinator.h"
+#include "datahelix/dataserver.h"
+#include "datahelix/gendata.h"
+#include "datahelix/index.h"
+
+#define NCLIPS 12 /* ids 0..11 good, id 12 = cut.mp4 (truncated) */
+
+#include "clip_fixture.h"
+
+#define WAIT_MS 20000 /* something that should happen (decode under ASan on
+                         a noisy machine) */
+#define STOP_MS 5000  /* a loop told to stop returns within this */
+#define FRAMES 4
+#define SIDE 32
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return clip_fixture_setup("client", 11);
+}
+
+/* ---- time ---- */
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    nanosleep(&ts, NULL);
+}
+
+static struct dh_media_plan small_plan(void)
+{
+    struct dh_media_plan p;
+
+    dh_media_plan_init(&p);
+    p.frames = FRAMES;
+    p.width = SIDE;
+    p.height = SIDE;
+    return p;
+}
+
+/* ---- the Coordinator and DataServer loops ---- */
+
+struct loop {
+    pthread_t th;
+    int started;
+    struct dh_coordinator *co; /* one of the two */
+    struct dh_dataserver *ds;
+    volatile int stop;
+    int finished; /* atomic */
+    int rc;
+};
+
+static void *loop_main(void *arg)
+{
+    struct loop *l = arg;
+    struct dh_err e;
+
+    l->rc = l->co ? dh_coordinator_run(l->co, &l->stop, &e)
+                  : dh_dataserver_run(l->ds, &l->stop, &e);
+    if (l->rc)
+        fprintf(stderr, "test_client: loop ended with %d: %s\n", l->rc,
+                e.msg);
+    __atomic_store_n(&l->finished, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static void loop_start(struct loop *l)
+{
+    assert_int_equal(pthread_create(&l->th, NULL, loop_main, l), 0);
+    l->started = 1;
+}
+
+/* Stops the loop (bounded) and joins it; 0, or -1 if it did not stop (then
+ * it is left alone: its object must not be destroyed). */
+static int loop_stop(struct loop *l)
+{
+    uint64_t end = now_ms() + STOP_MS;
+
+    if (!l->started)
+        return 0;
+    l->stop = 1;
+    while (!__atomic_load_n(&l->finished, __ATOMIC_SEQ_CST) &&
+           now_ms() < end)
+        sleep_ms(5);
+    if (!__atomic_load_n(&l->finished, __ATOMIC_SEQ_CST)) {
+        fprintf(stderr, "test_client: a loop did not stop within %d ms\n",
+                STOP_MS);
+        return -1;
+    }
+    pthread_join(l->th, NULL);
+    l->started = 0;
+    return 0;
+}
+
+/* ---- one test's world: Coordinator, DataServer, client ---- */
+
+#define MAX_HELD 16
+
+struct env {
+    struct loop co, ds;
+    char sock[64];
+    struct dh_client *cl;
+    struct dh_client_batch *held[MAX_HELD];
+    size_t n_held;
+    struct dh_arena *view; /* a second view of the DataServer's arena */
+};
+
+static int env_setup(void **state)
+{
+    struct env *v = calloc(1, sizeof(*v));
+
+    if (!v)
+        return -1;
+    *state = v;
+    return 0;
+}
+
+static int env_teardown(void **state)
+{
+    struct env *v = *state;
+    int rc = 0;
+
+    for (size_t i = 0; i < v->n_held; i++)
+        dh_client_batch_release(v->held[i]);
+    dh_client_destroy(v->cl); /* closes the link: the server's run() ends */
+    dh_arena_destroy(v->view);
+    if (loop_stop(&v->ds) < 0)
+        rc = -1;
+    else
+        dh_dataserver_destroy(v->ds.ds);
+    if (loop_stop(&v->co) < 0)
+        rc = -1;
+    else
+        dh_coordinator_destroy(v->co.co);
+    if (rc == 0)
+        free(v);
+    return rc;
+}
+
+/* Starts the Coordinator and a DataServer for rank 0 on a fresh abstract
+ * socket; the arena and the allocation bound as given. */
+static void env_up(struct env *v, size_t arena_bytes, int alloc_timeout_ms)
+{
+    static int serial;
+    struct dh_coordinator_opts co;
+    struct dh_dataserver_opts so;
+    struct dh_err e;
+
+    dh_coordinator_opts_default(&co);
+    co.listen = "tcp://127.0.0.1:0";
+    co.heartbeat_timeout_ms = 60000; /* a noisy machine is not a death */
+    if (dh_coordinator_create(&co, &v->co.co, &e))
+        fail_msg("coordinator: %s", e.msg);
+    loop_start(&v->co);
+
+    snprintf(v->sock, sizeof(v->sock), "dh-test-%d-%d", (int)getpid(),
+             ++serial);
+    dh_dataserver_opts_default(&so);
+    so.coordinator = dh_coordinator_endpoint(v->co.co);
+    so.index_path = dhx;
+    so.rank = 0;
+    so.workers = 2;
+    so.arena_bytes = arena_bytes;
+    so.alloc_timeout_ms = alloc_timeout_ms;
+    so.heartbeat_ms = 100;
+    so.register_timeout_ms = WAIT_MS;
+    so.client_socket = v->sock;
+    if (dh_dataserver_create(&so, &v->ds.ds, &e))
+        fail_msg("dataserver: %s", e.msg);
+    loop_start(&v->ds);
+    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(v->ds.ds),
+                                     &v->view, &e), 0);
+}
+
+static void client_opts(const struct env *v, struct dh_client_opts *o)
+{
+    dh_client_opts_default(o);
+    o->coordinator = dh_coordinator_endpoint(v->co.co);
+    o->index_path = dhx;
+    o->rank = 0;
+    o->world_size = 1;
+    o->dataserver = v->sock;
+    o->plan = small_plan();
+    o->prefetch = 2;
+    o->microbatches = 1;
+    o->timeout_ms = WAIT_MS;
+    o->start_timeout_ms = WAIT_MS;
+}
+
+static void client_up(struct env *v, const struct dh_client_opts *o)
+{
+    struct dh_err e;
+
+    if (dh_client_create(o, &v->cl, &e))
+        fail_msg("client: %s", e.msg);
+}
+
+/* Keeps b until teardown (or release_held). */
+static void hold(struct env *v, struct dh_client_batch *b)
+{
+    assert_true(v->n_held < MAX_HELD);
+    v->held[v->n_held++] = b;
+}
+
+static void release_held(struct env *v)
+{
+    for (size_t i = 0; i < v->n_held; i++)
+        dh_client_batch_release(v->held[i]);
+    v->n_held = 0;
+}
+
+static struct dh_arena_stats arena_stats(struct env *v)
+{
+    struct dh_arena_stats st;
+
+    assert_int_equal(dh_arena_stats(v->view, &st), 0);
+    return st;
+}
+
+/* Every slot back in the DataServer's arena (bounded wait: late results
+ * are released by the client's I/O thread as they come). */
+static void assert_arena_drains(struct env *v)
+{
+    uint64_t end = now_ms() + WAIT_MS;
+    struct dh_arena_stats st;
+
+    do {
+        st = arena_stats(v);
+        if (st.live_slots == 0 && st.used == 0)
+            break;
+        sleep_ms(10);
+    } while (now_ms() < end);
+    if (st.live_slots != 0 || st.used != 0)
+        fail_msg("arena did not drain: %u live slots, %llu bytes used",
+                 st.live_slots, (unsigned long long)st.used);
+    assert_int_equal(st.bad_releases, 0);
+}
+
+#define ASSERT_CO_STAT(v, field, want)                                       \
+    do {                                                                     \
+        struct dh_coordinator_stats st_;                                     \
+        uint64_t end_ = now_ms() + WAIT_MS;                                  \
+        do {                                                                 \
+            dh_coordinator_stats((v)->co.co, &st_);                          \
+            if (st_.field == (uint64_t)(want))                               \
+                break;                                                       \
+            sleep_ms(5);                                                     \
+        } while (now_ms() < end_);                                           \
+        assert_int_equal(st_.field, (want));                                 \
+    } while (0)
+
+/* ---- schedules and checks ---- */
+
+/* offsets of n steps of `per` ids each */
+static void even_offsets(uint64_t *offs, uint64_t n, uint64_t per)
+{
+    for (uint64_t k = 0; k <= n; k++)
+        offs[k] = k * per;
+}
+
+static int all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return 0;
+    return 1;
+}
+
+/* Part j's bytes equal dh_batch_decode() of its ids inline. */
+static void check_part(const struct dh_client_part *pt, uint32_t epoch,
+                       const uint64_t *ids, uint32_t n, const uint32_t *valid)
+{
+    struct dh_media_plan p = small_plan();
+    size_t bytes = dh_batch_bytes(&p, n);
+    uint8_t *dst = malloc(bytes + DH_MEDIA_DST_PAD);
+    int32_t want_valid[DH_CLIENT_MAX_PARTS];
+    struct dh_media *m;
+    struct dh_err e;
+
+    assert_non_null(dst);
+    assert_true(n <= DH_CLIENT_MAX_PARTS);
+    assert_int_equal(pt->n_samples, n);
+    assert_int_equal(pt->ndims, 5);
+    assert_int_equal(pt->dims[0], n);
+    assert_int_equal(pt->dims[1], FRAMES);
+    assert_int_equal(pt->dims[2], SIDE);
+    assert_int_equal(pt->dims[3], SIDE);
+    assert_int_equal(pt->dims[4], 3);
+    assert_int_equal(pt->dtype, DH_DTYPE_U8);
+    assert_int_equal(pt->layout, DH_LAYOUT_THWC);
+    assert_int_equal(pt->server_id, 1);
+    assert_non_null(pt->data);
+    assert_true(pt->len >= bytes);
+    assert_false(all_zero(pt->data, bytes));
+    assert_int_equal(dh_media_create(&m, &e), 0);
+    if (dh_batch_decode(m, ix, epoch, ids, n, &p, dst,
+                        bytes + DH_MEDIA_DST_PAD, want_valid, NULL, &e))
+        fail_msg("inline decode: %s", e.msg);
+    assert_memory_equal(pt->data, dst, bytes);
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(valid[i], (uint32_t)want_valid[i]);
+        assert_int_equal(valid[i], FRAMES); /* S clips are ~50 frames */
+    }
+    dh_media_destroy(m);
+    free(dst);
+}
+
+/* b is step `step` of `epoch` with ids[0..n) in `parts` microbatches (the
+ * client's split: part j holds [n*j/parts, n*(j+1)/parts)). */
+static void check_batch(const struct dh_client_batch *b, uint32_t epoch,
+                        uint64_t step, const uint64_t *ids, uint32_t n,
+                        uint32_t parts)
+{
+    assert_non_null(b);
+    assert_int_equal(b->epoch, epoch);
+    assert_int_equal(b->step, step);
+    assert_int_equal(b->n_samples, n);
+    assert_int_equal(b->n_parts, parts);
+    assert_true(b->input_wait_ms >= 0);
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(b->sample_ids[i], ids[i]);
+    for (uint32_t j = 0; j < parts; j++) {
+        uint32_t lo = n * j / parts, hi = n * (j + 1) / parts;
+
+        check_part(&b->parts[j], epoch, ids + lo, hi - lo,
+                   b->valid_frames + lo);
+    }
+}
+
+/* next() that must return a batch. */
+static struct dh_client_batch *next_ok(struct dh_client *c)
+{
+    struct dh_client_batch *b = (struct dh_client_batch *)&b;
+    struct dh_err e;
+    int rc;
+
+    dh_err_clear(&e);
+    rc = dh_client_next(c, &b, &e);
+    if (rc)
+        fail_msg("next: %d: %s", rc, e.msg);
+    assert_non_null(b);
+    return b;
+}
+
+static size_t count_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *de;
+    size_t n = 0;
+
+    assert_non_null(d);
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* Threads and fds of this process come back to (n_th, n_fd) (bounded). */
+static void assert_nothing_left(size_t n_th, size_t n_fd)
+{
+    uint64_t end = now_ms() + STOP_MS;
+
+    while ((count_dir("/proc/self/task") != n_th ||
+            count_dir("/proc/self/fd") != n_fd) && now_ms() < end)
+        sleep_ms(10);
+    assert_int_equal(count_dir("/proc/self/task"), n_th);
+    assert_int_equal(count_dir("/proc/self/fd"), n_fd);
+}
+
+/* ---- tests ---- */
+
+/* 5 steps of 2 distinct ids, prefetch 2: steps 0..4 in order with the
+ * right ids and bytes, then DH_EEMPTY; a batch outlives destroy(). */
+static void steps_exactly_once_in_order(void **state)
+{
+    struct env *v = *state;
+    struct dh_client_opts o;
+    struct dh_client_stats st;
+    struct dh_client_batch *b, *last = NULL;
+    uint64_t ids[10] = {3, 7, 0, 11, 5, 1, 9, 2, 10, 4}, offs[6];
+    struct dh_err e;
+
+    env_up(v, 4u << 20, WAIT_MS);
+    client_opts(v, &o);
+    client_up(v, &o);
+    even_offsets(offs, 5, 2);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 5, ids, offs, &e),
+                     0);
+    for (uint64_t k = 0; k < 5; k++) {
+        b = next_ok(v->cl);
+        check_batch(b, 0, k, ids + 2 * k, 2, 1);
+        if (k < 4)
+            dh_client_batch_release(b);
+        else
+            last = b;
+    }
+    b = (struct dh_client_batch *)&b;
+    assert_int_equal(dh_client_next(v->cl, &b, &e), DH_EEMPTY);
+    assert_null(b);
+    assert_int_equal(dh_client_next(v->cl, &b, &e), DH_EEMPTY);
+    dh_client_stats(v->cl, &st);
+    assert_int_equal(st.steps, 5);
+    assert_int_equal(st.errors, 0);
+    assert_int_equal(st.requests, 5);
+    assert_int_equal(st.quarantined, 0);
+    assert_int_equal(st.restarts, 0);
+    assert_int_equal(dh_client_quarantine(v->cl, NULL, 0), 0);
+    ASSERT_CO_STAT(v, results, 5);
+
+    /* The last batch outlives the client: still mapped, then released. */
+    dh_client_destroy(v->cl);
+    v->cl = NULL;
+    check_batch(last, 0, 4, ids + 8, 2, 1);
+    dh_client_batch_release(last);
+    assert_arena_drains(v);
+}
+
+/* microbatches 2, 4 samples a step: 2 parts of 2, ids in batch order. */
+static void microbatches_split_a_step(void **state)
+{
+    struct env *v = *state;
+    struct dh_client_opts o;
+    struct dh_client_stats st;
+    struct dh_client_batch *b;
+    uint64_t ids[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, offs[4];
+    uint64_t bad_offs[3] = {0, 4, 5}; /* step 1 has 1 sample < 2 parts */
+    struct dh_err e;
+
+    env_up(v, 4u << 20, WAIT_MS);
+    client_opts(v, &o);
+    o.microbatches = 2;
+    client_up(v, &o);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 2, ids, bad_offs,
+                                           &e), DH_EINVAL);
+    even_offsets(offs, 3, 4);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 3, ids, offs, &e),
+                     0);
+    for (uint64_t k = 0; k < 3; k++) {
+        b = next_ok(v->cl);
+        check_batch(b, 0, k, ids + 4 * k, 4, 2);
+        assert_int_equal(b->parts[0].n_samples, 2);
+        assert_int_equal(b->parts[1].n_samples, 2);
+        dh_client_batch_release(b);
+    }
+    assert_int_equal(dh_client_next(v->cl, &b, &e), DH_EEMPTY);
+    dh_client_stats(v->cl, &st);
+    assert_int_equal(st.steps, 3);
+    assert_int_equal(st.requests, 6);
+    assert_int_equal(st.errors, 0);
+    assert_arena_drains(v);
+}
+
+/* Step 2 holds the truncated clip: steps 0, 1 fine, step 2 an error naming
+ * the sample and its path, step 3 fine, the id quarantined. */
+static void sample_error_at_its_step(void **state)
+{
+    struct env *v = *state;
+    struct dh_client_opts o;
+    struct dh_client_stats st;
+    struct dh_client_batch *b;
+    uint64_t ids[8] = {0, 1, 2, 3, 4, NCLIPS, 5, 6}, offs[5], q[4] = {0};
+    char want[800];
+    struct dh_err e;
+    int rc;
+
+    env_up(v, 4u << 20, WAIT_MS);
+    client_opts(v, &o);
+    client_up(v, &o);
+    even_offsets(offs, 4, 2);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 4, ids, offs, &e),
+                     0);
+    for (uint64_t k = 0; k < 2; k++) {
+        b = next_ok(v->cl);
+        check_batch(b, 0, k, ids + 2 * k, 2, 1);
+        dh_client_batch_release(b);
+    }
+    b = (struct dh_client_batch *)&b;
+    dh_err_clear(&e);
+    rc = dh_client_next(v->cl, &b, &e);
+    assert_null(b);
+    assert_true(rc < 0);
+    assert_int_not_equal(rc, DH_ETIMEOUT);
+    assert_int_not_equal(rc, DH_EEMPTY);
+    assert_int_not_equal(rc, DH_EPEERDEAD);
+    assert_int_equal(e.code, rc);
+    snprintf(want, sizeof(want), "sample %d (%s)", NCLIPS, paths[NCLIPS]);
+    if (!strstr(e.msg, want) || !strstr(e.msg, "step 2"))
+        fail_msg("error does not name '%s' at step 2: %s", want, e.msg);
+    b = next_ok(v->cl);
+    check_batch(b, 0, 3, ids + 6, 2, 1);
+    dh_client_batch_release(b);
+    assert_int_equal(dh_client_next(v->cl, &b, &e), DH_EEMPTY);
+    assert_int_equal(dh_client_quarantine(v->cl, q, 4), 1);
+    assert_int_equal(q[0], NCLIPS);
+    dh_client_stats(v->cl, &st);
+    assert_int_equal(st.steps, 3);
+    assert_int_equal(st.errors, 1);
+    assert_int_equal(st.quarantined, 1);
+    assert_arena_drains(v);
+}
+
+/* An arena of 2 batches, batches kept: the next step is "arena exhausted"
+ * (after the server's 300 ms bound, not a hang), the arena never holds
+ * more than its 2; once released, the steps after succeed again. */
+static void full_arena_is_an_error_then_recovers(void **state)
+{
+    struct env *v = *state;
+    struct dh_media_plan p = small_plan();
+    size_t slot = (dh_batch_bytes(&p, 2) + DH_MEDIA_DST_PAD +
+                   DH_ARENA_ALIGN - 1) / DH_ARENA_ALIGN * DH_ARENA_ALIGN;
+    struct dh_client_opts o;
+    struct dh_arena_stats as;
+    struct dh_client_batch *b;
+    uint64_t ids[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, offs[7];
+    struct dh_err e;
+    int rc;
+
+    env_up(v, 2 * slot, 300);
+    as = arena_stats(v);
+    assert_true(as.capacity >= 2 * slot);
+    assert_true(as.capacity < 3 * slot); /* the test means what it says */
+    client_opts(v, &o);
+    client_up(v, &o);
+    even_offsets(offs, 6, 2);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 6, ids, offs, &e),
+                     0);
+    for (uint64_t k = 0; k < 2; k++) {
+        b = next_ok(v->cl);
+        check_batch(b, 0, k, ids + 2 * k, 2, 1);
+        hold(v, b); /* the arena is full now */
+    }
+    as = arena_stats(v);
+    assert_int_equal(as.live_slots, 2); /* the two held */
+    assert_true(as.used <= as.capacity);
+    b = (struct dh_client_batch *)&b;
+    dh_err_clear(&e);
+    rc = dh_client_next(v->cl, &b, &e);
+    /* Give the space back at once: step 4 is being asked for now, and its
+     * worker waits only 300 ms for space. */
+    release_held(v);
+    assert_null(b);
+    assert_true(rc < 0);
+    assert_int_not_equal(rc, DH_EEMPTY);
+    if (!strstr(e.msg, "arena exhausted") || !strstr(e.msg, "step 2"))
+        fail_msg("want 'arena exhausted' at step 2, got %d: %s", rc, e.msg);
+    as = arena_stats(v);
+    assert_true(as.timeouts >= 1); /* gave up, and never over capacity: */
+    assert_true(as.capacity < 3 * slot);
+    assert_true(as.used <= as.capacity);
+    assert_true(as.live_bytes <= as.capacity);
+    assert_int_equal(as.bad_releases, 0);
+
+    /* Step 3 was waiting for space alongside step 2: it may have given up
+     * before the release, or got the space.  Steps 4 and 5 were asked for
+     * after the release was under way: they must succeed. */
+    b = (struct dh_client_batch *)&b;
+    rc = dh_client_next(v->cl, &b, &e);
+    if (rc == 0) {
+        check_batch(b, 0, 3, ids + 6, 2, 1);
+        dh_client_batch_release(b);
+    } else if (!strstr(e.msg, "arena exhausted") || !strstr(e.msg, "step 3"))
+        fail_msg("step 3: %d: %s", rc, e.msg);
+    for (uint64_t k = 4; k < 6; k++) {
+        b = next_ok(v->cl);
+        check_batch(b, 0, k, ids + 2 * k, 2, 1);
+        dh_client_batch_release(b);
+    }
+    assert_int_equal(dh_client_next(v->cl, &b, &e), DH_EEMPTY);
+    as = arena_stats(v);
+    assert_true(as.used <= as.capacity);
+    assert_arena_drains(v);
+}
+
+/* Nobody binds the Coordinator's address: DH_ETIMEOUT after about
+ * start_timeout_ms, *out untouched, no thread or fd left. */
+static void unreachable_coordinator_times_out(void **state)
+{
+    struct dh_client_opts o;
+    struct dh_client *c, *const sentinel = (struct dh_client *)&c;
+    char ep[700];
+    size_t n_th, n_fd;
+    uint64_t t0, dt;
+    struct dh_err e;
+    int rc;
+
+    (void)state;
+    snprintf(ep, sizeof(ep), "ipc://%s/nobody-%d.sock", dir, (int)getpid());
+    unlink(ep + 6);
+    dh_client_opts_default(&o);
+    o.coordinator = ep;
+    o.index_path = dhx;
+    o.dataserver = "dh-test-nobody";
+    o.plan = small_plan();
+    o.start_timeout_ms = 300;
+    n_th = count_dir("/proc/self/task");
+    n_fd = count_dir("/proc/self/fd");
+    c = sentinel;
+    t0 = now_ms();
+    rc = dh_client_create(&o, &c, &e);
+    dt = now_ms() - t0;
+    assert_int_equal(rc, DH_ETIMEOUT);
+    assert_ptr_equal(c, sentinel);
+    assert_non_null(strstr(e.msg, ep));
+    assert_non_null(strstr(e.msg, "did not answer within 300 ms"));
+    assert_true(dt >= 290);
+    assert_true(dt < 300 + 3000);
+    assert_nothing_left(n_th, n_fd);
+}
+
+/* Bad options are DH_EINVAL at once, *out untouched, nothing left. */
+static void bad_options_are_einval(void **state)
+{
+    struct dh_client_opts o;
+    struct dh_client *c, *const sentinel = (struct dh_client *)&c;
+    char missing[700];
+    size_t n_th = count_dir("/proc/self/task");
+    size_t n_fd = count_dir("/proc/self/fd");
+    struct dh_err e;
+    int rc;
+
+    (void)state;
+    c = sentinel;
+#define BASE()                                                              \
+    do {                                                                    \
+        dh_client_opts_default(&o);                                         \
+        o.coordinator = "tcp://127.0.0.1:1";                                \
+        o.index_path = dhx;                                                 \
+        o.plan = small_plan();                                              \
+        o.start_timeout_ms = 300;                                           \
+    } while (0)
+    BASE();
+    o.rank = 1; /* of world 1 */
+    assert_int_equal(dh_client_create(&o, &c, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "rank 1 of world size 1"));
+    BASE();
+    o.world_size = 4;
+    o.rank = 4;
+    assert_int_equal(dh_client_create(&o, &c, &e), DH_EINVAL);
+    BASE();
+    o.prefetch = 0;
+    assert_int_equal(dh_client_create(&o, &c, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "prefetch 0"));
+    BASE();
+    o.microbatches = 0;
+    assert_int_equal(dh_client_create(&o, &c, &e), DH_EINVAL);
+    BASE();
+    o.index_path = NULL;
+    assert_int_equal(dh_client_create(&o, &c, &e), DH_EINVAL);
+    BASE();
+    o.index_path = "";
+    assert_int_equal(dh_client_create(&o, &c, &e), DH_EINVAL);
+    BASE();
+    o.coordinator = NULL;
+    assert_int_equal(dh_client_create(&o, &c, &e), DH_EINVAL);
+    BASE();
+    o.timeout_ms = 0;
+    assert_int_equal(dh_client_create(&o, &c, &e), DH_EINVAL);
+    BASE();
+    o.plan.frames = 0; /* no frame bound: cannot be batched */
+    assert_int_equal(dh_client_create(&o, &c, &e), DH_EINVAL);
+    assert_int_equal(dh_client_create(NULL, &c, &e), DH_EINVAL);
+    /* An index that is not there: its error, before any network wait. */
+    BASE();
+    snprintf(missing, sizeof(missing), "%s/no-such.dhx", dir);
+    o.index_path = missing;
+    rc = dh_client_create(&o, &c, &e);
+    assert_true(rc < 0);
+    assert_int_not_equal(rc, DH_ETIMEOUT);
+    assert_non_null(strstr(e.msg, "no-such.dhx"));
+#undef BASE
+    assert_ptr_equal(c, sentinel);
+    assert_nothing_left(n_th, n_fd);
+}
+
+/* One step of a 6-step epoch consumed (and kept), then epoch 1 from the
+ * start: its steps in order; no slot leaks once all is released. */
+static void new_epoch_abandons_the_old(void **state)
+{
+    struct env *v = *state;
+    struct dh_client_opts o;
+    struct dh_client_stats st;
+    struct dh_client_batch *b, *first;
+    uint64_t ids0[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, offs0[7];
+    uint64_t ids1[10] = {11, 9, 7, 5, 3, 1, 10, 8, 6, 4}, offs1[6];
+    struct dh_err e;
+
+    env_up(v, 4u << 20, WAIT_MS);
+    client_opts(v, &o);
+    client_up(v, &o);
+    even_offsets(offs0, 6, 2);
+    even_offsets(offs1, 5, 2);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 6, ids0, offs0, &e),
+                     0);
+    first = next_ok(v->cl);
+    check_batch(first, 0, 0, ids0, 2, 1);
+    assert_int_equal(dh_client_start_epoch(v->cl, 1, 0, 5, ids1, offs1, &e),
+                     0);
+    for (uint64_t k = 0; k < 5; k++) {
+        b = next_ok(v->cl);
+        check_batch(b, 1, k, ids1 + 2 * k, 2, 1);
+        dh_client_batch_release(b);
+    }
+    assert_int_equal(dh_client_next(v->cl, &b, &e), DH_EEMPTY);
+    /* The batch of the abandoned epoch is still good. */
+    check_batch(first, 0, 0, ids0, 2, 1);
+    dh_client_batch_release(first);
+    dh_client_stats(v->cl, &st);
+    assert_int_equal(st.steps, 6);
+    assert_int_equal(st.errors, 0);
+    assert_arena_drains(v);
+}
+
+/* The abandoned epoch's last result comes back after the new epoch's whole
+ * prefetch window has arrived (epoch 0 step 2 is 10 samples, epoch 1's
+ * steps 1 sample each, and nothing of epoch 1 is consumed until every
+ * result has been forwarded): its slot must still go back to the arena. */
+static void late_result_with_full_window_is_released(void **state)
+{
+    struct env *v = *state;
+    struct dh_client_opts o;
+    struct dh_client_stats st;
+    struct dh_client_batch *b;
+    uint64_t ids0[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    uint64_t offs0[4] = {0, 1, 2, 12};
+    uint64_t ids1[2] = {4, 7}, offs1[3] = {0, 1, 2};
+    struct dh_err e;
+
+    env_up(v, 4u << 20, WAIT_MS);
+    client_opts(v, &o);
+    client_up(v, &o);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 3, ids0, offs0, &e),
+                     0);
+    b = next_ok(v->cl);
+    check_batch(b, 0, 0, ids0, 1, 1);
+    dh_client_batch_release(b); /* step 2 (10 samples) is asked for now */
+    assert_int_equal(dh_client_start_epoch(v->cl, 1, 0, 2, ids1, offs1, &e),
+                     0);
+    /* e0s0, e0s1, e0s2, e1s0, e1s1 all forwarded to the client. */
+    ASSERT_CO_STAT(v, results, 5);
+    for (uint64_t k = 0; k < 2; k++) {
+        b = next_ok(v->cl);
+        check_batch(b, 1, k, ids1 + k, 1, 1);
+        dh_client_batch_release(b);
+    }
+    assert_int_equal(dh_client_next(v->cl, &b, &e), DH_EEMPTY);
+    dh_client_stats(v->cl, &st);
+    assert_int_equal(st.steps, 3);
+    assert_arena_drains(v);
+}
+
+/* The local DataServer goes away: next() says so (DH_EPEERDEAD, "went
+ * away") well within its timeout, and keeps saying so; a batch taken
+ * before stays readable and can be released. */
+static void dataserver_going_away_is_an_error(void **state)
+{
+    struct env *v = *state;
+    struct dh_client_opts o;
+    struct dh_client_batch *b, *kept;
+    uint64_t ids[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, offs[7];
+    uint64_t t0;
+    struct dh_err e;
+    int rc = 0;
+
+    env_up(v, 4u << 20, WAIT_MS);
+    client_opts(v, &o);
+    o.timeout_ms = 5000; /* a hang would show as DH_ETIMEOUT */
+    client_up(v, &o);
+    even_offsets(offs, 6, 2);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 6, ids, offs, &e),
+                     0);
+    kept = next_ok(v->cl);
+    check_batch(kept, 0, 0, ids, 2, 1);
+
+    assert_int_equal(loop_stop(&v->ds), 0);
+    assert_int_equal(v->ds.rc, 0);
+    dh_arena_destroy(v->view);
+    v->view = NULL;
+    dh_dataserver_destroy(v->ds.ds);
+    v->ds.ds = NULL;
+
+    /* Results that were in before the server went may still come out
+     * (at most the prefetch window); then the error. */
+    t0 = now_ms();
+    for (int i = 0; i <= 2; i++) {
+        b = (struct dh_client_batch *)&b;
+        dh_err_clear(&e);
+        if ((rc = dh_client_next(v->cl, &b, &e)) != 0)
+            break;
+        check_batch(b, 0, b->step, ids + 2 * b->step, 2, 1);
+        dh_client_batch_release(b);
+    }
+    assert_null(b);
+    if (rc != DH_EPEERDEAD || !strstr(e.msg, "went away") ||
+        !strstr(e.msg, v->sock))
+        fail_msg("want DH_EPEERDEAD naming @%s 'went away', got %d: %s",
+                 v->sock, rc, e.msg);
+    assert_true(now_ms() - t0 < 5000);
+    assert_int_equal(dh_client_next(v->cl, &b, &e), DH_EPEERDEAD);
+    assert_non_null(strstr(e.msg, "went away"));
+    check_batch(kept, 0, 0, ids, 2, 1); /* the client's own mapping */
+    dh_client_batch_release(kept);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(steps_exactly_once_in_order,
+                                        env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(microbatches_split_a_step, env_setup,
+                                        env_teardown),
+        cmocka_unit_test_setup_teardown(sample_error_at_its_step, env_setup,
+                                        env_teardown),
+        cmocka_unit_test_setup_teardown(full_arena_is_an_error_then_recovers,
+                                        env_setup, env_teardown),
+        cmocka_unit_test(unreachable_coordinator_times_out),
+        cmocka_unit_test(bad_options_are_einval),
+        cmocka_unit_test_setup_teardown(new_epoch_abandons_the_old,
+                                        env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(
+            late_result_with_full_window_is_released, env_setup,
+            env_teardown),
+        cmocka_unit_test_setup_teardown(dataserver_going_away_is_an_error,
+                                        env_setup, env_teardown),
+    };
+
+    return cmocka_run_group_tests(tests, group_setup,
+                                  clip_fixture_teardown);
+}

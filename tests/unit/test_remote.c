@@ -1,0 +1,981 @@
+/* test_remote.c - the remote path (DESIGN.md 2 "Remote path"): a real
+ * Coordinator (round-robin), a local DataServer listening for payloads on
+ * tcp://127.0.0.1:0, a remote DataServer and a fake client DEALER speaking
+ * the wire codec, each loop in its own thread.
+ *   - A batch placed on the remote reaches the client as a ResultNotice
+ *     naming the LOCAL server, whose slot in the local arena holds exactly
+ *     what dh_batch_decode() of the same ids gives; cross-DS bytes are
+ *     counted on both sides and the staging slot goes back.
+ *   - Malformed payload messages (garbage header, wrong frame sizes, a
+ *     header alone, too many frames, a length over the arena, dims that
+ *     disagree, another rank's task, a header of the wrong type) are
+ *     counted and the local server keeps serving.
+ *   - A delivery target nobody listens on gives the client an ErrorNotice
+ *     from the remote; so do a Route naming no target and a bad address
+ *     (fake Coordinator), and the remote's heartbeats report the bytes/s
+ *     of the link it used.
+ *   - --listen / --advertise / --remote option rules.
+ * Every receive and every wait has a timeout. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <zmq.h>
+
+#include "datahelix/arena.h"
+#include "datahelix/batch.h"
+#include "datahelix/coordinator.h"
+#include "datahelix/dataserver.h"
+#include "datahelix/gendata.h"
+#include "datahelix/index.h"
+#include "datahelix/wire.h"
+
+#define NCLIPS 2
+#define WAIT_MS 10000 /* a message that should come (decode under ASan) */
+#define LOCAL_ID 1
+#define REMOTE_ID 9
+#define ARENA_BYTES (4u << 20)
+
+static char dir[512], dhx[600];
+static struct dh_index *ix;
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    nanosleep(&ts, NULL);
+}
+
+static int setup(void **state)
+{
+    const char *tmp = getenv("DH_TEST_TMP");
+    struct dh_gen_opts o = {0};
+    struct dh_index_builder *b;
+    struct dh_desc d;
+    struct dh_err e;
+    char path[NCLIPS][700];
+
+    (void)state;
+    snprintf(dir, sizeof(dir), "%s/remote", tmp ? tmp : "/tmp");
+    o.out_dir = dir;
+    o.profiles = "S";
+    o.count = NCLIPS;
+    o.seed = 11;
+    if (dh_gen_data(&o, &(struct dh_gen_stats){0}, &e))
+        fail_msg("gen-data: %s", e.msg);
+    assert_int_equal(dh_index_builder_create(&b, &e), 0);
+    for (int i = 0; i < NCLIPS; i++) {
+        snprintf(path[i], sizeof(path[i]), "%s/%06d_S.mp4", dir, i);
+        dh_desc_init(&d);
+        d.path = path[i];
+        d.id = (uint64_t)i;
+        d.kind = DH_KIND_VIDEO;
+        snprintf(d.profile, sizeof(d.profile), "16x224");
+        assert_int_equal(dh_index_builder_add(b, &d, &e), 0);
+    }
+    snprintf(dhx, sizeof(dhx), "%s/m.dhx", dir);
+    if (dh_index_builder_finish(b, dhx, &e))
+        fail_msg("index: %s", e.msg);
+    dh_index_builder_destroy(b);
+    assert_int_equal(dh_index_open(dhx, 0, &ix, &e), 0);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    dh_index_close(ix);
+    return 0;
+}
+
+static struct dh_media_plan small_plan(void)
+{
+    struct dh_media_plan p;
+
+    dh_media_plan_init(&p);
+    p.frames = 4;
+    p.width = 32;
+    p.height = 24;
+    return p;
+}
+
+/* ---- threads running the loops ---- */
+
+struct runner {
+    pthread_t th;
+    struct dh_coordinator *c; /* one of the two */
+    struct dh_dataserver *s;
+    volatile int stop;
+    int finished; /* atomic */
+    int rc;
+};
+
+static void *run_thread(void *arg)
+{
+    struct runner *r = arg;
+    struct dh_err e;
+
+    r->rc = r->c ? dh_coordinator_run(r->c, &r->stop, &e)
+                 : dh_dataserver_run(r->s, &r->stop, &e);
+    __atomic_store_n(&r->finished, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static void start_runner(struct runner *r)
+{
+    assert_int_equal(pthread_create(&r->th, NULL, run_thread, r), 0);
+}
+
+/* Sets the stop flag; run() must return within 1 s, with 0. */
+static void stop_runner(struct runner *r)
+{
+    uint64_t end = now_ms() + 1000;
+
+    r->stop = 1;
+    while (!__atomic_load_n(&r->finished, __ATOMIC_SEQ_CST) &&
+           now_ms() < end)
+        sleep_ms(5);
+    assert_true(__atomic_load_n(&r->finished, __ATOMIC_SEQ_CST));
+    pthread_join(r->th, NULL);
+    assert_int_equal(r->rc, 0);
+}
+
+/* Counters move on the server's thread: poll (bounded), then assert. */
+#define WAIT_STAT(s, field, want)                                          \
+    do {                                                                   \
+        struct dh_dataserver_stats st_;                                    \
+        uint64_t end_ = now_ms() + WAIT_MS;                                \
+        do {                                                               \
+            dh_dataserver_stats((s), &st_);                                \
+            if (st_.field == (uint64_t)(want))                             \
+                break;                                                     \
+            sleep_ms(5);                                                   \
+        } while (now_ms() < end_);                                         \
+        assert_int_equal(st_.field, (want));                               \
+    } while (0)
+
+static void local_opts(struct dh_dataserver_opts *o, const char *coord)
+{
+    dh_dataserver_opts_default(o);
+    o->coordinator = coord;
+    o->index_path = dhx;
+    o->rank = 0;
+    o->server_id = LOCAL_ID;
+    o->workers = 1;
+    o->arena_bytes = ARENA_BYTES;
+    o->heartbeat_ms = 50;
+    o->register_timeout_ms = WAIT_MS;
+    o->listen = "tcp://127.0.0.1:0";
+}
+
+static void remote_opts(struct dh_dataserver_opts *o, const char *coord)
+{
+    dh_dataserver_opts_default(o);
+    o->coordinator = coord;
+    o->index_path = dhx;
+    o->remote = 1;
+    o->server_id = REMOTE_ID;
+    o->workers = 1;
+    o->arena_bytes = ARENA_BYTES;
+    o->heartbeat_ms = 50;
+    o->register_timeout_ms = WAIT_MS;
+}
+
+static struct dh_dataserver *make(const struct dh_dataserver_opts *o)
+{
+    struct dh_dataserver *s = NULL;
+    struct dh_err e;
+
+    if (dh_dataserver_create(o, &s, &e))
+        fail_msg("dataserver: %s", e.msg);
+    return s;
+}
+
+/* ---- the fake peers' side of the wire ---- */
+
+static void *dealer(void *ctx, const char *endpoint)
+{
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0, to = 1000;
+
+    assert_non_null(s);
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(s, ZMQ_SNDTIMEO, &to, sizeof(to));
+    assert_int_equal(zmq_connect(s, endpoint), 0);
+    return s;
+}
+
+static void send_msg(void *s, const struct dh_wire_msg *m, int flags)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    struct dh_err e;
+
+    if (dh_wire_encode(m, &buf, &len, &e))
+        fail_msg("encode: %s", e.msg);
+    assert_int_equal(zmq_send(s, buf, len, flags), (int)len);
+    dh_wire_free(buf);
+}
+
+/* The next message within ms (a ROUTER's identity frame into id/idlen;
+ * further frames into extra/extra_len, at most one kept): 0 or -1. */
+static int recv_msg(void *s, int router, uint8_t *id, size_t *idlen,
+                    struct dh_wire_msg *m, uint8_t *extra, size_t *extra_len,
+                    int ms)
+{
+    uint64_t end = now_ms() + (uint64_t)ms;
+    static uint8_t buf[1 << 16];
+    zmq_pollitem_t it = {.socket = s, .events = ZMQ_POLLIN};
+    int n, more = 0;
+    size_t sz = sizeof(more);
+
+    do {
+        uint64_t now = now_ms();
+
+        if (now >= end || zmq_poll(&it, 1, (long)(end - now)) <= 0)
+            return -1;
+        if (router && (n = zmq_recv(s, id, 256, ZMQ_DONTWAIT)) >= 0)
+            *idlen = (size_t)n;
+        n = zmq_recv(s, buf, sizeof(buf), ZMQ_DONTWAIT);
+    } while (n < 0);
+    assert_true((size_t)n <= sizeof(buf));
+    assert_int_equal(dh_wire_decode(buf, (size_t)n, m, NULL), 0);
+    zmq_getsockopt(s, ZMQ_RCVMORE, &more, &sz);
+    if (extra_len)
+        *extra_len = 0;
+    while (more) {
+        static uint8_t junk[1];
+
+        n = extra ? zmq_recv(s, extra, 1 << 20, 0)
+                  : zmq_recv(s, junk, sizeof(junk), 0);
+        assert_true(n >= 0);
+        if (extra_len) {
+            assert_int_equal(*extra_len, 0); /* one data frame */
+            *extra_len = (size_t)n;
+        }
+        zmq_getsockopt(s, ZMQ_RCVMORE, &more, &sz);
+    }
+    return 0;
+}
+
+/* The next message of `type` within ms (others skipped): 0 or -1. */
+static int recv_type(void *s, int router, uint8_t *id, size_t *idlen,
+                     enum dh_wire_type type, struct dh_wire_msg *m, int ms)
+{
+    uint64_t end = now_ms() + (uint64_t)ms;
+
+    while (now_ms() < end) {
+        if (recv_msg(s, router, id, idlen, m, NULL, NULL,
+                     (int)(end - now_ms())) < 0)
+            return -1;
+        if (m->type == type)
+            return 0;
+        dh_wire_msg_fini(m);
+    }
+    return -1;
+}
+
+static void *client(void *ctx, const char *endpoint)
+{
+    void *s = dealer(ctx, endpoint);
+    struct dh_wire_msg m;
+
+    dh_wire_msg_init(&m, DH_WIRE_REGISTER_CLIENT);
+    m.u.register_client.rank = 0;
+    m.u.register_client.world_size = 1;
+    m.u.register_client.pid = (uint32_t)getpid();
+    send_msg(s, &m, 0);
+    dh_wire_msg_fini(&m);
+    assert_int_equal(recv_type(s, 0, NULL, NULL, DH_WIRE_REGISTER_CLIENT, &m,
+                               WAIT_MS), 0);
+    dh_wire_msg_fini(&m);
+    return s;
+}
+
+static void fill_request(struct dh_wire_request *rq, uint32_t step,
+                         const uint64_t *ids, uint32_t n)
+{
+    struct dh_media_plan p = small_plan();
+    struct dh_err e;
+
+    assert_int_equal(dh_wire_task_make(&rq->task, 0, step, 0, 0, &e), 0);
+    rq->requester_rank = 0;
+    assert_int_equal(dh_wire_set_samples(rq, ids, n, &e), 0);
+    assert_int_equal(dh_wire_plan_from_media(&rq->plan, &p, &e), 0);
+    rq->slack_ms = 1000;
+}
+
+/* Sends a request; returns the server its Route ack names. */
+static uint32_t send_request(void *cl, uint32_t step, const uint64_t *ids,
+                             uint32_t n)
+{
+    struct dh_wire_msg m;
+    uint32_t to;
+
+    dh_wire_msg_init(&m, DH_WIRE_DESCRIPTOR_REQUEST);
+    fill_request(&m.u.request, step, ids, n);
+    send_msg(cl, &m, 0);
+    dh_wire_msg_fini(&m);
+    assert_int_equal(recv_type(cl, 0, NULL, NULL, DH_WIRE_ROUTE, &m,
+                               WAIT_MS), 0);
+    assert_int_equal(m.u.route.task.step, step);
+    to = m.u.route.server_id;
+    dh_wire_msg_fini(&m);
+    return to;
+}
+
+/* The next ResultNotice or ErrorNotice within ms: 0 or -1. */
+static int next_done(void *cl, struct dh_wire_msg *done, int ms)
+{
+    uint64_t end = now_ms() + (uint64_t)ms;
+
+    while (now_ms() < end) {
+        if (recv_msg(cl, 0, NULL, NULL, done, NULL, NULL,
+                     (int)(end - now_ms())) < 0)
+            return -1;
+        if (done->type == DH_WIRE_RESULT_NOTICE ||
+            done->type == DH_WIRE_ERROR_NOTICE)
+            return 0;
+        dh_wire_msg_fini(done);
+    }
+    return -1;
+}
+
+/* Sends a request; *routed_to is the server of its Route ack and *done
+ * its ResultNotice or ErrorNotice. */
+static void request(void *cl, uint32_t step, const uint64_t *ids, uint32_t n,
+                    uint32_t *routed_to, struct dh_wire_msg *done)
+{
+    *routed_to = send_request(cl, step, ids, n);
+    if (next_done(cl, done, WAIT_MS) < 0)
+        fail_msg("no completion for step %u", step);
+    assert_int_equal(done->type == DH_WIRE_RESULT_NOTICE
+                         ? done->u.result.task.step
+                         : done->u.error.task.step, step);
+}
+
+/* The reference: the batch decoded inline. */
+static uint8_t *reference(const uint64_t *ids, uint32_t n, int32_t *valid,
+                          size_t *bytes)
+{
+    struct dh_media_plan p = small_plan();
+    uint8_t *dst;
+    struct dh_media *m;
+    struct dh_err e;
+
+    *bytes = dh_batch_bytes(&p, n);
+    dst = malloc(*bytes + DH_MEDIA_DST_PAD);
+    assert_non_null(dst);
+    assert_int_equal(dh_media_create(&m, &e), 0);
+    if (dh_batch_decode(m, ix, 0, ids, n, &p, dst, *bytes + DH_MEDIA_DST_PAD,
+                        valid, NULL, &e))
+        fail_msg("inline: %s", e.msg);
+    dh_media_destroy(m);
+    return dst;
+}
+
+/* The notice's slot in the local arena (mapped like the client does, by
+ * the notice's server_id) equals the reference; then releases it. */
+static size_t check_slot(struct dh_dataserver *local,
+                         const struct dh_wire_result *r, const uint64_t *ids,
+                         uint32_t n)
+{
+    int32_t valid[4];
+    size_t bytes;
+    uint8_t *want = reference(ids, n, valid, &bytes);
+    struct dh_slot_ref ref = {r->arena_offset, r->length, r->slot_generation};
+    struct dh_arena *a;
+    struct dh_err e;
+    uint8_t *got;
+
+    assert_int_equal(r->server_id, dh_dataserver_id(local));
+    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(local), &a, &e),
+                     0);
+    assert_true(r->length >= bytes);
+    got = dh_arena_ptr(a, &ref);
+    assert_non_null(got);
+    assert_memory_equal(got, want, bytes);
+    assert_int_equal(r->ndims, 5);
+    assert_int_equal(r->dims[0], n);
+    assert_int_equal(r->n_samples, n);
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(r->sample_ids[i], ids[i]);
+        assert_int_equal(r->valid_frames[i], (uint32_t)valid[i]);
+    }
+    assert_int_equal(dh_arena_release(a, &ref, &e), 0); /* the consumer */
+    dh_arena_destroy(a);
+    free(want);
+    return bytes;
+}
+
+/* Live slots of a server's arena (bounded wait until it is `want`). */
+static uint32_t live_slots(struct dh_dataserver *s, uint32_t want)
+{
+    struct dh_arena *a;
+    struct dh_arena_stats st;
+    struct dh_err e;
+    uint64_t end = now_ms() + WAIT_MS;
+
+    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(s), &a, &e), 0);
+    do {
+        assert_int_equal(dh_arena_stats(a, &st), 0);
+        if (st.live_slots == want)
+            break;
+        sleep_ms(5);
+    } while (now_ms() < end);
+    dh_arena_destroy(a);
+    return st.live_slots;
+}
+
+/* ---- the cluster: coordinator + local (listening) + remote + client ---- */
+
+struct cluster {
+    struct runner co, local, remote;
+    void *ctx, *cl;
+};
+
+struct cluster_cfg {
+    const char *advertise; /* the local's announced address, or NULL */
+    int deliver_ms;        /* the remote's deliver_timeout_ms */
+    size_t arena_bytes;    /* the local's arena */
+    int alloc_ms;          /* the local's alloc_timeout_ms */
+};
+
+static void cluster_start(struct cluster *k, const struct cluster_cfg *cfg)
+{
+    struct dh_coordinator_opts co;
+    struct dh_dataserver_opts o;
+    struct dh_err e;
+    const char *ep;
+
+    memset(k, 0, sizeof(*k));
+    dh_coordinator_opts_default(&co);
+    co.listen = "tcp://127.0.0.1:0";
+    co.policy = "round-robin"; /* local, remote, local, ... */
+    assert_int_equal(dh_coordinator_create(&co, &k->co.c, &e), 0);
+    start_runner(&k->co);
+    ep = dh_coordinator_endpoint(k->co.c);
+    local_opts(&o, ep);
+    o.advertise = cfg->advertise;
+    if (cfg->arena_bytes)
+        o.arena_bytes = cfg->arena_bytes;
+    if (cfg->alloc_ms)
+        o.alloc_timeout_ms = cfg->alloc_ms;
+    k->local.s = make(&o);
+    start_runner(&k->local);
+    remote_opts(&o, ep);
+    o.deliver_timeout_ms = cfg->deliver_ms;
+    k->remote.s = make(&o);
+    start_runner(&k->remote);
+    k->ctx = zmq_ctx_new();
+    k->cl = client(k->ctx, ep);
+}
+
+static void cluster_stop(struct cluster *k)
+{
+    stop_runner(&k->remote);
+    stop_runner(&k->local);
+    stop_runner(&k->co);
+    zmq_close(k->cl);
+    zmq_ctx_term(k->ctx);
+    dh_dataserver_destroy(k->remote.s);
+    dh_dataserver_destroy(k->local.s);
+    dh_coordinator_destroy(k->co.c);
+}
+
+/* ---- malformed payloads ---- */
+
+/* A payload header: a ResultNotice of one sample whose tensor is
+ * dims {1, bytes} u8 with `length` (bytes unless wrong on purpose). */
+static void header(struct dh_wire_msg *m, uint32_t rank, uint64_t bytes,
+                   uint64_t length)
+{
+    uint64_t id = 0;
+    uint32_t valid = 1;
+
+    dh_wire_msg_init(m, DH_WIRE_RESULT_NOTICE);
+    assert_int_equal(dh_wire_task_make(&m->u.result.task, 0, 50, rank, 0,
+                                       NULL), 0);
+    m->u.result.server_id = REMOTE_ID;
+    m->u.result.length = length;
+    m->u.result.ndims = 2;
+    m->u.result.dims[0] = 1;
+    m->u.result.dims[1] = bytes;
+    assert_int_equal(dh_wire_set_result_samples(&m->u.result, &id, &valid, 1,
+                                                NULL), 0);
+}
+
+static void send_frames(void *s, int n, size_t each)
+{
+    static const uint8_t zeros[128];
+
+    assert_true(each <= sizeof(zeros));
+    for (int i = 0; i < n; i++)
+        assert_int_equal(zmq_send(s, zeros, each, i + 1 < n ? ZMQ_SNDMORE
+                                                            : 0),
+                         (int)each);
+}
+
+static void send_header(void *s, uint32_t rank, uint64_t bytes,
+                        uint64_t length, int more)
+{
+    struct dh_wire_msg m;
+
+    header(&m, rank, bytes, length);
+    send_msg(s, &m, more ? ZMQ_SNDMORE : 0);
+    dh_wire_msg_fini(&m);
+}
+
+/* Nine hostile or broken payload messages, sent on `evil` (kept open
+ * until they are counted: linger 0 would drop them). */
+static int send_malformed(void *evil)
+{
+    struct dh_wire_msg hb;
+
+    assert_int_equal(zmq_send(evil, "garbage", 7, 0), 7); /* one frame */
+    assert_int_equal(zmq_send(evil, "\x01\x02junk", 6, ZMQ_SNDMORE), 6);
+    send_frames(evil, 1, 10);                       /* header garbage */
+    send_header(evil, 0, 100, 100, 1);
+    send_frames(evil, 1, 50);                       /* 50 of 100 bytes */
+    send_header(evil, 0, 100, 100, 0);              /* no data frame */
+    send_header(evil, 0, 70, 70, 1);
+    send_frames(evil, 70, 1);                       /* too many frames */
+    send_header(evil, 0, 8u << 20, 8u << 20, 1);
+    send_frames(evil, 1, 1);                        /* over the arena */
+    send_header(evil, 0, 10, 20, 1);
+    send_frames(evil, 1, 20);                       /* dims != length */
+    send_header(evil, 3, 10, 10, 1);
+    send_frames(evil, 1, 10);                       /* rank 3's task */
+    dh_wire_msg_init(&hb, DH_WIRE_HEARTBEAT);
+    hb.u.heartbeat.server_id = REMOTE_ID;
+    send_msg(evil, &hb, ZMQ_SNDMORE);
+    send_frames(evil, 1, 10);                       /* not a result */
+    return 9;
+}
+
+/* ---- tests ---- */
+
+static void remote_batch_lands_in_local_arena(void **state)
+{
+    struct cluster k;
+    struct dh_dataserver_stats ls, rs;
+    const char *ep;
+    uint64_t ids[2] = {1, 0};
+    size_t bytes = 0;
+    uint32_t to, remote = 0, local = 0, step;
+    struct dh_wire_msg m;
+    void *evil;
+    int bad;
+
+    (void)state;
+    cluster_start(&k, &(struct cluster_cfg){.deliver_ms = WAIT_MS});
+    ep = dh_dataserver_endpoint(k.local.s);
+    assert_non_null(ep);
+    assert_non_null(strstr(ep, "tcp://127.0.0.1:"));
+    assert_null(strstr(ep, ":0"));
+    assert_null(dh_dataserver_endpoint(k.remote.s));
+
+    evil = dealer(k.ctx, ep);
+    bad = send_malformed(evil);
+    WAIT_STAT(k.local.s, malformed, (uint64_t)bad);
+    zmq_close(evil);
+
+    for (step = 1; step <= 4 && (!remote || !local); step++) {
+        request(k.cl, step, ids, 2, &to, &m);
+        if (m.type == DH_WIRE_ERROR_NOTICE)
+            fail_msg("step %u: %s", step, m.u.error.message);
+        assert_true(to == LOCAL_ID || to == REMOTE_ID);
+        /* Either way the notice names the local server and its arena. */
+        bytes = check_slot(k.local.s, &m.u.result, ids, 2);
+        if (to == REMOTE_ID)
+            remote++;
+        else
+            local++;
+        dh_wire_msg_fini(&m);
+    }
+    assert_int_equal(remote, 1);
+    assert_int_equal(local, 1);
+    WAIT_STAT(k.local.s, payloads, 1);
+    WAIT_STAT(k.local.s, cross_ds_bytes, bytes);
+    WAIT_STAT(k.remote.s, forwarded, 1);
+    WAIT_STAT(k.remote.s, forwarded_bytes, bytes);
+    WAIT_STAT(k.local.s, results, 2); /* its own batch and the remote's */
+    WAIT_STAT(k.remote.s, routes, 1);
+    dh_dataserver_stats(k.local.s, &ls);
+    dh_dataserver_stats(k.remote.s, &rs);
+    assert_int_equal(ls.malformed, (uint64_t)bad); /* nothing else */
+    assert_int_equal(rs.results, 0); /* the local one notifies */
+    assert_int_equal(rs.errors, 0);
+    assert_int_equal(rs.malformed, 0);
+    assert_int_equal(live_slots(k.remote.s, 0), 0); /* staging returned */
+    assert_int_equal(live_slots(k.local.s, 0), 0);  /* the client released */
+    cluster_stop(&k);
+}
+
+/* The local server announces an address nobody listens on: the remote
+ * cannot deliver, and the client hears it from the remote. */
+static void unreachable_target_is_an_error_notice(void **state)
+{
+    struct cluster k;
+    uint64_t ids[1] = {0};
+    uint32_t to = 0, step;
+    struct dh_wire_msg m;
+    struct dh_dataserver_stats rs;
+
+    (void)state;
+    cluster_start(&k, &(struct cluster_cfg){
+                          .advertise = "tcp://127.0.0.1:1",
+                          .deliver_ms = 300});
+    assert_string_equal(dh_dataserver_endpoint(k.local.s),
+                        "tcp://127.0.0.1:1");
+    for (step = 1; step <= 2 && to != REMOTE_ID; step++) {
+        uint64_t t0 = now_ms();
+
+        request(k.cl, step, ids, 1, &to, &m);
+        if (to == LOCAL_ID) {
+            assert_int_equal(m.type, DH_WIRE_RESULT_NOTICE);
+            check_slot(k.local.s, &m.u.result, ids, 1);
+        } else {
+            assert_int_equal(to, REMOTE_ID);
+            assert_int_equal(m.type, DH_WIRE_ERROR_NOTICE);
+            assert_int_equal(m.u.error.task.step, step);
+            assert_int_equal(m.u.error.server_id, REMOTE_ID);
+            assert_int_equal(m.u.error.cause, DH_ETIMEOUT);
+            assert_int_equal(m.u.error.sample_id, 0);
+            assert_non_null(strstr(m.u.error.message, "tcp://127.0.0.1:1"));
+            assert_true(now_ms() - t0 >= 300); /* it did wait, bounded */
+        }
+        dh_wire_msg_fini(&m);
+    }
+    assert_int_equal(to, REMOTE_ID);
+    WAIT_STAT(k.remote.s, errors, 1); /* counted just after the send */
+    dh_dataserver_stats(k.remote.s, &rs);
+    assert_int_equal(rs.forwarded, 0);
+    assert_int_equal(live_slots(k.remote.s, 0), 0);
+    cluster_stop(&k);
+}
+
+/* Holds slot `r` of the local arena, as a client that has not released
+ * it yet; release_held() lets it go. */
+static struct dh_slot_ref held(const struct dh_wire_msg *m)
+{
+    assert_int_equal(m->type, DH_WIRE_RESULT_NOTICE);
+    return (struct dh_slot_ref){m->u.result.arena_offset, m->u.result.length,
+                                m->u.result.slot_generation};
+}
+
+static void release_held(struct dh_dataserver *local,
+                         const struct dh_slot_ref *ref)
+{
+    struct dh_arena *a;
+    struct dh_err e;
+
+    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(local), &a, &e),
+                     0);
+    assert_int_equal(dh_arena_release(a, ref, &e), 0);
+    dh_arena_destroy(a);
+}
+
+/* The local arena holds one batch: a payload arriving while the client
+ * holds it waits (the loop keeps serving), lands once the slot is
+ * released, and past alloc_timeout_ms becomes an ErrorNotice from the
+ * local server. */
+static void payload_waits_for_arena_space(void **state)
+{
+    struct cluster k;
+    uint64_t ids[1] = {1}, t0;
+    struct dh_wire_msg m;
+    struct dh_slot_ref ref;
+    struct dh_dataserver_stats ls;
+
+    (void)state;
+    cluster_start(&k, &(struct cluster_cfg){.deliver_ms = WAIT_MS,
+                                            .arena_bytes = 16384,
+                                            .alloc_ms = 1500});
+    request(k.cl, 1, ids, 1, &(uint32_t){0}, &m); /* round-robin: local */
+    ref = held(&m);
+    dh_wire_msg_fini(&m);
+    assert_int_equal(send_request(k.cl, 2, ids, 1), REMOTE_ID);
+    assert_int_equal(next_done(k.cl, &m, 300), -1); /* waiting for space */
+    WAIT_STAT(k.remote.s, forwarded, 1);
+    release_held(k.local.s, &ref);
+    assert_int_equal(next_done(k.cl, &m, WAIT_MS), 0);
+    assert_int_equal(m.u.result.task.step, 2);
+    check_slot(k.local.s, &m.u.result, ids, 1);
+    dh_wire_msg_fini(&m);
+
+    assert_int_equal(send_request(k.cl, 3, ids, 1), LOCAL_ID);
+    assert_int_equal(next_done(k.cl, &m, WAIT_MS), 0);
+    ref = held(&m);
+    dh_wire_msg_fini(&m);
+    t0 = now_ms();
+    assert_int_equal(send_request(k.cl, 4, ids, 1), REMOTE_ID);
+    assert_int_equal(next_done(k.cl, &m, WAIT_MS), 0);
+    assert_int_equal(m.type, DH_WIRE_ERROR_NOTICE);
+    assert_int_equal(m.u.error.task.step, 4);
+    assert_int_equal(m.u.error.server_id, LOCAL_ID);
+    assert_int_equal(m.u.error.cause, DH_ETIMEOUT);
+    assert_non_null(strstr(m.u.error.message, "arena exhausted"));
+    assert_true(now_ms() - t0 >= 1500);
+    dh_wire_msg_fini(&m);
+    release_held(k.local.s, &ref);
+    WAIT_STAT(k.local.s, payloads, 1);
+    WAIT_STAT(k.local.s, errors, 1);
+    dh_dataserver_stats(k.local.s, &ls);
+    assert_int_equal(ls.malformed, 0);
+    assert_int_equal(live_slots(k.local.s, 0), 0);
+    cluster_stop(&k);
+}
+
+/* ---- the remote alone, against a fake Coordinator and a fake target ---- */
+
+struct create_args {
+    struct dh_dataserver_opts o;
+    struct dh_dataserver *s;
+    int rc;
+    struct dh_err e;
+};
+
+static void *create_thread(void *arg)
+{
+    struct create_args *ca = arg;
+
+    ca->rc = dh_dataserver_create(&ca->o, &ca->s, &ca->e);
+    return NULL;
+}
+
+static void *bound_router(void *ctx, char *ep, size_t eplen)
+{
+    void *rt = zmq_socket(ctx, ZMQ_ROUTER);
+    int zero = 0;
+
+    assert_non_null(rt);
+    zmq_setsockopt(rt, ZMQ_LINGER, &zero, sizeof(zero));
+    assert_int_equal(zmq_bind(rt, "tcp://127.0.0.1:0"), 0);
+    assert_int_equal(zmq_getsockopt(rt, ZMQ_LAST_ENDPOINT, ep, &eplen), 0);
+    return rt;
+}
+
+static void router_send(void *rt, const uint8_t *id, size_t idlen,
+                        const struct dh_wire_msg *m)
+{
+    assert_int_equal(zmq_send(rt, id, idlen, ZMQ_SNDMORE), (int)idlen);
+    send_msg(rt, m, 0);
+}
+
+static void route_to(void *rt, const uint8_t *id, size_t idlen,
+                     uint32_t step, const uint64_t *ids, uint32_t n,
+                     uint32_t target, const char *addr)
+{
+    struct dh_wire_msg m;
+
+    dh_wire_msg_init(&m, DH_WIRE_ROUTE);
+    fill_request(&m.u.route.request, step, ids, n);
+    m.u.route.has_request = 1;
+    m.u.route.task = m.u.route.request.task;
+    m.u.route.server_id = REMOTE_ID;
+    m.u.route.target_server_id = target;
+    snprintf(m.u.route.target_addr, sizeof(m.u.route.target_addr), "%s",
+             addr);
+    router_send(rt, id, idlen, &m);
+    dh_wire_msg_fini(&m);
+}
+
+/* A heartbeat whose links report bytes/s towards LOCAL_ID (bounded). */
+static void expect_link(void *rt, uint8_t *id, size_t *idlen)
+{
+    uint64_t end = now_ms() + WAIT_MS;
+    struct dh_wire_msg m;
+
+    while (now_ms() < end) {
+        assert_int_equal(recv_type(rt, 1, id, idlen, DH_WIRE_HEARTBEAT, &m,
+                                   WAIT_MS), 0);
+        assert_int_equal(m.u.heartbeat.server_id, REMOTE_ID);
+        if (m.u.heartbeat.n_links == 1) {
+            assert_int_equal(m.u.heartbeat.links[0].peer_server_id,
+                             LOCAL_ID);
+            assert_true(m.u.heartbeat.links[0].bytes_per_s > 0);
+            dh_wire_msg_fini(&m);
+            return;
+        }
+        dh_wire_msg_fini(&m);
+    }
+    fail_msg("no heartbeat reported the link");
+}
+
+static void expect_error(void *rt, uint8_t *id, size_t *idlen, uint32_t step,
+                         const char *needle)
+{
+    struct dh_wire_msg m;
+
+    assert_int_equal(recv_type(rt, 1, id, idlen, DH_WIRE_ERROR_NOTICE, &m,
+                               WAIT_MS), 0);
+    assert_int_equal(m.u.error.task.step, step);
+    assert_int_equal(m.u.error.server_id, REMOTE_ID);
+    assert_true(m.u.error.cause < 0);
+    if (!strstr(m.u.error.message, needle))
+        fail_msg("'%s' does not say '%s'", m.u.error.message, needle);
+    dh_wire_msg_fini(&m);
+}
+
+/* Receives the payload on the fake target: header + one data frame equal
+ * to the reference decode. */
+static void expect_payload(void *tg, const uint64_t *ids, uint32_t n)
+{
+    static uint8_t data[1 << 20];
+    uint8_t id[256];
+    size_t idlen = 0, len = 0, bytes;
+    int32_t valid[4];
+    uint8_t *want = reference(ids, n, valid, &bytes);
+    struct dh_wire_msg m;
+
+    assert_int_equal(recv_msg(tg, 1, id, &idlen, &m, data, &len, WAIT_MS),
+                     0);
+    assert_int_equal(m.type, DH_WIRE_RESULT_NOTICE);
+    assert_int_equal(m.u.result.server_id, REMOTE_ID);
+    assert_int_equal(m.u.result.arena_offset, 0);
+    assert_int_equal(m.u.result.length, bytes);
+    assert_int_equal(m.u.result.ndims, 5);
+    assert_int_equal(m.u.result.dims[0], n);
+    assert_int_equal(m.u.result.dims[4], 3);
+    assert_int_equal(m.u.result.n_samples, n);
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(m.u.result.valid_frames[i], (uint32_t)valid[i]);
+    assert_int_equal(len, bytes);
+    assert_memory_equal(data, want, bytes);
+    dh_wire_msg_fini(&m);
+    free(want);
+}
+
+static void remote_against_fake_peers(void **state)
+{
+    void *ctx = zmq_ctx_new(), *co, *tg;
+    char coep[256], tgep[256];
+    uint8_t id[256];
+    size_t idlen = 0;
+    uint64_t ids[2] = {0, 1};
+    struct create_args ca = {0};
+    struct runner rs = {0};
+    struct dh_wire_msg m;
+    pthread_t th;
+
+    (void)state;
+    co = bound_router(ctx, coep, sizeof(coep));
+    tg = bound_router(ctx, tgep, sizeof(tgep));
+    remote_opts(&ca.o, coep);
+    assert_int_equal(pthread_create(&th, NULL, create_thread, &ca), 0);
+    assert_int_equal(recv_type(co, 1, id, &idlen, DH_WIRE_REGISTER_SERVER,
+                               &m, WAIT_MS), 0);
+    assert_int_equal(m.u.register_server.role, DH_WIRE_ROLE_REMOTE);
+    assert_int_equal(m.u.register_server.rank, 0);
+    assert_int_equal(m.u.register_server.server_id, REMOTE_ID);
+    assert_int_equal(m.u.register_server.arena_bytes, ARENA_BYTES);
+    assert_string_equal(m.u.register_server.addr, "remote:server-9");
+    router_send(co, id, idlen, &m); /* the ack */
+    dh_wire_msg_fini(&m);
+    pthread_join(th, NULL);
+    if (ca.rc)
+        fail_msg("remote: %s", ca.e.msg);
+    rs.s = ca.s;
+    start_runner(&rs);
+
+    route_to(co, id, idlen, 1, ids, 2, LOCAL_ID, tgep);
+    expect_payload(tg, ids, 2);
+    expect_link(co, id, &idlen);
+    assert_int_equal(live_slots(rs.s, 0), 0); /* ZeroMQ let it go */
+
+    route_to(co, id, idlen, 2, ids, 1, REMOTE_ID, "remote:server-9");
+    expect_error(co, id, &idlen, 2, "no delivery target");
+    route_to(co, id, idlen, 3, ids, 1, 5, "bogus://nowhere");
+    expect_error(co, id, &idlen, 3, "bogus://nowhere");
+    WAIT_STAT(rs.s, errors, 2);
+    WAIT_STAT(rs.s, forwarded, 1);
+    assert_int_equal(live_slots(rs.s, 0), 0);
+
+    stop_runner(&rs);
+    dh_dataserver_destroy(rs.s);
+    zmq_close(co);
+    zmq_close(tg);
+    zmq_ctx_term(ctx);
+}
+
+/* ---- option rules ---- */
+
+static void listen_and_remote_options(void **state)
+{
+    struct runner co = {0};
+    struct dh_coordinator_opts cop;
+    struct dh_dataserver_opts o;
+    struct dh_dataserver *s = NULL;
+    struct dh_err e;
+    const char *ep;
+
+    (void)state;
+    dh_coordinator_opts_default(&cop);
+    cop.listen = "tcp://127.0.0.1:0";
+    assert_int_equal(dh_coordinator_create(&cop, &co.c, &e), 0);
+    start_runner(&co);
+    ep = dh_coordinator_endpoint(co.c);
+
+    local_opts(&o, ep);
+    o.listen = "tcp://*:0"; /* nobody can reach "0.0.0.0" */
+    assert_int_equal(dh_dataserver_create(&o, &s, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "--advertise"));
+    o.listen = NULL;
+    o.advertise = "tcp://127.0.0.1:5";
+    assert_int_equal(dh_dataserver_create(&o, &s, &e), DH_EINVAL);
+    o.listen = "tcp://127.0.0.1:0";
+    o.advertise = NULL;
+    o.addr = "tcp://elsewhere:1";
+    assert_int_equal(dh_dataserver_create(&o, &s, &e), DH_EINVAL);
+    remote_opts(&o, ep);
+    o.listen = "tcp://127.0.0.1:0";
+    assert_int_equal(dh_dataserver_create(&o, &s, &e), DH_EINVAL);
+    assert_null(s);
+
+    local_opts(&o, ep);
+    o.listen = "tcp://*:0";
+    o.advertise = "tcp://127.0.0.1:7777";
+    assert_int_equal(dh_dataserver_create(&o, &s, &e), 0);
+    assert_string_equal(dh_dataserver_endpoint(s), "tcp://127.0.0.1:7777");
+    dh_dataserver_destroy(s);
+    s = NULL;
+
+    local_opts(&o, ep); /* not listening: no payload address */
+    o.listen = NULL;
+    assert_int_equal(dh_dataserver_create(&o, &s, &e), 0);
+    assert_null(dh_dataserver_endpoint(s));
+    dh_dataserver_destroy(s);
+
+    stop_runner(&co);
+    dh_coordinator_destroy(co.c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(remote_batch_lands_in_local_arena),
+        cmocka_unit_test(unreachable_target_is_an_error_notice),
+        cmocka_unit_test(payload_waits_for_arena_space),
+        cmocka_unit_test(remote_against_fake_peers),
+        cmocka_unit_test(listen_and_remote_options),
+    };
+
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
