@@ -66,6 +66,9 @@ struct dh_client_opts {
     const char *datahelix_bin; /* embedded: program to start; NULL:
                                   $DATAHELIX_BIN, else `datahelix` on PATH */
     unsigned ds_workers;     /* embedded server's decode threads (def. 2) */
+    const char *const *ds_args; /* embedded: more arguments for the
+                                   server's command line (NULL-terminated,
+                                   copied; at most 16); NULL: none */
     const char *ds_listen;   /* embedded: endpoint where the server takes
                                 payloads from remote DataServers
                                 (`dataserver --listen`); NULL: none, so

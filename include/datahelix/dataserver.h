@@ -135,6 +135,9 @@ struct dh_dataserver_stats {
     uint64_t forwarded;       /* remote: batches handed to ZeroMQ for
                                  their target */
     uint64_t forwarded_bytes; /* remote: their tensor bytes */
+    uint64_t quarantined;     /* samples that failed here (remembered) */
+    uint64_t quarantine_hits; /* requests failed at once because they
+                                 named a remembered sample */
 };
 
 /*

@@ -119,6 +119,13 @@ static int copy_opts(struct dh_client *c, const struct dh_client_opts *o,
         (o->datahelix_bin && !(c->bin = dh__strdup(o->datahelix_bin))) ||
         (o->ds_listen && !(c->ds_listen = dh__strdup(o->ds_listen))))
         return dh_err_set(e, DH_ENOMEM, "out of memory");
+    for (int i = 0; o->ds_args && o->ds_args[i]; i++) {
+        if (i >= 16)
+            return dh_err_set(e, DH_EINVAL, "client: more than 16 extra "
+                              "dataserver arguments");
+        if (!(c->ds_args[i] = dh__strdup(o->ds_args[i])))
+            return dh_err_set(e, DH_ENOMEM, "out of memory");
+    }
     if (o->plan.kind == DH_PLAN_INDICES && o->plan.frames > 0) {
         size_t n = (size_t)o->plan.frames;
 
@@ -260,6 +267,8 @@ static void client_free(struct dh_client *c)
     dh__free(c->ds_name);
     dh__free(c->bin);
     dh__free(c->ds_listen);
+    for (int i = 0; c->ds_args[i]; i++)
+        dh__free(c->ds_args[i]);
     dh__free(c);
 }
 

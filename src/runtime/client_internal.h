@@ -63,6 +63,7 @@ struct dh_client {
     /* options (copied) */
     char coord[DH_WIRE_MAX_ADDR + 1];
     char *index_path, *ds_name, *bin, *ds_listen;
+    char *ds_args[17]; /* NULL-terminated copies */
     uint32_t rank, world;
     unsigned ds_workers, prefetch, mb;
     size_t arena_bytes;

@@ -102,16 +102,19 @@ int dh__cl_start_server(struct dh_client *c, uint32_t server_id,
     snprintf(sid, sizeof(sid), "%u", server_id);
     snprintf(mb, sizeof(mb), "%zu", (c->arena_bytes + (1u << 20) - 1) >> 20);
     snprintf(fdn, sizeof(fdn), "%d", CHILD_FD);
-    char *argv[] = {(char *)bin, "dataserver", "--coordinator", c->coord,
-                    "--rank", rank, "--index", c->index_path,
-                    "--workers", workers, "--server-id", sid,
-                    "--arena-mb", mb, "--client-fd", fdn, NULL, NULL,
-                    NULL};
+    char *argv[16 + 2 + 16 + 1] = {
+        (char *)bin, "dataserver", "--coordinator", c->coord, "--rank", rank,
+        "--index", c->index_path, "--workers", workers, "--server-id", sid,
+        "--arena-mb", mb, "--client-fd", fdn};
+    int argc = 16;
 
     if (c->ds_listen) { /* payloads from remote DataServers */
-        argv[16] = "--listen";
-        argv[17] = c->ds_listen;
+        argv[argc++] = "--listen";
+        argv[argc++] = c->ds_listen;
     }
+    for (int i = 0; c->ds_args[i]; i++)
+        argv[argc++] = c->ds_args[i];
+    argv[argc] = NULL;
 
     posix_spawn_file_actions_init(&fa);
     posix_spawnattr_init(&at);
@@ -165,10 +168,17 @@ int dh__cl_attach_server(struct dh_client *c, struct dh_err *e)
     char who[160];
     int rc;
 
-    if ((c->link_fd = dh__link_connect(c->ds_name, e)) < 0) {
+    /* The server may still be starting: retry within the start bound. */
+    uint64_t end = dh__cl_now_ms() + (uint64_t)c->start_timeout_ms;
+
+    while ((c->link_fd = dh__link_connect(c->ds_name, e)) < 0) {
+        struct timespec ts = {0, 20000000};
+
         rc = c->link_fd;
         c->link_fd = -1;
-        return rc;
+        if (rc != DH_EIO || dh__cl_now_ms() >= end)
+            return rc;
+        nanosleep(&ts, NULL);
     }
     snprintf(who, sizeof(who), "local dataserver @%s", c->ds_name);
     if ((rc = greet(c, 0, who, e)) < 0) {

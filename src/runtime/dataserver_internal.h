@@ -92,7 +92,17 @@ struct ds_inbox {
 
 #define DS_STATS(X)                                                        \
     X(malformed) X(routes) X(results) X(errors) X(releases) X(heartbeats)  \
-    X(payloads) X(cross_ds_bytes) X(forwarded) X(forwarded_bytes)
+    X(payloads) X(cross_ds_bytes) X(forwarded) X(forwarded_bytes)          \
+    X(quarantined) X(quarantine_hits)
+
+/* Samples that failed here, so a request naming one again fails at once
+ * instead of paying for the decode twice (a ring: the oldest go first). */
+#define DS_QUARANTINE 256
+struct ds_quarantine {
+    uint64_t id;
+    int code; /* 0: empty entry */
+    char msg[256];
+};
 
 struct dh_dataserver {
     char coord[DH_WIRE_MAX_ADDR + 1];
@@ -115,6 +125,8 @@ struct dh_dataserver {
     struct ds_sent sent[DS_N_SENT];
     struct ds_peer *peers; /* remote: DS_MAX_PEERS */
     struct ds_inbox inbox;
+    struct ds_quarantine quar[DS_QUARANTINE];
+    size_t quar_next;
     struct dh_wire_msg in, out;
     uint64_t hb_seq, next_hb_ms, last_hb_ms;
     double latency_ms;

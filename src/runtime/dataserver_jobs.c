@@ -146,14 +146,56 @@ static int job_submit(struct dh_dataserver *s, struct ds_job *j,
     return 0;
 }
 
+/* ---- quarantine ---- */
+
+/* Resource errors (a full arena or queue, memory) say nothing about the
+ * sample they name, so only a sample's own failure is remembered. */
+static void quarantine_add(struct dh_dataserver *s, uint64_t id, int code,
+                           const char *msg)
+{
+    struct ds_quarantine *q;
+
+    if (code == DH_ETIMEOUT || code == DH_ENOMEM || code == DH_ETOOBIG ||
+        code >= 0)
+        return;
+    for (size_t i = 0; i < DS_QUARANTINE; i++)
+        if (s->quar[i].code && s->quar[i].id == id)
+            return;
+    q = &s->quar[s->quar_next];
+    s->quar_next = (s->quar_next + 1) % DS_QUARANTINE;
+    q->id = id;
+    q->code = code;
+    snprintf(q->msg, sizeof(q->msg), "%.250s", msg);
+    DS_INC(s, quarantined);
+}
+
+static const struct ds_quarantine *quarantine_find(
+    const struct dh_dataserver *s, const struct dh_wire_request *rq)
+{
+    for (uint32_t k = 0; k < rq->n_samples; k++)
+        for (size_t i = 0; i < DS_QUARANTINE; i++)
+            if (s->quar[i].code && s->quar[i].id == rq->sample_ids[k])
+                return &s->quar[i];
+    return NULL;
+}
+
 void dh__ds_on_route(struct dh_dataserver *s, const struct dh_wire_route *r)
 {
     const struct dh_wire_request *rq = &r->request;
+    const struct ds_quarantine *q;
     struct ds_job *j;
     struct dh_err e;
 
     if (!r->has_request) {
         dh__ds_malformed(s, "the coordinator", "route without a request");
+        return;
+    }
+    if ((q = quarantine_find(s, rq))) {
+        char msg[DH_WIRE_MAX_TEXT];
+
+        DS_INC(s, quarantine_hits);
+        snprintf(msg, sizeof(msg), "%s (failed before; quarantined)", q->msg);
+        dh__ds_send_error(s, &rq->task, q->id, q->code, msg);
         return;
     }
     dh_err_clear(&e);
@@ -261,8 +303,10 @@ static void on_done(struct dh_dataserver *s, struct dh_work_done *d)
                     : (1 - EWMA_ALPHA) * s->latency_ms +
                       EWMA_ALPHA * d->decode_ms;
     if (d->code < 0) {
-        dh__ds_send_error(s, &j->task, failed_sample(s, j, d), d->code,
-                          d->msg);
+        uint64_t bad = failed_sample(s, j, d);
+
+        quarantine_add(s, bad, d->code, d->msg);
+        dh__ds_send_error(s, &j->task, bad, d->code, d->msg);
     } else if (s->remote) {
         dh__ds_forward(s, j, d); /* clears or parks j */
         return;

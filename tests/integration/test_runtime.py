@@ -250,14 +250,21 @@ def test_corrupt_clip_is_an_error_at_its_step(corrupt_set, coordinator,
             if x.startswith('{"epoch"')]
     assert done == list(range(bad_step))  # nothing after, nothing lost before
 
-    # skip: the step is counted and left out, every other one arrives
+    # skip: the step is counted and left out, every other one arrives; in
+    # the second epoch the server remembers the sample (quarantine) and
+    # fails its step at once instead of decoding it again.
     p = run_dh(*consume_args(coord, m, 0, 1, 2, "--on-error", "skip",
-                             "--ids-out", tmp_path / "ids"), timeout=180)
+                             "--epochs", 2, "--ids-out", tmp_path / "ids"),
+               timeout=180)
     assert p.returncode == 0, p.stderr
     want = [i for k, s in enumerate(steps) if k != bad_step for i in s[0]]
+    _, steps1 = plan_ids(m, 1, 2, epoch=1)
+    bad1 = next(k for k, s in enumerate(steps1) if victim in s[0])
+    want += [i for k, s in enumerate(steps1) if k != bad1 for i in s[0]]
     assert read_ids(tmp_path / "ids") == want
     s = summary_of(p.stdout)
-    assert s["skipped"] == 1 and s["quarantined"] == 1 and s["errors"] == 1
+    assert s["skipped"] == 2 and s["quarantined"] == 1 and s["errors"] == 2
+    assert p.stderr.count("quarantined") == 1, p.stderr
 
 
 def test_unreachable_coordinator_is_a_clear_error(dataset, tmp_path):
