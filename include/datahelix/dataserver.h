@@ -100,6 +100,10 @@ struct dh_dataserver_opts {
                                  remote: of the private staging arena */
     int heartbeat_ms;         /* heartbeat period (default 500) */
     int register_timeout_ms;  /* bound on the registration ack (def. 5000) */
+    int sample_timeout_ms;    /* per-sample decode watchdog: a sample still
+                                 decoding after this is abandoned and its
+                                 job fails with DH_ETIMEOUT (default
+                                 60000; 0: none) */
     int alloc_timeout_ms;     /* bound on waiting for arena space per job
                                  or payload (default 30000) */
     int deliver_timeout_ms;   /* remote: bound on a delivery target taking

@@ -103,6 +103,13 @@ void dh_media_destroy(struct dh_media *m);
  * scheduler runs one sample per core; 0 = FFmpeg's choice). */
 void dh_media_set_threads(struct dh_media *m, int threads);
 
+/* The per-sample watchdog: from each dh_media_open*() on, reading and
+ * decoding that file stop with DH_ETIMEOUT ("... abandoned after N ms:
+ * per-sample watchdog") once `ms` have passed.  Checked before every packet
+ * and inside blocking reads (FFmpeg's interrupt callback); a single packet
+ * whose decode never returns cannot be interrupted.  0 (default): off. */
+void dh_media_set_watchdog(struct dh_media *m, int ms);
+
 /* Opens a video or image file (closing the previous one) and reads its
  * frame table: container index where there is one, else a packet scan. */
 int dh_media_open(struct dh_media *m, const char *path,

@@ -46,6 +46,8 @@ struct dh_work {
     uint32_t n;                      /* 1..DH_BATCH_MAX_SAMPLES */
     const struct dh_media_plan *plan; /* copied; DH_PLAN_INDICES refused */
     int alloc_timeout_ms;            /* bound on waiting for arena space */
+    int sample_timeout_ms;           /* per-sample watchdog (media.h
+                                        dh_media_set_watchdog); 0: none */
 };
 
 /*

@@ -55,6 +55,9 @@ static void usage(FILE *f)
         "  --arena-mb MB        shared-memory arena size (default 256;\n"
         "                       remote: staging memory)\n"
         "  --heartbeat-ms MS    heartbeat period (default 500)\n"
+        "  --sample-timeout-ms MS  per-sample watchdog: a decode running\n"
+        "                       longer is abandoned, its batch fails\n"
+        "                       (default 60000; 0: none)\n"
         "  --listen ADDR        local: take payloads from remote servers on\n"
         "                       this ZeroMQ endpoint (e.g.\n"
         "                       tcp://127.0.0.1:0 picks a free port); the\n"
@@ -81,6 +84,7 @@ static const struct option long_opts[] = {
     {"server-id", required_argument, NULL, 's'},
     {"arena-mb", required_argument, NULL, 'a'},
     {"heartbeat-ms", required_argument, NULL, 'b'},
+    {"sample-timeout-ms", required_argument, NULL, 'W'},
     {"remote", no_argument, NULL, 'R'},
     {"client-socket", required_argument, NULL, 'S'},
     {"client-fd", required_argument, NULL, 'F'},
@@ -124,6 +128,11 @@ static int parse_opt(struct args *a, int c)
         return r;
     case 'l': a->o.listen = optarg; return 0;
     case 'A': a->o.advertise = optarg; return 0;
+    case 'W':
+        if (!(r = dh_cli_opt_i64(CMD, "--sample-timeout-ms", optarg, 0,
+                                 86400000, &v)))
+            a->o.sample_timeout_ms = (int)v;
+        return r;
     case 'b':
         if (!(r = dh_cli_opt_i64(CMD, "--heartbeat-ms", optarg, 1, 3600000, &v)))
             a->o.heartbeat_ms = (int)v;

@@ -207,6 +207,9 @@ static int av_fail(struct run *r, int rc, const char *what, struct dh_err *e)
 {
     struct dh_media *m = r->m;
     char buf[128];
+
+    if (dh__media_overdue(m)) /* the interrupt callback cut a read */
+        return dh__media_watchdog_error(m, e);
     int64_t at = m->last_index + 1;
     double t = m->counting || at >= m->n ? (double)at / m->info.fps
                                          : (double)(m->pts[at] - m->pts[0]) *
@@ -240,6 +243,8 @@ static int send(struct run *r, const AVPacket *pkt, struct dh_err *e)
 {
     int rc;
 
+    if (dh__media_overdue(r->m))
+        return dh__media_watchdog_error(r->m, e);
     while ((rc = avcodec_send_packet(r->m->cc, pkt)) == AVERROR(EAGAIN))
         if ((rc = receive_all(r, e)))
             return rc;

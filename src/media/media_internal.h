@@ -39,6 +39,8 @@ struct dh_media {
     uint8_t *scratch;
     size_t scratch_cap;
     int threads;
+    int watchdog_ms;      /* dh_media_set_watchdog(); 0: off */
+    uint64_t deadline_ms; /* monotonic; 0: none for this file */
     struct SwsContext *sws_set; /* the context colour details were set on */
     int sws_cs, sws_range;
     int sws_key[5]; /* source w, h, format, output w, h of m->sws */
@@ -100,5 +102,10 @@ int dh__media_emit(struct dh_media *m, const struct dh_media_plan *p,
 void dh__media_fill(const struct dh_media_plan *p, uint8_t *dst,
                     int64_t slot, int64_t from);
 void dh__media_scale_fini(struct dh_media *m);
+
+/* 1 once the open file's watchdog deadline has passed (media_open.c). */
+int dh__media_overdue(const struct dh_media *m);
+/* The watchdog's DH_ETIMEOUT for the open file. */
+int dh__media_watchdog_error(const struct dh_media *m, struct dh_err *e);
 
 #endif

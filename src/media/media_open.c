@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #include <libavutil/pixdesc.h>
@@ -43,6 +44,37 @@ int dh_media_create(struct dh_media **out, struct dh_err *e)
 void dh_media_set_threads(struct dh_media *m, int threads)
 {
     m->threads = threads < 0 ? 1 : threads;
+}
+
+void dh_media_set_watchdog(struct dh_media *m, int ms)
+{
+    m->watchdog_ms = ms < 0 ? 0 : ms;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+int dh__media_overdue(const struct dh_media *m)
+{
+    return m->deadline_ms && mono_ms() >= m->deadline_ms;
+}
+
+int dh__media_watchdog_error(const struct dh_media *m, struct dh_err *e)
+{
+    return dh_err_set(e, DH_ETIMEOUT, "%s: abandoned after %d ms: "
+                      "per-sample watchdog", m->name ? m->name : "input",
+                      m->watchdog_ms);
+}
+
+/* FFmpeg polls this inside blocking reads: non-zero aborts them. */
+static int interrupt_cb(void *opaque)
+{
+    return dh__media_overdue(opaque);
 }
 
 void dh_media_destroy(struct dh_media *m)
@@ -131,9 +163,20 @@ static int open_input(struct dh_media *m, struct dh_err *e)
     uint8_t *iobuf;
     int rc;
 
+    m->deadline_ms = m->watchdog_ms ? mono_ms() + (uint64_t)m->watchdog_ms
+                                    : 0;
+    if (!m->mem.data) {
+        if (!(m->fc = avformat_alloc_context()))
+            return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
+        m->fc->interrupt_callback =
+            (AVIOInterruptCB){.callback = interrupt_cb, .opaque = m};
+    }
     if (m->mem.data) {
         m->mem.pos = 0;
         m->fc = avformat_alloc_context();
+        if (m->fc)
+            m->fc->interrupt_callback =
+                (AVIOInterruptCB){.callback = interrupt_cb, .opaque = m};
         iobuf = av_malloc(AVIO_BUF);
         if (iobuf)
             m->avio = avio_alloc_context(iobuf, AVIO_BUF, 0, &m->mem,
@@ -147,6 +190,8 @@ static int open_input(struct dh_media *m, struct dh_err *e)
     }
     rc = m->mem.data ? avformat_open_input(&m->fc, "", NULL, NULL)
                      : dh__av_open_file(&m->fc, m->name);
+    if (rc < 0 && dh__media_overdue(m))
+        return dh__media_watchdog_error(m, e);
     if (rc < 0)
         return dh_err_set(e, DH_EMEDIA, "%s: %s", m->name,
                           dh__av_errstr(rc, buf, sizeof(buf)));

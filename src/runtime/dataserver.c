@@ -31,6 +31,7 @@ void dh_dataserver_opts_default(struct dh_dataserver_opts *o)
     o->heartbeat_ms = 500;
     o->register_timeout_ms = 5000;
     o->alloc_timeout_ms = 30000;
+    o->sample_timeout_ms = 60000;
     o->deliver_timeout_ms = 5000;
     o->client_fd = -1;
 }
@@ -215,6 +216,8 @@ static struct dh_dataserver *alloc_server(const struct dh_dataserver_opts *o)
                                 : o->rank + 1;
     s->heartbeat_ms = o->heartbeat_ms;
     s->alloc_timeout_ms = o->alloc_timeout_ms;
+    s->sample_timeout_ms = o->sample_timeout_ms < 0 ? 0
+                                                    : o->sample_timeout_ms;
     s->deliver_timeout_ms = o->deliver_timeout_ms;
     dh_wire_msg_init(&s->in, DH_WIRE_NONE);
     dh_wire_msg_init(&s->out, DH_WIRE_NONE);

@@ -111,6 +111,7 @@ struct dh_dataserver {
     uint32_t server_id, rank;
     int remote;
     int heartbeat_ms, alloc_timeout_ms, deliver_timeout_ms;
+    int sample_timeout_ms;
     int link_fd;   /* the client's end of the local link, or -1 */
     int listen_fd; /* external mode: the abstract socket, or -1 */
     struct dh_index *ix;

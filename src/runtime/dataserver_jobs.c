@@ -136,7 +136,8 @@ static int job_submit(struct dh_dataserver *s, struct ds_job *j,
     dh_wire_plan_to_media(&rq->plan, &j->plan);
     w = (struct dh_work){.task_id = rq->task.id, .epoch = rq->task.epoch,
                          .ids = j->ids, .n = j->n, .plan = &j->plan,
-                         .alloc_timeout_ms = s->alloc_timeout_ms};
+                         .alloc_timeout_ms = s->alloc_timeout_ms,
+                         .sample_timeout_ms = s->sample_timeout_ms};
     j->used = 1;
     if (dh_workers_submit(s->pool, &w, 0, e) < 0) {
         dh__ds_job_clear(s, j);

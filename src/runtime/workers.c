@@ -39,7 +39,7 @@ struct job {
     uint64_t *ids;
     uint32_t n;
     struct dh_media_plan plan;
-    int alloc_timeout_ms;
+    int alloc_timeout_ms, sample_timeout_ms;
     /* Filled by the worker. */
     int code;
     uint32_t failed_at;
@@ -161,6 +161,7 @@ static void run_job(struct dh_workers *w, struct dh_media *m, struct job *j)
         goto out_release;
     }
     t0 = now_ms();
+    dh_media_set_watchdog(m, j->sample_timeout_ms);
     j->code = dh_batch_decode(m, w->ix, j->epoch, j->ids, j->n, &j->plan, dst,
                               need, j->valid, &j->failed_at, &e);
     j->decode_ms = now_ms() - t0;
@@ -405,6 +406,7 @@ static struct job *job_copy(const struct dh_work *job)
     j->plan = *job->plan;
     j->plan.indices = NULL;
     j->alloc_timeout_ms = job->alloc_timeout_ms;
+    j->sample_timeout_ms = job->sample_timeout_ms;
     return j;
 }
 

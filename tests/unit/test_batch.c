@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -183,6 +184,42 @@ static void errors_name_the_sample(void **state)
     free(dst);
 }
 
+/* The per-sample watchdog runs from the open: past it, decoding stops
+ * with DH_ETIMEOUT naming the file; off, the same decode succeeds. */
+static void watchdog_abandons_a_slow_sample(void **state)
+{
+    struct dh_media *m;
+    struct dh_media_plan p;
+    struct dh_err e;
+    int64_t frames = 0;
+    size_t len;
+    uint8_t *buf;
+    struct timespec ts = {0, 20000000};
+
+    (void)state;
+    assert_int_equal(dh_media_create(&m, &e), 0);
+    dh_media_plan_init(&p);
+    p.frames = 8;
+    p.width = p.height = 32;
+    len = dh_media_plan_bytes(&p, 8) + DH_MEDIA_DST_PAD;
+    buf = malloc(len);
+    assert_non_null(buf);
+    dh_media_set_watchdog(m, 5);
+    assert_int_equal(dh_media_open(m, paths[1], &e), 0);
+    nanosleep(&ts, NULL); /* the sample "takes" longer than 5 ms */
+    assert_int_equal(dh_media_select(m, &p, &frames, &e), 0);
+    assert_int_equal(dh_media_decode(m, &p, buf, len, NULL, &e), DH_ETIMEOUT);
+    assert_non_null(strstr(e.msg, "watchdog"));
+    assert_non_null(strstr(e.msg, paths[1]));
+    dh_media_set_watchdog(m, 0);
+    assert_int_equal(dh_media_open(m, paths[1], &e), 0);
+    nanosleep(&ts, NULL);
+    assert_int_equal(dh_media_select(m, &p, &frames, &e), 0);
+    assert_int_equal(dh_media_decode(m, &p, buf, len, NULL, &e), 0);
+    free(buf);
+    dh_media_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -190,6 +227,7 @@ int main(void)
         cmocka_unit_test(jitter_depends_on_seed_epoch_and_id),
         cmocka_unit_test(short_samples_are_zero_padded_with_masks),
         cmocka_unit_test(errors_name_the_sample),
+        cmocka_unit_test(watchdog_abandons_a_slow_sample),
     };
     return cmocka_run_group_tests(tests, setup, clip_fixture_teardown);
 }
