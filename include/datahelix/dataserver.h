@@ -119,6 +119,28 @@ struct dh_dataserver_opts {
                                  every case.  -1 (default): none */
     const char *client_socket; /* external mode: abstract Unix socket name
                                  the client attaches on (NULL: none) */
+    /* Python-dataset mode (datahelix.DistributedDataLoader; docs/python.md
+     * "DistributedDataLoader"): requests go to python_workers Python
+     * processes this server starts and owns (`python -m datahelix._worker`)
+     * instead of the media pipeline.  A request's first id is a header
+     * (bit 63 set, the iteration's base seed below it), the others are
+     * indices of the pickled dataset; a worker writes the collated batch
+     * into a slot of the arena and the ResultNotice names it as one uint8
+     * tensor, dims [slot bytes].  Unpickling runs code, so the file must
+     * come from this server's own client: Python mode needs client_fd. */
+    const char *python_dataset; /* the pickled dataset (NULL: C media) */
+    const char *python;         /* interpreter (default: python3 on PATH) */
+    const char *python_path;    /* put first on the workers' PYTHONPATH
+                                   (where the datahelix package is) */
+    unsigned python_workers;    /* worker processes (default 1, <= 64) */
+    int python_job_timeout_ms;  /* watchdog: a worker still on one job
+                                   after this is killed and replaced, the
+                                   job fails (default 600000) */
+    uint64_t python_seed;       /* base seed before the first request */
+    int python_unlink;          /* 1: when the client has gone, remove
+                                   python_dataset (and index_path if it is
+                                   in the same folder, and that folder if
+                                   then empty) */
 };
 
 /* Fills the defaults above (pointers NULL, rank 0, server_id 0, local,

@@ -7,7 +7,8 @@ import shutil
 import torch
 
 from . import _C
-from ._services import Coordinator, coordinator_address, ensure_index
+from ._services import (Coordinator, binary, coordinator_address,
+                        ensure_index)
 
 _BALANCE = {"fixed": _C.BALANCE_FIXED, "free": _C.BALANCE_FREE,
             "none": _C.BALANCE_NONE}
@@ -104,19 +105,49 @@ class DataLoader:
         self._epoch = 0
         self._step = 0           # next step to consume in this epoch
         self._resume = False     # _step came from load_state_dict()
+        # Earlier parts of this epoch planned for other world or batch
+        # sizes: [(world_size, batch_size, step reached)], oldest first.
+        self._chain = []
         self._skipped = 0
         self._len = None
 
     # -- plan ---------------------------------------------------------------
 
     def _schedule(self, epoch):
-        return _C.schedule(self.index_path, self.world_size, self.batch_size,
-                           self.rank, epoch, self.seed,
-                           _BALANCE[self.balance], self.drop_last)
+        """(ids, offsets, first step) of this rank for the rest of `epoch`.
+
+        Normally the epoch's plan.  After a resume with another world or
+        batch size, the samples the earlier plans had not reached yet are
+        planned again across the ranks there are now (from the step
+        reached on), so none is repeated and none skipped."""
+        subset, first = None, 0
+        for w, b, reached in self._chain:
+            rest = []
+            for r in range(w):
+                ids, offs = self._plan(epoch, w, b, r, subset)
+                o = array.array("Q", offs)
+                k = min(max(reached - first, 0), len(o) - 1)
+                rest.append(ids[o[k] * 8:])
+            subset, first = b"".join(rest), reached
+        ids, offs = self._plan(epoch, self.world_size, self.batch_size,
+                               self.rank, subset)
+        # A partial last step may give this rank nothing: it has one step
+        # fewer (DistributedSampler would repeat samples to pad it).
+        o = array.array("Q", offs)
+        while len(o) > 1 and o[-1] == o[-2]:
+            o.pop()
+        return ids, o.tobytes(), first
+
+    def _plan(self, epoch, world, batch, rank, subset):
+        # A re-planned rest keeps its remainder (a partial last step).
+        drop = self.drop_last if subset is None else False
+        kw = {} if subset is None else {"subset": subset}
+        return _C.schedule(self.index_path, world, batch, rank, epoch,
+                           self.seed, _BALANCE[self.balance], drop, **kw)
 
     def __len__(self):
         if self._len is None:
-            _, offs = self._schedule(self._epoch)
+            _, offs, _ = self._schedule(self._epoch)
             self._len = len(offs) // 8 - 1
         return self._len
 
@@ -127,6 +158,8 @@ class DataLoader:
             self._epoch = int(epoch)
             self._step = 0
             self._resume = False
+            self._chain = []
+            self._len = None
 
     # -- services -----------------------------------------------------------
 
@@ -142,20 +175,26 @@ class DataLoader:
                 self._coord = Coordinator(addr, self.policy,
                                           shared=self.world_size > 1)
         self._client = _C.Client(addr, self.index_path, rank=self.rank,
-                                 world_size=self.world_size, **self._opts)
+                                 world_size=self.world_size,
+                                 datahelix_bin=binary(), **self._opts)
 
     # -- iteration ----------------------------------------------------------
 
     def __iter__(self):
         self._ensure_client()
-        ids, offs = self._schedule(self._epoch)
+        if not self._resume and self._chain and \
+                self._step >= self._chain_end():
+            self._chain = []  # iterating again: the whole epoch, planned anew
+            self._len = None
+        ids, offs, base = self._schedule(self._epoch)
         n_steps = len(offs) // 8 - 1
-        if not self._resume and self._step >= n_steps:
-            self._step = 0  # iterating again: the same epoch once more
+        if not self._resume and self._step >= base + n_steps:
+            self._step = base  # iterating again: the same epoch once more
         self._resume = False
-        first = min(self._step, n_steps)
-        o = array.array("Q", offs)[first:]
-        self._client.start_epoch(self._epoch, first, ids, o.tobytes())
+        k = min(max(self._step - base, 0), n_steps)
+        o = array.array("Q", offs)[k:]
+        self._client.start_epoch(self._task_epoch(), base + k, ids,
+                                 o.tobytes())
         while True:
             try:
                 b = self._client.next(self._timeout_ms)
@@ -190,28 +229,54 @@ class DataLoader:
             "tokens": torch.tensor([self._index.tokens(i) for i in ids],
                                    dtype=torch.int64),
             "text": [self._index.text(i) for i in ids],
-            "epoch": b.epoch,
+            "epoch": self._epoch,
             "step": b.step,
         }
 
     # -- state --------------------------------------------------------------
 
+    def _task_epoch(self):
+        """The epoch that names this segment's tasks.  A task id names its
+        content (docs/client.md), and a re-planned rest of an epoch gives
+        the same (epoch, step, rank) other samples, so it gets tasks of its
+        own: bit 15 set, the re-plan depth in bits 12-14.  (Random crops and
+        jitter of a re-planned rest therefore differ from an uninterrupted
+        run's; the default plan draws none.)"""
+        if not self._chain:
+            return self._epoch
+        return 0x8000 | (min(len(self._chain), 7) << 12) | (self._epoch & 0xfff)
+
+    def _chain_end(self):
+        _, offs, base = self._schedule(self._epoch)
+        return base + len(offs) // 8 - 1
+
     def state_dict(self):
         """Where this rank is: the next iteration after load_state_dict()
         resumes at exactly this step (the plan is a pure function of the
-        manifest, the seed and the epoch)."""
+        manifest, the seed and the epoch).  Every rank saves the same
+        epoch and step in synchronous training."""
         return {"epoch": self._epoch, "step": self._step, "seed": self.seed,
                 "world_size": self.world_size,
-                "batch_size": self.batch_size, "rank": self.rank}
+                "batch_size": self.batch_size, "rank": self.rank,
+                "replanned": [list(x) for x in self._chain]}
 
     def load_state_dict(self, state):
-        for k in ("seed", "world_size", "batch_size"):
-            if k in state and state[k] != getattr(self, k):
-                raise ValueError(f"state_dict was saved with {k}="
-                                 f"{state[k]}, this loader has "
-                                 f"{getattr(self, k)}: the plan differs")
+        """Resumes at the saved step.  With another world size or batch
+        size, the epoch's samples not consumed yet are planned again
+        across the ranks there are now: none repeated, none skipped."""
+        if state.get("seed", self.seed) != self.seed:
+            raise ValueError(f"state_dict was saved with seed="
+                             f"{state['seed']}, this loader has seed="
+                             f"{self.seed}: the epoch's permutation differs")
+        chain = [tuple(int(v) for v in x)
+                 for x in state.get("replanned", [])]
+        w = int(state.get("world_size", self.world_size))
+        b = int(state.get("batch_size", self.batch_size))
+        if (w, b) != (self.world_size, self.batch_size):
+            chain.append((w, b, int(state["step"])))
         self._epoch = int(state["epoch"])
         self._step = int(state["step"])
+        self._chain = chain
         self._resume = True
         self._len = None
 

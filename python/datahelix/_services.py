@@ -16,8 +16,13 @@ from . import _C
 
 
 def binary():
-    """The `datahelix` program: $DATAHELIX_BIN, else `datahelix` on PATH."""
-    b = os.environ.get("DATAHELIX_BIN") or shutil.which("datahelix")
+    """The `datahelix` program: $DATAHELIX_BIN, else the one a pip install
+    put in the package (datahelix/bin/), else `datahelix` on PATH."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin",
+                        "datahelix")
+    b = (os.environ.get("DATAHELIX_BIN") or
+         (here if os.access(here, os.X_OK) else None) or
+         shutil.which("datahelix"))
     if not b or not os.access(b, os.X_OK):
         raise FileNotFoundError(
             "datahelix: the `datahelix` program was not found: install it "

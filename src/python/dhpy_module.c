@@ -7,6 +7,7 @@
  */
 #include "python/dhpy.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "datahelix/index.h"
@@ -36,7 +37,8 @@ PyObject *dhpy_raise(int rc, const struct dh_err *e)
 static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"index", "world_size", "batch_size", "rank",
-                            "epoch", "seed", "balance", "drop_last", NULL};
+                            "epoch", "seed", "balance", "drop_last",
+                            "subset", NULL};
     const char *path;
     unsigned world, batch, rank;
     unsigned long long epoch = 0, seed = 0;
@@ -48,15 +50,31 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
     struct dh_err e;
     PyObject *ids = NULL, *offs = NULL, *out = NULL;
     uint64_t steps, total = 0;
+    Py_buffer sub = {0};
+    const uint64_t *subset = NULL;
+    uint32_t *stok = NULL;
+    uint16_t *sprof = NULL;
+    uint64_t nsub = 0;
 
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sIII|KKip", names, &path,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sIII|KKipy*", names, &path,
                                      &world, &batch, &rank, &epoch, &seed,
-                                     &balance, &drop_last))
+                                     &balance, &drop_last, &sub))
         return NULL;
-    if (rank >= world)
+    if (sub.buf) {
+        if (sub.len % 8) {
+            PyBuffer_Release(&sub);
+            return PyErr_Format(PyExc_ValueError, "subset: native uint64 "
+                                "bytes expected");
+        }
+        subset = sub.buf;
+        nsub = (uint64_t)sub.len / 8;
+    }
+    if (rank >= world) {
+        PyBuffer_Release(&sub);
         return PyErr_Format(PyExc_ValueError, "rank %u of world size %u",
                             rank, world);
+    }
     dh_plan_opts_init(&po);
     po.world_size = world;
     po.batch_size = batch;
@@ -66,11 +84,30 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
     po.drop_last = drop_last;
     Py_BEGIN_ALLOW_THREADS
     rc = dh_index_open(path, 0, &ix, &e);
-    if (rc == 0) {
+    if (rc == 0)
         dh_index_columns(ix, &col);
-        rc = dh_plan_create(col.est_tokens, col.profile, col.count, &po, &p,
-                            &e);
+    /* A subset (the rest of an epoch re-planned for another world size):
+     * plan its positions 0..n-1, then map them back to its ids. */
+    for (uint64_t i = 0; rc == 0 && i < nsub; i++)
+        if (subset[i] >= col.count)
+            rc = dh_err_set(&e, DH_EINVAL, "subset id %llu is not in the "
+                            "index (%llu samples)",
+                            (unsigned long long)subset[i],
+                            (unsigned long long)col.count);
+    if (rc == 0 && subset) {
+        stok = malloc((nsub + 1) * sizeof(*stok));
+        sprof = malloc((nsub + 1) * sizeof(*sprof));
+        if (!stok || !sprof)
+            rc = dh_err_set(&e, DH_ENOMEM, "out of memory");
+        for (uint64_t i = 0; rc == 0 && i < nsub; i++) {
+            stok[i] = col.est_tokens[subset[i]];
+            sprof[i] = col.profile[subset[i]];
+        }
     }
+    if (rc == 0)
+        rc = subset ? dh_plan_create(stok, sprof, nsub, &po, &p, &e)
+                    : dh_plan_create(col.est_tokens, col.profile, col.count,
+                                     &po, &p, &e);
     Py_END_ALLOW_THREADS
     if (rc < 0)
         goto out;
@@ -94,8 +131,8 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
             const uint64_t *r = dh_plan_rank_ids(p, k, rank, &n);
 
             dof[k] = at;
-            if (n)
-                memcpy(di + at, r, n * 8);
+            for (uint64_t i = 0; i < n; i++)
+                di[at + i] = subset ? subset[r[i]] : r[i];
             at += n;
         }
         dof[steps] = at;
@@ -104,6 +141,9 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
 out:
     Py_XDECREF(ids);
     Py_XDECREF(offs);
+    free(stok);
+    free(sprof);
+    PyBuffer_Release(&sub);
     dh_plan_destroy(p);
     dh_index_close(ix);
     if (rc < 0)
@@ -247,9 +287,9 @@ static PyMethodDef module_methods[] = {
     {"schedule", (PyCFunction)(void (*)(void))py_schedule,
      METH_VARARGS | METH_KEYWORDS,
      "schedule(index, world_size, batch_size, rank, epoch=0, seed=0, "
-     "balance=0, drop_last=True) -> (ids, offsets): rank's sample ids of "
-     "the epoch's plan, step k = ids[offsets[k]:offsets[k+1]] (both bytes "
-     "of native uint64)"},
+     "balance=0, drop_last=True, subset=None) -> (ids, offsets): rank's "
+     "sample ids of the epoch's plan, step k = ids[offsets[k]:offsets[k+1]] "
+     "(both bytes of native uint64); subset: plan only these ids"},
     {"build_index", py_build_index, METH_VARARGS,
      "build_index(table.jsonl, out.dhx): compile a descriptor table"},
     {NULL, NULL, 0, NULL},

@@ -1,0 +1,57 @@
+"""pip install --no-build-isolation .  (offline, Debian's /usr/bin/python3)
+
+Builds the C library with CMake (`make build`) if it is not built yet, then
+the extension datahelix._C against it, and ships the `datahelix` program
+inside the package (datahelix/bin/) so the DataServers it starts are found
+without a PATH entry.  `make install` is the other way in (README)."""
+import os
+import shutil
+import subprocess
+
+from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+BUILD = os.path.join(ROOT, "build")
+LIBS = ["libavformat", "libavcodec", "libavutil", "libswscale", "libzmq",
+        "libprotobuf-c", "jansson"]
+
+
+def built():
+    if not (os.path.exists(os.path.join(BUILD, "libdatahelix.a")) and
+            os.path.exists(os.path.join(BUILD, "datahelix"))):
+        subprocess.check_call(["make", "-C", ROOT, "build"])
+    return BUILD
+
+
+class BuildPy(build_py):
+    """Also copies the `datahelix` program into the package."""
+
+    def run(self):
+        super().run()
+        dst = os.path.join(self.build_lib, "datahelix", "bin")
+        os.makedirs(dst, exist_ok=True)
+        shutil.copy2(os.path.join(built(), "datahelix"), dst)
+
+
+def pkg_libs():
+    return subprocess.check_output(["pkg-config", "--libs"] + LIBS,
+                                   text=True).split()
+
+
+setup(
+    name="datahelix",
+    version="0.1.0",
+    description="A data plane for training video and multimodal models",
+    package_dir={"": "python"},
+    packages=["datahelix"],
+    ext_modules=[Extension(
+        "datahelix._C",
+        sources=["src/python/dhpy_module.c", "src/python/dhpy_client.c"],
+        include_dirs=["include", "src"],
+        define_macros=[("_GNU_SOURCE", None)],
+        extra_compile_args=["-std=c11"],
+        extra_objects=[os.path.join(built(), "libdatahelix.a")],
+        extra_link_args=pkg_libs() + ["-lm", "-lpthread"])],
+    cmdclass={"build_py": BuildPy},
+)
