@@ -46,7 +46,7 @@ demo: deps build
 install: build
 	cmake --install build
 
-bench: bench-probe bench-index bench-decode bench-arena bench-handover bench-plan bench-place bench-route
+bench: bench-probe bench-index bench-decode bench-arena bench-handover bench-python bench-plan bench-place bench-route bench-live
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
@@ -54,6 +54,20 @@ bench-probe: build
 bench-decode: build
 	@scripts/setup-deps.sh bench
 	@$(PY) bench/bench_decode.py --bin build/datahelix
+
+# The Python DataLoader: next() overhead, samples/s vs torch's DataLoader.
+bench-python: build
+	@$(PY) bench/bench_python.py --bin build/datahelix
+
+# Loaders side by side in one run under one CPU budget, the paper's metrics
+# (`datahelix bench`; needs python3-distributed and python3-matplotlib).
+LIVE := build/datahelix bench --workload mixed --ranks 4 --workers 2 \
+        --batch-size 2 --steps 40 --warmup 5 --plots
+.PHONY: bench-live
+bench-live: build
+	@scripts/setup-deps.sh bench
+	@$(LIVE) --model videomae --out bench/out/live/videomae
+	@$(LIVE) --model qwen-vl --out bench/out/live/qwen-vl
 
 bench-plan: build
 	@build/bench_plan_balance

@@ -47,7 +47,8 @@ setup(
     packages=["datahelix"],
     ext_modules=[Extension(
         "datahelix._C",
-        sources=["src/python/dhpy_module.c", "src/python/dhpy_client.c"],
+        sources=["src/python/dhpy_module.c", "src/python/dhpy_client.c",
+                 "src/python/dhpy_pyds.c"],
         include_dirs=["include", "src"],
         define_macros=[("_GNU_SOURCE", None)],
         extra_compile_args=["-std=c11"],

@@ -2,7 +2,8 @@
 # Installs every Debian package datahelix needs to build, test and demo.
 # The Python package (python/datahelix) needs the CPython headers to build
 # and python3-torch to run and test.  `setup-deps.sh bench` adds what the
-# peer benchmarks need besides (torchvision).
+# peer benchmarks need besides (torchvision; Dask and matplotlib for
+# `make bench-live`).
 # Idempotent: exits at once when everything is already installed, so that
 # `make demo` / `make test` / `make bench-*` can call it on every run.
 set -eu
@@ -11,10 +12,11 @@ PKGS="build-essential cmake pkg-config git
 libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
 libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
 libjansson-dev libcmocka-dev python3-pytest python3-av python3-numpy
+python3-cloudpickle
 clang libclang-rt-dev python3-dev python3-torch iproute2
 python3-pip python3-setuptools"
 if [ "${1:-}" = bench ]; then
-    PKGS="$PKGS python3-torchvision"
+    PKGS="$PKGS python3-torchvision python3-distributed python3-matplotlib"
 fi
 
 missing=""

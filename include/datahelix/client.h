@@ -134,6 +134,9 @@ struct dh_client_stats {
     uint64_t restarts;     /* embedded server restarts */
     uint64_t late_released; /* duplicate or stale results released */
     uint64_t quarantined;  /* distinct samples that failed */
+    uint64_t cross_ds_bytes; /* bytes of parts prepared on a server other
+                                than the one whose arena holds them */
+    uint64_t batch_bytes;  /* bytes of every part delivered */
     double elapsed_s;      /* since the first next() */
 };
 
@@ -188,6 +191,17 @@ int dh_client_next_for(struct dh_client *c, int timeout_ms,
 void dh_client_batch_release(struct dh_client_batch *b);
 
 void dh_client_stats(struct dh_client *c, struct dh_client_stats *out);
+
+/* stats.errors alone, cheaply (stats() sorts every measured wait): a
+ * caller compares it around next() to tell a sample error (the step was
+ * consumed) from a failure of the data plane. */
+uint64_t dh_client_errors(struct dh_client *c);
+
+/* Per-server load: up to `cap` (server id, parts it prepared) pairs, the
+ * servers the Coordinator routed this client's consumed parts to; returns
+ * how many servers there are in all. */
+size_t dh_client_server_load(struct dh_client *c, uint32_t *ids,
+                             uint64_t *parts, size_t cap);
 
 /* Up to `cap` sample ids that failed so far (distinct, in order of
  * failure); returns how many there are in all. */

@@ -206,6 +206,8 @@ struct dh_wire_result {
     uint64_t *sample_ids;   /* owned, n_samples <= DH_WIRE_MAX_SAMPLES */
     uint32_t *valid_frames; /* owned, n_samples, each <= DH_WIRE_MAX_FRAMES */
     uint32_t n_samples;
+    double service_ms; /* the task's own time at its server, not queueing;
+                          finite, 0..DH_WIRE_MAX_LATENCY_MS; 0: unknown */
 };
 
 struct dh_wire_error {

@@ -15,6 +15,21 @@ _BALANCE = {"fixed": _C.BALANCE_FIXED, "free": _C.BALANCE_FREE,
 _POLICIES = ("deadline", "least-request", "round-robin")
 _DTYPES = {"uint8": torch.uint8, "float32": torch.float32}
 
+# The paper's ablation ladder (Table 3), as presets of the switches:
+# base = a least-request worker pool handing batches over by copy, no
+# prefetch, no token balance; then + zero-copy transport; + prefetch and
+# token-aware batching; + cost/deadline placement (the default).
+ABLATIONS = {
+    "base": dict(policy="least-request", transport="copy", prefetch=1,
+                 balance="none"),
+    "transport": dict(policy="least-request", transport="shm", prefetch=1,
+                      balance="none"),
+    "prefetch": dict(policy="least-request", transport="shm", prefetch=4,
+                     balance="fixed"),
+    "ddl": dict(policy="deadline", transport="shm", prefetch=4,
+                balance="fixed"),
+}
+
 
 def _dist_rank_world():
     """(rank, world_size) from torch.distributed, else torchrun's
@@ -59,7 +74,17 @@ class DataLoader:
                  on_error="raise", *, microbatches=1, workers=2,
                  timeout=60.0, layout="THWC", dtype="uint8",
                  random_crop=False, telemetry=None, dataserver=None,
-                 listen=None):
+                 listen=None, transport="shm", ablation=None):
+        if ablation is not None:
+            if ablation not in ABLATIONS:
+                raise ValueError(f"ablation={ablation!r}: one of "
+                                 f"{list(ABLATIONS)}")
+            a = ABLATIONS[ablation]
+            policy, transport = a["policy"], a["transport"]
+            prefetch, balance = a["prefetch"], a["balance"]
+        if transport not in ("shm", "copy"):
+            raise ValueError(f"transport={transport!r}: 'shm' (zero-copy) "
+                             "or 'copy'")
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error={on_error!r}: 'raise' or 'skip'")
         if balance not in _BALANCE:
@@ -95,6 +120,7 @@ class DataLoader:
                           telemetry=os.fspath(telemetry) if telemetry else None,
                           dataserver=dataserver, listen=listen)
         self._dtype = _DTYPES[dtype]
+        self.transport = transport
         self._timeout_ms = int(timeout * 1000)
         self._coordinator_arg = coordinator
         self.index_path = ensure_index(manifest)
@@ -217,15 +243,19 @@ class DataLoader:
             parts.append(t.view(b.dims(j)))
         # One microbatch: the arena's memory itself.  Several: one tensor
         # is a copy (merging slots of different servers cannot be free).
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+        # transport="copy" (the ablation's base) copies it out on purpose.
+        if len(parts) > 1:
+            return torch.cat(parts)
+        return parts[0].clone() if self.transport == "copy" else parts[0]
 
     def _to_dict(self, b):
-        ids = array.array("Q", b.sample_ids)
+        raw = b.sample_ids
+        ids = array.array("Q", raw)
         return {
             "video": self._video(b),
-            "valid_frames": torch.tensor(array.array("I", b.valid_frames),
-                                         dtype=torch.int32),
-            "ids": torch.tensor(ids, dtype=torch.int64),
+            "valid_frames": torch.frombuffer(bytearray(b.valid_frames),
+                                             dtype=torch.int32),
+            "ids": torch.frombuffer(bytearray(raw), dtype=torch.int64),
             "tokens": torch.tensor([self._index.tokens(i) for i in ids],
                                    dtype=torch.int64),
             "text": [self._index.text(i) for i in ids],
@@ -316,12 +346,6 @@ class DataLoader:
             pass
 
 
-class DistributedDataLoader:
-    """Any map-style torch Dataset run on the DataServers' Python workers
-    (DESIGN.md 4.3): not implemented yet in this version of datahelix."""
-
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError(
-            "datahelix.DistributedDataLoader is not implemented yet in this "
-            "version of datahelix (see README, Status); use "
-            "datahelix.DataLoader with a manifest")
+# Any map-style torch Dataset on the DataServers' Python workers
+# (DESIGN.md 4.3): _distributed.py.
+from ._distributed import DistributedDataLoader  # noqa: E402,F401

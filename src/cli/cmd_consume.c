@@ -34,6 +34,7 @@ struct args {
     int64_t window_ms, max_steps;
     uint64_t seed;
     int balance, json, skip, help, have_rank, have_world;
+    int copy; /* --transport copy: each batch copied out (ablation base) */
 };
 
 static void usage(FILE *f)
@@ -73,6 +74,14 @@ static void usage(FILE *f)
         "  --ids-out FILE       write the sample ids received, one per line\n"
         "  --telemetry FILE     JSONL, one record per step (DESIGN 4.4)\n"
         "  --json               per-step lines and the summary as JSON\n"
+        "  --transport T        shm (default: the batch is a view of the\n"
+        "                       arena) or copy (copied out first, as a pool\n"
+        "                       that sends tensors by value would)\n"
+        "  --ablation A         the paper's ladder as presets: base (copy,\n"
+        "                       no prefetch, random split), transport (+\n"
+        "                       zero copy), prefetch (+ prefetch 4, token\n"
+        "                       balance), ddl (the same here; run the\n"
+        "                       Coordinator with --policy deadline)\n"
         "  -h, --help           this text\n\n"
         "The DataServer is `datahelix` from $DATAHELIX_BIN, else this\n"
         "program.  Exit 0 when every epoch is done; 1 on an error.\n");
@@ -102,6 +111,8 @@ static const struct option long_opts[] = {
     {"ids-out", required_argument, NULL, 'i'},
     {"telemetry", required_argument, NULL, 'T'},
     {"json", no_argument, NULL, 'J'},
+    {"transport", required_argument, NULL, 'x'},
+    {"ablation", required_argument, NULL, 'A'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -115,6 +126,23 @@ static int opt_u32(const char *name, const char *s, int64_t lo, int64_t hi,
     if (!r)
         *out = (uint32_t)v;
     return r;
+}
+
+/* The paper's ablation ladder (Table 3) as presets; the placement policy
+ * of each rung is the Coordinator's (--policy there). */
+static int ablation(struct args *a, const char *s)
+{
+    if (!strcmp(s, "base")) {
+        a->copy = 1, a->o.prefetch = 1, a->balance = DH_BALANCE_NONE;
+    } else if (!strcmp(s, "transport")) {
+        a->copy = 0, a->o.prefetch = 1, a->balance = DH_BALANCE_NONE;
+    } else if (!strcmp(s, "prefetch") || !strcmp(s, "ddl")) {
+        a->copy = 0, a->o.prefetch = 4, a->balance = DH_BALANCE_FIXED;
+    } else {
+        return dh_cli_usage_error(CMD, "--ablation '%s': expected base, "
+                                  "transport, prefetch or ddl", s);
+    }
+    return 0;
 }
 
 static int parse_opt(struct args *a, int c)
@@ -177,6 +205,13 @@ static int parse_opt(struct args *a, int c)
     case 'i': a->ids_out = optarg; return 0;
     case 'T': a->telemetry_path = optarg; return 0;
     case 'J': a->json = 1; return 0;
+    case 'x':
+        if (!strcmp(optarg, "shm")) a->copy = 0;
+        else if (!strcmp(optarg, "copy")) a->copy = 1;
+        else return dh_cli_usage_error(CMD, "--transport '%s': expected shm "
+                                       "or copy", optarg);
+        return 0;
+    case 'A': return ablation(a, optarg);
     case 'h': a->help = 1; return 0;
     default: return dh_cli_usage_error(CMD, "bad option");
     }
@@ -271,6 +306,7 @@ struct run {
     struct dh_client *c;
     FILE *ids;
     uint64_t samples, skipped;
+    unsigned char copied; /* keeps the copy from being optimised away */
     const volatile int *stop;
 };
 
@@ -304,12 +340,25 @@ static void step_line(const struct run *r, const struct dh_client_batch *b)
     fflush(stdout); /* a watcher sees each step as it happens */
 }
 
+/* --transport copy: the batch leaves the arena by value (then the slot
+ * goes back at once, as a pool's message buffer would). */
+static int copy_out(struct run *r, const struct dh_client_batch *b)
+{
+    for (uint32_t j = 0; j < b->n_parts; j++) {
+        void *p = malloc(b->parts[j].len);
+
+        if (!p)
+            return -1;
+        memcpy(p, b->parts[j].data, b->parts[j].len);
+        r->copied ^= ((const unsigned char *)p)[b->parts[j].len / 2];
+        free(p);
+    }
+    return 0;
+}
+
 static uint64_t client_errors(struct dh_client *c)
 {
-    struct dh_client_stats st;
-
-    dh_client_stats(c, &st);
-    return st.errors;
+    return dh_client_errors(c);
 }
 
 /* One step: 1 got a batch (or skipped a failed sample), 0 epoch done,
@@ -321,9 +370,13 @@ static int one_step(struct run *r, struct dh_err *e)
     uint64_t errs = client_errors(r->c);
     int rc;
 
+    /* A slice that ran out is DH_ETIMEOUT with the error count unchanged;
+     * a step that failed with DH_ETIMEOUT (the decode watchdog, a full
+     * arena) counted an error and was consumed. */
     do {
         rc = dh_client_next_for(r->c, SLICE_MS, &b, e);
-    } while (rc == DH_ETIMEOUT && !*r->stop &&
+    } while (rc == DH_ETIMEOUT && client_errors(r->c) == errs &&
+             !*r->stop &&
              (dh_cli_now() - t0) * 1e3 < (double)r->a->o.timeout_ms);
     if (rc == DH_EEMPTY)
         return 0;
@@ -343,6 +396,11 @@ static int one_step(struct run *r, struct dh_err *e)
             fprintf(r->ids, "%" PRIu64 "\n", b->sample_ids[i]);
     r->samples += b->n_samples;
     step_line(r, b);
+    if (r->a->copy && copy_out(r, b) < 0) {
+        dh_client_batch_release(b);
+        return dh_err_set(e, DH_ENOMEM, "out of memory for --transport "
+                          "copy");
+    }
     hold_window(r, b);
     dh_client_batch_release(b);
     return 1;

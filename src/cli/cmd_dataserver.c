@@ -73,8 +73,29 @@ static void usage(FILE *f)
         "                       client starts its embedded server)\n"
         "                       With either, the server stops when its\n"
         "                       client goes away.\n"
+        "  Python-dataset mode (what datahelix.DistributedDataLoader starts;\n"
+        "  needs --client-fd: unpickling runs code, so only the client that\n"
+        "  started this server names the dataset):\n"
+        "  --python-dataset FILE  run requests on Python worker processes\n"
+        "                       over this pickled dataset, not the media\n"
+        "                       pipeline\n"
+        "  --python-workers N   worker processes (default 1)\n"
+        "  --python EXE         interpreter (default python3 on PATH)\n"
+        "  --python-path DIR    first on the workers' PYTHONPATH\n"
+        "  --python-job-timeout-ms MS  a worker busy longer on one batch is\n"
+        "                       killed and replaced, the batch fails\n"
+        "                       (default 600000)\n"
+        "  --python-seed S      workers' base seed before the first batch\n"
+        "  --python-unlink      remove FILE (and --index, if beside it) once\n"
+        "                       the client has gone\n"
         "  -h, --help           this text\n");
 }
+
+/* Long-only options (values clear of every short letter). */
+enum {
+    OPT_PY_DATASET = 0x100, OPT_PY_WORKERS, OPT_PY_EXE, OPT_PY_PATH,
+    OPT_PY_TIMEOUT, OPT_PY_SEED, OPT_PY_UNLINK
+};
 
 static const struct option long_opts[] = {
     {"coordinator", required_argument, NULL, 'c'},
@@ -91,9 +112,45 @@ static const struct option long_opts[] = {
     {"listen", required_argument, NULL, 'l'},
     {"advertise", required_argument, NULL, 'A'},
     {"deliver-timeout-ms", required_argument, NULL, 'D'},
+    {"python-dataset", required_argument, NULL, OPT_PY_DATASET},
+    {"python-workers", required_argument, NULL, OPT_PY_WORKERS},
+    {"python", required_argument, NULL, OPT_PY_EXE},
+    {"python-path", required_argument, NULL, OPT_PY_PATH},
+    {"python-job-timeout-ms", required_argument, NULL, OPT_PY_TIMEOUT},
+    {"python-seed", required_argument, NULL, OPT_PY_SEED},
+    {"python-unlink", no_argument, NULL, OPT_PY_UNLINK},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
+
+/* --python-* options (Python-dataset mode). */
+static int parse_python_opt(struct args *a, int c)
+{
+    int64_t v = 0;
+    int r = 0;
+
+    switch (c) {
+    case OPT_PY_DATASET: a->o.python_dataset = optarg; return 0;
+    case OPT_PY_EXE: a->o.python = optarg; return 0;
+    case OPT_PY_PATH: a->o.python_path = optarg; return 0;
+    case OPT_PY_UNLINK: a->o.python_unlink = 1; return 0;
+    case OPT_PY_WORKERS:
+        if (!(r = dh_cli_opt_i64(CMD, "--python-workers", optarg, 1, 64, &v)))
+            a->o.python_workers = (unsigned)v;
+        return r;
+    case OPT_PY_TIMEOUT:
+        if (!(r = dh_cli_opt_i64(CMD, "--python-job-timeout-ms", optarg, 1,
+                                 INT32_MAX, &v)))
+            a->o.python_job_timeout_ms = (int)v;
+        return r;
+    case OPT_PY_SEED:
+        if (!(r = dh_cli_opt_i64(CMD, "--python-seed", optarg, 0, INT64_MAX,
+                                 &v)))
+            a->o.python_seed = (uint64_t)v;
+        return r;
+    default: return dh_cli_usage_error(CMD, "bad option");
+    }
+}
 
 static int parse_opt(struct args *a, int c)
 {
@@ -144,7 +201,7 @@ static int parse_opt(struct args *a, int c)
         return r;
     case 'R': a->o.remote = 1; return 0;
     case 'h': a->help = 1; return 0;
-    default: return dh_cli_usage_error(CMD, "bad option");
+    default: return parse_python_opt(a, c);
     }
 }
 
@@ -188,6 +245,10 @@ static int parse_args(struct args *a, int argc, char **argv)
                                   "exclude each other");
     if (a->o.advertise && !a->o.listen)
         return dh_cli_usage_error(CMD, "--advertise needs --listen");
+    if (a->o.python_dataset && a->o.client_fd < 0)
+        return dh_cli_usage_error(CMD, "--python-dataset needs --client-fd: "
+                                  "a dataset is accepted only from the "
+                                  "client that started this server");
     return a->o.remote ? check_remote(a) : 0;
 }
 

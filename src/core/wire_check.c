@@ -333,7 +333,9 @@ static int ck_result(const struct dh__wire_ck *c,
         (rc = ck_enum(c, "dtype", (unsigned)r->dtype, 0, DH_DTYPE_F32)) < 0 ||
         (rc = ck_enum(c, "layout", (unsigned)r->layout, 0, DH_LAYOUT_TCHW)) <
             0 ||
-        (rc = ck_result_shape(c, r)) < 0)
+        (rc = ck_result_shape(c, r)) < 0 ||
+        (rc = ck_real(c, "service_ms", r->service_ms, 0,
+                      DH_WIRE_MAX_LATENCY_MS)) < 0)
         return rc;
     if ((rc = ck_count(c, "sample_ids", r->sample_ids, r->n_samples,
                        DH_WIRE_MAX_SAMPLES)) < 0 ||

@@ -174,6 +174,7 @@ static void result_pb(struct dh__wire_pb_out *o, const struct dh_wire_result *r)
     pb->sample_ids = r->sample_ids;
     pb->n_valid_frames = r->n_samples;
     pb->valid_frames = r->valid_frames;
+    pb->service_ms = r->service_ms;
     o->env.result_notice = pb;
 }
 
@@ -477,6 +478,7 @@ static int result_from_pb(const struct dh__wire_ck *c, struct dh_wire_result *r,
     r->slot_generation = pb->slot_generation;
     r->dtype = (enum dh_dtype)pb->dtype;
     r->layout = (enum dh_layout)pb->layout;
+    r->service_ms = pb->service_ms;
     return 0;
 }
 

@@ -26,4 +26,8 @@ PyObject *dhpy_raise(int rc, const struct dh_err *e);
 /* Adds the Client, Batch and Part types to `m`; -1 on error. */
 int dhpy_client_init(PyObject *m);
 
+/* Adds Arena and python_index() (dhpy_pyds.c: what DistributedDataLoader
+ * and its DataServer workers need); -1 on error. */
+int dhpy_pyds_init(PyObject *m);
+
 #endif

@@ -219,6 +219,39 @@ static int parse_enum(const char *s, const char *a, const char *b,
     return 0;
 }
 
+/* dataserver_args: a sequence of at most 16 str / bytes / path-likes ->
+ * bytes objects in `keep` (owned; the caller drops them) and their
+ * NULL-terminated char pointers in `argv`. */
+static int dataserver_args(PyObject *seq, PyObject *keep[17],
+                           const char *argv[17])
+{
+    PyObject *f = PySequence_Fast(seq, "dataserver_args must be a sequence "
+                                       "of strings");
+    Py_ssize_t n;
+
+    if (!f)
+        return -1;
+    n = PySequence_Fast_GET_SIZE(f);
+    if (n > 16) {
+        Py_DECREF(f);
+        PyErr_SetString(PyExc_ValueError, "dataserver_args: at most 16");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(f, i),
+                                   &keep[i])) {
+            Py_DECREF(f);
+            for (Py_ssize_t k = 0; k < i; k++)
+                Py_CLEAR(keep[k]);
+            return -1;
+        }
+        argv[i] = PyBytes_AS_STRING(keep[i]);
+    }
+    argv[n] = NULL;
+    Py_DECREF(f);
+    return 0;
+}
+
 static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {
@@ -226,12 +259,16 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
         "height", "layout", "dtype", "prefetch", "microbatches",
         "timeout_ms", "start_timeout_ms", "dataserver", "datahelix_bin",
         "workers", "max_batch", "listen", "seed", "telemetry",
-        "max_restarts", "random_crop", NULL};
+        "max_restarts", "random_crop", "arena_bytes", "dataserver_args",
+        NULL};
     struct dh_client_opts o;
     const char *layout = "THWC", *dtype = "uint8", *tel = NULL;
     unsigned long long seed = 0;
     long long frames = 16;
     int w = 224, h = 224, lay = 0, dt = 0, rc, random_crop = 0;
+    unsigned long long arena_bytes = 0;
+    PyObject *ds_args = NULL, *ds_bytes[17] = {NULL};
+    const char *ds_argv[17] = {NULL};
     struct dh_err e;
 
     if (self->c) {
@@ -240,13 +277,14 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     }
     dh_client_opts_default(&o);
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "ss|IILiissIIiizzIIzKzip", names, &o.coordinator,
+            args, kw, "ss|IILiissIIiizzIIzKzipKO", names, &o.coordinator,
             &o.index_path, &o.rank, &o.world_size, &frames, &w, &h, &layout,
             &dtype, &o.prefetch, &o.microbatches, &o.timeout_ms,
             &o.start_timeout_ms, &o.dataserver, &o.datahelix_bin,
             &o.ds_workers, &o.max_batch, &o.ds_listen, &seed, &tel,
-            &o.max_restarts, &random_crop))
+            &o.max_restarts, &random_crop, &arena_bytes, &ds_args))
         return -1;
+    o.arena_bytes = (size_t)arena_bytes;
     if (parse_enum(layout, "THWC", "TCHW", "layout", &lay) < 0 ||
         parse_enum(dtype, "uint8", "float32", "dtype", &dt) < 0)
         return -1;
@@ -263,9 +301,16 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
         return -1;
     }
     o.telemetry = self->telemetry;
+    /* Last before create: nothing between holds the converted strings. */
+    if (ds_args && ds_args != Py_None &&
+        dataserver_args(ds_args, ds_bytes, ds_argv) < 0)
+        return -1;
+    o.ds_args = ds_argv[0] ? ds_argv : NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = dh_client_create(&o, &self->c, &e);
     Py_END_ALLOW_THREADS
+    for (int i = 0; i < 17; i++) /* the client copied them */
+        Py_XDECREF(ds_bytes[i]);
     if (rc < 0) {
         self->c = NULL;
         dhpy_raise(rc, &e);
@@ -369,10 +414,7 @@ static double now_s(void)
 
 static uint64_t errors_of(struct dh_client *c)
 {
-    struct dh_client_stats st;
-
-    dh_client_stats(c, &st);
-    return st.errors;
+    return dh_client_errors(c);
 }
 
 /* next(timeout_ms=-1): a Batch, or None at the end of the epoch.  Raises
@@ -396,7 +438,10 @@ static PyObject *client_next(ClientObject *self, PyObject *args)
         Py_BEGIN_ALLOW_THREADS
         rc = dh_client_next_for(self->c, SLICE_MS, &b, &e);
         Py_END_ALLOW_THREADS
-        if (rc != DH_ETIMEOUT)
+        /* DH_ETIMEOUT is also the code of a step that failed by a timeout
+         * (a sample watchdog, the arena exhausted): that step is consumed
+         * and counted, and must not be mistaken for an empty slice. */
+        if (rc != DH_ETIMEOUT || errors_of(self->c) > errs)
             break;
         if (PyErr_CheckSignals() < 0) {
             self->busy = 0;
@@ -408,7 +453,7 @@ static PyObject *client_next(ClientObject *self, PyObject *args)
     self->busy = 0;
     if (rc == DH_EEMPTY)
         Py_RETURN_NONE;
-    if (rc == DH_ETIMEOUT)
+    if (rc == DH_ETIMEOUT && errors_of(self->c) == errs)
         return dhpy_raise(rc, &e);
     if (rc < 0) {
         PyObject *exc, *val, *tb, *code;
@@ -439,6 +484,10 @@ static PyObject *client_next(ClientObject *self, PyObject *args)
 static PyObject *client_stats(ClientObject *self, PyObject *unused)
 {
     struct dh_client_stats s;
+    PyObject *d = NULL, *load = NULL;
+    uint32_t ids[256];
+    uint64_t parts[256];
+    size_t n;
 
     (void)unused;
     if (!self->c) {
@@ -446,14 +495,36 @@ static PyObject *client_stats(ClientObject *self, PyObject *unused)
         return NULL;
     }
     dh_client_stats(self->c, &s);
-    return Py_BuildValue(
-        "{sKsKsKsdsdsdsdsKsKsKsKsKsd}", "steps", s.steps, "errors", s.errors,
-        "misses", s.misses, "input_wait_p50_ms", s.input_wait_p50_ms,
-        "input_wait_p95_ms", s.input_wait_p95_ms, "input_wait_max_ms",
-        s.input_wait_max_ms, "window_p50_ms", s.window_p50_ms, "requests",
-        s.requests, "reissued", s.reissued, "restarts", s.restarts,
-        "late_released", s.late_released, "quarantined", s.quarantined,
-        "elapsed_s", s.elapsed_s);
+    d = Py_BuildValue(
+        "{sKsKsKsdsdsdsdsKsKsKsKsKsdsKsK}", "steps", s.steps, "errors",
+        s.errors, "misses", s.misses, "input_wait_p50_ms",
+        s.input_wait_p50_ms, "input_wait_p95_ms", s.input_wait_p95_ms,
+        "input_wait_max_ms", s.input_wait_max_ms, "window_p50_ms",
+        s.window_p50_ms, "requests", s.requests, "reissued", s.reissued,
+        "restarts", s.restarts, "late_released", s.late_released,
+        "quarantined", s.quarantined, "elapsed_s", s.elapsed_s,
+        "cross_ds_bytes", s.cross_ds_bytes, "batch_bytes", s.batch_bytes);
+    if (!d || !(load = PyDict_New()))
+        goto fail;
+    n = dh_client_server_load(self->c, ids, parts, 256);
+    for (size_t i = 0; i < n && i < 256; i++) {
+        PyObject *k = PyLong_FromUnsignedLong(ids[i]);
+        PyObject *v = PyLong_FromUnsignedLongLong(parts[i]);
+        int rc = k && v ? PyDict_SetItem(load, k, v) : -1;
+
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (rc < 0)
+            goto fail;
+    }
+    if (PyDict_SetItemString(d, "server_parts", load) < 0)
+        goto fail;
+    Py_DECREF(load);
+    return d;
+fail:
+    Py_XDECREF(load);
+    Py_XDECREF(d);
+    return NULL;
 }
 
 static PyObject *client_quarantine(ClientObject *self, PyObject *unused)

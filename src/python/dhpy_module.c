@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "datahelix/index.h"
+#include "datahelix/media.h"
 #include "datahelix/plan.h"
 
 PyObject *dhpy_DataError;
@@ -168,6 +169,52 @@ static PyObject *py_build_index(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* decode(path, frames=16, width=224, height=224) -> bytes: one clip through
+ * the media pipeline (uniform frames, centre crop, THWC uint8), for peers
+ * that want "the same decode" outside the data plane (bench_python.py). */
+static PyObject *py_decode(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"path", "frames", "width", "height", NULL};
+    const char *path;
+    long long frames = 16;
+    int w = 224, h = 224, rc;
+    struct dh_media *m = NULL;
+    struct dh_media_plan p;
+    struct dh_err e;
+    PyObject *out = NULL;
+    int64_t got = 0;
+    size_t len;
+    uint8_t *buf = NULL;
+
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|Lii", names, &path,
+                                     &frames, &w, &h))
+        return NULL;
+    dh_media_plan_init(&p);
+    p.frames = frames;
+    p.width = w;
+    p.height = h;
+    if (dh_media_plan_check(&p, &e) < 0)
+        return dhpy_raise(DH_EINVAL, &e);
+    len = dh_media_plan_bytes(&p, frames);
+    if (!(buf = PyMem_RawMalloc(len + DH_MEDIA_DST_PAD)))
+        return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS
+    rc = dh_media_create(&m, &e);
+    if (rc == 0)
+        rc = dh_media_open(m, path, &e);
+    if (rc == 0)
+        rc = dh_media_select(m, &p, &got, &e);
+    if (rc == 0)
+        rc = dh_media_decode(m, &p, buf, len + DH_MEDIA_DST_PAD, NULL, &e);
+    dh_media_destroy(m);
+    Py_END_ALLOW_THREADS
+    if (rc == 0)
+        out = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)len);
+    PyMem_RawFree(buf);
+    return rc < 0 ? dhpy_raise(rc, &e) : out;
+}
+
 /* ---- Index ---- */
 
 typedef struct {
@@ -290,6 +337,10 @@ static PyMethodDef module_methods[] = {
      "balance=0, drop_last=True, subset=None) -> (ids, offsets): rank's "
      "sample ids of the epoch's plan, step k = ids[offsets[k]:offsets[k+1]] "
      "(both bytes of native uint64); subset: plan only these ids"},
+    {"decode", (PyCFunction)(void (*)(void))py_decode,
+     METH_VARARGS | METH_KEYWORDS,
+     "decode(path, frames=16, width=224, height=224) -> bytes: the clip's "
+     "uniformly sampled frames, centre-cropped, THWC uint8"},
     {"build_index", py_build_index, METH_VARARGS,
      "build_index(table.jsonl, out.dhx): compile a descriptor table"},
     {NULL, NULL, 0, NULL},
@@ -323,7 +374,7 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddIntConstant(m, "BALANCE_FIXED", DH_BALANCE_FIXED) < 0 ||
         PyModule_AddIntConstant(m, "BALANCE_FREE", DH_BALANCE_FREE) < 0 ||
         PyModule_AddIntConstant(m, "BALANCE_NONE", DH_BALANCE_NONE) < 0 ||
-        dhpy_client_init(m) < 0)
+        dhpy_client_init(m) < 0 || dhpy_pyds_init(m) < 0)
         goto fail;
     return m;
 fail:

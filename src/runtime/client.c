@@ -534,6 +534,30 @@ static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
     fflush(c->telemetry);
 }
 
+/* Bytes moved and the server each part came from (mu held). */
+static void count_load(struct dh_client *c, const size_t *idx)
+{
+    uint64_t k = c->next_consume;
+
+    for (uint32_t j = 0; j < c->mb; j++) {
+        const struct cl_sent *s = &c->sent[(k % c->prefetch) * c->mb + j];
+        const struct cl_result *r = &c->pool[idx[j]];
+        uint32_t who = s->route_server ? s->route_server
+                                       : c->arenas[r->arena].server_id;
+        size_t i;
+
+        c->st.batch_bytes += r->ref.len;
+        if (who != c->arenas[r->arena].server_id)
+            c->st.cross_ds_bytes += r->ref.len;
+        for (i = 0; i < c->n_load && c->load[i].id != who; i++)
+            ;
+        if (i == c->n_load && c->n_load < CL_MAX_LOAD)
+            c->load[c->n_load++].id = who;
+        if (i < c->n_load)
+            c->load[i].parts++;
+    }
+}
+
 /* The step's parts are all in (mu held): builds the batch or the error,
  * empties the pool entries. */
 static int finish_step(struct dh_client *c, const size_t *idx, double wait,
@@ -600,6 +624,7 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
         }
         atomic_fetch_add(&c->refs, 1);
         c->st.steps++;
+        count_load(c, idx);
         *out = &b->pub;
     }
     for (uint32_t j = 0; j < c->mb; j++) {
@@ -754,6 +779,33 @@ void dh_client_stats(struct dh_client *c, struct dh_client_stats *out)
         dh__free(tmp);
     }
     pthread_mutex_unlock(&c->mu);
+}
+
+uint64_t dh_client_errors(struct dh_client *c)
+{
+    uint64_t n;
+
+    pthread_mutex_lock(&c->mu);
+    n = c->st.errors;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+size_t dh_client_server_load(struct dh_client *c, uint32_t *ids,
+                             uint64_t *parts, size_t cap)
+{
+    size_t n;
+
+    pthread_mutex_lock(&c->mu);
+    n = c->n_load;
+    for (size_t i = 0; i < n && i < cap; i++) {
+        if (ids)
+            ids[i] = c->load[i].id;
+        if (parts)
+            parts[i] = c->load[i].parts;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return n;
 }
 
 size_t dh_client_quarantine(struct dh_client *c, uint64_t *out, size_t cap)

@@ -27,6 +27,7 @@
 #include "runtime/local_link.h"
 
 #define CL_MAX_ARENAS 64 /* the first server and its restarts */
+#define CL_MAX_LOAD 256  /* servers tracked in the per-server load */
 
 struct cl_arena {
     uint32_t server_id;
@@ -110,6 +111,8 @@ struct dh_client {
     uint64_t *quar;
     size_t n_quar, cap_quar;
     struct dh_client_stats st; /* counters (mu) */
+    struct { uint32_t id; uint64_t parts; } load[CL_MAX_LOAD]; /* (mu) */
+    size_t n_load;
 };
 
 uint64_t dh__cl_now_ms(void);

@@ -273,7 +273,12 @@ static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
     }
     c->servers[slot].last_seen_ms = now;
     c->servers[slot].peer = *from;
-    if (dh_place_heartbeat(c->place, slot, (int32_t)h->queue_depth,
+    /* The wire's queue_depth counts running tasks too; placement wants
+     * the queued ones beside the busy workers. */
+    if (dh_place_heartbeat(c->place, slot,
+                           (int32_t)(h->queue_depth > h->busy_workers
+                                         ? h->queue_depth - h->busy_workers
+                                         : 0),
                            (int32_t)h->busy_workers, h->latency_ms) < 0)
         dh__co_malformed(c, from, "heartbeat of server %u out of range",
                          h->server_id);

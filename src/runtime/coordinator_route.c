@@ -426,8 +426,10 @@ static void note_alive(struct dh_coordinator *c, const struct co_peer *from,
         }
 }
 
+/* service_ms: the server's own time on the task (0: unknown, then the
+ * time since routing, which includes its time queued there). */
 static void complete_task(struct dh_coordinator *c, struct co_task *t,
-                          uint64_t now)
+                          uint64_t now, double service_ms)
 {
     const struct co_server *s = t->server >= 0 ? &c->servers[t->server]
                                                : NULL;
@@ -436,7 +438,8 @@ static void complete_task(struct dh_coordinator *c, struct co_task *t,
      * registration: its work leaves the queue and the EWMA learns. */
     if (s && s->used && s->gen == t->server_gen &&
         dh_place_complete(c->place, t->server, t->work_ms,
-                          (double)(now - t->since_ms)) < 0)
+                          service_ms > 0 ? service_ms
+                                         : (double)(now - t->since_ms)) < 0)
         fprintf(stderr, "datahelix: coordinator: placement lost server "
                 "slot %d\n", (int)t->server); /* cannot happen */
     task_remove(c, t->req.task.id);
@@ -467,7 +470,7 @@ void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
     CO_SET(c, inflight, dh_inflight_count(c->inflight));
     (void)dh__co_send(c, &t->client, m);
     CO_INC(c, results);
-    complete_task(c, t, now);
+    complete_task(c, t, now, is_result ? m->u.result.service_ms : 0);
     dh__co_drain(c, now);
 }
 

@@ -34,13 +34,16 @@ void dh_dataserver_opts_default(struct dh_dataserver_opts *o)
     o->sample_timeout_ms = 60000;
     o->deliver_timeout_ms = 5000;
     o->client_fd = -1;
+    o->python_workers = 1;
+    o->python_job_timeout_ms = 600000;
 }
 
 /* ---- the loop ---- */
 
 static int serve_once(struct dh_dataserver *s, struct dh_err *e)
 {
-    zmq_pollitem_t it[4] = {{.socket = s->sock, .events = ZMQ_POLLIN}};
+    zmq_pollitem_t it[4 + DS_PY_MAX_WORKERS] = {
+        {.socket = s->sock, .events = ZMQ_POLLIN}};
     int n = 1, li = -1, ai = -1, rc;
 
     if (s->link_fd >= 0) {
@@ -53,6 +56,8 @@ static int serve_once(struct dh_dataserver *s, struct dh_err *e)
     }
     if (dh__ds_payload_wants_input(s))
         it[n++] = (zmq_pollitem_t){.socket = s->psock, .events = ZMQ_POLLIN};
+    if (s->py) /* a worker's message wakes the loop (dh__ds_collect) */
+        n += dh__ds_py_pollitems(s, it + n);
     if (zmq_poll(it, n, DS_POLL_MS) < 0 && zmq_errno() != EINTR)
         return dh_err_set(e, DH_EIO, "polling coordinator %s: %s", s->coord,
                           zmq_strerror(zmq_errno()));
@@ -108,6 +113,12 @@ static int check_mode(const struct dh_dataserver_opts *o, struct dh_err *e)
         return dh_err_set(e, DH_EINVAL, "dataserver: with --listen the "
                           "announced address is the bound one or "
                           "--advertise, not `addr`");
+    /* Unpickling runs code: only a dataset named by the client that
+     * started this server (its command line) is accepted. */
+    if (o->python_dataset && (o->remote || o->client_fd < 0))
+        return dh_err_set(e, DH_EINVAL, "dataserver: --python-dataset needs "
+                          "--client-fd (a dataset is accepted only from the "
+                          "client that started this server)");
     return 0;
 }
 
@@ -180,15 +191,19 @@ static int open_parts(struct dh_dataserver *s,
 {
     int rc;
 
-    if ((rc = dh__ds_jobs_init(s, (size_t)o->workers *
-                                      (DS_QUEUE_PER_THREAD + 1), e)) < 0 ||
+    size_t jobs = (size_t)o->workers * (DS_QUEUE_PER_THREAD + 1);
+
+    if (o->python_dataset && jobs < DS_PY_JOBS)
+        jobs = DS_PY_JOBS;
+    if ((rc = dh__ds_jobs_init(s, jobs, e)) < 0 ||
         (rc = dh_index_open(o->index_path, 0, &s->ix, e)) < 0 ||
         (rc = dh_arena_create(o->arena_bytes, &s->arena, e)) < 0 ||
         (rc = arena_capacity(s, e)) < 0 ||
         (rc = dh_workers_create(o->workers, s->ix, s->arena,
                                 o->workers * DS_QUEUE_PER_THREAD, &s->pool,
                                 e)) < 0 ||
-        (rc = open_sockets(s, o, e)) < 0)
+        (rc = open_sockets(s, o, e)) < 0 ||
+        (o->python_dataset && (rc = dh__ds_py_create(s, o, e)) < 0))
         return rc;
     if (o->client_socket &&
         (s->listen_fd = dh__link_listen(o->client_socket, e)) < 0)
@@ -282,6 +297,8 @@ void dh_dataserver_destroy(struct dh_dataserver *s)
 {
     if (!s)
         return;
+    dh__ds_py_destroy(s); /* its workers use the arena; link_fd says
+                             whether the client went away */
     if (s->link_fd >= 0)
         close(s->link_fd);
     if (s->listen_fd >= 0)

@@ -12,6 +12,8 @@
  *                         the arena (DESIGN.md 8: the one copy on arrival)
  *   dataserver_remote.c   remote mode: batches sent zero-copy from the
  *                         private staging arena to their delivery target
+ *   dataserver_python.c   Python-dataset mode: jobs run by Python worker
+ *                         processes this server starts (DistributedDataLoader)
  *
  * Locking: none.  Everything is owned by the thread in dh_dataserver_run()
  * (create / destroy by the same caller); only the atomic counters are read
@@ -123,6 +125,7 @@ struct dh_dataserver {
     void *psock;      /* local --listen: ROUTER for payloads, or NULL */
     struct ds_job *jobs;
     size_t n_jobs;
+    struct ds_py *py; /* Python-dataset mode (dataserver_python.c), or NULL */
     struct ds_sent sent[DS_N_SENT];
     struct ds_peer *peers; /* remote: DS_MAX_PEERS */
     struct ds_inbox inbox;
@@ -184,6 +187,30 @@ void dh__ds_drop_slot(struct dh_dataserver *s, const struct dh_slot_ref *r);
 int dh__ds_result_fill(struct dh_wire_msg *m, const struct ds_job *j,
                        const struct dh_work_done *d, uint32_t server_id,
                        struct dh_err *e) DH_MUST_CHECK;
+
+/* ---- dataserver_python.c: Python-dataset mode ---- */
+/* Jobs the table holds in Python mode (the client's prefetch window is at
+ * most 256 steps, so a request is never turned away as "busy"). */
+#define DS_PY_JOBS 512
+#define DS_PY_MAX_WORKERS 64
+struct ds_py;
+/* Checks the python_* options and starts the workers (they get ready in
+ * the background; jobs wait for them). */
+int dh__ds_py_create(struct dh_dataserver *s,
+                     const struct dh_dataserver_opts *o,
+                     struct dh_err *e) DH_MUST_CHECK;
+/* Closes the workers' sockets, waits a moment, SIGKILLs the rest and
+ * reaps them all; releases slots they held.  Before the arena goes. */
+void dh__ds_py_destroy(struct dh_dataserver *s);
+/* Queues job j (ids, task set) for a worker; a job that cannot run (the
+ * workers cannot start) is answered with an ErrorNotice and cleared. */
+void dh__ds_py_submit(struct dh_dataserver *s, struct ds_job *j);
+/* One turn: worker messages -> notices, deaths and the watchdog ->
+ * ErrorNotices and replacements, queued jobs -> idle workers. */
+void dh__ds_py_serve(struct dh_dataserver *s);
+/* Adds a POLLIN item per live worker socket (at most DS_PY_MAX_WORKERS);
+ * returns how many. */
+int dh__ds_py_pollitems(const struct dh_dataserver *s, zmq_pollitem_t *it);
 
 /* ---- dataserver_link.c: handing the arena to the client ---- */
 int dh__ds_send_hello(struct dh_dataserver *s, int fd,

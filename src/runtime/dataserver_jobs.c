@@ -133,6 +133,11 @@ static int job_submit(struct dh_dataserver *s, struct ds_job *j,
     j->task = rq->task;
     j->target_id = r->target_server_id;
     memcpy(j->target_addr, r->target_addr, sizeof(j->target_addr));
+    if (s->py) { /* Python-dataset mode: the plan does not apply */
+        j->used = 1;
+        dh__ds_py_submit(s, j);
+        return 0;
+    }
     dh_wire_plan_to_media(&rq->plan, &j->plan);
     w = (struct dh_work){.task_id = rq->task.id, .epoch = rq->task.epoch,
                          .ids = j->ids, .n = j->n, .plan = &j->plan,
@@ -251,6 +256,8 @@ int dh__ds_result_fill(struct dh_wire_msg *m, const struct ds_job *j,
     r->ndims = fill_dims(j, r->dims);
     r->dtype = j->plan.dtype;
     r->layout = j->plan.layout;
+    r->service_ms = d->decode_ms > 0 && d->decode_ms < DH_WIRE_MAX_LATENCY_MS
+                        ? d->decode_ms : 0;
     rc = dh_wire_set_result_samples(r, j->ids, valid, j->n, e);
     dh__free(valid);
     return rc;
@@ -325,6 +332,8 @@ void dh__ds_collect(struct dh_dataserver *s)
 {
     struct dh_work_done d;
 
+    if (s->py)
+        dh__ds_py_serve(s);
     while (dh_workers_wait(s->pool, &d, 0) == 0) {
         on_done(s, &d);
         dh_work_done_fini(&d);

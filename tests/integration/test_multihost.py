@@ -24,6 +24,7 @@ import time
 import pytest
 
 from conftest import run_dh, _binary
+from procs import alive, children, plan_ids, read_ids, wait_until
 
 SMALL = ["--frames", "4", "--size", "32x32"]
 PORT = 7500                     # free by construction: A is a fresh namespace
@@ -41,40 +42,6 @@ def ip(*args, check=True, timeout=20):
     return p
 
 
-def alive(pid):
-    """True if `pid` exists and is not a zombie."""
-    try:
-        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
-
-
-def children(pid):
-    out = []
-    for d in pathlib.Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.append(int(d.name))
-    return out
-
-
-def wait_until(pred, seconds, step=0.02):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
-
-
 def end_pid(pid, seconds=5):
     """SIGTERM, then SIGKILL after `seconds`; for pids we are not the parent
     of (a consumer's embedded server after its consumer died)."""
@@ -85,24 +52,6 @@ def end_pid(pid, seconds=5):
             return
         if wait_until(lambda: not alive(pid), seconds):
             return
-
-
-def plan_ids(manifest, world, batch, epoch=0, seed=0):
-    """Per rank, the ids the plan gives it, in step order."""
-    p = run_dh("plan", "--manifest", manifest, "--world-size", world,
-               "--batch-size", batch, "--epoch", epoch, "--seed", seed,
-               "--json", check=True)
-    per_rank = [[] for _ in range(world)]
-    for line in p.stdout.splitlines():
-        rec = json.loads(line)
-        if "ranks" in rec:
-            for r, ids in enumerate(rec["ranks"]):
-                per_rank[r].extend(ids)
-    return per_rank
-
-
-def read_ids(path):
-    return [int(x) for x in pathlib.Path(path).read_text().split()]
 
 
 def read_jsonl(path):
@@ -365,7 +314,7 @@ def finish(ranks, seconds=60):
 def check_exactly_once(hosts, manifest, epochs):
     want = [[], []]
     for ep in range(epochs):
-        per_rank = plan_ids(manifest, 2, 2, epoch=ep)
+        per_rank, _ = plan_ids(manifest, 2, 2, epoch=ep)
         for r in range(2):
             want[r].extend(per_rank[r])
     got = [read_ids(hosts.tmp / f"ids{r}") for r in range(2)]

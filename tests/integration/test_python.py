@@ -7,13 +7,10 @@ sample once; state_dict() resumes mid-epoch exactly; a corrupt clip raises
 at its step or is skipped; len / set_epoch / iterating twice behave as in
 torch; nothing outlives the training process, even after SIGKILL.
 """
-import array
 import json
 import os
 import pathlib
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,6 +19,7 @@ import time
 import pytest
 
 from conftest import ROOT, run_dh, _binary
+from procs import alive, descendants, free_port, plan_steps
 
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
@@ -49,10 +47,7 @@ def binary_env(monkeypatch):
 
 
 def plan(manifest, world, batch, epoch=0):
-    p = run_dh("plan", "--manifest", manifest, "--world-size", world,
-               "--batch-size", batch, "--epoch", epoch, "--json", check=True)
-    return [json.loads(x)["ranks"] for x in p.stdout.splitlines()
-            if '"ranks"' in x]
+    return plan_steps(manifest, world, batch, epoch)
 
 
 def rows(manifest):
@@ -220,12 +215,6 @@ def test_corrupt_clip_raises_at_its_step_or_is_skipped(dataset, tmp_path):
         assert st["skipped"] == 1 and st["quarantine"] == [3]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 RANK_SCRIPT = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, sys.argv[1])
@@ -297,32 +286,6 @@ KILL_SCRIPT = textwrap.dedent("""
 """)
 
 
-def descendants(pid):
-    kids, frontier = [], [pid]
-    while frontier:
-        p = frontier.pop()
-        for d in pathlib.Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                st = (d / "stat").read_text()
-            except OSError:
-                continue
-            f = st[st.rindex(")") + 2:].split()
-            if int(f[1]) == p and f[0] != "Z":
-                kids.append(int(d.name))
-                frontier.append(int(d.name))
-    return kids
-
-
-def gone(pid):
-    try:
-        st = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return st[st.rindex(")") + 2:].split()[0] == "Z"
-
-
 def test_sigkill_of_training_process_leaves_nothing(dataset):
     m = dataset / "m.jsonl"
     datahelix.DataLoader(m, **SMALL).close()
@@ -341,13 +304,13 @@ def test_sigkill_of_training_process_leaves_nothing(dataset):
         if p.poll() is None:
             p.kill()
     end = time.monotonic() + 5
-    while time.monotonic() < end and not all(gone(k) for k in kids):
+    while time.monotonic() < end and any(alive(k) for k in kids):
         time.sleep(0.05)
-    assert all(gone(k) for k in kids), "a child outlived the training process"
+    assert not any(alive(k) for k in kids), "a child outlived the training process"
     assert set(os.listdir("/dev/shm")) - shm == set()
 
 
-def test_bad_arguments_and_unimplemented(dataset, tmp_path):
+def test_bad_arguments(dataset, tmp_path):
     m = dataset / "m.jsonl"
     with pytest.raises(ValueError):
         datahelix.DataLoader(m, on_error="ignore")
@@ -355,8 +318,6 @@ def test_bad_arguments_and_unimplemented(dataset, tmp_path):
         datahelix.DataLoader(m, rank=2, world_size=2)
     with pytest.raises(FileNotFoundError):
         datahelix.DataLoader(tmp_path / "missing.jsonl")
-    with pytest.raises(NotImplementedError, match="not implemented yet"):
-        datahelix.DistributedDataLoader(None, batch_size=2)
 
 
 TRAIN_SCRIPT = textwrap.dedent("""

@@ -20,81 +20,19 @@ import time
 import pytest
 
 from conftest import run_dh, _binary
+from procs import (children, plan_ids, read_ids, wait_gone,
+                   wait_until)
 
 SMALL = ["--frames", "4", "--size", "32x32"]
 
 
 # ---- helpers ---------------------------------------------------------------
 
-def children(pid):
-    """Pids whose parent is `pid` (from /proc), zombies excluded."""
-    out = []
-    for d in pathlib.Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.append(int(d.name))
-    return out
-
-
-def alive(pid):
-    """True if `pid` exists and is not a zombie."""
-    try:
-        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
-
-
-def wait_gone(pid, seconds):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if not alive(pid):
-            return True
-        time.sleep(0.02)
-    return not alive(pid)
-
-
-def wait_until(pred, seconds):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    return pred()
-
-
 def shm_entries():
     try:
         return set(os.listdir("/dev/shm"))
     except OSError:
         return set()
-
-
-def plan_ids(manifest, world, batch, epoch=0, seed=0):
-    """Per rank, the ids the plan gives it, in step order."""
-    p = run_dh("plan", "--manifest", manifest, "--world-size", world,
-               "--batch-size", batch, "--epoch", epoch, "--seed", seed,
-               "--json", check=True)
-    per_rank = [[] for _ in range(world)]
-    steps = []
-    for line in p.stdout.splitlines():
-        rec = json.loads(line)
-        if "ranks" in rec:
-            steps.append(rec["ranks"])
-            for r, ids in enumerate(rec["ranks"]):
-                per_rank[r].extend(ids)
-    return per_rank, steps
-
-
-def read_ids(path):
-    return [int(x) for x in pathlib.Path(path).read_text().split()]
 
 
 def summary_of(stdout):

@@ -576,6 +576,44 @@ static void exits_when_no_local_server_is_left(void **state)
     free(f);
 }
 
+/* A heartbeat's queue_depth counts the running tasks too (wire.h): with
+ * 1 worker and a cap of 4, three tasks in flight (one running, two
+ * queued) leave room for a fourth; counting the running one twice would
+ * hold it back. */
+static void heartbeat_queue_depth_includes_running_tasks(void **state)
+{
+    struct fx *f = start("least-request", 60000, 4);
+    void *a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
+    void *cl = client(f, 0);
+    struct dh_wire_msg m;
+
+    (void)state;
+    for (uint32_t step = 0; step < 3; step++) {
+        request(cl, step);
+        expect_route(a, step, 1);
+    }
+    dh_wire_msg_init(&m, DH_WIRE_HEARTBEAT);
+    m.u.heartbeat.server_id = 1;
+    m.u.heartbeat.seq = 1;
+    m.u.heartbeat.queue_depth = 3;
+    m.u.heartbeat.busy_workers = 1;
+    send_msg(a, &m);
+    /* The heartbeat and the request travel on different sockets: give the
+     * heartbeat time to be handled first (it takes microseconds). */
+    {
+        struct timespec ts = {0, 300000000};
+
+        nanosleep(&ts, NULL);
+    }
+    ASSERT_STAT(f, malformed, 0);
+    request(cl, 3);
+    expect_route(a, 3, 1);
+    ASSERT_STAT(f, pending, 0);
+    zmq_close(a);
+    zmq_close(cl);
+    stop_and_free(f);
+}
+
 static void backpressure_queues_then_routes(void **state)
 {
     struct fx *f = start("least-request", 5000, 1); /* cap 1 x 1 worker */
@@ -681,6 +719,7 @@ int main(void)
         cmocka_unit_test(new_local_server_supersedes_old),
         cmocka_unit_test(pending_bound_counts_only_waiting_requests),
         cmocka_unit_test(exits_when_no_local_server_is_left),
+        cmocka_unit_test(heartbeat_queue_depth_includes_running_tasks),
         cmocka_unit_test(remote_only_when_local_takes_payloads),
         cmocka_unit_test(backpressure_queues_then_routes),
         cmocka_unit_test(malformed_is_counted_and_loop_keeps_serving),

@@ -104,6 +104,7 @@ static void fill_result(struct dh_wire_result *r)
     r->dtype = DH_DTYPE_F32;
     r->layout = DH_LAYOUT_TCHW;
     r->length = 3 * 16 * 2 * 4 * 3 * 4; /* exactly the tensor */
+    r->service_ms = 12.5;
     assert_int_equal(dh_wire_set_result_samples(r, ids, vf, 3, NULL), 0);
 }
 
@@ -247,6 +248,7 @@ static void assert_result_eq(const struct dh_wire_result *a,
     assert_memory_equal(a->dims, b->dims, a->ndims * sizeof(a->dims[0]));
     assert_int_equal(a->dtype, b->dtype);
     assert_int_equal(a->layout, b->layout);
+    assert_true(a->service_ms == b->service_ms);
     assert_int_equal(a->n_samples, b->n_samples);
     assert_memory_equal(a->sample_ids, b->sample_ids,
                         a->n_samples * sizeof(*a->sample_ids));
@@ -821,6 +823,12 @@ static void mutate(struct pb *p, int id)
     case 93:
         p->res.server_id = 0;
         break;
+    case 94:
+        p->res.service_ms = -1;
+        break;
+    case 95:
+        p->res.service_ms = 2e9;
+        break;
     case 100:
         p->err.path = bin_n(DH_WIRE_MAX_PATH + 1);
         break;
@@ -946,6 +954,8 @@ static const struct rule rules[] = {
     {DH_WIRE_RESULT_NOTICE, 91, DH_EFORMAT, "result_notice.layout 9"},
     {DH_WIRE_RESULT_NOTICE, 92, DH_EFORMAT, "more than length"},
     {DH_WIRE_RESULT_NOTICE, 93, DH_EFORMAT, "result_notice.server_id 0"},
+    {DH_WIRE_RESULT_NOTICE, 94, DH_EFORMAT, "result_notice.service_ms -1"},
+    {DH_WIRE_RESULT_NOTICE, 95, DH_EFORMAT, "result_notice.service_ms 2e+09"},
     {DH_WIRE_ERROR_NOTICE, 100, DH_ETOOBIG, "error_notice.path: 4097"},
     {DH_WIRE_ERROR_NOTICE, 101, DH_ETOOBIG, "error_notice.message: 4097"},
     {DH_WIRE_ERROR_NOTICE, 102, DH_EFORMAT, "error_notice.path contains"},

@@ -1,0 +1,263 @@
+"""A DataServer's Python worker (not a public module): what
+`datahelix dataserver --python-dataset FILE` starts for
+datahelix.DistributedDataLoader (src/runtime/dataserver_python.c has the
+protocol; docs/python.md "DistributedDataLoader").
+
+    python -m datahelix._worker --fd 3 --arena-fd 4 --dataset FILE
+        --worker-id I --num-workers N --seed S --alloc-timeout-ms MS
+        --server-id ID
+
+It loads the pickled dataset (only from a file of its own user that nobody
+else may write: unpickling runs code), runs worker_init_fn, says ready,
+then for each job - a header id (bit 63: the iteration's base seed) and
+dataset indices - calls dataset[i] for each index (the random generators
+of `random`, torch and numpy seeded from (base seed, index) first, so a
+sample's random draws do not depend on which worker ran it), collates,
+and writes the batch into a slot of the server's arena (datahelix._slot).
+An exception of the dataset or collate_fn goes into the slot too, with its
+traceback; the rank re-raises it.  It ends at EOF on its socket, and with
+the server in any case (PR_SET_PDEATHSIG).
+"""
+import argparse
+import os
+import pickle
+import random
+import socket
+import stat
+import struct
+import sys
+import traceback
+
+HDR_BIT = 1 << 63
+M64 = (1 << 64) - 1
+MAX_TEXT = 4000
+
+
+def sample_seed(base, index):
+    """splitmix64 of (base seed, sample index), 63 bits."""
+    z = (base + (index + 1) * 0x9E3779B97F4A7C15) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return (z ^ (z >> 31)) & (M64 >> 1)
+
+
+def _summary(exc):
+    lines = traceback.format_exception_only(type(exc), exc)
+    return "".join(lines).strip()[-MAX_TEXT:]
+
+
+def _check_owner(path):
+    """Unpickling runs code: the file and its folder must be this user's
+    and writable by nobody else."""
+    for p in (path, os.path.dirname(os.path.abspath(path))):
+        st = os.stat(p)
+        if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP |
+                                                     stat.S_IWOTH):
+            raise PermissionError(
+                f"{p} is not owned by uid {os.getuid()} or is writable by "
+                "others: refusing to unpickle the dataset from it")
+
+
+def load_config(path):
+    _check_owner(path)
+    with open(path, "rb") as f:
+        outer = pickle.load(f)  # plain types only
+    if outer.get("version") != 1:
+        raise ValueError(f"{path}: unknown dataset file version "
+                         f"{outer.get('version')!r}")
+    # The rank's import path, so that the dataset's classes import here
+    # as they did there.
+    sys.path[:] = list(outer["sys_path"]) + [p for p in sys.path
+                                             if p not in outer["sys_path"]]
+    return pickle.loads(outer["payload"])
+
+
+class Worker:
+    def __init__(self, a, sock):
+        import torch
+        from torch.utils.data._utils import collate as tcollate
+        from torch.utils.data._utils import worker as tworker
+
+        from . import _C, _slot
+
+        self.torch, self.tworker, self.slot = torch, tworker, _slot
+        self.a, self.sock = a, sock
+        self.id, self.n = a.worker_id, a.num_workers
+        self.arena = _C.Arena(a.arena_fd)
+        os.close(a.arena_fd)
+        torch.set_num_threads(1)
+        cfg = load_config(a.dataset)
+        self.dataset = cfg["dataset"]
+        self.collate_fn = cfg["collate_fn"]
+        self.auto = cfg["auto_collation"]
+        self.default_collate = self.collate_fn in (tcollate.default_collate,
+                                                   tcollate.default_convert)
+        self.base = None
+        self.set_base(a.seed)
+        self.seed_all(a.seed + self.id)  # as torch seeds a worker
+        if cfg.get("worker_init_fn") is not None:
+            cfg["worker_init_fn"](self.id)
+
+    def set_base(self, base):
+        """A new iteration's base seed: get_worker_info().seed follows."""
+        self.base = base
+        self.info = self.tworker.WorkerInfo(id=self.id, num_workers=self.n,
+                                            seed=base + self.id,
+                                            dataset=self.dataset)
+        self.tworker._worker_info = self.info
+
+    def seed_all(self, s):
+        random.seed(s)
+        self.torch.manual_seed(s)
+        np = sys.modules.get("numpy")
+        if np is not None:
+            np.random.seed(s & 0xFFFFFFFF)
+
+    # -- messages --
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def progress(self, task, i):
+        try:  # advisory: names the sample if this worker dies on it
+            self.sock.send(b"DHPS" + struct.pack("<QQ", task, i),
+                           socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def fail(self, task, sample, code, text):
+        self.send(b"DHPE" + struct.pack("<QQi", task, sample, code) +
+                  text.encode("utf-8", "replace")[:MAX_TEXT])
+
+    def recv_job(self):
+        """(task, ids), or None at EOF."""
+        m = self.sock.recv(65536)
+        if not m:
+            return None
+        if len(m) < 16 or m[:4] != b"DHPJ":
+            raise RuntimeError("protocol: expected a job")
+        n, task = struct.unpack_from("<IQ", m, 4)
+        ids = list(struct.unpack_from(f"<{(len(m) - 16) // 8}Q", m, 16))
+        while len(ids) < n:
+            c = self.sock.recv(65536)
+            if not c:
+                return None
+            if c[:4] != b"DHPC":
+                raise RuntimeError("protocol: expected the rest of a job")
+            (k,) = struct.unpack_from("<I", c, 4)
+            ids += struct.unpack_from(f"<{k}Q", c, 8)
+        return task, ids
+
+    # -- a job --
+
+    def collate(self, data):
+        if not self.default_collate:
+            return self.collate_fn(data)
+        # torch's default_collate puts its output in shared memory when it
+        # runs in a worker; here the batch is copied into the arena anyway.
+        self.tworker._worker_info = None
+        try:
+            return self.collate_fn(data)
+        finally:
+            self.tworker._worker_info = self.info
+
+    def load(self, task, ids):
+        """The batch, or raises with `self.failed` = the index that did."""
+        base = ids[0] & ~HDR_BIT
+        if base != self.base:
+            self.set_base(base)
+        data = []
+        for i in ids[1:]:
+            self.failed = i
+            self.progress(task, i)
+            self.seed_all(sample_seed(base, i))
+            data.append(self.dataset[i])
+        self.failed = None
+        return self.collate(data if self.auto else data[0])
+
+    def put(self, task, plan):
+        """Writes `plan` into a new slot and hands it over (DHPD)."""
+        try:
+            ref = self.arena.alloc(plan.nbytes, self.a.alloc_timeout_ms)
+        except Exception as e:  # arena exhausted (TimeoutError), too big
+            self.fail(task, self.failed_or_none(),
+                      getattr(e, "code", -3), f"{_summary(e)} (a batch of "
+                      f"{plan.nbytes} bytes)")
+            return
+        # The server now knows the slot: if this process dies, it goes back.
+        self.send(b"DHPA" + struct.pack("<QQQI", task, *ref))
+        try:
+            plan.write(self.arena.view(*ref))
+        except Exception as e:
+            self.fail(task, self.failed_or_none(), -3,
+                      f"writing the batch into the arena: {_summary(e)}")
+            return
+        self.send(b"DHPD" + struct.pack("<QQQI", task, *ref))
+
+    def failed_or_none(self):
+        return self.failed if self.failed is not None else (1 << 64) - 1
+
+    def run_job(self, task, ids):
+        self.failed = None
+        if not ids or not ids[0] & HDR_BIT:
+            self.fail(task, (1 << 64) - 1, -2, "protocol: a job without its "
+                      "header id (is this server started by a "
+                      "DistributedDataLoader?)")
+            return
+        where = f"in DataServer {self.a.server_id} Python worker {self.id}"
+        try:
+            batch = self.load(task, ids)
+            plan = self.slot.plan_batch(batch)
+        except Exception:
+            plan = self.slot.plan_error(sys.exc_info(), self.id, os.getpid(),
+                                        self.failed, where)
+        del ids
+        self.put(task, plan)
+
+    def serve(self):
+        self.send(b"DHPR" + struct.pack("<I", os.getpid()))
+        while True:
+            job = self.recv_job()
+            if job is None:
+                return 0
+            self.run_job(*job)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m datahelix._worker")
+    p.add_argument("--fd", type=int, required=True)
+    p.add_argument("--arena-fd", type=int, required=True)
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--worker-id", type=int, required=True)
+    p.add_argument("--num-workers", type=int, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--alloc-timeout-ms", type=int, default=30000)
+    p.add_argument("--server-id", type=int, default=0)
+    a = p.parse_args(argv)
+    sock = socket.socket(fileno=a.fd)
+    # Sends are bounded: a server that stops reading for a minute is gone.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                    struct.pack("ll", 60, 0))
+    try:
+        w = Worker(a, sock)
+    except BaseException as e:
+        sys.stderr.write(f"datahelix: python worker {a.worker_id} (pid "
+                         f"{os.getpid()}) could not load the dataset "
+                         f"{a.dataset}:\n{traceback.format_exc()}")
+        try:
+            sock.sendall(b"DHPF" + _summary(e).encode("utf-8", "replace"))
+        except OSError:
+            pass
+        return 1
+    try:
+        return w.serve()
+    except (BrokenPipeError, ConnectionResetError):
+        return 0  # the server went away
+    except OSError as e:  # a send that timed out
+        sys.stderr.write(f"datahelix: python worker {a.worker_id} (pid "
+                         f"{os.getpid()}): {e}; exiting\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

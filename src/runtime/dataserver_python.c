@@ -1,0 +1,785 @@
+/*
+ * dataserver_python.c - a local DataServer's Python-dataset mode
+ * (include/datahelix/dataserver.h `python_dataset`; DESIGN.md 8 "Python
+ * datasets"; docs/python.md "DistributedDataLoader"): the jobs of this
+ * server run in Python worker processes it starts and owns, instead of the
+ * media worker pool.
+ *
+ * Design:
+ *   - Worker i is `PYTHON -m datahelix._worker --fd 3 --arena-fd 4
+ *     --dataset FILE --worker-id i ...`, fork+exec'd with one end of a
+ *     SOCK_SEQPACKET socketpair on fd 3 and the arena's memfd on fd 4 (so
+ *     it writes batches straight into the arena the client maps), every
+ *     other descriptor closed, PR_SET_PDEATHSIG = SIGKILL (it dies with
+ *     this server, SIGKILL included), in this server's process group.  It
+ *     also ends when its socket reads EOF.
+ *   - Messages (little-endian; worker = W, server = S):
+ *       S->W "DHPJ" n:u32 task:u64 ids[k]:u64   a job of n ids, the first
+ *            message holding up to PY_IDS_PER_MSG, "DHPC" k:u32 ids[k] the
+ *            rest
+ *       W->S "DHPR" pid:u32                     ready (dataset loaded)
+ *            "DHPF" text                        cannot load the dataset
+ *            "DHPS" task:u64 sample:u64         starting that sample
+ *            "DHPA" task:u64 ref:20             slot allocated (so a
+ *                                               death does not leak it)
+ *            "DHPD" task:u64 ref:20             done: the slot holds it
+ *            "DHPE" task:u64 sample:u64 code:i32 text
+ *                                               failed without a slot
+ *     A dataset's own exception travels inside the slot (the full
+ *     traceback, which no notice could hold); "DHPE" is for what stops a
+ *     worker from writing one (arena exhausted, batch over capacity).
+ *   - One job per worker at a time, FIFO.  A worker that dies (EOF on its
+ *     socket) or overruns python_job_timeout_ms (SIGKILL) is reaped -
+ *     bounded: SIGKILL after PY_REAP_MS - its job gets an ErrorNotice
+ *     naming the sample it was on and how it ended, the slot it held goes
+ *     back, and a new worker takes its place.  A worker that says it
+ *     cannot load the dataset, or PY_MAX_START_FAILS starts in a row that
+ *     end before "ready", make the mode `broken`: every job then fails at
+ *     once with that reason.
+ *   - Everything runs in the serving loop's turn (dh__ds_collect; the
+ *     workers' sockets are in the loop's poll, so a message wakes it), with
+ *     non-blocking reads; the only blocking calls are job sends to an idle
+ *     worker (bounded by DH_FD_SEND_TIMEOUT_MS) and destroy's bounded
+ *     reaping.
+ *
+ * Locking: none (dataserver_internal.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "runtime/dataserver_internal.h"
+#include "runtime/fdpass.h"
+
+extern char **environ;
+
+#define PY_MAX_WORKERS DS_PY_MAX_WORKERS
+#define PY_IDS_PER_MSG 4096
+#define PY_MSG_MAX 8192
+#define PY_START_TIMEOUT_MS 120000 /* import torch + unpickle the dataset */
+#define PY_REAP_MS 2000            /* exit after EOF / SIGKILL */
+#define PY_STOP_GRACE_MS 500       /* destroy: EOF, then SIGKILL */
+#define PY_MAX_START_FAILS 3
+#define PY_RESPAWN_MS 500          /* after a failed fork */
+#define PY_HDR_BIT (UINT64_C(1) << 63)
+#define PY_NO_SAMPLE UINT64_MAX
+
+enum pyw_state { PYW_EMPTY, PYW_STARTING, PYW_IDLE, PYW_BUSY, PYW_DYING };
+
+struct ds_pyw {
+    enum pyw_state st;
+    unsigned id;
+    pid_t pid;
+    int fd;
+    struct ds_job *job;    /* BUSY (and DYING, if it died on one) */
+    uint64_t deadline_ms;  /* STARTING: ready by; BUSY: done by; DYING:
+                              exited by (then SIGKILL, then give up) */
+    uint64_t respawn_ms;   /* EMPTY: start again at */
+    uint64_t sample;       /* the sample it said it is on */
+    int has_slot;
+    struct dh_slot_ref slot;
+    int killed, timed_out, was_ready;
+    char why[160];         /* DYING: what we did to it, "" if it just died */
+};
+
+struct ds_py {
+    char *python, *dataset, *index, *pythonpath_env;
+    char **envp;
+    unsigned n;
+    int job_timeout_ms, unlink_files;
+    uint64_t seed;
+    unsigned start_fails;
+    struct ds_pyw *w;
+    struct ds_job **q; /* FIFO ring of queued jobs */
+    size_t q_cap, q_head, q_len;
+    int broken;
+    char broken_msg[DH_WIRE_MAX_TEXT];
+};
+
+/* ---- little-endian packing ---- */
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* ---- options, environment ---- */
+
+/* An executable `name` (with a '/': as is; else the first on PATH) as a
+ * new string, or NULL. */
+static char *find_program(const char *name)
+{
+    const char *path = getenv("PATH");
+    char buf[4096];
+
+    if (strchr(name, '/'))
+        return access(name, X_OK) == 0 ? dh__strdup(name) : NULL;
+    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
+        const char *end = strchr(p, ':');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+
+        if (n && (size_t)snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, p,
+                                  name) < sizeof(buf) &&
+            access(buf, X_OK) == 0)
+            return dh__strdup(buf);
+        p += n + (end ? 1 : 0);
+    }
+    return NULL;
+}
+
+/* environ with PYTHONPATH = python_path[:old value] (the strings are
+ * environ's, except the one PYTHONPATH entry, kept in py). */
+static int build_env(struct ds_py *py, const char *python_path,
+                     struct dh_err *e)
+{
+    size_t n = 0, k = 0;
+    const char *old = getenv("PYTHONPATH");
+
+    while (environ[n])
+        n++;
+    if (!(py->envp = dh__calloc(n + 2, sizeof(*py->envp))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        if (!python_path || strncmp(environ[i], "PYTHONPATH=", 11))
+            py->envp[k++] = environ[i];
+    if (python_path) {
+        size_t len = strlen(python_path) + (old ? strlen(old) : 0) + 16;
+
+        if (!(py->pythonpath_env = dh__malloc(len)))
+            return dh_err_set(e, DH_ENOMEM, "out of memory");
+        snprintf(py->pythonpath_env, len, "PYTHONPATH=%s%s%s", python_path,
+                 old && old[0] ? ":" : "", old ? old : "");
+        py->envp[k++] = py->pythonpath_env;
+    }
+    py->envp[k] = NULL;
+    return 0;
+}
+
+/* ---- workers: start, stop ---- */
+
+static void set_broken(struct dh_dataserver *s, const char *why);
+
+/* In the child between fork and exec: async-signal-safe calls only. */
+static void child_exec(int sock, int arena_fd, pid_t parent,
+                       char *const argv[], char *const envp[])
+{
+    sigset_t none;
+    int a, b;
+
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    /* Dies with this server, SIGKILL included; if the server is already
+     * gone, it is not needed. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+        _exit(127);
+    a = fcntl(sock, F_DUPFD, 10);
+    b = fcntl(arena_fd, F_DUPFD, 10);
+    if (a < 0 || b < 0 || dup2(a, 3) < 0 || dup2(b, 4) < 0)
+        _exit(127);
+    close_range(5, ~0u, 0);
+    execve(argv[0], argv, envp);
+    _exit(127);
+}
+
+static void spawn(struct dh_dataserver *s, struct ds_pyw *w)
+{
+    struct ds_py *py = s->py;
+    int sv[2];
+    char id[16], nw[16], seed[24], at[16], sid[16];
+    char *argv[] = {py->python, "-m", "datahelix._worker", "--fd", "3",
+                    "--arena-fd", "4", "--dataset", py->dataset,
+                    "--worker-id", id, "--num-workers", nw, "--seed", seed,
+                    "--alloc-timeout-ms", at, "--server-id", sid, NULL};
+    pid_t parent = getpid(), pid;
+
+    snprintf(id, sizeof(id), "%u", w->id);
+    snprintf(nw, sizeof(nw), "%u", py->n);
+    snprintf(seed, sizeof(seed), "%llu", (unsigned long long)py->seed);
+    snprintf(at, sizeof(at), "%d", s->alloc_timeout_ms);
+    snprintf(sid, sizeof(sid), "%u", s->server_id);
+    w->st = PYW_EMPTY;
+    w->respawn_ms = dh__ds_now_ms() + PY_RESPAWN_MS;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        fprintf(stderr, "datahelix: dataserver %u: python worker %u: "
+                "socketpair: %s\n", s->server_id, w->id, strerror(errno));
+        return;
+    }
+    pid = fork();
+    if (pid == 0)
+        child_exec(sv[1], dh_arena_fd(s->arena), parent, argv, py->envp);
+    close(sv[1]);
+    if (pid < 0) {
+        fprintf(stderr, "datahelix: dataserver %u: python worker %u: "
+                "fork: %s\n", s->server_id, w->id, strerror(errno));
+        close(sv[0]);
+        if (++py->start_fails >= PY_MAX_START_FAILS)
+            set_broken(s, "python workers cannot be started: fork failed");
+        return;
+    }
+    if (fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK) < 0) {
+        /* reads use MSG_DONTWAIT anyway */
+    }
+    *w = (struct ds_pyw){.st = PYW_STARTING, .id = w->id, .pid = pid,
+                         .fd = sv[0], .sample = PY_NO_SAMPLE,
+                         .deadline_ms = dh__ds_now_ms() +
+                                        PY_START_TIMEOUT_MS};
+}
+
+/* The worker stops counting as alive: its socket closes, it is reaped
+ * (finish_dead) once it has exited.  `why`: what we did to it. */
+static void mark_dying(struct ds_pyw *w, const char *why)
+{
+    if (w->fd >= 0)
+        close(w->fd);
+    w->fd = -1;
+    w->was_ready = w->st != PYW_STARTING;
+    w->st = PYW_DYING;
+    w->deadline_ms = dh__ds_now_ms() + PY_REAP_MS;
+    if (why && !w->why[0])
+        snprintf(w->why, sizeof(w->why), "%s", why);
+}
+
+static void kill_worker(struct ds_pyw *w, const char *why)
+{
+    if (w->pid > 0 && !w->killed) {
+        kill(w->pid, SIGKILL);
+        w->killed = 1;
+    }
+    mark_dying(w, why);
+}
+
+static void describe(int status, char *out, size_t n)
+{
+    if (WIFSIGNALED(status))
+        snprintf(out, n, "was killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else if (WIFEXITED(status))
+        snprintf(out, n, "exited with status %d", WEXITSTATUS(status));
+    else
+        snprintf(out, n, "ended (status 0x%x)", status);
+}
+
+/* The first dataset index of a job (its ids[0] is the header). */
+static uint64_t first_index(const struct ds_job *j)
+{
+    return j->n > 1 && (j->ids[0] & PY_HDR_BIT) ? j->ids[1] : j->ids[0];
+}
+
+static void job_fail(struct dh_dataserver *s, struct ds_job *j,
+                     uint64_t sample, int code, const char *msg)
+{
+    dh__ds_send_error(s, &j->task, sample == PY_NO_SAMPLE ? first_index(j)
+                                                          : sample,
+                      code, msg);
+    dh__ds_job_clear(s, j);
+}
+
+static void set_broken(struct dh_dataserver *s, const char *why)
+{
+    struct ds_py *py = s->py;
+
+    if (py->broken)
+        return;
+    py->broken = 1;
+    snprintf(py->broken_msg, sizeof(py->broken_msg), "%s", why);
+    fprintf(stderr, "datahelix: dataserver %u: %s\n", s->server_id,
+            py->broken_msg);
+    while (py->q_len) {
+        struct ds_job *j = py->q[py->q_head];
+
+        py->q_head = (py->q_head + 1) % py->q_cap;
+        py->q_len--;
+        job_fail(s, j, PY_NO_SAMPLE, DH_EIO, py->broken_msg);
+    }
+}
+
+/* A DYING worker has exited (status) or will not be waited for any more:
+ * its job fails, its slot goes back, a new one starts. */
+static void finish_dead(struct dh_dataserver *s, struct ds_pyw *w, int status,
+                        int reaped)
+{
+    struct ds_py *py = s->py;
+    char how[160], msg[512];
+
+    if (w->why[0])
+        snprintf(how, sizeof(how), "%s", w->why);
+    else if (reaped)
+        describe(status, how, sizeof(how));
+    else
+        snprintf(how, sizeof(how), "went away");
+    if (w->has_slot)
+        dh__ds_drop_slot(s, &w->slot);
+    if (w->job) {
+        snprintf(msg, sizeof(msg), "python worker %u (pid %d) %s while "
+                 "loading %s (task %llu); a new worker takes its place",
+                 w->id, (int)w->pid, how,
+                 w->sample == PY_NO_SAMPLE ? "its batch" : "this sample",
+                 (unsigned long long)w->job->task.id);
+        job_fail(s, w->job, w->sample,
+                 w->timed_out ? DH_ETIMEOUT : DH_EIO, msg);
+    } else if (w->was_ready) {
+        fprintf(stderr, "datahelix: dataserver %u: idle python worker %u "
+                "(pid %d) %s\n", s->server_id, w->id, (int)w->pid, how);
+    } else if (!py->broken) {
+        fprintf(stderr, "datahelix: dataserver %u: python worker %u (pid "
+                "%d) %s before it was ready\n", s->server_id, w->id,
+                (int)w->pid, how);
+        if (++py->start_fails >= PY_MAX_START_FAILS) {
+            snprintf(msg, sizeof(msg), "python workers (%s) failed to start "
+                     "%u times in a row; the last %s", py->python,
+                     py->start_fails, how);
+            set_broken(s, msg);
+        }
+    }
+    *w = (struct ds_pyw){.st = PYW_EMPTY, .id = w->id, .pid = -1, .fd = -1};
+    if (!py->broken)
+        spawn(s, w);
+}
+
+static void reap(struct dh_dataserver *s, struct ds_pyw *w, uint64_t now)
+{
+    int status = 0;
+    pid_t r = waitpid(w->pid, &status, WNOHANG);
+
+    if (r == w->pid || (r < 0 && errno == ECHILD)) {
+        finish_dead(s, w, status, r == w->pid);
+        return;
+    }
+    if (now < w->deadline_ms)
+        return;
+    if (!w->killed) { /* EOF but still running: it will not be used */
+        kill(w->pid, SIGKILL);
+        w->killed = 1;
+        w->deadline_ms = now + PY_REAP_MS;
+        return;
+    }
+    fprintf(stderr, "datahelix: dataserver %u: python worker %u (pid %d) "
+            "did not exit %d ms after SIGKILL; no longer waited for\n",
+            s->server_id, w->id, (int)w->pid, PY_REAP_MS);
+    finish_dead(s, w, 0, 0);
+}
+
+/* ---- jobs ---- */
+
+static int send_job(struct ds_pyw *w, const struct ds_job *j,
+                    struct dh_err *e)
+{
+    static unsigned char buf[16 + 8 * PY_IDS_PER_MSG];
+    uint32_t at = 0;
+    int rc;
+
+    do {
+        uint32_t k = j->n - at > PY_IDS_PER_MSG ? PY_IDS_PER_MSG : j->n - at;
+        size_t h;
+
+        if (at == 0) {
+            memcpy(buf, "DHPJ", 4);
+            put_u32(buf + 4, j->n);
+            put_u64(buf + 8, j->task.id);
+            h = 16;
+        } else {
+            memcpy(buf, "DHPC", 4);
+            put_u32(buf + 4, k);
+            h = 8;
+        }
+        for (uint32_t i = 0; i < k; i++)
+            put_u64(buf + h + 8 * i, j->ids[at + i]);
+        if ((rc = dh__fd_send(w->fd, -1, buf, h + 8 * (size_t)k, e)) < 0)
+            return rc;
+        at += k;
+    } while (at < j->n);
+    return 0;
+}
+
+void dh__ds_py_submit(struct dh_dataserver *s, struct ds_job *j)
+{
+    struct ds_py *py = s->py;
+
+    if (py->broken) {
+        job_fail(s, j, PY_NO_SAMPLE, DH_EIO, py->broken_msg);
+        return;
+    }
+    if (py->q_len == py->q_cap) { /* cannot happen: q_cap = n_jobs */
+        job_fail(s, j, PY_NO_SAMPLE, DH_ETOOBIG, "python job queue full");
+        return;
+    }
+    py->q[(py->q_head + py->q_len) % py->q_cap] = j;
+    py->q_len++;
+}
+
+static void dispatch(struct dh_dataserver *s)
+{
+    struct ds_py *py = s->py;
+    struct dh_err e;
+
+    for (unsigned i = 0; i < py->n && py->q_len; i++) {
+        struct ds_pyw *w = &py->w[i];
+        struct ds_job *j;
+
+        if (w->st != PYW_IDLE)
+            continue;
+        j = py->q[py->q_head];
+        py->q_head = (py->q_head + 1) % py->q_cap;
+        py->q_len--;
+        if (send_job(w, j, &e) < 0) {
+            /* The worker is going away: the job goes back to the front. */
+            py->q_head = (py->q_head + py->q_cap - 1) % py->q_cap;
+            py->q[py->q_head] = j;
+            py->q_len++;
+            kill_worker(w, NULL);
+            continue;
+        }
+        w->st = PYW_BUSY;
+        w->job = j;
+        w->sample = PY_NO_SAMPLE;
+        w->has_slot = 0;
+        w->deadline_ms = dh__ds_now_ms() + (uint64_t)py->job_timeout_ms;
+    }
+}
+
+/* Done: the slot's reference passes to the client with the notice, as one
+ * uint8 tensor of the slot's bytes (the worker's own layout inside). */
+static void job_done(struct dh_dataserver *s, struct ds_job *j,
+                     const struct dh_slot_ref *ref)
+{
+    struct dh_wire_result *r;
+    uint32_t skip = j->n > 1 && (j->ids[0] & PY_HDR_BIT) ? 1 : 0;
+    uint32_t n = j->n - skip, *valid = dh__calloc(n + 1, sizeof(*valid));
+    struct dh_err e;
+    int rc;
+
+    dh_err_clear(&e);
+    if (!valid) {
+        rc = dh_err_set(&e, DH_ENOMEM, "out of memory");
+    } else if (ref->len == 0 || ref->len > (UINT64_C(1) << 32)) {
+        rc = dh_err_set(&e, DH_ETOOBIG, "python batch of %llu bytes: over "
+                        "the 4 GiB a notice can describe",
+                        (unsigned long long)ref->len);
+    } else {
+        dh_wire_msg_fini(&s->out);
+        dh_wire_msg_init(&s->out, DH_WIRE_RESULT_NOTICE);
+        r = &s->out.u.result;
+        r->task = j->task;
+        r->server_id = s->server_id;
+        r->ndims = 1;
+        r->dims[0] = ref->len;
+        r->dtype = DH_DTYPE_U8;
+        r->layout = DH_LAYOUT_THWC;
+        r->arena_offset = ref->offset;
+        r->length = ref->len;
+        r->slot_generation = ref->gen;
+        rc = dh_wire_set_result_samples(r, j->ids + skip, valid, n, &e);
+        if (rc == 0)
+            rc = dh__ds_send_msg(s, &s->out, &e);
+    }
+    dh__free(valid);
+    if (rc < 0) {
+        dh__ds_drop_slot(s, ref);
+        job_fail(s, j, PY_NO_SAMPLE, e.code, e.msg);
+        return;
+    }
+    dh__ds_remember_slot(s, ref);
+    DS_INC(s, results);
+    dh__ds_job_clear(s, j);
+}
+
+/* ---- worker messages ---- */
+
+static void protocol_error(struct dh_dataserver *s, struct ds_pyw *w,
+                           const char *what)
+{
+    char why[160];
+
+    fprintf(stderr, "datahelix: dataserver %u: python worker %u (pid %d): "
+            "%s; killed\n", s->server_id, w->id, (int)w->pid, what);
+    snprintf(why, sizeof(why), "broke the worker protocol (%s) and was "
+             "killed", what);
+    kill_worker(w, why);
+}
+
+/* The worker's job, if `task` names it; else a protocol error. */
+static struct ds_job *own_job(struct dh_dataserver *s, struct ds_pyw *w,
+                              uint64_t task)
+{
+    if (w->st == PYW_BUSY && w->job && w->job->task.id == task)
+        return w->job;
+    protocol_error(s, w, "a message for a task it does not run");
+    return NULL;
+}
+
+static void on_msg(struct dh_dataserver *s, struct ds_pyw *w,
+                   const unsigned char *m, size_t n)
+{
+    struct dh_slot_ref ref;
+    struct ds_job *j;
+    char text[DH_WIRE_MAX_TEXT];
+
+    if (n >= 8 && !memcmp(m, "DHPR", 4) && w->st == PYW_STARTING) {
+        w->st = PYW_IDLE;
+        s->py->start_fails = 0;
+    } else if (n >= 4 && !memcmp(m, "DHPF", 4)) {
+        snprintf(text, sizeof(text), "python workers cannot load the "
+                 "dataset: %.*s", (int)(n - 4), (const char *)m + 4);
+        set_broken(s, text);
+        kill_worker(w, "could not load the dataset");
+    } else if (n == 20 && !memcmp(m, "DHPS", 4)) {
+        if (own_job(s, w, get_u64(m + 4)))
+            w->sample = get_u64(m + 12);
+    } else if (n == 12 + DH_SLOT_REF_BYTES && !memcmp(m, "DHPA", 4)) {
+        if (own_job(s, w, get_u64(m + 4))) {
+            dh_slot_ref_unpack(m + 12, &w->slot);
+            w->has_slot = 1;
+        }
+    } else if (n == 12 + DH_SLOT_REF_BYTES && !memcmp(m, "DHPD", 4)) {
+        if ((j = own_job(s, w, get_u64(m + 4)))) {
+            dh_slot_ref_unpack(m + 12, &ref);
+            w->job = NULL;
+            w->has_slot = 0;
+            w->st = PYW_IDLE;
+            job_done(s, j, &ref);
+        }
+    } else if (n >= 24 && !memcmp(m, "DHPE", 4)) {
+        if ((j = own_job(s, w, get_u64(m + 4)))) {
+            int code = (int)get_u32(m + 20);
+
+            if (code >= 0 || code < DH_EPEERDEAD)
+                code = DH_EIO;
+            snprintf(text, sizeof(text), "%.*s", (int)(n - 24),
+                     (const char *)m + 24);
+            if (w->has_slot) /* it should have released it */
+                dh__ds_drop_slot(s, &w->slot);
+            w->job = NULL;
+            w->has_slot = 0;
+            w->st = PYW_IDLE;
+            job_fail(s, j, get_u64(m + 12), code, text);
+        }
+    } else {
+        protocol_error(s, w, "an unknown or malformed message");
+    }
+}
+
+static void read_worker(struct dh_dataserver *s, struct ds_pyw *w)
+{
+    static unsigned char buf[PY_MSG_MAX];
+
+    for (int i = 0; i < DS_BURST && w->fd >= 0; i++) {
+        ssize_t n = recv(w->fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) { /* EOF, or the socket failed: it is gone */
+            mark_dying(w, NULL);
+            return;
+        }
+        on_msg(s, w, buf, (size_t)n);
+    }
+}
+
+void dh__ds_py_serve(struct dh_dataserver *s)
+{
+    struct ds_py *py = s->py;
+    uint64_t now = dh__ds_now_ms();
+    char why[160];
+
+    for (unsigned i = 0; i < py->n; i++) {
+        struct ds_pyw *w = &py->w[i];
+
+        if (w->fd >= 0)
+            read_worker(s, w);
+        if (w->st == PYW_BUSY && now >= w->deadline_ms) {
+            snprintf(why, sizeof(why), "was still busy after %d ms "
+                     "(python job timeout) and was killed",
+                     py->job_timeout_ms);
+            w->timed_out = 1;
+            kill_worker(w, why);
+        } else if (w->st == PYW_STARTING && now >= w->deadline_ms) {
+            snprintf(why, sizeof(why), "was not ready after %d ms and was "
+                     "killed", PY_START_TIMEOUT_MS);
+            kill_worker(w, why);
+        }
+        if (w->st == PYW_DYING)
+            reap(s, w, now);
+        else if (w->st == PYW_EMPTY && !py->broken && now >= w->respawn_ms)
+            spawn(s, w);
+    }
+    if (!py->broken)
+        dispatch(s);
+}
+
+int dh__ds_py_pollitems(const struct dh_dataserver *s, zmq_pollitem_t *it)
+{
+    int n = 0;
+
+    for (unsigned i = 0; i < s->py->n; i++)
+        if (s->py->w[i].fd >= 0)
+            it[n++] = (zmq_pollitem_t){.fd = s->py->w[i].fd,
+                                       .events = ZMQ_POLLIN};
+    return n;
+}
+
+/* ---- create / destroy ---- */
+
+static int check_dataset_file(const char *path, struct dh_err *e)
+{
+    if (access(path, R_OK) < 0)
+        return dh_err_set(e, errno == ENOENT ? DH_ENOTFOUND : DH_EIO,
+                          "dataserver: python dataset %s: %s", path,
+                          strerror(errno));
+    return 0;
+}
+
+int dh__ds_py_create(struct dh_dataserver *s,
+                     const struct dh_dataserver_opts *o, struct dh_err *e)
+{
+    struct ds_py *py;
+    int rc;
+
+    if (o->python_workers < 1 || o->python_workers > PY_MAX_WORKERS ||
+        o->python_job_timeout_ms < 1)
+        return dh_err_set(e, DH_EINVAL, "dataserver: --python-workers %u "
+                          "(1..%d) or --python-job-timeout-ms %d out of "
+                          "range", o->python_workers, PY_MAX_WORKERS,
+                          o->python_job_timeout_ms);
+    if ((rc = check_dataset_file(o->python_dataset, e)) < 0)
+        return rc;
+    if (!(py = s->py = dh__calloc(1, sizeof(*py))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    py->n = o->python_workers;
+    py->job_timeout_ms = o->python_job_timeout_ms;
+    py->seed = o->python_seed;
+    py->unlink_files = o->python_unlink;
+    py->q_cap = s->n_jobs;
+    if (!(py->python = find_program(o->python ? o->python : "python3")))
+        return dh_err_set(e, DH_ENOTFOUND, "dataserver: python interpreter "
+                          "'%s' not found or not executable",
+                          o->python ? o->python : "python3");
+    if (!(py->dataset = dh__strdup(o->python_dataset)) ||
+        !(py->index = dh__strdup(o->index_path)) ||
+        !(py->w = dh__calloc(py->n, sizeof(*py->w))) ||
+        !(py->q = dh__calloc(py->q_cap, sizeof(*py->q))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    if ((rc = build_env(py, o->python_path, e)) < 0)
+        return rc;
+    for (unsigned i = 0; i < py->n; i++) {
+        py->w[i] = (struct ds_pyw){.id = i, .pid = -1, .fd = -1};
+        spawn(s, &py->w[i]);
+    }
+    return 0;
+}
+
+/* Waits (polling) until every worker in `alive` has exited or `ms` pass;
+ * returns how many are left. */
+static unsigned wait_all(struct ds_py *py, int ms)
+{
+    uint64_t end = dh__ds_now_ms() + (uint64_t)ms;
+    unsigned left;
+
+    for (;;) {
+        left = 0;
+        for (unsigned i = 0; i < py->n; i++) {
+            struct ds_pyw *w = &py->w[i];
+            pid_t r;
+
+            if (w->pid <= 0)
+                continue;
+            r = waitpid(w->pid, NULL, WNOHANG);
+            if (r == w->pid || (r < 0 && errno == ECHILD))
+                w->pid = -1;
+            else
+                left++;
+        }
+        if (!left || dh__ds_now_ms() >= end)
+            return left;
+        nanosleep(&(struct timespec){0, 2000000}, NULL);
+    }
+}
+
+/* The dataset file (and the index beside it, and their folder when it is
+ * empty then) once the client that wrote them is gone. */
+static void unlink_files(const struct ds_py *py)
+{
+    const char *slash = strrchr(py->dataset, '/');
+    size_t dir = slash ? (size_t)(slash - py->dataset) : 0;
+    char d[4096];
+
+    unlink(py->dataset);
+    if (py->index && dir && !strncmp(py->index, py->dataset, dir + 1) &&
+        !strchr(py->index + dir + 1, '/'))
+        unlink(py->index);
+    if (dir && dir < sizeof(d)) {
+        memcpy(d, py->dataset, dir);
+        d[dir] = 0;
+        rmdir(d); /* fails, harmlessly, if something else is in it */
+    }
+}
+
+void dh__ds_py_destroy(struct dh_dataserver *s)
+{
+    struct ds_py *py = s ? s->py : NULL;
+
+    if (!py)
+        return;
+    for (unsigned i = 0; py->w && i < py->n; i++)
+        if (py->w[i].fd >= 0) { /* EOF: an idle worker exits */
+            close(py->w[i].fd);
+            py->w[i].fd = -1;
+        }
+    if (py->w && wait_all(py, PY_STOP_GRACE_MS)) {
+        for (unsigned i = 0; i < py->n; i++)
+            if (py->w[i].pid > 0)
+                kill(py->w[i].pid, SIGKILL);
+        if (wait_all(py, PY_REAP_MS))
+            fprintf(stderr, "datahelix: dataserver %u: a python worker did "
+                    "not exit after SIGKILL\n", s->server_id);
+    }
+    for (unsigned i = 0; py->w && i < py->n; i++)
+        if (py->w[i].has_slot)
+            dh__ds_drop_slot(s, &py->w[i].slot);
+    if (py->unlink_files && s->link_fd < 0 && py->dataset)
+        unlink_files(py);
+    dh__free(py->python);
+    dh__free(py->dataset);
+    dh__free(py->index);
+    dh__free(py->pythonpath_env);
+    dh__free(py->envp);
+    dh__free(py->w);
+    dh__free(py->q);
+    dh__free(py);
+    s->py = NULL;
+}

@@ -1,0 +1,86 @@
+"""Helpers the integration tests share: processes seen through /proc,
+bounded waits, the epoch plan as the CLI prints it.  Tests end only the
+processes they started, by pid (see each test)."""
+import json
+import pathlib
+import socket
+import time
+
+from conftest import run_dh
+
+
+def _stat(pid):
+    """(state, ppid) of `pid`, or None if it is gone."""
+    try:
+        st = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    f = st[st.rindex(")") + 2:].split()
+    return f[0], int(f[1])
+
+
+def alive(pid):
+    """True if `pid` exists and is not a zombie."""
+    s = _stat(pid)
+    return s is not None and s[0] != "Z"
+
+
+def children(pid):
+    """Live pids whose parent is `pid`."""
+    out = []
+    for d in pathlib.Path("/proc").iterdir():
+        if d.name.isdigit():
+            s = _stat(d.name)
+            if s and s[1] == pid and s[0] != "Z":
+                out.append(int(d.name))
+    return out
+
+
+def descendants(pid):
+    """Live pids below `pid`, at any depth."""
+    out, frontier = [], [pid]
+    while frontier:
+        kids = children(frontier.pop())
+        out += kids
+        frontier += kids
+    return out
+
+
+def wait_until(pred, seconds, step=0.02):
+    """pred()'s first true value within `seconds`, else its last value."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return pred()
+
+
+def wait_gone(pid, seconds):
+    return wait_until(lambda: not alive(pid), seconds)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def plan_steps(manifest, world, batch, epoch=0, seed=0):
+    """`datahelix plan --json`: per step, the ids of every rank."""
+    p = run_dh("plan", "--manifest", manifest, "--world-size", world,
+               "--batch-size", batch, "--epoch", epoch, "--seed", seed,
+               "--json", check=True)
+    return [json.loads(x)["ranks"] for x in p.stdout.splitlines()
+            if '"ranks"' in x]
+
+
+def plan_ids(manifest, world, batch, epoch=0, seed=0):
+    """(per rank the ids it gets in step order, the steps)."""
+    steps = plan_steps(manifest, world, batch, epoch, seed)
+    return [[i for s in steps for i in s[r]] for r in range(world)], steps
+
+
+def read_ids(path):
+    return [int(x) for x in pathlib.Path(path).read_text().split()]

@@ -1,0 +1,582 @@
+"""datahelix.DistributedDataLoader (DESIGN.md 4.3 and 8; docs/python.md
+"DistributedDataLoader"): any map-style torch Dataset, loaded by Python
+worker processes of the rank's local DataServer, handed over through the
+shared-memory arena.
+
+The semantics suite runs the same assertions against
+torch.utils.data.DataLoader and against ours (parametrized over the two):
+order, shuffle, drop_last, len, iterating twice, break, collate, custom
+collate_fn, batch_sampler, exceptions with the worker's traceback,
+get_worker_info(), worker_init_fn, timeout.  Then what only ours has:
+zero copy, ranks' shares, the cost hints in the index, a worker killed or
+hung mid-batch, a dataset that cannot be loaded, and no process or file
+left behind after close() or SIGKILL of the training process.
+"""
+import os
+import pathlib
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import ROOT, _binary, run_dh
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import datahelix  # noqa: E402
+import dist_datasets as dd  # noqa: E402
+from torch.utils.data import (BatchSampler, DistributedSampler,  # noqa: E402
+                              SequentialSampler, SubsetRandomSampler)
+
+
+@pytest.fixture(autouse=True)
+def binary_env(monkeypatch):
+    monkeypatch.setenv("DATAHELIX_BIN", _binary())
+    monkeypatch.delenv("DATAHELIX_COORDINATOR", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+
+
+@pytest.fixture(params=["torch", "datahelix"])
+def make(request):
+    """make(dataset, **kw): a loader of the parametrized class, 2 workers
+    and a 60 s timeout unless told; ours are closed afterwards."""
+    made = []
+
+    def mk(*args, **kw):
+        kw.setdefault("num_workers", 2)
+        kw.setdefault("timeout", 60)
+        cls = torch.utils.data.DataLoader if request.param == "torch" \
+            else datahelix.DistributedDataLoader
+        loader = cls(*args, **kw)
+        made.append(loader)
+        return loader
+
+    mk.kind = request.param
+    yield mk
+    for loader in made:
+        if hasattr(loader, "close"):
+            loader.close()
+
+
+@pytest.fixture
+def ours():
+    made = []
+
+    def mk(*args, **kw):
+        kw.setdefault("num_workers", 2)
+        kw.setdefault("timeout", 60)
+        loader = datahelix.DistributedDataLoader(*args, **kw)
+        made.append(loader)
+        return loader
+
+    yield mk
+    for loader in made:
+        loader.close()
+
+
+def lists(loader):
+    return [b.tolist() for b in loader]
+
+
+def flat(loader):
+    return [i for b in loader for i in b.tolist()]
+
+
+# ---- the semantics suite: torch's DataLoader and ours --------------------
+
+def test_order_len_drop_last(make):
+    loader = make(dd.Range(10), batch_size=4)
+    assert len(loader) == 3
+    assert lists(loader) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    loader = make(dd.Range(10), batch_size=4, drop_last=True)
+    assert len(loader) == 2
+    assert lists(loader) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_shuffle_with_a_seeded_generator_is_reproducible(make):
+    a = make(dd.Range(20), batch_size=3, shuffle=True,
+             generator=torch.Generator().manual_seed(7))
+    first, second = flat(a), flat(a)
+    assert sorted(first) == sorted(second) == list(range(20))
+    assert first != second  # the generator moved on, as torch's does
+    b = make(dd.Range(20), batch_size=3, shuffle=True,
+             generator=torch.Generator().manual_seed(7))
+    assert flat(b) == first and flat(b) == second
+
+
+def test_distributed_sampler_set_epoch(make):
+    ds = dd.Range(17)
+    loader = make(ds, batch_size=4,
+                  sampler=DistributedSampler(ds, num_replicas=1, rank=0,
+                                             shuffle=True, seed=3))
+    e0 = flat(loader)
+    loader.sampler.set_epoch(1)
+    e1 = flat(loader)
+    want = list(DistributedSampler(ds, num_replicas=1, rank=0, seed=3))
+    assert e0 == want and sorted(e1) == list(range(17)) and e1 != e0
+
+
+def test_iterate_twice_and_break_then_iterate_again(make):
+    loader = make(dd.Range(9), batch_size=2)
+    first = lists(loader)
+    for k, b in enumerate(loader):
+        if k == 1:
+            break
+    assert lists(loader) == first == [[0, 1], [2, 3], [4, 5], [6, 7], [8]]
+    it = iter(loader)
+    assert len(it) == len(loader) == 5
+    assert next(it).tolist() == [0, 1]
+
+
+def test_collate_of_tuples_and_dicts(make):
+    batches = list(make(dd.Nested(), batch_size=4))
+    assert len(batches) == 2
+    x, d = batches[0]
+    assert x.shape == (4, 2, 3) and x.dtype == torch.float32
+    assert x[:, 0, 0].tolist() == [0, 1, 2, 3]
+    assert d["id"].tolist() == [0, 1, 2, 3]
+    assert d["name"] == ["s0", "s1", "s2", "s3"]
+    assert d["mask"].tolist() == [[0, 0], [1, -1], [2, -2], [3, -3]]
+    assert batches[1][1]["id"].tolist() == [4, 5]
+
+
+def test_custom_collate_fn_and_batch_size_none(make):
+    loader = make(dd.Range(7), batch_size=3,
+                  collate_fn=lambda b: {"n": len(b), "sum": sum(b)})
+    assert list(loader) == [{"n": 3, "sum": 3}, {"n": 3, "sum": 12},
+                            {"n": 1, "sum": 6}]
+    loader = make(dd.Range(3), batch_size=None)
+    assert list(loader) == [0, 1, 2] and len(loader) == 3
+
+
+def test_batch_sampler_and_sampler(make):
+    loader = make(dd.Range(10), batch_sampler=[[3, 1], [0], [2, 4, 5]])
+    assert len(loader) == 3
+    assert lists(loader) == [[3, 1], [0], [2, 4, 5]]
+    sub = [9, 2, 7, 4]
+    loader = make(dd.Range(10), batch_size=3, sampler=SubsetRandomSampler(
+        sub, generator=torch.Generator().manual_seed(1)))
+    assert sorted(flat(loader)) == sorted(sub) and len(loader) == 2
+    loader = make(dd.Range(10), batch_sampler=BatchSampler(
+        SequentialSampler(range(5)), 2, drop_last=True))
+    assert lists(loader) == [[0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize("exc", [ValueError, KeyError])
+def test_exception_reaches_its_own_next_with_the_traceback(make, exc):
+    it = iter(make(dd.Failing(10, 5, exc), batch_size=2))
+    assert next(it).tolist() == [0, 1]
+    assert next(it).tolist() == [2, 3]
+    with pytest.raises(exc) as ei:
+        next(it)
+    msg = str(ei.value)
+    assert f"Caught {exc.__name__}" in msg, msg
+    assert "Traceback (most recent call last)" in msg, msg
+    assert "in __getitem__" in msg and "bad index 5" in msg, msg
+    assert not msg.startswith("'"), msg  # KeyError: readable, not a repr
+    # The step is consumed; the next ones come as if nothing happened.
+    assert next(it).tolist() == [6, 7]
+    assert next(it).tolist() == [8, 9]
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_get_worker_info_and_worker_init_fn(make):
+    rows = []
+    for b in make(dd.WorkerInfoSet(), batch_size=2,
+                  worker_init_fn=dd.init_fn):
+        rows += [dict(zip(b, v)) for v in zip(*(
+            b[k].tolist() for k in b))]
+    assert [r["i"] for r in rows] == list(range(8))
+    for r in rows:
+        assert r["num_workers"] == 2 and r["id"] in (0, 1), r
+        assert r["own_copy"] and r["mark"] == 100 + r["id"], r
+    assert len({r["base"] for r in rows}) == 1  # seed = base + worker id
+    assert torch.utils.data.get_worker_info() is None
+
+
+def test_timeout(make):
+    loader = make(dd.Sleepy(4, slow=1, secs=8), batch_size=1, num_workers=1,
+                  timeout=1)
+    it = iter(loader)
+    assert next(it).tolist() == [0]
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="timed out after 1"):
+        next(it)
+    assert time.monotonic() - t0 < 5
+
+
+def test_pin_memory_is_accepted(make):
+    b = next(iter(make(dd.Images(), batch_size=2, pin_memory=True)))
+    assert b.shape == (2, 3, 64, 64)
+    assert b.is_pinned() == torch.cuda.is_available()
+
+
+# ---- ours ----------------------------------------------------------------
+
+def arena_mapping(ptr):
+    """The /proc/self/maps line of the mapping holding address `ptr`."""
+    for line in pathlib.Path("/proc/self/maps").read_text().splitlines():
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        if lo <= ptr < hi:
+            return line
+    return ""
+
+
+def test_batches_are_views_of_the_arena(ours):
+    import numpy as np
+
+    loader = ours(dd.Images(), batch_size=4)
+    b = next(iter(loader))
+    assert b.shape == (4, 3, 64, 64) and b[3].eq(3).all()
+    assert "memfd:datahelix-arena" in arena_mapping(b.data_ptr())
+    # A numpy array in a batch (pickle protocol 5, out of band): no copy.
+    loader = ours(dd.Range(6), batch_size=3,
+                  collate_fn=lambda x: {"np": np.array(x, dtype=np.int64),
+                                        "t": torch.tensor(x)})
+    got = list(loader)
+    assert [g["np"].tolist() for g in got] == [[0, 1, 2], [3, 4, 5]]
+    ptr = got[1]["np"].__array_interface__["data"][0]
+    assert "memfd:datahelix-arena" in arena_mapping(ptr)
+    assert "memfd:datahelix-arena" in arena_mapping(got[1]["t"].data_ptr())
+
+
+def test_ours_matches_torch_order_with_a_seeded_generator(ours):
+    def passes(loader):
+        return [flat(loader), flat(loader)]
+
+    want = passes(torch.utils.data.DataLoader(
+        dd.Range(23), batch_size=4, shuffle=True,
+        generator=torch.Generator().manual_seed(11)))
+    got = passes(ours(dd.Range(23), batch_size=4, shuffle=True,
+                      generator=torch.Generator().manual_seed(11)))
+    assert got == want
+
+
+def test_shuffle_from_seed_and_set_epoch(ours):
+    ds = dd.Range(19)
+    loader = ours(ds, batch_size=5, shuffle=True, seed=4)
+    e0, again = flat(loader), flat(loader)
+    loader.set_epoch(3)
+    e3 = flat(loader)
+
+    def ref(epoch):
+        s = DistributedSampler(ds, num_replicas=1, rank=0, seed=4)
+        s.set_epoch(epoch)
+        return list(s)
+    assert e0 == again == ref(0) and e3 == ref(3) != e0
+
+
+def test_random_draws_per_sample_follow_seed_and_epoch(ours):
+    a = ours(dd.Random(), batch_size=4, seed=9)
+    b = ours(dd.Random(), batch_size=2, num_workers=1, seed=9)
+    ra, rb = flat(a), flat(b)
+    assert ra == rb and len(set(ra)) == 8  # not which worker ran it
+    a.set_epoch(1)
+    assert flat(a) != ra
+
+
+@pytest.fixture
+def coordinator(tmp_path):
+    sock = tmp_path / "c.sock"
+    p = subprocess.Popen([_binary(), "coordinator", "--listen",
+                          f"ipc://{sock}"], stderr=subprocess.DEVNULL)
+    end = time.monotonic() + 10
+    while not sock.exists() and time.monotonic() < end:
+        time.sleep(0.01)
+    yield f"ipc://{sock}"
+    p.terminate()
+    try:
+        p.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(timeout=5)
+
+
+def test_each_rank_gets_its_distributed_sampler_share(ours, coordinator,
+                                                      monkeypatch):
+    ds = dd.Range(11)
+    loaders = [ours(ds, batch_size=2, shuffle=True, seed=5, rank=r,
+                    world_size=2, coordinator=coordinator, num_workers=1)
+               for r in range(2)]
+    its = [iter(x) for x in loaders]
+    got = [[], []]
+    for _ in range(len(loaders[0])):
+        for r in range(2):
+            got[r] += next(its[r]).tolist()
+    for r in range(2):
+        assert got[r] == list(DistributedSampler(ds, num_replicas=2, rank=r,
+                                                 seed=5))
+        with pytest.raises(StopIteration):
+            next(its[r])
+    assert sorted(set(got[0] + got[1])) == list(range(11))
+    # rank and world from the environment (torchrun's), as DataLoader.
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("DATAHELIX_COORDINATOR", coordinator)
+    for x in loaders:
+        x.close()
+    env = ours(ds, batch_size=2, num_workers=1)
+    assert (env.rank, env.world_size) == (1, 2)
+    assert flat(env) == list(DistributedSampler(ds, num_replicas=2, rank=1,
+                                                shuffle=False))
+
+
+RANK_SCRIPT = textwrap.dedent("""
+    import json, sys
+    sys.path[:0] = sys.argv[1:3]
+    import datahelix, dist_datasets
+    with datahelix.DistributedDataLoader(dist_datasets.Range(10),
+                                         batch_size=2, shuffle=True, seed=1,
+                                         num_workers=1, timeout=60) as loader:
+        ids = [i for b in loader for i in b.tolist()]
+    print(json.dumps({"rank": loader.rank, "ids": ids}), flush=True)
+""")
+
+
+def test_two_ranks_torchrun_style(tmp_path):
+    """RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT as torchrun sets them:
+    rank 0 starts the Coordinator, each rank gets its share."""
+    import json
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port - 2))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", RANK_SCRIPT, str(ROOT / "python"),
+             str(pathlib.Path(__file__).resolve().parent)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True))
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=120))
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    got = {json.loads(o)["rank"]: json.loads(o)["ids"] for o, _ in outs}
+    for r in range(2):
+        assert got[r] == list(DistributedSampler(dd.Range(10), num_replicas=2,
+                                                 rank=r, seed=1))
+    assert sorted(got[0] + got[1]) == list(range(10))
+
+
+def index_est_cpu_ms(path):
+    """Section 1 (est_cpu_ms, f32) of a .dhx (docs/index-format.md)."""
+    data = pathlib.Path(path).read_bytes()
+    n = struct.unpack_from("<Q", data, 24)[0]
+    off, size = struct.unpack_from("<QQ", data, 64 + 16 * 1)
+    return list(struct.unpack_from(f"<{n}f", data, off))
+
+
+def test_estimate_cost_feeds_the_index(ours):
+    loader = ours(dd.Costed(5), batch_size=2)
+    assert flat(loader) == [0, 1, 2, 3, 4]
+    assert index_est_cpu_ms(os.path.join(loader._dir, "index.dhx")) == \
+        [1.0, 2.0, 3.0, 4.0, 5.0]
+    loader = ours(dd.Range(3), batch_size=2, estimate_cost=lambda i: 10 * i)
+    iter(loader)
+    assert index_est_cpu_ms(os.path.join(loader._dir, "index.dhx")) == \
+        [0.0, 10.0, 20.0]
+    loader = ours(dd.Range(3), batch_size=2)  # unknown: 0, the defaults
+    iter(loader)
+    assert index_est_cpu_ms(os.path.join(loader._dir, "index.dhx")) == \
+        [0.0, 0.0, 0.0]
+
+
+def test_errors_are_data_errors_naming_the_sample(ours):
+    it = iter(ours(dd.Failing(6, 3), batch_size=2))
+    next(it)
+    with pytest.raises(datahelix.DataError) as ei:
+        next(it)
+    e = ei.value
+    assert isinstance(e, ValueError) and e.sample_error is True
+    assert e.sample_id == 3 and (e.epoch, e.step, e.rank) == (0, 1, 0)
+    assert "sample 3" in str(e) and "raise self.exc" in e.worker_traceback
+
+
+def test_a_killed_worker_fails_its_batch_and_is_replaced(ours):
+    it = iter(ours(dd.Suicidal(10, bad=4), batch_size=2, num_workers=1))
+    assert [next(it).tolist() for _ in range(2)] == [[0, 1], [2, 3]]
+    with pytest.raises(datahelix.DataError) as ei:
+        next(it)
+    msg = str(ei.value)
+    assert "sample 4" in msg and "killed by signal 9" in msg, msg
+    assert ei.value.sample_error is True and ei.value.sample_id == 4
+    assert [b.tolist() for b in it] == [[6, 7], [8, 9]]
+
+
+def test_a_hung_worker_is_killed_by_the_watchdog(ours):
+    t0 = time.monotonic()
+    it = iter(ours(dd.Sleepy(5, slow=2, secs=60), batch_size=1,
+                   num_workers=1, worker_timeout=2, timeout=30))
+    assert [next(it).tolist() for _ in range(2)] == [[0], [1]]
+    with pytest.raises(datahelix.DataError,
+                       match="sample 2.*still busy after 2000 ms"):
+        next(it)
+    assert [b.tolist() for b in it] == [[3], [4]]
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_dataset_that_cannot_load_fails_every_step_at_once(ours):
+    it = iter(ours(dd.BrokenOnLoad(4), batch_size=2, timeout=30))
+    t0 = time.monotonic()
+    with pytest.raises(datahelix.DataError,
+                       match="cannot load the dataset.*private_codec"):
+        next(it)
+    with pytest.raises(datahelix.DataError, match="cannot load"):
+        next(it)
+    assert time.monotonic() - t0 < 25
+
+
+def test_bad_arguments(ours):
+    with pytest.raises(TypeError, match="picklable"):
+        iter(ours(dd.Unpicklable(4), batch_size=2))
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        datahelix.DistributedDataLoader(dd.Range(4), batch_sampler=[[0]],
+                                        batch_size=2)
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        datahelix.DistributedDataLoader(dd.Range(4), shuffle=True,
+                                        sampler=[0, 1])
+    with pytest.raises(ValueError, match="map-style"):
+        datahelix.DistributedDataLoader(iter(range(3)))
+    with pytest.raises(ValueError):
+        datahelix.DistributedDataLoader(dd.Range(4), timeout=-1)
+    # A DataServer unpickles only what the client that started it names.
+    p = run_dh("dataserver", "--coordinator", "ipc:///nonexistent", "--rank",
+               0, "--index", "x.dhx", "--python-dataset", "ds.pkl")
+    assert p.returncode != 0 and "needs --client-fd" in p.stderr, p.stderr
+    # One pass at a time: an older iterator refuses to go on.
+    loader = ours(dd.Range(4), batch_size=1)
+    old = iter(loader)
+    next(old)
+    new = iter(loader)
+    with pytest.raises(RuntimeError, match="superseded"):
+        next(old)
+    assert next(new).tolist() == [0]
+
+
+# ---- nothing left behind -------------------------------------------------
+
+def children(pid):
+    """Live descendants of `pid`."""
+    kids, frontier = [], [pid]
+    while frontier:
+        p = frontier.pop()
+        for d in pathlib.Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                st = (d / "stat").read_text()
+            except OSError:
+                continue
+            f = st[st.rindex(")") + 2:].split()
+            if int(f[1]) == p and f[0] != "Z":
+                kids.append(int(d.name))
+                frontier.append(int(d.name))
+    return kids
+
+
+def gone(pid):
+    try:
+        st = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return st[st.rindex(")") + 2:].split()[0] == "Z"
+
+
+def wait_gone(pids, secs=5):
+    end = time.monotonic() + secs
+    while time.monotonic() < end and not all(gone(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if not gone(p)]
+
+
+def test_close_leaves_no_process_and_no_file():
+    before = set(children(os.getpid()))
+    loader = datahelix.DistributedDataLoader(dd.Range(6), batch_size=2,
+                                             num_workers=2, timeout=60)
+    assert flat(loader) == list(range(6))
+    kids = set(children(os.getpid())) - before
+    # the coordinator, the DataServer and its two Python workers
+    assert len(kids) == 4, kids
+    d = loader._dir
+    loader.close()
+    assert wait_gone(kids) == []
+    assert not os.path.exists(d)
+
+
+def cmdline(pid):
+    try:
+        return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_a_killed_dataserver_is_restarted_and_its_workers_die(ours):
+    before = set(children(os.getpid()))
+    it = iter(ours(dd.Range(12), batch_size=2, num_workers=2))
+    assert next(it).tolist() == [0, 1]
+    kids = set(children(os.getpid())) - before
+    server = [k for k in kids if b"dataserver" in cmdline(k)]
+    workers = [k for k in kids if b"datahelix._worker" in cmdline(k)]
+    assert len(server) == 1 and len(workers) == 2, kids
+    os.kill(server[0], signal.SIGKILL)
+    assert wait_gone(workers) == []  # PR_SET_PDEATHSIG
+    # The client starts a new DataServer (and it new workers) and asks
+    # again for the steps it had no answer for.
+    assert [b.tolist() for b in it] == [[2, 3], [4, 5], [6, 7], [8, 9],
+                                        [10, 11]]
+
+
+KILL_SCRIPT = textwrap.dedent("""
+    import sys
+    sys.path[:0] = sys.argv[1:3]
+    import datahelix, dist_datasets
+    loader = datahelix.DistributedDataLoader(dist_datasets.Range(8),
+                                             batch_size=2, num_workers=2)
+    held = next(iter(loader))
+    print(loader._dir, flush=True)
+    sys.stdin.read()  # until killed
+""")
+
+
+def test_sigkill_of_the_training_process_leaves_nothing():
+    p = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, str(ROOT / "python"),
+         str(pathlib.Path(__file__).resolve().parent)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        d = p.stdout.readline().strip()
+        assert d, p.stderr.read()
+        kids = children(p.pid)
+        assert len(kids) == 4, kids  # coordinator, DataServer, 2 workers
+        p.kill()
+        p.wait(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+        p.stdin.close()
+        p.stdout.close()
+        p.stderr.close()
+    assert wait_gone(kids) == [], "a child outlived the training process"
+    end = time.monotonic() + 5
+    while os.path.exists(d) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not os.path.exists(d), "the pickled dataset was left behind"
