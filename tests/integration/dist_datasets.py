@@ -134,3 +134,16 @@ class BrokenOnLoad(Range):
 
     def __setstate__(self, state):
         raise ImportError("no module named 'private_codec'")
+
+
+class Blob(Dataset):
+    """Sample i: `size` bytes of value i % 251 (as a uint8 tensor)."""
+
+    def __init__(self, n, size):
+        self.n, self.size = n, size
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return torch.full((self.size,), i % 251, dtype=torch.uint8)
