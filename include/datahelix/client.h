@@ -89,6 +89,11 @@ struct dh_client_opts {
     int max_restarts;        /* embedded server restarts (default 3) */
     double step_ms_hint;     /* step time assumed before one is measured,
                                 for request slack (default 100) */
+    double ddl_ms;           /* > 0: the deadline of one step, fixed: a
+                                request k steps ahead carries slack
+                                (k + 1) x ddl_ms.  0 (default): the
+                                measured step time (EWMA of window +
+                                input wait) instead */
     FILE *telemetry;         /* JSONL per consumed step; NULL: none.
                                 Borrowed: must outlive the client */
 };

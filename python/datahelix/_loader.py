@@ -74,7 +74,7 @@ class DataLoader:
                  on_error="raise", *, microbatches=1, workers=2,
                  timeout=60.0, layout="THWC", dtype="uint8",
                  random_crop=False, telemetry=None, dataserver=None,
-                 listen=None, transport="shm", ablation=None):
+                 listen=None, transport="shm", ablation=None, ddl_ms=0.0):
         if ablation is not None:
             if ablation not in ABLATIONS:
                 raise ValueError(f"ablation={ablation!r}: one of "
@@ -118,7 +118,8 @@ class DataLoader:
                           max_batch=batch_size, seed=seed,
                           random_crop=bool(random_crop),
                           telemetry=os.fspath(telemetry) if telemetry else None,
-                          dataserver=dataserver, listen=listen)
+                          dataserver=dataserver, listen=listen,
+                          ddl_ms=float(ddl_ms))
         self._dtype = _DTYPES[dtype]
         self.transport = transport
         self._timeout_ms = int(timeout * 1000)

@@ -85,7 +85,8 @@ static int check_opts(const struct dh_client_opts *o, struct dh_err *e)
                           DH_CLIENT_MAX_PREFETCH, o->microbatches,
                           DH_CLIENT_MAX_MICROBATCHES);
     if (o->timeout_ms < 1 || o->start_timeout_ms < 1 || o->max_restarts < 0 ||
-        o->ds_workers < 1 || !(o->step_ms_hint >= 0))
+        o->ds_workers < 1 || !(o->step_ms_hint >= 0) ||
+        !(o->ddl_ms >= 0 && o->ddl_ms <= 86400000.0))
         return dh_err_set(e, DH_EINVAL, "client: timeouts must be >= 1 ms, "
                           "workers >= 1, restarts >= 0");
     if (dh_media_plan_check(&o->plan, e) < 0)
@@ -110,6 +111,7 @@ static int copy_opts(struct dh_client *c, const struct dh_client_opts *o,
     c->start_timeout_ms = o->start_timeout_ms;
     c->max_restarts = o->max_restarts;
     c->step_ms_hint = o->step_ms_hint;
+    c->ddl_ms = o->ddl_ms;
     c->telemetry = o->telemetry;
     c->link_fd = -1;
     c->wake_fd = -1;

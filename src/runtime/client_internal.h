@@ -71,7 +71,7 @@ struct dh_client {
     struct dh_media_plan plan;
     int64_t *plan_indices;
     int timeout_ms, start_timeout_ms, max_restarts;
-    double step_ms_hint;
+    double step_ms_hint, ddl_ms;
     FILE *telemetry;
 
     struct dh_index *ix;

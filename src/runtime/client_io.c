@@ -112,7 +112,9 @@ static void issue(struct dh_client *c)
     while (!c->fatal && c->ids && c->next_issue < c->n_steps &&
            c->next_issue - c->next_consume < c->prefetch) {
         uint64_t k = c->next_issue;
-        double step = c->step_ms_ewma > 0 ? c->step_ms_ewma : c->step_ms_hint;
+        double step = c->ddl_ms > 0         ? c->ddl_ms
+                      : c->step_ms_ewma > 0 ? c->step_ms_ewma
+                                            : c->step_ms_hint;
         int64_t slack = (int64_t)(step * (double)(k - c->next_consume + 1));
 
         for (uint32_t j = 0; j < c->mb; j++) {

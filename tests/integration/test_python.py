@@ -99,7 +99,7 @@ def test_epoch_follows_plan_bytes_match_decode_zero_copy(dataset, tmp_path):
         assert st["steps"] == len(want) and st["errors"] == 0
 
 
-def test_len_iterate_twice_set_epoch_and_float(dataset):
+def test_len_iterate_twice_set_epoch_float_ablation(dataset, tmp_path):
     m = dataset / "m.jsonl"
     with datahelix.DataLoader(m, **SMALL) as loader:
         first = [b["ids"].tolist() for b in loader]
@@ -109,6 +109,13 @@ def test_len_iterate_twice_set_epoch_and_float(dataset):
         e1 = [b["ids"].tolist() for b in loader]
         assert e1 == [s[0] for s in plan(m, 1, 2, epoch=1)]
         assert e1 != first
+    with datahelix.DataLoader(m, ddl_ms=300, telemetry=tmp_path / "t.jsonl",
+                              ablation="base", **SMALL) as loader:
+        b = next(iter(loader))  # base: copied out of the arena, not a view
+        assert "memfd:datahelix-arena" not in arena_mapping(
+            b["video"].data_ptr())
+        rec = json.loads((tmp_path / "t.jsonl").read_text().splitlines()[0])
+        assert rec["deadline_ms"] == 300
     with datahelix.DataLoader(m, dtype="float32", layout="TCHW",
                               **SMALL) as loader:
         b = next(iter(loader))

@@ -153,6 +153,15 @@ def test_microbatches_and_telemetry(dataset, coordinator, tmp_path):
     for r in recs:
         assert r["samples"] == 4 and len(r["servers"]) == 2
         assert r["input_wait_ms"] >= 0 and isinstance(r["miss"], bool)
+    # --ddl-ms fixes a step's deadline: a request k steps ahead of the one
+    # being consumed carries (k + 1) x 250 ms of slack.
+    p = run_dh(*consume_args(coord, m, 0, 1, 2, "--ddl-ms", 250,
+                             "--prefetch", 3, "--telemetry", tel),
+               timeout=180)
+    assert p.returncode == 0, p.stderr
+    recs = [json.loads(x) for x in tel.read_text().splitlines()]
+    assert recs[0]["deadline_ms"] == 250
+    assert all(r["deadline_ms"] in (250, 500, 750) for r in recs), recs
 
 
 # ---- errors ----------------------------------------------------------------
