@@ -57,6 +57,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/le.h"
 #include "runtime/dataserver_internal.h"
 #include "runtime/fdpass.h"
 
@@ -104,38 +105,6 @@ struct ds_py {
     int broken;
     char broken_msg[DH_WIRE_MAX_TEXT];
 };
-
-/* ---- little-endian packing ---- */
-
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-    uint32_t v = 0;
-
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
 
 /* ---- options, environment ---- */
 
@@ -408,16 +377,16 @@ static int send_job(struct ds_pyw *w, const struct ds_job *j,
 
         if (at == 0) {
             memcpy(buf, "DHPJ", 4);
-            put_u32(buf + 4, j->n);
-            put_u64(buf + 8, j->task.id);
+            dh__put_le32(buf + 4, j->n);
+            dh__put_le64(buf + 8, j->task.id);
             h = 16;
         } else {
             memcpy(buf, "DHPC", 4);
-            put_u32(buf + 4, k);
+            dh__put_le32(buf + 4, k);
             h = 8;
         }
         for (uint32_t i = 0; i < k; i++)
-            put_u64(buf + h + 8 * i, j->ids[at + i]);
+            dh__put_le64(buf + h + 8 * i, j->ids[at + i]);
         if ((rc = dh__fd_send(w->fd, -1, buf, h + 8 * (size_t)k, e)) < 0)
             return rc;
         at += k;
@@ -557,15 +526,15 @@ static void on_msg(struct dh_dataserver *s, struct ds_pyw *w,
         set_broken(s, text);
         kill_worker(w, "could not load the dataset");
     } else if (n == 20 && !memcmp(m, "DHPS", 4)) {
-        if (own_job(s, w, get_u64(m + 4)))
-            w->sample = get_u64(m + 12);
+        if (own_job(s, w, dh__get_le64(m + 4)))
+            w->sample = dh__get_le64(m + 12);
     } else if (n == 12 + DH_SLOT_REF_BYTES && !memcmp(m, "DHPA", 4)) {
-        if (own_job(s, w, get_u64(m + 4))) {
+        if (own_job(s, w, dh__get_le64(m + 4))) {
             dh_slot_ref_unpack(m + 12, &w->slot);
             w->has_slot = 1;
         }
     } else if (n == 12 + DH_SLOT_REF_BYTES && !memcmp(m, "DHPD", 4)) {
-        if ((j = own_job(s, w, get_u64(m + 4)))) {
+        if ((j = own_job(s, w, dh__get_le64(m + 4)))) {
             dh_slot_ref_unpack(m + 12, &ref);
             w->job = NULL;
             w->has_slot = 0;
@@ -573,8 +542,8 @@ static void on_msg(struct dh_dataserver *s, struct ds_pyw *w,
             job_done(s, j, &ref);
         }
     } else if (n >= 24 && !memcmp(m, "DHPE", 4)) {
-        if ((j = own_job(s, w, get_u64(m + 4)))) {
-            int code = (int)get_u32(m + 20);
+        if ((j = own_job(s, w, dh__get_le64(m + 4)))) {
+            int code = (int)dh__get_le32(m + 20);
 
             if (code >= 0 || code < DH_EPEERDEAD)
                 code = DH_EIO;
@@ -585,7 +554,7 @@ static void on_msg(struct dh_dataserver *s, struct ds_pyw *w,
             w->job = NULL;
             w->has_slot = 0;
             w->st = PYW_IDLE;
-            job_fail(s, j, get_u64(m + 12), code, text);
+            job_fail(s, j, dh__get_le64(m + 12), code, text);
         }
     } else {
         protocol_error(s, w, "an unknown or malformed message");

@@ -11,38 +11,18 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "core/le.h"
 #include "runtime/local_link.h"
 
 static const char MAGIC[8] = {'D', 'H', 'A', 'R', 'E', 'N', 'A', '1'};
-
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_le(const unsigned char *p, int n)
-{
-    uint64_t v = 0;
-
-    for (int i = n - 1; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
 
 void dh__link_hello_pack(unsigned char out[DH_LINK_HELLO_BYTES],
                          const struct dh_link_hello *h)
 {
     memcpy(out, MAGIC, sizeof(MAGIC));
-    put_u32(out + 8, h->server_id);
-    put_u32(out + 12, h->rank);
-    put_u64(out + 16, h->capacity);
+    dh__put_le32(out + 8, h->server_id);
+    dh__put_le32(out + 12, h->rank);
+    dh__put_le64(out + 16, h->capacity);
 }
 
 int dh__link_hello_unpack(const unsigned char *in, size_t len,
@@ -51,9 +31,9 @@ int dh__link_hello_unpack(const unsigned char *in, size_t len,
     if (len != DH_LINK_HELLO_BYTES || memcmp(in, MAGIC, sizeof(MAGIC)) != 0)
         return dh_err_set(e, DH_EFORMAT, "local link: not a datahelix arena "
                           "hello (%zu bytes)", len);
-    h->server_id = (uint32_t)get_le(in + 8, 4);
-    h->rank = (uint32_t)get_le(in + 12, 4);
-    h->capacity = get_le(in + 16, 8);
+    h->server_id = dh__get_le32(in + 8);
+    h->rank = dh__get_le32(in + 12);
+    h->capacity = dh__get_le64(in + 16);
     return 0;
 }
 

@@ -5,6 +5,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -57,3 +58,22 @@ def ffprobe():
     exe = shutil.which("ffprobe")
     assert exe, "ffprobe missing: scripts/setup-deps.sh installs ffmpeg"
     return exe
+
+
+@pytest.fixture
+def coordinator(tmp_path):
+    """A `datahelix coordinator` on an ipc socket of this test's own; its
+    address.  Ended by pid (SIGTERM, then SIGKILL) afterwards."""
+    sock = tmp_path / "c.sock"
+    p = subprocess.Popen([_binary(), "coordinator", "--listen",
+                          f"ipc://{sock}"], stderr=subprocess.DEVNULL)
+    end = time.monotonic() + 10
+    while not sock.exists() and time.monotonic() < end:
+        time.sleep(0.01)
+    yield f"ipc://{sock}"
+    p.terminate()
+    try:
+        p.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(timeout=5)

@@ -282,23 +282,6 @@ def test_random_draws_per_sample_follow_seed_and_epoch(ours):
     assert flat(a) != ra
 
 
-@pytest.fixture
-def coordinator(tmp_path):
-    sock = tmp_path / "c.sock"
-    p = subprocess.Popen([_binary(), "coordinator", "--listen",
-                          f"ipc://{sock}"], stderr=subprocess.DEVNULL)
-    end = time.monotonic() + 10
-    while not sock.exists() and time.monotonic() < end:
-        time.sleep(0.01)
-    yield f"ipc://{sock}"
-    p.terminate()
-    try:
-        p.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait(timeout=5)
-
-
 def test_each_rank_gets_its_distributed_sampler_share(ours, coordinator,
                                                       monkeypatch):
     ds = dd.Range(11)

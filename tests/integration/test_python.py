@@ -144,23 +144,6 @@ def test_state_dict_resumes_exactly(dataset):
         datahelix.DataLoader(m, seed=1, **SMALL).load_state_dict(state)
 
 
-@pytest.fixture
-def coordinator(tmp_path):
-    sock = tmp_path / "c.sock"
-    p = subprocess.Popen([_binary(), "coordinator", "--listen",
-                          f"ipc://{sock}"], stderr=subprocess.DEVNULL)
-    end = time.monotonic() + 10
-    while not sock.exists() and time.monotonic() < end:
-        time.sleep(0.01)
-    yield f"ipc://{sock}"
-    p.terminate()
-    try:
-        p.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait(timeout=5)
-
-
 def test_resume_on_another_world_size_repeats_and_skips_nothing(
         dataset, coordinator):
     """2 ranks consume one step, save; 3 ranks resume from that state: the

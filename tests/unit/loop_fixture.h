@@ -1,9 +1,9 @@
 /*
  * loop_fixture.h - what the tests that run real Coordinator and DataServer
  * loops on threads share (test_dataserver.c, test_remote.c): a small
- * indexed clip set, clocks, a small plan, and a runner thread whose loop
- * must stop within 1 s of its flag.  Header-only test code: define NCLIPS,
- * then include it once.
+ * indexed clip set, clocks, a small plan, a runner thread whose loop
+ * must stop within 1 s of its flag, a DEALER peer and a request filler.  Header-only test code: define NCLIPS,
+ * then include it once (after cmocka.h and zmq.h).
  */
 #ifndef DH_TEST_LOOP_FIXTURE_H
 #define DH_TEST_LOOP_FIXTURE_H
@@ -119,6 +119,33 @@ static void stop_runner(struct runner *r)
     assert_true(__atomic_load_n(&r->finished, __ATOMIC_SEQ_CST));
     pthread_join(r->th, NULL);
     assert_int_equal(r->rc, 0);
+}
+
+/* ---- peers speaking the wire codec ---- */
+
+static void *dealer(void *ctx, const char *endpoint)
+{
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0, to = 1000;
+
+    assert_non_null(s);
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(s, ZMQ_SNDTIMEO, &to, sizeof(to));
+    assert_int_equal(zmq_connect(s, endpoint), 0);
+    return s;
+}
+
+static void fill_request(struct dh_wire_request *rq, uint32_t step,
+                         const uint64_t *ids, uint32_t n)
+{
+    struct dh_media_plan p = small_plan();
+    struct dh_err e;
+
+    assert_int_equal(dh_wire_task_make(&rq->task, 0, step, 0, 0, &e), 0);
+    rq->requester_rank = 0;
+    assert_int_equal(dh_wire_set_samples(rq, ids, n, &e), 0);
+    assert_int_equal(dh_wire_plan_from_media(&rq->plan, &p, &e), 0);
+    rq->slack_ms = 1000;
 }
 
 #endif

@@ -104,18 +104,6 @@ static struct dh_dataserver *make(const struct dh_dataserver_opts *o)
 
 /* ---- the fake peers' side of the wire ---- */
 
-static void *dealer(void *ctx, const char *endpoint)
-{
-    void *s = zmq_socket(ctx, ZMQ_DEALER);
-    int zero = 0, to = 1000;
-
-    assert_non_null(s);
-    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(s, ZMQ_SNDTIMEO, &to, sizeof(to));
-    assert_int_equal(zmq_connect(s, endpoint), 0);
-    return s;
-}
-
 static void send_msg(void *s, const struct dh_wire_msg *m, int flags)
 {
     uint8_t *buf = NULL;
@@ -201,19 +189,6 @@ static void *client(void *ctx, const char *endpoint)
                                WAIT_MS), 0);
     dh_wire_msg_fini(&m);
     return s;
-}
-
-static void fill_request(struct dh_wire_request *rq, uint32_t step,
-                         const uint64_t *ids, uint32_t n)
-{
-    struct dh_media_plan p = small_plan();
-    struct dh_err e;
-
-    assert_int_equal(dh_wire_task_make(&rq->task, 0, step, 0, 0, &e), 0);
-    rq->requester_rank = 0;
-    assert_int_equal(dh_wire_set_samples(rq, ids, n, &e), 0);
-    assert_int_equal(dh_wire_plan_from_media(&rq->plan, &p, &e), 0);
-    rq->slack_ms = 1000;
 }
 
 /* Sends a request; returns the server its Route ack names. */
