@@ -21,7 +21,9 @@
  *       to the chosen DataServer and a Route without it (the ack) to the
  *       client.  If every candidate is at its queue cap (or no server is
  *       registered yet) the request waits in a bounded FIFO and is retried
- *       whenever capacity may have freed; with the FIFO full the client
+ *       whenever capacity may have freed (each retry goes once round the
+ *       FIFO, so a waiting request does not hold back requests behind it
+ *       whose servers have room; the waiting ones keep their order); with the FIFO full the client
  *       gets an ErrorNotice (cause DH_ETOOBIG) from server_id
  *       DH_COORDINATOR_SERVER_ID.  A request for a task already known is
  *       not placed twice: its client identity is refreshed (and, if it is

@@ -361,19 +361,35 @@ static void fail_task(struct dh_coordinator *c, struct co_task *t, int rc,
     task_free(c, t);
 }
 
+/* Waiting tasks tried per drain, at most, after the first that must go on
+ * waiting: a task whose candidates are all full must not hold back the
+ * ones behind it (another rank's local server may have room), but a long
+ * queue of blocked tasks is not rescanned in full on every event. */
+#define DRAIN_BLOCKED_MAX 64
+
 void dh__co_drain(struct dh_coordinator *c, uint64_t now)
 {
-    while (c->fifo_len > 0) {
-        struct co_task *t = c->fifo[c->fifo_head];
-        int rc = t->cancelled ? 1 : place_task(c, t, now);
+    size_t n = c->fifo_len, blocked = 0;
 
-        if (rc == 0)
-            break;
+    /* One turn of the ring: each task is popped once and, if it must go
+     * on waiting, pushed back, so the waiting ones keep their order. */
+    for (size_t i = 0; i < n && c->fifo_len > 0; i++) {
+        struct co_task *t = c->fifo[c->fifo_head];
+        int rc;
+
         fifo_pop(c);
-        if (t->cancelled)
+        if (t->cancelled) {
             task_free(c, t);
-        else if (rc < 0)
+            continue;
+        }
+        rc = blocked < DRAIN_BLOCKED_MAX ? place_task(c, t, now) : 0;
+        if (rc == 0) {
+            blocked++;
+            if (fifo_push(c, t, 0) < 0) /* cannot happen: it just left */
+                fail_task(c, t, DH_ETOOBIG, "request queue full");
+        } else if (rc < 0) {
             fail_task(c, t, rc, "request cannot be placed (bad cost hints)");
+        }
     }
 }
 

@@ -614,6 +614,46 @@ static void heartbeat_queue_depth_includes_running_tasks(void **state)
     stop_and_free(f);
 }
 
+/* A request that must wait (its rank's local server is full) does not hold
+ * back another rank's request behind it, whose server has room. */
+static void a_waiting_request_does_not_block_other_ranks(void **state)
+{
+    struct fx *f = start("least-request", 60000, 1); /* cap 1 x 1 worker */
+    void *a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
+    void *b = server(f, 2, DH_WIRE_ROLE_LOCAL, 1);
+    void *c0 = client(f, 0), *c1 = client(f, 1);
+    struct dh_wire_msg m;
+    uint64_t ids[1] = {7};
+
+    (void)state;
+    request(c0, 0);
+    expect_route(a, 0, 1);
+    request(c0, 1); /* a is full: waits */
+    ASSERT_STAT(f, pending, 1);
+    dh_wire_msg_init(&m, DH_WIRE_DESCRIPTOR_REQUEST);
+    assert_int_equal(dh_wire_task_make(&m.u.request.task, 0, 0, 1, 0, NULL),
+                     0);
+    m.u.request.requester_rank = 1;
+    assert_int_equal(dh_wire_set_samples(&m.u.request, ids, 1, NULL), 0);
+    m.u.request.slack_ms = 100000;
+    send_msg(c1, &m);
+    dh_wire_msg_fini(&m);
+    assert_int_equal(recv_type(b, DH_WIRE_ROUTE, &m, WAIT_MS), 0);
+    assert_int_equal(m.u.route.task.rank, 1);
+    assert_int_equal(m.u.route.server_id, 2);
+    dh_wire_msg_fini(&m);
+    ASSERT_STAT(f, pending, 1); /* rank 0's step 1 still waits, in place */
+    result(a, 0, 1);
+    expect_result(c0, 0, 1);
+    expect_route(a, 1, 1);
+    ASSERT_STAT(f, pending, 0);
+    zmq_close(a);
+    zmq_close(b);
+    zmq_close(c0);
+    zmq_close(c1);
+    stop_and_free(f);
+}
+
 static void backpressure_queues_then_routes(void **state)
 {
     struct fx *f = start("least-request", 5000, 1); /* cap 1 x 1 worker */
@@ -720,6 +760,7 @@ int main(void)
         cmocka_unit_test(pending_bound_counts_only_waiting_requests),
         cmocka_unit_test(exits_when_no_local_server_is_left),
         cmocka_unit_test(heartbeat_queue_depth_includes_running_tasks),
+        cmocka_unit_test(a_waiting_request_does_not_block_other_ranks),
         cmocka_unit_test(remote_only_when_local_takes_payloads),
         cmocka_unit_test(backpressure_queues_then_routes),
         cmocka_unit_test(malformed_is_counted_and_loop_keeps_serving),
