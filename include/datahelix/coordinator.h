@@ -14,7 +14,9 @@
  *       for a rank that already has one supersedes it (the rank's client
  *       restarted its DataServer: a new arena): the old one is declared
  *       dead at once and its tasks re-routed, delivered to the new one.
- *   Heartbeat  updates placement feedback and the server's last-seen time.
+ *   Heartbeat  updates placement feedback and the server's last-seen time;
+ *       one marked `leaving` drops the server at once (its tasks re-routed,
+ *       not counted in dead_servers).
  *       Registrations and notices naming a registered server also
  *       count as signs of life.
  *   DescriptorRequest  placed, then a Route with the embedded request goes

@@ -147,6 +147,7 @@ struct dh_wire_heartbeat {
     double latency_ms;          /* EWMA, finite, 0..DH_WIRE_MAX_LATENCY_MS */
     struct dh_wire_link *links; /* owned, n_links <= DH_WIRE_MAX_PEERS */
     uint32_t n_links;
+    int leaving; /* 0 or 1: the server is stopping, drop it now */
 };
 
 /* A media plan as it travels: struct dh_media_plan with owned indices. */

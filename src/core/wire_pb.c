@@ -139,6 +139,7 @@ static int heartbeat_pb(struct dh__wire_pb_out *o,
     pb->latency_ms = h->latency_ms;
     pb->n_links = n;
     pb->links = o->link_ptrs;
+    pb->leaving = h->leaving != 0;
     o->env.heartbeat = pb;
     return 0;
 }
@@ -425,6 +426,7 @@ static int heartbeat_from_pb(const struct dh__wire_ck *c,
     h->queue_depth = pb->queue_depth;
     h->busy_workers = pb->busy_workers;
     h->latency_ms = pb->latency_ms;
+    h->leaving = pb->leaving != 0;
     return 0;
 }
 

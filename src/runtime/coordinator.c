@@ -267,8 +267,14 @@ static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
     int slot = find_server(c, h->server_id);
 
     if (slot < 0) {
-        dh__co_malformed(c, from, "heartbeat from unregistered server %u",
-                         h->server_id);
+        if (!h->leaving) /* a leaving one may have been dropped already */
+            dh__co_malformed(c, from, "heartbeat from unregistered server "
+                             "%u", h->server_id);
+        return;
+    }
+    if (h->leaving && same_peer(&c->servers[slot].peer, from)) {
+        declare_dead(c, slot, now, NULL);
+        dh__co_drain(c, now);
         return;
     }
     c->servers[slot].last_seen_ms = now;
@@ -302,7 +308,10 @@ static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
 {
     struct co_server *s = &c->servers[slot];
 
-    if (why)
+    if (!why && now - s->last_seen_ms < (uint64_t)c->hb_timeout_ms)
+        fprintf(stderr, "datahelix: coordinator: server %u (%s) left\n",
+                s->wire_id, s->addr); /* it said so: not a failure */
+    else if (why)
         fprintf(stderr, "datahelix: coordinator: server %u (%s) %s: "
                 "declared dead, re-routing its tasks\n", s->wire_id,
                 s->addr, why);
@@ -318,7 +327,8 @@ static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
         c->rank_local[s->rank] = -1;
     s->used = 0;
     atomic_fetch_sub(&c->st_servers, 1);
-    CO_INC(c, dead_servers);
+    if (why || now - s->last_seen_ms >= (uint64_t)c->hb_timeout_ms)
+        CO_INC(c, dead_servers); /* one that left is not counted */
     dh__co_orphan_tasks(c, slot);
 }
 

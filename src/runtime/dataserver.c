@@ -210,6 +210,7 @@ static int open_parts(struct dh_dataserver *s,
         return s->listen_fd;
     if ((rc = dh__ds_register(s, o, e)) < 0)
         return rc;
+    s->registered = 1;
     if (s->link_fd >= 0 && (rc = dh__ds_send_hello(s, s->link_fd, e)) < 0)
         return rc;
     return 0;
@@ -305,6 +306,7 @@ void dh_dataserver_destroy(struct dh_dataserver *s)
         close(s->listen_fd);
     dh__ds_payload_close(s);
     dh__ds_remote_fini(s);
+    dh__ds_leave(s);
     if (s->sock)
         zmq_close(s->sock);
     if (s->ctx)

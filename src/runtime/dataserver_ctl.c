@@ -116,6 +116,21 @@ void dh__ds_heartbeat(struct dh_dataserver *s)
     DS_INC(s, heartbeats);
 }
 
+void dh__ds_leave(struct dh_dataserver *s)
+{
+    int linger = 200;
+
+    if (!s->sock || !s->registered || s->coord_stopped)
+        return;
+    dh_wire_msg_fini(&s->out);
+    dh_wire_msg_init(&s->out, DH_WIRE_HEARTBEAT);
+    s->out.u.heartbeat.server_id = s->server_id;
+    s->out.u.heartbeat.seq = ++s->hb_seq;
+    s->out.u.heartbeat.leaving = 1;
+    send_out(s);
+    zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof(linger));
+}
+
 /* ---- receiving ---- */
 
 static void dispatch(struct dh_dataserver *s)
@@ -128,6 +143,7 @@ static void dispatch(struct dh_dataserver *s)
         fprintf(stderr, "datahelix: dataserver %u: shutdown requested: %s\n",
                 s->server_id, s->in.u.shutdown.reason);
         s->shutdown = 1;
+        s->coord_stopped = 1;
         break;
     default:
         dh__ds_malformed(s, "the coordinator", "the coordinator may not "

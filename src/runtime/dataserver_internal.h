@@ -135,6 +135,8 @@ struct dh_dataserver {
     uint64_t hb_seq, next_hb_ms, last_hb_ms;
     double latency_ms;
     int shutdown;
+    int registered;    /* the Coordinator acknowledged us */
+    int coord_stopped; /* it told us to stop: no goodbye to send */
 
 #define DS_STAT_FIELD_(n) _Atomic uint64_t st_##n;
     DS_STATS(DS_STAT_FIELD_)
@@ -163,6 +165,9 @@ int dh__ds_send_msg(struct dh_dataserver *s, const struct dh_wire_msg *m,
 void dh__ds_send_error(struct dh_dataserver *s, const struct dh_wire_task *t,
                        uint64_t sample, int cause, const char *msg);
 void dh__ds_heartbeat(struct dh_dataserver *s);
+/* A last heartbeat marked `leaving`, so the Coordinator drops this server
+ * at once; best effort (the socket lingers briefly to send it). */
+void dh__ds_leave(struct dh_dataserver *s);
 /* Handles up to DS_BURST control messages; < 0 if the socket failed. */
 int dh__ds_recv_ctl(struct dh_dataserver *s, struct dh_err *e) DH_MUST_CHECK;
 

@@ -51,6 +51,8 @@ class Proc:
                                   stderr=subprocess.PIPE, text=True, **kw)
 
     def stop(self):
+        if hasattr(self, "result"):
+            return self.result
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGTERM)
             try:
@@ -59,7 +61,8 @@ class Proc:
                 self.p.kill()
                 self.p.wait(timeout=5)
         out, err = self.p.communicate(timeout=5)
-        return self.p.returncode, out, err
+        self.result = (self.p.returncode, out, err)
+        return self.result
 
 
 def consume_args(coord, manifest, rank=0, world=1, batch=2, *extra):
@@ -137,6 +140,13 @@ def test_two_ranks_two_epochs_exactly_once_in_plan_order(dataset,
         assert sorted(epoch_ids) == list(range(12))
     s = summary_of(outs[0][0])
     assert s["steps"] == 6 and s["samples"] == 12 and s["errors"] == 0
+    # The ranks' servers said goodbye: none is taken for dead.
+    _, c = coordinator
+    assert wait_until(lambda: c.p.poll() is None, 1)
+    time.sleep(0.5)
+    _, _, cerr = c.stop()
+    assert cerr.count(" left") == 2, cerr
+    assert "declared dead" not in cerr, cerr
 
 
 def test_microbatches_and_telemetry(dataset, coordinator, tmp_path):

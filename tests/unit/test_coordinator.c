@@ -654,6 +654,37 @@ static void a_waiting_request_does_not_block_other_ranks(void **state)
     stop_and_free(f);
 }
 
+/* A server that says it is leaving is dropped at once, its task re-routed,
+ * and it does not count as dead. */
+static void a_leaving_server_is_dropped_at_once(void **state)
+{
+    struct fx *f = start("deadline", 60000, 4);
+    void *a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
+    void *b = server(f, 2, DH_WIRE_ROLE_REMOTE, 0);
+    void *cl = client(f, 0);
+    struct dh_wire_msg m;
+
+    (void)state;
+    request(cl, 1);
+    expect_route(a, 1, 1); /* the local server meets the deadline */
+    dh_wire_msg_init(&m, DH_WIRE_HEARTBEAT);
+    m.u.heartbeat.server_id = 1;
+    m.u.heartbeat.seq = 2;
+    m.u.heartbeat.leaving = 1;
+    send_msg(a, &m);
+    ASSERT_STAT(f, servers, 1);
+    ASSERT_STAT(f, rerouted, 1);
+    assert_int_equal(recv_type(b, DH_WIRE_ROUTE, &m, WAIT_MS), 0);
+    assert_int_equal(m.u.route.task.id, task(1).id);
+    dh_wire_msg_fini(&m);
+    ASSERT_STAT(f, dead_servers, 0);
+    ASSERT_STAT(f, malformed, 0);
+    zmq_close(a);
+    zmq_close(b);
+    zmq_close(cl);
+    stop_and_free(f);
+}
+
 static void backpressure_queues_then_routes(void **state)
 {
     struct fx *f = start("least-request", 5000, 1); /* cap 1 x 1 worker */
@@ -761,6 +792,7 @@ int main(void)
         cmocka_unit_test(exits_when_no_local_server_is_left),
         cmocka_unit_test(heartbeat_queue_depth_includes_running_tasks),
         cmocka_unit_test(a_waiting_request_does_not_block_other_ranks),
+        cmocka_unit_test(a_leaving_server_is_dropped_at_once),
         cmocka_unit_test(remote_only_when_local_takes_payloads),
         cmocka_unit_test(backpressure_queues_then_routes),
         cmocka_unit_test(malformed_is_counted_and_loop_keeps_serving),

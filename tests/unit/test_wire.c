@@ -82,6 +82,7 @@ static void fill_heartbeat(struct dh_wire_heartbeat *h)
     h->queue_depth = DH_WIRE_MAX_QUEUE;
     h->busy_workers = DH_WIRE_MAX_WORKERS;
     h->latency_ms = DH_WIRE_MAX_LATENCY_MS;
+    h->leaving = 1;
     assert_int_equal(dh_wire_set_links(h, l, DH_WIRE_MAX_PEERS, NULL), 0);
     free(l);
 }
@@ -228,6 +229,7 @@ static void assert_heartbeat_eq(const struct dh_wire_heartbeat *a,
     assert_int_equal(a->queue_depth, b->queue_depth);
     assert_int_equal(a->busy_workers, b->busy_workers);
     assert_true(a->latency_ms == b->latency_ms);
+    assert_int_equal(a->leaving, b->leaving);
     assert_int_equal(a->n_links, b->n_links);
     for (uint32_t i = 0; i < a->n_links; i++) {
         assert_int_equal(a->links[i].peer_server_id,
