@@ -4,6 +4,7 @@ Builds the C library with CMake (`make build`) if it is not built yet, then
 the extension datahelix._C against it, and ships the `datahelix` program
 inside the package (datahelix/bin/) so the DataServers it starts are found
 without a PATH entry.  `make install` is the other way in (README)."""
+import glob
 import os
 import shutil
 import subprocess
@@ -53,6 +54,10 @@ setup(
         define_macros=[("_GNU_SOURCE", None)],
         extra_compile_args=["-std=c11"],
         extra_objects=[os.path.join(built(), "libdatahelix.a")],
+        # Rebuilt when a header or the library changes, not only a source.
+        depends=sorted(glob.glob("include/datahelix/*.h") +
+                       glob.glob("src/python/*.h")) +
+        [os.path.join(BUILD, "libdatahelix.a")],
         extra_link_args=pkg_libs() + ["-lm", "-lpthread"])],
     cmdclass={"build_py": BuildPy},
 )
