@@ -98,6 +98,13 @@ void dh__ds_heartbeat(struct dh_dataserver *s)
     struct dh_err e;
 
     dh_workers_stats(s->pool, &ws);
+    if (s->py) { /* the Python workers do the jobs, not the C pool */
+        uint64_t q, b;
+
+        dh__ds_py_load(s, &q, &b);
+        ws.queued = q;
+        ws.running = b;
+    }
     depth = ws.queued + ws.running;
     dh_wire_msg_fini(&s->out);
     dh_wire_msg_init(&s->out, DH_WIRE_HEARTBEAT);

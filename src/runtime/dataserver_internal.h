@@ -216,6 +216,9 @@ void dh__ds_py_serve(struct dh_dataserver *s);
 /* Adds a POLLIN item per live worker socket (at most DS_PY_MAX_WORKERS);
  * returns how many. */
 int dh__ds_py_pollitems(const struct dh_dataserver *s, zmq_pollitem_t *it);
+/* Jobs waiting for a Python worker and workers busy on one (heartbeat). */
+void dh__ds_py_load(const struct dh_dataserver *s, uint64_t *queued,
+                    uint64_t *busy);
 
 /* ---- dataserver_link.c: handing the arena to the client ---- */
 int dh__ds_send_hello(struct dh_dataserver *s, int fd,

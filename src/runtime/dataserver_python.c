@@ -611,6 +611,17 @@ void dh__ds_py_serve(struct dh_dataserver *s)
         dispatch(s);
 }
 
+void dh__ds_py_load(const struct dh_dataserver *s, uint64_t *queued,
+                    uint64_t *busy)
+{
+    const struct ds_py *py = s->py;
+
+    *queued = py->q_len;
+    *busy = 0;
+    for (unsigned i = 0; i < py->n; i++)
+        *busy += py->w[i].job != NULL;
+}
+
 int dh__ds_py_pollitems(const struct dh_dataserver *s, zmq_pollitem_t *it)
 {
     int n = 0;
