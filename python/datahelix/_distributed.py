@@ -31,7 +31,7 @@ from torch.utils.data._utils.collate import default_collate, default_convert
 
 from . import _C, _slot
 from ._C import DataError
-from ._services import Coordinator, binary, coordinator_address
+from ._services import Closing, Coordinator, binary, coordinator_address
 
 _HDR = 1 << 63
 _M63 = _HDR - 1
@@ -223,7 +223,7 @@ class _Iter:
         return L._next_batch(self)
 
 
-class DistributedDataLoader:
+class DistributedDataLoader(Closing):
     """torch.utils.data.DataLoader's arguments and behaviour over any
     map-style Dataset, with the samples loaded by Python worker processes
     of this rank's local DataServer and handed over through shared memory
@@ -554,15 +554,3 @@ class DistributedDataLoader:
             if getattr(self, d, None) is not None:
                 shutil.rmtree(getattr(self, d), ignore_errors=True)
                 setattr(self, d, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass

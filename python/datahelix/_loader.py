@@ -7,7 +7,7 @@ import shutil
 import torch
 
 from . import _C
-from ._services import (Coordinator, binary, coordinator_address,
+from ._services import (Closing, Coordinator, binary, coordinator_address,
                         ensure_index)
 
 _BALANCE = {"fixed": _C.BALANCE_FIXED, "free": _C.BALANCE_FREE,
@@ -44,7 +44,7 @@ def _dist_rank_world():
             int(os.environ.get("WORLD_SIZE", "1")))
 
 
-class DataLoader:
+class DataLoader(Closing):
     """Batches of video clips for one training rank.
 
     Each step yields a dict: ``video`` (uint8 ``[B, T, H, W, 3]``, or
@@ -333,18 +333,6 @@ class DataLoader:
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 # Any map-style torch Dataset on the DataServers' Python workers

@@ -137,3 +137,23 @@ def coordinator_address(rank, world_size):
     if host == "localhost":
         host = "127.0.0.1"
     return f"tcp://{host}:{port}", rank == 0
+
+
+class Closing:
+    """A loader's lifetime: `with` closes it, and so does the garbage
+    collector, quietly (close() must be idempotent)."""
+
+    def close(self):
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
