@@ -16,6 +16,7 @@
 #include <libavutil/pixdesc.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "media/av_util.h"
 #include "media/media_internal.h"
 
@@ -51,17 +52,9 @@ void dh_media_set_watchdog(struct dh_media *m, int ms)
     m->watchdog_ms = ms < 0 ? 0 : ms;
 }
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 int dh__media_overdue(const struct dh_media *m)
 {
-    return m->deadline_ms && mono_ms() >= m->deadline_ms;
+    return m->deadline_ms && dh__mono_ms() >= m->deadline_ms;
 }
 
 int dh__media_watchdog_error(const struct dh_media *m, struct dh_err *e)
@@ -163,7 +156,7 @@ static int open_input(struct dh_media *m, struct dh_err *e)
     uint8_t *iobuf;
     int rc;
 
-    m->deadline_ms = m->watchdog_ms ? mono_ms() + (uint64_t)m->watchdog_ms
+    m->deadline_ms = m->watchdog_ms ? dh__mono_ms() + (uint64_t)m->watchdog_ms
                                     : 0;
     if (!m->mem.data) {
         if (!(m->fc = avformat_alloc_context()))

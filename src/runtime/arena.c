@@ -62,6 +62,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "datahelix/arena.h"
 #include "runtime/arena_internal.h"
 
@@ -131,17 +132,6 @@ static size_t page_size(void)
 static uint64_t header_bytes(void)
 {
     return round_up(sizeof(struct shm_hdr), page_size());
-}
-
-static void deadline_in(struct timespec *d, int ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, d);
-    d->tv_sec += ms / 1000;
-    d->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (d->tv_nsec >= 1000000000L) {
-        d->tv_sec++;
-        d->tv_nsec -= 1000000000L;
-    }
 }
 
 static int passed(const struct timespec *d)
@@ -302,7 +292,7 @@ static int lock_arena(struct dh_arena *a, struct dh_err *e)
 {
     struct timespec d;
 
-    deadline_in(&d, DH_ARENA_LOCK_TIMEOUT_MS);
+    dh__mono_deadline(&d, DH_ARENA_LOCK_TIMEOUT_MS);
     return locked(a, pthread_mutex_clocklock(&a->h->mu, CLOCK_MONOTONIC, &d),
                   e);
 }
@@ -754,7 +744,7 @@ int dh_arena_alloc(struct dh_arena *a, size_t len, int timeout_ms,
                           fmt_bytes(cap, 32, a->data_size));
     }
     span = round_up(len, DH_ARENA_ALIGN);
-    deadline_in(&d, timeout_ms);
+    dh__mono_deadline(&d, timeout_ms);
     rc = lock_arena(a, e);
     if (rc)
         return rc;

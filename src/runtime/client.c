@@ -18,6 +18,7 @@
 #include <zmq.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "datahelix/batch.h"
 #include "runtime/client_internal.h"
 
@@ -32,22 +33,6 @@ struct cl_batch {
     int arena[DH_CLIENT_MAX_PARTS];
     struct dh_slot_ref ref[DH_CLIENT_MAX_PARTS];
 };
-
-uint64_t dh__cl_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static double now_msf(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 void dh_client_opts_default(struct dh_client_opts *o)
 {
@@ -181,7 +166,7 @@ static int do_register(struct dh_client *c, struct dh_err *e)
     struct dh_wire_msg m;
     uint8_t *buf = NULL;
     size_t len = 0;
-    uint64_t end = dh__cl_now_ms() + (uint64_t)c->start_timeout_ms, t;
+    uint64_t end = dh__mono_ms() + (uint64_t)c->start_timeout_ms, t;
     int rc, zero = 0;
     int64_t maxmsg = DH_WIRE_MAX_MSG;
 
@@ -210,7 +195,7 @@ static int do_register(struct dh_client *c, struct dh_err *e)
     if (rc < 0)
         return dh_err_set(e, DH_EIO, "sending to coordinator %s: %s",
                           c->coord, zmq_strerror(zmq_errno()));
-    while ((t = dh__cl_now_ms()) < end) {
+    while ((t = dh__mono_ms()) < end) {
         zmq_pollitem_t it = {.socket = c->sock, .events = ZMQ_POLLIN};
         zmq_msg_t msg;
         struct dh_err de;
@@ -652,15 +637,13 @@ int dh_client_next(struct dh_client *c, struct dh_client_batch **out,
 int dh_client_next_for(struct dh_client *c, int timeout_ms,
                        struct dh_client_batch **out, struct dh_err *e)
 {
-    double t_call = now_msf(), wait, window;
+    double t_call = dh__mono_msf(), wait, window;
     size_t *idx = c->taken;
-    uint64_t dl = dh__cl_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms
-                                                              : 0);
-    struct timespec deadline = {.tv_sec = (time_t)(dl / 1000),
-                                .tv_nsec = (long)(dl % 1000) * 1000000};
+    struct timespec deadline;
     int rc = 0;
 
     *out = NULL;
+    dh__mono_deadline(&deadline, timeout_ms > 0 ? timeout_ms : 0);
     pthread_mutex_lock(&c->mu);
     /* A step's wait runs from the first call that asked for it, across
      * calls that timed out; its window ends there. */
@@ -672,7 +655,7 @@ int dh_client_next_for(struct dh_client *c, int timeout_ms,
     t_call = c->step_t_call;
     window = c->step_window;
     if (!c->t0_ms)
-        c->t0_ms = dh__cl_now_ms();
+        c->t0_ms = dh__mono_ms();
     if (c->fatal) {
         rc = dh_err_set(e, c->fatal_e.code, "%s", c->fatal_e.msg);
         goto out;
@@ -692,7 +675,7 @@ int dh_client_next_for(struct dh_client *c, int timeout_ms,
                             c->rank, c->epoch,
                             (unsigned long long)(c->first_step +
                                                  c->next_consume),
-                            now_msf() - c->step_t_call, c->coord);
+                            dh__mono_msf() - c->step_t_call, c->coord);
             break;
         }
         if (rc < 0)
@@ -703,7 +686,7 @@ int dh_client_next_for(struct dh_client *c, int timeout_ms,
         goto out;
     c->n_taken = 0;
     c->step_t_call = 0;
-    wait = now_msf() - t_call;
+    wait = dh__mono_msf() - t_call;
     rc = finish_step(c, idx, wait, window, out, e);
     if (push_meas(c, wait, window) < 0) {
         /* out of memory for statistics only: the batch is still good */
@@ -718,7 +701,7 @@ int dh_client_next_for(struct dh_client *c, int timeout_ms,
     c->next_consume++;
 out:
     pthread_mutex_unlock(&c->mu);
-    c->last_return_us = (uint64_t)(now_msf() * 1e3);
+    c->last_return_us = (uint64_t)(dh__mono_msf() * 1e3);
     dh__cl_wake(c);
     return rc;
 }
@@ -770,7 +753,7 @@ void dh_client_stats(struct dh_client *c, struct dh_client_stats *out)
     *out = c->st;
     n = c->n_meas;
     if (c->t0_ms)
-        out->elapsed_s = (double)(dh__cl_now_ms() - c->t0_ms) / 1e3;
+        out->elapsed_s = (double)(dh__mono_ms() - c->t0_ms) / 1e3;
     if (n && (tmp = dh__malloc(n * sizeof(*tmp)))) {
         memcpy(tmp, c->waits, n * sizeof(*tmp));
         out->input_wait_p50_ms = pct(tmp, n, 50);

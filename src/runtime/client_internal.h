@@ -115,7 +115,6 @@ struct dh_client {
     size_t n_load;
 };
 
-uint64_t dh__cl_now_ms(void);
 
 /* ---- client_io.c ---- */
 void *dh__cl_io_main(void *arg);

@@ -20,6 +20,7 @@
 #include <zmq.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "datahelix/batch.h"
 #include "runtime/client_internal.h"
 
@@ -133,7 +134,7 @@ static void issue(struct dh_client *c)
                 return;
             }
             *s = (struct cl_sent){.task_id = dh__cl_task_id(c, k, j),
-                                  .sent_ms = dh__cl_now_ms(),
+                                  .sent_ms = dh__mono_ms(),
                                   .slack_ms = slack};
         }
         c->next_issue++;
@@ -196,7 +197,7 @@ static void file_result(struct dh_client *c, struct cl_result *r)
 {
     int accepted = 0;
 
-    r->arrived_ms = dh__cl_now_ms();
+    r->arrived_ms = dh__mono_ms();
     if (c->ro && dh_reorder_arrive(c->ro, r->task_id,
                                    (uint64_t)(r - c->pool), &accepted) < 0)
         accepted = 0;

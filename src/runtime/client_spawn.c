@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "runtime/client_internal.h"
 #include "runtime/fdpass.h"
 
@@ -169,14 +170,14 @@ int dh__cl_attach_server(struct dh_client *c, struct dh_err *e)
     int rc;
 
     /* The server may still be starting: retry within the start bound. */
-    uint64_t end = dh__cl_now_ms() + (uint64_t)c->start_timeout_ms;
+    uint64_t end = dh__mono_ms() + (uint64_t)c->start_timeout_ms;
 
     while ((c->link_fd = dh__link_connect(c->ds_name, e)) < 0) {
         struct timespec ts = {0, 20000000};
 
         rc = c->link_fd;
         c->link_fd = -1;
-        if (rc != DH_EIO || dh__cl_now_ms() >= end)
+        if (rc != DH_EIO || dh__mono_ms() >= end)
             return rc;
         nanosleep(&ts, NULL);
     }
@@ -200,7 +201,7 @@ static void describe(int status, char *why, size_t n)
 
 int dh__cl_reap(struct dh_client *c, int grace_ms, char *why, size_t n)
 {
-    uint64_t end = dh__cl_now_ms() + (uint64_t)grace_ms;
+    uint64_t end = dh__mono_ms() + (uint64_t)grace_ms;
     int status = 0, clean = 0;
     pid_t r;
 
@@ -208,7 +209,7 @@ int dh__cl_reap(struct dh_client *c, int grace_ms, char *why, size_t n)
     if (c->child <= 0)
         return 1;
     while ((r = waitpid(c->child, &status, WNOHANG)) == 0 &&
-           dh__cl_now_ms() < end) {
+           dh__mono_ms() < end) {
         struct timespec ts = {0, 2000000};
 
         nanosleep(&ts, NULL);

@@ -24,18 +24,11 @@
 #include <zmq.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "runtime/coordinator_internal.h"
 
 #define POLL_MS 50
 #define BURST 256
-
-uint64_t dh__co_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 void dh_coordinator_opts_default(struct dh_coordinator_opts *o)
 {
@@ -402,7 +395,7 @@ static void handle_frames(struct dh_coordinator *c, zmq_msg_t *idf,
                             &e) < 0)
         dh__co_malformed(c, &from, "%s", e.msg);
     else {
-        dispatch(c, &from, dh__co_now_ms());
+        dispatch(c, &from, dh__mono_ms());
         dh_wire_msg_fini(&c->in);
     }
     c->cur_frame = NULL;
@@ -499,8 +492,8 @@ int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
                 break;
             }
         }
-        check_heartbeats(c, dh__co_now_ms());
-        if (c->exit_unused_ms > 0 && unused_for_long(c, dh__co_now_ms())) {
+        check_heartbeats(c, dh__mono_ms());
+        if (c->exit_unused_ms > 0 && unused_for_long(c, dh__mono_ms())) {
             fprintf(stderr, "datahelix: coordinator: no local dataserver "
                     "for %d ms: every rank is gone; exiting\n",
                     c->exit_unused_ms);

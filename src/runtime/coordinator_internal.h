@@ -105,7 +105,6 @@ struct dh_coordinator {
                                               memory_order_relaxed)
 
 /* ---- coordinator.c ---- */
-uint64_t dh__co_now_ms(void);
 /* Encodes `m` and sends it to `to` without blocking.  0 or negative
  * (counted in send_failures and logged). */
 int dh__co_send(struct dh_coordinator *c, const struct co_peer *to,

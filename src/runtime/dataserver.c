@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "runtime/dataserver_internal.h"
 #include "runtime/local_link.h"
 
@@ -71,9 +72,9 @@ static int serve_once(struct dh_dataserver *s, struct dh_err *e)
     dh__ds_collect(s);
     if (s->remote)
         dh__ds_forward_retry(s);
-    if (dh__ds_now_ms() >= s->next_hb_ms) {
+    if (dh__mono_ms() >= s->next_hb_ms) {
         dh__ds_heartbeat(s);
-        s->next_hb_ms = dh__ds_now_ms() + (uint64_t)s->heartbeat_ms;
+        s->next_hb_ms = dh__mono_ms() + (uint64_t)s->heartbeat_ms;
     }
     return 0;
 }
@@ -82,7 +83,7 @@ int dh_dataserver_run(struct dh_dataserver *s, const volatile int *stop,
                       struct dh_err *e)
 {
     s->shutdown = 0;
-    s->next_hb_ms = dh__ds_now_ms();
+    s->next_hb_ms = dh__mono_ms();
     while (!s->shutdown && !(stop && *stop)) {
         int rc = serve_once(s, e);
 

@@ -16,15 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "runtime/dataserver_internal.h"
-
-uint64_t dh__ds_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 void dh__ds_malformed(struct dh_dataserver *s, const char *from,
                       const char *fmt, ...)
@@ -278,13 +271,13 @@ static int check_ack(struct dh_dataserver *s, struct dh_err *e)
 int dh__ds_register(struct dh_dataserver *s,
                     const struct dh_dataserver_opts *o, struct dh_err *e)
 {
-    uint64_t end = dh__ds_now_ms() + (uint64_t)o->register_timeout_ms, t;
+    uint64_t end = dh__mono_ms() + (uint64_t)o->register_timeout_ms, t;
     int rc;
 
     fill_register(s, o);
     if ((rc = dh__ds_send_msg(s, &s->out, e)) < 0)
         return rc;
-    while ((t = dh__ds_now_ms()) < end) {
+    while ((t = dh__mono_ms()) < end) {
         zmq_pollitem_t it = {.socket = s->sock, .events = ZMQ_POLLIN};
 
         if (zmq_poll(&it, 1, (long)(end - t)) < 0 && zmq_errno() != EINTR)

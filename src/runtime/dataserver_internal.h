@@ -148,7 +148,6 @@ struct dh_dataserver {
 #define DS_INC(s, n) DS_ADD(s, n, 1)
 
 /* ---- dataserver_ctl.c: the Coordinator link ---- */
-uint64_t dh__ds_now_ms(void);
 /* Counts one malformed message and logs it on one line naming `from`. */
 void dh__ds_malformed(struct dh_dataserver *s, const char *from,
                       const char *fmt, ...) DH_PRINTF(3, 4);

@@ -33,6 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "runtime/dataserver_internal.h"
 
 #define RCV_HWM 8 /* payload messages queued before senders wait */
@@ -300,7 +301,7 @@ static int nothing_freed(struct dh_dataserver *s, uint64_t now)
 static int try_place(struct dh_dataserver *s)
 {
     struct ds_inbox *in = &s->inbox;
-    uint64_t now = dh__ds_now_ms();
+    uint64_t now = dh__mono_ms();
     struct dh_slot_ref ref;
     struct dh_err e;
     uint8_t *dst;
@@ -347,7 +348,7 @@ void dh__ds_payload_serve(struct dh_dataserver *s)
             continue;
         }
         in->held = 1;
-        in->give_up_ms = dh__ds_now_ms() + (uint64_t)s->alloc_timeout_ms;
+        in->give_up_ms = dh__mono_ms() + (uint64_t)s->alloc_timeout_ms;
         if (!try_place(s))
             break;
     }

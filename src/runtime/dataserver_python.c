@@ -57,6 +57,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/le.h"
 #include "runtime/dataserver_internal.h"
 #include "runtime/fdpass.h"
@@ -201,7 +202,7 @@ static void spawn(struct dh_dataserver *s, struct ds_pyw *w)
     snprintf(at, sizeof(at), "%d", s->alloc_timeout_ms);
     snprintf(sid, sizeof(sid), "%u", s->server_id);
     w->st = PYW_EMPTY;
-    w->respawn_ms = dh__ds_now_ms() + PY_RESPAWN_MS;
+    w->respawn_ms = dh__mono_ms() + PY_RESPAWN_MS;
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
         fprintf(stderr, "datahelix: dataserver %u: python worker %u: "
                 "socketpair: %s\n", s->server_id, w->id, strerror(errno));
@@ -224,7 +225,7 @@ static void spawn(struct dh_dataserver *s, struct ds_pyw *w)
     }
     *w = (struct ds_pyw){.st = PYW_STARTING, .id = w->id, .pid = pid,
                          .fd = sv[0], .sample = PY_NO_SAMPLE,
-                         .deadline_ms = dh__ds_now_ms() +
+                         .deadline_ms = dh__mono_ms() +
                                         PY_START_TIMEOUT_MS};
 }
 
@@ -237,7 +238,7 @@ static void mark_dying(struct ds_pyw *w, const char *why)
     w->fd = -1;
     w->was_ready = w->st != PYW_STARTING;
     w->st = PYW_DYING;
-    w->deadline_ms = dh__ds_now_ms() + PY_REAP_MS;
+    w->deadline_ms = dh__mono_ms() + PY_REAP_MS;
     if (why && !w->why[0])
         snprintf(w->why, sizeof(w->why), "%s", why);
 }
@@ -436,7 +437,7 @@ static void dispatch(struct dh_dataserver *s)
         w->job = j;
         w->sample = PY_NO_SAMPLE;
         w->has_slot = 0;
-        w->deadline_ms = dh__ds_now_ms() + (uint64_t)py->job_timeout_ms;
+        w->deadline_ms = dh__mono_ms() + (uint64_t)py->job_timeout_ms;
     }
 }
 
@@ -583,7 +584,7 @@ static void read_worker(struct dh_dataserver *s, struct ds_pyw *w)
 void dh__ds_py_serve(struct dh_dataserver *s)
 {
     struct ds_py *py = s->py;
-    uint64_t now = dh__ds_now_ms();
+    uint64_t now = dh__mono_ms();
     char why[160];
 
     for (unsigned i = 0; i < py->n; i++) {
@@ -687,7 +688,7 @@ int dh__ds_py_create(struct dh_dataserver *s,
  * returns how many are left. */
 static unsigned wait_all(struct ds_py *py, int ms)
 {
-    uint64_t end = dh__ds_now_ms() + (uint64_t)ms;
+    uint64_t end = dh__mono_ms() + (uint64_t)ms;
     unsigned left;
 
     for (;;) {
@@ -704,7 +705,7 @@ static unsigned wait_all(struct ds_py *py, int ms)
             else
                 left++;
         }
-        if (!left || dh__ds_now_ms() >= end)
+        if (!left || dh__mono_ms() >= end)
             return left;
         nanosleep(&(struct timespec){0, 2000000}, NULL);
     }

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "datahelix/batch.h"
 #include "runtime/dataserver_internal.h"
 
@@ -211,7 +212,7 @@ static int try_deliver(struct dh_dataserver *s, struct ds_job *j,
                           (unsigned long long)j->task.id, j->task.rank);
     if (!(p = peer_get(s, j->target_id, j->target_addr, e)))
         return e->code;
-    p->last_use_ms = dh__ds_now_ms();
+    p->last_use_ms = dh__mono_ms();
     if (zmq_send(p->sock, j->hdr, j->hdr_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) <
         0) {
         int err = zmq_errno();
@@ -246,7 +247,7 @@ void dh__ds_forward(struct dh_dataserver *s, struct ds_job *j,
     j->slot = d->slot;
     j->parked = 1; /* the job holds the slot's reference from here on */
     j->payload_len = dh_batch_bytes(&j->plan, j->n);
-    j->give_up_ms = dh__ds_now_ms() + (uint64_t)s->deliver_timeout_ms;
+    j->give_up_ms = dh__mono_ms() + (uint64_t)s->deliver_timeout_ms;
     if (j->payload_len == 0 || j->payload_len > d->slot.len)
         rc = dh_err_set(&e, DH_EINVAL, "task %llu: batch of %zu bytes in a "
                         "slot of %llu", (unsigned long long)j->task.id,
@@ -259,7 +260,7 @@ void dh__ds_forward(struct dh_dataserver *s, struct ds_job *j,
 
 void dh__ds_forward_retry(struct dh_dataserver *s)
 {
-    uint64_t now = dh__ds_now_ms();
+    uint64_t now = dh__mono_ms();
     struct dh_err e;
 
     for (size_t i = 0; i < s->n_jobs; i++) {
@@ -286,7 +287,7 @@ void dh__ds_forward_retry(struct dh_dataserver *s)
 uint32_t dh__ds_links(struct dh_dataserver *s, struct dh_wire_link *out,
                       uint32_t cap)
 {
-    uint64_t now = dh__ds_now_ms();
+    uint64_t now = dh__mono_ms();
     int first = s->last_hb_ms == 0; /* no period to divide by yet */
     double dt = (double)(now - s->last_hb_ms) / 1e3;
     uint32_t n = 0;

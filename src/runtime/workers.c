@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "datahelix/batch.h"
 #include "datahelix/workers.h"
 
@@ -76,25 +77,6 @@ struct dh_workers {
 };
 
 /* ---- small helpers ---- */
-
-static void deadline_in(struct timespec *d, int ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, d);
-    d->tv_sec += ms / 1000;
-    d->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (d->tv_nsec >= 1000000000L) {
-        d->tv_sec++;
-        d->tv_nsec -= 1000000000L;
-    }
-}
-
-static double now_ms(void)
-{
-    struct timespec t;
-
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
 
 static void fifo_push(struct fifo *f, struct job *j)
 {
@@ -160,11 +142,11 @@ static void run_job(struct dh_workers *w, struct dh_media *m, struct job *j)
                              (unsigned long long)ref.offset);
         goto out_release;
     }
-    t0 = now_ms();
+    t0 = dh__mono_msf();
     dh_media_set_watchdog(m, j->sample_timeout_ms);
     j->code = dh_batch_decode(m, w->ix, j->epoch, j->ids, j->n, &j->plan, dst,
                               need, j->valid, &j->failed_at, &e);
-    j->decode_ms = now_ms() - t0;
+    j->decode_ms = dh__mono_msf() - t0;
     if (j->code)
         goto out_release;
     j->slot = ref;
@@ -182,7 +164,7 @@ static struct job *next_job(struct dh_workers *w)
     struct timespec d;
 
     while (!w->stopping && !w->jobs.count) {
-        deadline_in(&d, IDLE_WAKE_MS);
+        dh__mono_deadline(&d, IDLE_WAKE_MS);
         (void)pthread_cond_timedwait(&w->job_cv, &w->mu, &d);
     }
     return w->stopping ? NULL : fifo_pop(&w->jobs);
@@ -270,7 +252,7 @@ static int wait_threads_exit(struct dh_workers *w)
     struct timespec d;
     int rc = 0;
 
-    deadline_in(&d, DH_WORKERS_STOP_TIMEOUT_MS);
+    dh__mono_deadline(&d, DH_WORKERS_STOP_TIMEOUT_MS);
     pthread_mutex_lock(&w->mu);
     w->stopping = 1;
     pthread_cond_broadcast(&w->job_cv);
@@ -415,7 +397,7 @@ static int wait_space(struct dh_workers *w, int timeout_ms)
 {
     struct timespec d;
 
-    deadline_in(&d, timeout_ms);
+    dh__mono_deadline(&d, timeout_ms);
     while (!w->stopping && w->jobs.count >= w->cap)
         if (timeout_ms == 0 ||
             pthread_cond_timedwait(&w->space_cv, &w->mu, &d) == ETIMEDOUT)
@@ -479,7 +461,7 @@ int dh_workers_wait(struct dh_workers *w, struct dh_work_done *out,
 
     if (!w || !out || timeout_ms < 0)
         return DH_EINVAL;
-    deadline_in(&d, timeout_ms);
+    dh__mono_deadline(&d, timeout_ms);
     pthread_mutex_lock(&w->mu);
     while (!w->dones.count && timeout_ms > 0)
         if (pthread_cond_timedwait(&w->done_cv, &w->mu, &d) == ETIMEDOUT)
