@@ -12,9 +12,11 @@
  * Then the W x world bins are sorted by load and consecutive `world` bins
  * form a step (bins of similar load share a step), the heaviest bin of
  * global step g goes to rank g mod world and the next ones follow (so no
- * rank is always the heavy one), and the W steps take a seeded random
- * order (stream DH__RNG_WINDOW_ORDER, index = first step) so that no load
- * ordering leaks into training.
+ * rank is always the heavy one).  The W steps then run heavy, light,
+ * heavy, light: the heaviest paired with the lightest, the pairs in a
+ * seeded random order (stream DH__RNG_WINDOW_ORDER, index = first step),
+ * so that decode work comes evenly and no long-range load ordering leaks
+ * into training (interleave_steps).
  *
  * Every tie is broken by an index, never by memory addresses or qsort's
  * instability, so the result is the same on every rank.
@@ -48,7 +50,7 @@ struct dh__plan_scratch {
     struct bin *bins;
     uint32_t *heap;      /* bin indices */
     uint32_t *order;     /* bins by load, then per (step, rank) */
-    uint32_t *step_pos;  /* window step -> position in the window */
+    uint32_t *step_pos;  /* position in the window -> step (load rank) */
     uint64_t *cursor;    /* per bin: next write position */
 };
 
@@ -182,6 +184,43 @@ static void order_bins_by_load(struct dh__plan_scratch *s, uint32_t nbins)
 }
 
 /*
+ * seq[pos] = the load rank (0 = heaviest) of the window's step at position
+ * pos.  Steps pair up heaviest with lightest, second with second-lightest,
+ * and so on; the pairs take a seeded random order and each runs heavy then
+ * light (an odd window's median step last).  Why not a plain shuffle: bins of similar load share a step, so a
+ * window's steps differ in total load by up to an order of magnitude on a
+ * heavy-tailed mix, and a shuffle lets several heavy steps run back to back
+ * -- a burst of decode work that prefetch cannot absorb when the GPU window
+ * does not grow with tokens.  Alternating bounds any two consecutive steps
+ * to about twice the mean load.  The pairs are expanded in place from the
+ * back, which never overwrites a pair not yet read.
+ */
+static void interleave_steps(uint32_t *seq, uint32_t nsteps,
+                             const struct dh__plan_input *in,
+                             uint64_t first_step)
+{
+    uint32_t npairs = nsteps / 2, o = nsteps;
+    struct dh__rng rng;
+
+    for (uint32_t q = 0; q < npairs; q++)
+        seq[q] = q;
+    dh__rng_seed(&rng, in->seed, in->epoch, DH__RNG_WINDOW_ORDER,
+                 first_step);
+    for (uint32_t k = npairs; k > 1; k--) {
+        uint32_t j = (uint32_t)dh__rng_below(&rng, k), t = seq[k - 1];
+
+        seq[k - 1] = seq[j];
+        seq[j] = t;
+    }
+    if (nsteps % 2) /* the median step, unpaired, runs last */
+        seq[--o] = npairs;
+    for (uint32_t q = npairs; q-- > 0;) {
+        seq[--o] = nsteps - 1 - seq[q];
+        seq[--o] = seq[q];
+    }
+}
+
+/*
  * s->order[nbins + (pos x world + rank)] = the bin that rank `rank` of the
  * window's step at position `pos` gets.
  */
@@ -191,7 +230,6 @@ static void form_steps(struct dh_plan *p, struct dh__plan_scratch *s,
 {
     uint32_t w = p->world, nbins = nsteps * w;
     uint32_t *rank_bin = s->order + nbins;
-    struct dh__rng rng;
 
     if (partial) {
         for (uint32_t r = 0; r < w; r++)
@@ -199,18 +237,9 @@ static void form_steps(struct dh_plan *p, struct dh__plan_scratch *s,
         return;
     }
     order_bins_by_load(s, nbins);
-    for (uint32_t k = 0; k < nsteps; k++)
-        s->step_pos[k] = k;
-    dh__rng_seed(&rng, in->seed, in->epoch, DH__RNG_WINDOW_ORDER,
-                 first_step);
-    for (uint32_t k = nsteps; k > 1; k--) {
-        uint32_t j = (uint32_t)dh__rng_below(&rng, k), t = s->step_pos[k - 1];
-
-        s->step_pos[k - 1] = s->step_pos[j];
-        s->step_pos[j] = t;
-    }
-    for (uint32_t k = 0; k < nsteps; k++) {
-        uint32_t pos = s->step_pos[k];
+    interleave_steps(s->step_pos, nsteps, in, first_step);
+    for (uint32_t pos = 0; pos < nsteps; pos++) {
+        uint32_t k = s->step_pos[pos];
         uint64_t g = first_step + pos;
 
         for (uint32_t i = 0; i < w; i++)

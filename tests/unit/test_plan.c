@@ -409,6 +409,54 @@ static void heaviest_rank_rotates(void **state)
     }
 }
 
+/*
+ * Within a window the steps run heavy, light, heavy, light: every step at
+ * an even position carries at least the tokens of every step at an odd
+ * one, so decode work never comes as a run of heavy steps.
+ */
+static void steps_alternate_heavy_and_light(void **state)
+{
+    enum { N = 6000 };
+    static uint32_t tok[N];
+    static uint16_t prof[N];
+    static const uint32_t windows[] = {16, 5, 2};
+    struct dh_plan_opts o;
+
+    (void)state;
+    heavy_mix(23, N, tok, prof);
+    dh_plan_opts_init(&o);
+    o.world_size = MIX_WORLD;
+    o.batch_size = MIX_BATCH;
+    for (size_t k = 0; k < sizeof(windows) / sizeof(windows[0]); k++) {
+        o.window = windows[k];
+        struct dh_plan *p = make(tok, prof, N, &o);
+        uint64_t full = dh_plan_steps(p) / o.window;
+
+        assert_true(full > 4);
+        for (uint64_t wi = 0; wi < full; wi++) {
+            uint64_t min_even = UINT64_MAX, max_odd = 0;
+
+            for (uint32_t pos = 0; pos < o.window; pos++) {
+                uint64_t g = wi * o.window + pos, t = 0;
+
+                for (uint32_t r = 0; r < MIX_WORLD; r++)
+                    t += dh_plan_rank_tokens(p, g, r);
+                if (pos % 2 == 0)
+                    min_even = t < min_even ? t : min_even;
+                else
+                    max_odd = t > max_odd ? t : max_odd;
+            }
+            if (min_even < max_odd)
+                print_message("W=%u window %llu: %llu < %llu tokens\n",
+                              o.window, (unsigned long long)wi,
+                              (unsigned long long)min_even,
+                              (unsigned long long)max_odd);
+            assert_true(min_even >= max_odd);
+        }
+        dh_plan_destroy(p);
+    }
+}
+
 static void large_epoch_timing(void **state)
 {
     const char *env = getenv("DH_PLAN_BENCH_N");
@@ -452,6 +500,7 @@ int main(void)
         cmocka_unit_test(allocation_failures_are_clean),
         cmocka_unit_test(heavy_tailed_mix_is_balanced),
         cmocka_unit_test(heaviest_rank_rotates),
+        cmocka_unit_test(steps_alternate_heavy_and_light),
         cmocka_unit_test(large_epoch_timing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,136 @@
+"""Co-scheduling end to end (issue 6): 4 `datahelix consume` ranks on a
+heavy-tailed mixed set, run twice against a real Coordinator -- once with
+the `deadline` policy and `fixed` (token-balanced) plans, once with
+`least-request` and no balance (the permutation cut in chunks, what a
+DistributedSampler does).  Everything else is equal: the same samples, a
+local DataServer per rank with one decode worker that also takes remote
+work (`--listen`), 2 steps prefetched, and the same emulated GPU window.
+
+The window is sized from this machine's measured decode times so that the
+decode work of a step needs about 90 % of the CPUs: a token-balanced plan
+then keeps up, while a random split gives some rank two long clips in a
+step now and then, more than its worker can decode in time.  The test
+prints both runs' DDL miss rate and input-wait p95 and asserts that the
+co-scheduled run is lower on both.
+"""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import run_dh, _binary
+
+RANKS, BATCH, WARMUP, STEPS = 4, 2, 3, 30
+FRAMES, SIZE = "16", "224x224"
+SEEDS = (1, 2)   # two plans, so that a run sees enough long-clip pairs
+LOAD = 1.15      # window / (a step's decode work per CPU)
+MISS_MS = 1.0  # the client's DH_CLIENT_MISS_MS: not ready when asked
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """6 S and 2 L clips (L decodes ~12x slower), probed with qwen-vl
+    tokens, repeated under new ids to one epoch of the run; and the mean
+    decode ms of a sample on this machine."""
+    d = tmp_path_factory.mktemp("cosched")
+    run_dh("gen-data", "--out", d / "v", "--profiles", "S,S,S,L", "--count",
+           8, "--seed", 5, check=True, timeout=300)
+    run_dh("probe", "--quiet", "--tokens", "qwen-vl", "--out", d / "p.jsonl",
+           d / "v", check=True, timeout=120)
+    lines = (d / "p.jsonl").read_text().splitlines()
+    header = [x for x in lines if '"datahelix_header"' in x]
+    rows = [json.loads(x) for x in lines if '"datahelix_header"' not in x]
+    need = (WARMUP + STEPS + 4) * RANKS * BATCH
+    with open(d / "m.jsonl", "w") as f:
+        f.writelines(h + "\n" for h in header)
+        for k in range(need):
+            f.write(json.dumps(dict(rows[k % len(rows)], id=k)) + "\n")
+    run_dh("index", d / "m.jsonl", "-o", d / "m.dhx", check=True)
+    r = run_dh("decode", "--json", "--repeat", 3, "--frames", FRAMES,
+               "--size", SIZE, *sorted((d / "v").glob("*.mp4")), check=True,
+               timeout=120)
+    ms = [json.loads(x)["decode_ms"] for x in r.stdout.splitlines()
+          if '"decode_ms"' in x]
+    assert len(ms) == len(rows)
+    return d / "m.dhx", sum(ms) / len(ms)
+
+
+def run_ranks(tmp_path, manifest, policy, balance, window_ms, seed):
+    """One run: a Coordinator with `policy`, RANKS consumers; every
+    measured (rank, step) input wait in ms."""
+    tag = f"{policy}-{balance}-{seed}"
+    sock = tmp_path / f"{tag}.sock"
+    coord = subprocess.Popen([_binary(), "coordinator", "--listen",
+                              f"ipc://{sock}", "--policy", policy],
+                             stderr=subprocess.DEVNULL)
+    procs = []
+    try:
+        end = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < end:
+            time.sleep(0.01)
+        assert sock.exists(), "coordinator did not start"
+        for r in range(RANKS):
+            procs.append(subprocess.Popen(
+                [_binary(), "consume", "--coordinator", f"ipc://{sock}",
+                 "--manifest", manifest, "--rank", str(r), "--world-size",
+                 str(RANKS), "--batch-size", str(BATCH), "--json",
+                 "--frames", FRAMES, "--size", SIZE, "--seed", str(seed),
+                 "--steps", str(WARMUP + STEPS), "--prefetch", "2",
+                 "--workers", "1", "--window-ms", f"{window_ms:.0f}",
+                 "--balance", balance,
+                 "--listen", f"ipc://{tmp_path}/{tag}-ds{r}.sock"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        waits = []
+        for p in procs:
+            out, err = p.communicate(timeout=180)
+            assert p.returncode == 0, err[-2000:]
+            for line in out.splitlines():
+                j = json.loads(line)
+                if "input_wait_ms" in j and j.get("step", 0) >= WARMUP:
+                    waits.append(j["input_wait_ms"])
+        assert len(waits) == RANKS * STEPS
+        return waits
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+        coord.terminate()
+        try:
+            coord.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            coord.kill()
+            coord.wait(timeout=5)
+
+
+def p95(xs):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(0.95 * len(xs)))]
+
+
+def test_deadline_and_fixed_balance_miss_less_than_least_request(
+        mixed, tmp_path):
+    manifest, mean_ms = mixed
+    cpus = min(len(os.sched_getaffinity(0)), RANKS)
+    window = LOAD * RANKS * BATCH * mean_ms / cpus
+    res = {}
+    for policy, balance in (("least-request", "none"),
+                            ("deadline", "fixed")):
+        w = [x for seed in SEEDS
+             for x in run_ranks(tmp_path, manifest, policy, balance, window,
+                                seed)]
+        res[policy, balance] = (sum(x > MISS_MS for x in w) / len(w),
+                                p95(w))
+    print(f"\n{RANKS} ranks x batch {BATCH}, {STEPS} measured steps x "
+          f"{len(SEEDS)} seeds, "
+          f"window {window:.0f} ms (mean decode {mean_ms:.1f} ms, "
+          f"{cpus} CPUs)")
+    for (policy, balance), (miss, q) in res.items():
+        print(f"  {policy:13s} + {balance:5s}: DDL miss {100 * miss:5.1f} %,"
+              f" input-wait p95 {q:7.1f} ms")
+    (lr_miss, lr_p95) = res["least-request", "none"]
+    (dl_miss, dl_p95) = res["deadline", "fixed"]
+    assert dl_miss < lr_miss, res
+    assert dl_p95 < lr_p95, res
