@@ -62,7 +62,7 @@ bench-python: build
 # Loaders side by side in one run under one CPU budget, the paper's metrics
 # (`datahelix bench`; needs python3-distributed and python3-matplotlib).
 LIVE := build/datahelix bench --workload mixed --ranks 4 --workers 2 \
-        --batch-size 2 --steps 40 --warmup 5 --plots
+        --batch-size 2 --steps 40 --warmup 5 --plots --validate
 .PHONY: bench-live
 bench-live: build
 	@scripts/setup-deps.sh bench

@@ -164,6 +164,7 @@ def parse_args(argv=None):
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "live"))
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--plots", action="store_true")
+    ap.add_argument("--validate", action="store_true")
     ap.add_argument("--bin", default=None)
     a = ap.parse_args(argv)
     if not (a.gpu_scale >= 0 and math.isfinite(a.gpu_scale)):
@@ -195,6 +196,127 @@ def gpu_model_doc(model):
                     "ms_per_token_squared": QWEN_MS_PER_TOKEN2},
         "dit": {"ms_per_latent": DIT_MS_PER_LATENT},
     }[model]
+
+
+# ---------------------------------------------------------------------------
+# --validate: the same configuration in `datahelix sim`
+
+# live system -> the simulator's model of it
+SIM_OF = {"native": "native", "dask-pool": "pool", "dh-ddl": "datahelix"}
+VALIDATE_TOLERANCE = 0.15  # issue 7: throughput within 15 %
+
+
+def sim_gpu_ms(a):
+    """--gpu-ms A,B,C that reproduces window_ms() sample by sample."""
+    g = a.gpu_scale
+    if a.model == "videomae":
+        return (VIDEOMAE_MS_PER_FRAME * a.frames * g, 0.0, 0.0)
+    if a.model == "qwen-vl":
+        return (0.0, QWEN_MS_PER_TOKEN * g, QWEN_MS_PER_TOKEN2 * g)
+    return (0.0, DIT_MS_PER_LATENT * g, 0.0)
+
+
+def measured_manifest(a, man, out):
+    """The run's manifest with est_cpu_ms replaced by this machine's
+    decode ms of each clip (`datahelix decode`, median of 3, the run's
+    frames and size): the simulator then costs what the live run cost."""
+    lines = pathlib.Path(man).read_text().splitlines()
+    rows = [json.loads(x) for x in lines if '"datahelix_header"' not in x]
+    paths = sorted({r["path"] for r in rows})
+    r = subprocess.run([a.bin, "decode", "--json", "--repeat", "3",
+                        "--frames", str(a.frames), "--size",
+                        f"{a.size[0]}x{a.size[1]}", *paths],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"decode: {r.stderr.strip()[-300:]}")
+    ms = {}
+    for x in r.stdout.splitlines():
+        j = json.loads(x)
+        if "decode_ms" in j:
+            ms[j["path"]] = j["decode_ms"]
+    missing = [p for p in paths if p not in ms]
+    if missing:
+        raise RuntimeError(f"decode: no time for {missing[0]}")
+    f = out / "sim-manifest.jsonl"
+    with open(f, "w") as w:
+        for x in lines:
+            if '"datahelix_header"' in x:
+                w.write(x + "\n")
+        for row in rows:
+            w.write(json.dumps(dict(row, est_cpu_ms=ms[row["path"]])) + "\n")
+    return f, sum(ms[r["path"]] for r in rows) / len(rows)
+
+
+def validate(a, systems, man, split, cpus, out):
+    """Simulates the live configuration and compares, system by system.
+    None when no comparable live system ran."""
+    live = {n: systems[n] for n in SIM_OF
+            if systems.get(n, {}).get("status") == "ok"}
+    if not live:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    simman, mean_ms = measured_manifest(a, man, out)
+    # CPUs shared by more workers than there are CPUs: each worker runs at
+    # CPUs / workers of full speed when all are busy (the model's servers
+    # own their cores).
+    scale = max(1.0, sum(split) / len(cpus))
+    cmd = [a.bin, "sim", "--manifest", str(simman), "--ranks", str(a.ranks),
+           "--local", str(a.ranks), "--remote", "0", "--cores",
+           str(round(sum(split) / a.ranks)), "--batch-size",
+           str(a.batch_size), "--steps", str(a.steps), "--warmup",
+           str(a.warmup), "--prefetch", str(a.prefetch), "--ddl-ms",
+           str(DDL_MS), "--cpu-scale", f"{scale:g}", "--noise", "0.1",
+           "--gpu-ms", ",".join(f"{x:.9g}" for x in sim_gpu_ms(a)),
+           "--seed", str(a.seed + 1), "--systems",
+           ",".join(SIM_OF[n] for n in live), "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"sim: {r.stderr.strip()[-300:]}")
+    agg = json.loads(r.stdout)["aggregate"]
+    rows = {}
+    for n, m in live.items():
+        s = agg[SIM_OF[n]]
+        t_live, t_sim = m["throughput_samples_per_s"], s["throughput"]
+        rows[n] = {
+            "sim_system": SIM_OF[n],
+            "live_throughput": t_live, "sim_throughput": t_sim,
+            "throughput_diff": t_sim / t_live - 1 if t_live else None,
+            "live_input_wait_p95_ms": m["input_wait_p95_ms"],
+            "sim_input_wait_p95_ms": 1000 * s["input_wait_p95_s"],
+            "live_ddl_miss_rate": m["ddl_miss_rate"],
+            "sim_ddl_miss_rate": s["ddl_miss_rate"],
+            "live_ready_p95_ms": m.get("batch_ready_p95_ms"),
+            "sim_ready_p95_ms": 1000 * s["ready_p95_s"],
+        }
+        d = rows[n]["throughput_diff"]
+        rows[n]["within_tolerance"] = (d is not None and
+                                       abs(d) <= VALIDATE_TOLERANCE)
+    return {"command": cmd, "cpu_scale": scale,
+            "mean_decode_ms": mean_ms, "tolerance": VALIDATE_TOLERANCE,
+            "systems": rows}
+
+
+def validation_table(v):
+    if not v:
+        return ""
+    out = ["| live system | sim system | samples/s live | sim | sim vs live "
+           "| input-wait p95 ms live / sim | DDL miss live / sim "
+           "| batch-ready p95 ms live / sim |",
+           "|---|---|---:|---:|---:|---|---|---|"]
+    for n, r in v["systems"].items():
+        d = r["throughput_diff"]
+        ok = "" if r["within_tolerance"] else " (over 15 %)"
+        ready = r["live_ready_p95_ms"]
+        out.append(
+            f"| {n} | {r['sim_system']} | {r['live_throughput']:.2f} | "
+            f"{r['sim_throughput']:.2f} | "
+            f"{fmt(None if d is None else 100 * d, '+.1f')} %{ok} | "
+            f"{r['live_input_wait_p95_ms']:.1f} / "
+            f"{r['sim_input_wait_p95_ms']:.1f} | "
+            f"{100 * r['live_ddl_miss_rate']:.1f} / "
+            f"{100 * r['sim_ddl_miss_rate']:.1f} % | "
+            f"{fmt(ready, '.0f')} / {r['sim_ready_p95_ms']:.0f} |")
+    return "\n".join(out)
 
 
 # ---------------------------------------------------------------------------
@@ -1156,6 +1278,14 @@ def main(argv=None):
             f"wait p95 {m['input_wait_p95_ms']:.1f} ms, miss "
             f"{100 * m['ddl_miss_rate']:.0f} % ({wall:.0f} s)")
     comp = comparisons(systems)
+    val = None
+    if a.validate:
+        try:
+            val = validate(a, systems, man, split, cpus, out / "validate")
+        except (RuntimeError, subprocess.TimeoutExpired, ValueError,
+                KeyError) as e:
+            val = {"error": str(e)}
+            log(f"validate: failed: {e}")
     res = {
         "config": {"systems": a.systems, "ranks": a.ranks,
                    "steps": a.steps, "warmup": a.warmup,
@@ -1170,7 +1300,14 @@ def main(argv=None):
         "systems": systems, "comparisons": comp,
         "wall_s": time.monotonic() - t_all,
     }
+    if val is not None:
+        res["validation"] = val
     md = table(systems, a)
+    if val and "systems" in val:
+        md += ("\n\nSimulated (`datahelix sim`, the same configuration, "
+               f"decode {val['mean_decode_ms']:.1f} ms a sample measured "
+               f"here, CPU scale {val['cpu_scale']:g}) against live:\n\n" +
+               validation_table(val))
     text = comparison_text(comp)
     (out / "results.json").write_text(json.dumps(res, indent=1))
     (out / "table.md").write_text(md + "\n\n" + text + "\n")

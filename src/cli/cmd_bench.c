@@ -41,7 +41,8 @@ static void usage(FILE *f)
         "                       [--warmup W] [--workload S|M|L|mixed|shared]\n"
         "                       [--model videomae|qwen-vl|dit] [--workers N]\n"
         "                       [--batch-size B] [--json] [--out DIR] "
-        "[--plots]\n\n"
+        "[--plots]\n"
+        "                       [--validate]\n\n"
         "Runs data-loading systems side by side, one after the other in one\n"
         "run, each as R training-rank processes (torch.distributed, gloo)\n"
         "that per step take a batch, hold an emulated GPU window (a sleep\n"
@@ -86,6 +87,11 @@ static void usage(FILE *f)
         "                     (default bench/out/live-data)\n"
         "  --json             print the results as one JSON object\n"
         "  --plots            PNGs into --out (needs python3-matplotlib)\n"
+        "  --validate         also simulate the same configuration with\n"
+        "                     `datahelix sim` (this machine's decode times,\n"
+        "                     the same GPU window) and print how far the\n"
+        "                     simulated native, pool and datahelix are from\n"
+        "                     the live native, dask-pool and dh-ddl\n"
         "  -h, --help         this text\n\n"
         "Runs bench/bench_live.py (found from this program's location, or\n"
         "$DATAHELIX_BENCH_SCRIPT) with /usr/bin/python3 ($DATAHELIX_PYTHON).\n"
@@ -97,7 +103,7 @@ enum {
     OPT_SYSTEMS = 256, OPT_RANKS, OPT_STEPS, OPT_WARMUP, OPT_WORKLOAD,
     OPT_MODEL, OPT_WORKERS, OPT_BATCH, OPT_FRAMES, OPT_SIZE, OPT_PREFETCH,
     OPT_CLIPS, OPT_SEED, OPT_GPU_SCALE, OPT_TIMEOUT, OPT_JSON, OPT_OUT,
-    OPT_DATA_DIR, OPT_PLOTS,
+    OPT_DATA_DIR, OPT_PLOTS, OPT_VALIDATE,
 };
 
 static const struct option long_opts[] = {
@@ -120,6 +126,7 @@ static const struct option long_opts[] = {
     {"out", required_argument, NULL, OPT_OUT},
     {"data-dir", required_argument, NULL, OPT_DATA_DIR},
     {"plots", no_argument, NULL, OPT_PLOTS},
+    {"validate", no_argument, NULL, OPT_VALIDATE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };

@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -22,7 +23,8 @@ struct args {
     const char *workload, *manifest;
     enum dh_sim_model model;
     int systems[DH_SIM_NSYSTEMS], nsys;
-    int json, help, have_local;
+    int json, help, have_local, have_gpu;
+    double gpu[3]; /* --gpu-ms A,B,C: A + B t + C t^2 per sample */
 };
 
 static void usage(FILE *f)
@@ -61,10 +63,18 @@ static void usage(FILE *f)
         "  --noise SIGMA       lognormal sigma of actual/estimated CPU (0.3)\n"
         "  --cpu-scale X       multiplies every est_cpu_ms (default 1)\n"
         "  --allreduce-ms T    all-reduce time per step (default 0)\n"
+        "  --gpu-ms A,B,C      a sample's GPU ms = A + B*tokens + C*tokens^2\n"
+        "                      instead of the --model calibration (to match\n"
+        "                      a live run's emulated window)\n"
+        "  --native-cores N    native's workers per rank (default: the whole\n"
+        "                      (local + remote) x cores budget spread over\n"
+        "                      the ranks; --native-cores C is the paper's\n"
+        "                      Native rd0, each rank's own server alone)\n"
         "  -h, --help          this text\n");
 }
 
-enum { O_PREFETCH = 256, O_GBPS, O_LAT, O_DDL, O_NOISE, O_SCALE, O_AR };
+enum { O_PREFETCH = 256, O_GBPS, O_LAT, O_DDL, O_NOISE, O_SCALE, O_AR,
+       O_GPU, O_NATIVE };
 
 static const struct option long_opts[] = {
     {"ranks", required_argument, NULL, 'r'},
@@ -87,6 +97,8 @@ static const struct option long_opts[] = {
     {"noise", required_argument, NULL, O_NOISE},
     {"cpu-scale", required_argument, NULL, O_SCALE},
     {"allreduce-ms", required_argument, NULL, O_AR},
+    {"gpu-ms", required_argument, NULL, O_GPU},
+    {"native-cores", required_argument, NULL, O_NATIVE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -131,6 +143,24 @@ static int parse_systems(struct args *a, const char *list)
     return 0;
 }
 
+/* "A,B,C": three finite non-negative numbers. */
+static int parse_gpu(struct args *a, const char *v)
+{
+    char *end;
+    const char *p = v;
+
+    for (int i = 0; i < 3; i++) {
+        a->gpu[i] = strtod(p, &end);
+        if (end == p || !(a->gpu[i] >= 0) || a->gpu[i] > 1e12 ||
+            *end != (i < 2 ? ',' : '\0'))
+            return dh_cli_usage_error(CMD, "--gpu-ms must be A,B,C (three "
+                                      "non-negative numbers), not '%s'", v);
+        p = end + 1;
+    }
+    a->have_gpu = 1;
+    return 0;
+}
+
 static int parse_opt(struct args *a, int c)
 {
     struct dh_sim_config *k = &a->c;
@@ -168,6 +198,9 @@ static int parse_opt(struct args *a, int c)
     case O_NOISE: return opt_dbl("--noise", 0, 3, &k->noise_sigma);
     case O_SCALE: return opt_dbl("--cpu-scale", 1e-3, 1e4, &k->cpu_scale);
     case O_AR: return opt_dbl("--allreduce-ms", 0, 1e6, &k->allreduce_ms);
+    case O_GPU: return parse_gpu(a, optarg);
+    case O_NATIVE:
+        return opt_u32("--native-cores", 1, 1 << 20, &k->native_cores);
     }
     return dh_cli_usage_error(CMD, "bad option");
 }
@@ -254,6 +287,11 @@ static int load(const struct args *a, const char *name, const char *mix,
     }
     if (name)
         snprintf(w->name, sizeof(w->name), "%s", name);
+    for (uint64_t i = 0; a->have_gpu && i < w->n; i++) {
+        double t = w->s[i].tokens;
+
+        w->s[i].gpu_ms = a->gpu[0] + a->gpu[1] * t + a->gpu[2] * t * t;
+    }
     return 0;
 }
 

@@ -395,11 +395,14 @@ static int check_config(const struct dh_sim_config *c,
 }
 
 /* Native: the whole budget (local + remote) x cores on R rank-local
- * servers, split as evenly as integers allow (at least 1 each). */
+ * servers, split as evenly as integers allow (at least 1 each); or
+ * native_cores each when set. */
 static void layout_native(struct sim *s)
 {
     const struct dh_sim_config *c = s->c;
-    uint64_t total = ((uint64_t)c->local + c->remote) * c->cores;
+    uint64_t total = c->native_cores
+                         ? (uint64_t)c->native_cores * c->ranks
+                         : ((uint64_t)c->local + c->remote) * c->cores;
 
     s->nsrv = c->ranks;
     for (uint32_t r = 0; r < c->ranks; r++) {

@@ -47,6 +47,10 @@ struct dh_sim_config {
     double noise_sigma;  /* lognormal sigma of actual/estimated CPU (0.3) */
     double cpu_scale;    /* multiplies every est_cpu_ms (default 1) */
     double allreduce_ms; /* fixed all-reduce time per step (default 0) */
+    uint32_t native_cores; /* native's cores per rank; 0 (default): the
+                              whole (local + remote) x cores budget spread
+                              over the ranks.  The paper's Native rd0 is
+                              `cores`: each rank's own server alone */
     uint64_t seed;       /* default 1 */
 };
 void dh_sim_config_default(struct dh_sim_config *c);

@@ -2,6 +2,7 @@
 (2 ranks, native and dh-ddl, 3 measured steps of S clips) whose JSON has
 every metric per system, with nothing left running afterwards."""
 import json
+import math
 import os
 import pathlib
 import time
@@ -68,7 +69,7 @@ def test_tiny_run_reports_the_paper_metrics_and_leaves_nothing(tmp_path):
                "--steps", 3, "--warmup", 1, "--workload", "S", "--clips", 4,
                "--batch-size", 2, "--frames", 4, "--size", "64x64",
                "--out", out, "--data-dir", data, "--json", "--timeout", 120,
-               timeout=240)
+               "--validate", timeout=240)
     took = time.monotonic() - t0
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
@@ -91,6 +92,18 @@ def test_tiny_run_reports_the_paper_metrics_and_leaves_nothing(tmp_path):
     assert dh["batch_ready_p95_ms"] is not None
     assert "dh-ddl_vs_native" in res["comparisons"]
     assert (out / "results.json").exists() and (out / "table.md").exists()
+    # --validate: the same configuration simulated, system by system.
+    v = res["validation"]
+    assert "--gpu-ms" in v["command"] and v["mean_decode_ms"] > 0
+    assert set(v["systems"]) == {"native", "dh-ddl"}
+    for name, r in v["systems"].items():
+        live = res["systems"][name]["throughput_samples_per_s"]
+        assert r["live_throughput"] == live
+        assert r["sim_throughput"] > 0
+        assert math.isclose(r["throughput_diff"],
+                             r["sim_throughput"] / live - 1)
+        assert r["within_tolerance"] == (abs(r["throughput_diff"]) <= 0.15)
+    assert "Simulated" in (out / "table.md").read_text()
     # Every rank, DataLoader worker, DataServer and Coordinator is gone.
     end = time.monotonic() + 10
     while processes_naming(str(tmp_path)) and time.monotonic() < end:

@@ -92,6 +92,25 @@ def test_manifest(tmp_path):
         check_metrics(v)
 
 
+def test_gpu_ms_sets_the_window(tmp_path):
+    """--gpu-ms A,B,C: with decode nearly free, one rank of batch 1 steps
+    once per sample's GPU time, A + B t + C t^2 ms (t = est_tokens)."""
+    m = tmp_path / "m.jsonl"
+    rows = [{"id": i, "path": f"v{i}.mp4", "kind": "video",
+             "profile": "16x224", "est_cpu_ms": 1.0, "est_out_bytes": 1000,
+             "est_tokens": 1000} for i in range(40)]
+    m.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ["--manifest", m, "--ranks", 1, "--remote", 0, "--batch-size", 1,
+            "--cpu-scale", 0.001, "--systems", "native", *SMALL]
+    for gpu, step_ms in (("100,0,0", 100), ("0,0.05,0", 50),
+                         ("10,0.01,0.00002", 40)):
+        d = sim_json(*base, "--gpu-ms", gpu)
+        t = d["aggregate"]["native"]["throughput"]
+        assert math.isclose(t, 1000 / step_ms, rel_tol=1e-3), (gpu, t)
+    assert "--gpu-ms" in one_line_error("--gpu-ms", "1,2")
+    assert "--gpu-ms" in one_line_error("--gpu-ms", "1,-2,3")
+
+
 def test_help():
     p = run_dh("sim", "--help")
     assert p.returncode == 0
