@@ -36,6 +36,18 @@ def run_dh(*args, timeout=120, check=False, binary=None, **kw):
     return p
 
 
+def stop_process(p, timeout=5):
+    """Ends a process this test started: SIGTERM, then SIGKILL after
+    `timeout` seconds; reaped either way."""
+    if p.poll() is None:
+        p.terminate()
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(timeout=timeout)
+
+
 @pytest.fixture(scope="session")
 def gen_set(tmp_path_factory):
     """A small mixed S/M/L set with captions, made once per test session."""
@@ -71,9 +83,4 @@ def coordinator(tmp_path):
     while not sock.exists() and time.monotonic() < end:
         time.sleep(0.01)
     yield f"ipc://{sock}"
-    p.terminate()
-    try:
-        p.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait(timeout=5)
+    stop_process(p)

@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from conftest import run_dh, _binary
+from conftest import run_dh, stop_process, _binary
 
 RANKS, BATCH, WARMUP, STEPS = 4, 2, 3, 30
 FRAMES, SIZE = "16", "224x224"
@@ -113,12 +113,7 @@ def run_ranks(tmp_path, manifest, policy, balance, window_ms, seed):
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=10)
-        coord.terminate()
-        try:
-            coord.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            coord.kill()
-            coord.wait(timeout=5)
+        stop_process(coord)
 
 
 def p95(xs):
