@@ -7,7 +7,7 @@ CTEST   := ctest --timeout 300 --output-on-failure
 CMAKE_BUILD := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build
 
 .PHONY: all deps build build-asan test test-c test-asan test-py test-fuzz demo install \
-        bench bench-probe bench-index bench-decode bench-plan fuzz clean
+        bench bench-all bench-probe bench-index bench-decode bench-plan fuzz clean
 
 all: build
 
@@ -46,7 +46,15 @@ demo: deps build
 install: build
 	cmake --install build
 
-bench: bench-probe bench-index bench-decode bench-arena bench-handover bench-python bench-plan bench-place bench-route bench-live
+# Issue 7's evaluation matrix in <= 15 minutes here: every system side by
+# side on mixed/videomae, mixed/qwen-vl and shared/dit, the Table 2
+# aggregate, the simulator's validation and its paper-scale Table 2.
+bench: build
+	@scripts/setup-deps.sh bench
+	@$(PY) bench/bench_matrix.py --bin build/datahelix
+
+# Every benchmark, one after the other (well over 15 minutes).
+bench-all: bench-probe bench-index bench-decode bench-arena bench-handover bench-python bench-plan bench-place bench-route bench-live bench
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix

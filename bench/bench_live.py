@@ -52,6 +52,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -646,6 +647,39 @@ def run_quiet(cmd, what, timeout=900):
     return p
 
 
+def decodable(a, rows):
+    """The rows whose clip decodes at the run's frames and size (with the
+    C decode, and with PyAV when native-pyav runs); each one left out is
+    logged with the decoder's reason (the shared set holds a deliberately
+    corrupt clip, which would stop every system's first rank that meets
+    it, and a clip with out-of-order timestamps PyAV cannot seek in)."""
+    keep = []
+    for r in rows:
+        p = subprocess.run([a.bin, "decode", "--frames", str(a.frames),
+                            "--size", f"{a.size[0]}x{a.size[1]}",
+                            r["path"]], capture_output=True, text=True,
+                           timeout=120)
+        if p.returncode != 0:
+            err = p.stderr.strip().splitlines()
+            why = next((x for x in err if r["path"] in x),
+                       err[-1] if err else f"exit status {p.returncode}")
+            log(f"left out of the run: {why}")
+            continue
+        if "native-pyav" in getattr(a, "systems", ()):
+            # Every system gets the same samples: a clip the PyAV peer
+            # cannot decode is left out for all, and said.
+            try:
+                pyav_decode(r["path"], a.frames, a.size[0], a.size[1])
+            except ImportError:
+                pass  # native-pyav reports PyAV missing itself
+            except Exception as e:  # noqa: BLE001 - any PyAV failure
+                log(f"left out of the run: {r['path']}: PyAV (native-pyav): "
+                    f"{e}")
+                continue
+        keep.append(r)
+    return keep
+
+
 def prepare_data(a, need):
     """The manifest (JSONL, `need` samples: the probed clips repeated with
     new ids) and its .dhx index.  Generated clips are cached per
@@ -680,12 +714,16 @@ def prepare_data(a, need):
     lines = probed.read_text().splitlines()
     header = [x for x in lines if '"datahelix_header"' in x]
     rows = [json.loads(x) for x in lines if '"datahelix_header"' not in x]
+    if a.workload == "shared":
+        rows = decodable(a, rows)
     if not rows:
         raise RuntimeError(f"{probed}: no samples")
-    m = d / f"m-{a.model}-n{need}.jsonl"
+    # The clips kept depend on the frames and size decoded (shared set).
+    stem = f"m-{a.model}-n{need}-{a.frames}f{a.size[0]}x{a.size[1]}"
+    m = d / f"{stem}.jsonl"
     dhx = m.with_suffix(".dhx")
     if not dhx.exists():
-        tmp = d / f"m-{a.model}-n{need}.tmp{os.getpid()}.jsonl"
+        tmp = d / f"{stem}.tmp{os.getpid()}.jsonl"
         with open(tmp, "w") as f:
             for h in header:
                 f.write(h + "\n")
@@ -694,7 +732,7 @@ def prepare_data(a, need):
                 r["id"] = k
                 f.write(json.dumps(r) + "\n")
         os.replace(tmp, m)
-        tmpx = d / f"m-{a.model}-n{need}.tmp{os.getpid()}.dhx"
+        tmpx = d / f"{stem}.tmp{os.getpid()}.dhx"
         run_quiet([a.bin, "index", m, "-o", tmpx], "index")
         os.replace(tmpx, dhx)
     return m, dhx, len(rows)
@@ -923,6 +961,17 @@ def note_descendants(procs, seen):
                     seen[c] = cmd
 
 
+PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Broken pipe|"
+                       r"Read error|Socket Timeout")
+
+
+def root_cause(bad, logs):
+    """Of the failed ranks, the one to report: a rank that fails makes its
+    peers' all-reduce fail too, so the first whose log is not such an
+    echo (else the first)."""
+    return next((r for r in bad if not PEER_GONE.search(logs[r])), bad[0])
+
+
 def wait_ranks(procs, deadline, limit, sysdir, seen):
     """None when every rank exited 0 in time; else why not."""
     failed_at = None
@@ -940,9 +989,9 @@ def wait_ranks(procs, deadline, limit, sysdir, seen):
             failed_at = now
         if bad and (all(c is not None for c in codes) or
                     now - failed_at > 15):
-            r = bad[0]
-            return (f"rank {r} exited {codes[r]}: "
-                    f"{tail(sysdir / f'rank{r}.log')}")
+            logs = {r: tail(sysdir / f"rank{r}.log") for r in bad}
+            r = root_cause(bad, logs)
+            return f"rank {r} exited {codes[r]}: {logs[r]}"
         if now > deadline:
             return (f"timed out after {limit:.0f} s "
                     f"(ranks still running: "

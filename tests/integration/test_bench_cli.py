@@ -30,6 +30,8 @@ def test_help_lists_the_systems_and_metrics_options():
     (["--gpu-scale", "x"], "--gpu-scale must be a number"),
     (["stray"], "unexpected argument 'stray'"),
     (["--frobnicate"], "bad option '--frobnicate'"),
+    (["--gpu"], "--gpu (a small real model on CUDA instead of the emulated "
+                "window) is not implemented"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, why):
     p = run_dh("bench", *args, timeout=30)
@@ -109,3 +111,43 @@ def test_tiny_run_reports_the_paper_metrics_and_leaves_nothing(tmp_path):
     while processes_naming(str(tmp_path)) and time.monotonic() < end:
         time.sleep(0.2)
     assert processes_naming(str(tmp_path)) == []
+
+
+# ---- harness pieces ---------------------------------------------------------
+
+def bench_live():
+    import importlib.util
+    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / \
+        "bench_live.py"
+    spec = importlib.util.spec_from_file_location("bench_live", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_failing_rank_is_named_not_its_peers():
+    b = bench_live()
+    gloo = ("RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection "
+            "closed by peer [127.0.0.1]:31874")
+    logs = {0: gloo, 1: "datahelix._C.DataError: /v/x.mp4: decoding near "
+            "frame 27", 2: gloo.replace("closed", "reset")}
+    assert b.root_cause([0, 1, 2], logs) == 1
+    assert b.root_cause([0, 2], logs) == 0  # only echoes: the first
+
+
+def test_undecodable_clips_are_left_out_with_the_reason(tmp_path, capsys):
+    """The shared set's deliberately corrupt clip would stop the first
+    rank that meets it: the bench leaves it out and says why."""
+    from conftest import SHARED_DATA, _binary
+    videos = SHARED_DATA / "videos"
+    bad, good = videos / "decord__corrupted.mp4", videos / "decord__video_0.mov"
+    if not bad.exists() or not good.exists():
+        pytest.fail(f"{videos}: the shared clips are missing")
+    b = bench_live()
+
+    class A:
+        bin, frames, size = _binary(), 4, (64, 64)
+    rows = [{"id": 0, "path": str(bad)}, {"id": 1, "path": str(good)}]
+    assert b.decodable(A, rows) == [rows[1]]
+    err = capsys.readouterr().err
+    assert "left out of the run" in err and str(bad) in err
