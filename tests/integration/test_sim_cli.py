@@ -111,6 +111,19 @@ def test_gpu_ms_sets_the_window(tmp_path):
     assert "--gpu-ms" in one_line_error("--gpu-ms", "1,-2,3")
 
 
+def test_native_cores_sets_natives_workers():
+    """--native-cores N: native's ranks get N workers each instead of an
+    equal share of (local + remote) x cores; the other systems keep the
+    budget.  CPU-bound here, so fewer workers is slower."""
+    base = ["--workload", "kinetics-mixed", "--ranks", 4, "--remote", 4,
+            "--cpu-scale", 20, "--prefetch", 8, *SMALL]
+    eq = sim_json(*base)["aggregate"]
+    rd0 = sim_json(*base, "--native-cores", 1)["aggregate"]
+    assert rd0["native"]["throughput"] < 0.8 * eq["native"]["throughput"]
+    assert rd0["pool"] == eq["pool"] and rd0["datahelix"] == eq["datahelix"]
+    assert "--native-cores" in one_line_error("--native-cores", 0)
+
+
 def test_help():
     p = run_dh("sim", "--help")
     assert p.returncode == 0
