@@ -87,6 +87,9 @@ static void usage(FILE *f)
         "                     (default bench/out/live-data)\n"
         "  --json             print the results as one JSON object\n"
         "  --plots            PNGs into --out (needs python3-matplotlib)\n"
+        "  --ddl-ms MS        the data deadline: a rank-step whose input\n"
+        "                     wait exceeds it is a DDL miss (default 1:\n"
+        "                     the batch was not ready when asked)\n"
         "  --gpu              not implemented (a real model on CUDA)\n"
         "  --validate         also simulate the same configuration with\n"
         "                     `datahelix sim` (this machine's decode times,\n"
@@ -104,7 +107,7 @@ enum {
     OPT_SYSTEMS = 256, OPT_RANKS, OPT_STEPS, OPT_WARMUP, OPT_WORKLOAD,
     OPT_MODEL, OPT_WORKERS, OPT_BATCH, OPT_FRAMES, OPT_SIZE, OPT_PREFETCH,
     OPT_CLIPS, OPT_SEED, OPT_GPU_SCALE, OPT_TIMEOUT, OPT_JSON, OPT_OUT,
-    OPT_DATA_DIR, OPT_PLOTS, OPT_VALIDATE, OPT_GPU,
+    OPT_DATA_DIR, OPT_PLOTS, OPT_VALIDATE, OPT_GPU, OPT_DDL,
 };
 
 static const struct option long_opts[] = {
@@ -129,6 +132,7 @@ static const struct option long_opts[] = {
     {"plots", no_argument, NULL, OPT_PLOTS},
     {"validate", no_argument, NULL, OPT_VALIDATE},
     {"gpu", no_argument, NULL, OPT_GPU},
+    {"ddl-ms", required_argument, NULL, OPT_DDL},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -234,6 +238,11 @@ static int check_opt(int c, const char *s, int64_t *ranks, int64_t *batch)
                                       "[0, 1e6], not '%s'", s);
         return 0;
     case OPT_TIMEOUT: return check_int("--timeout", s, 10, 86400);
+    case OPT_DDL:
+        if (dh_cli_parse_double(s, 0, 1e9, &d) < 0)
+            return dh_cli_usage_error(CMD, "--ddl-ms must be a number in "
+                                      "[0, 1e9], not '%s'", s);
+        return 0;
     case OPT_GPU:
         /* Issue 7 asks for a small real model on CUDA; no machine this
          * project runs on has one, so it is not built rather than

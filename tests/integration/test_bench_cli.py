@@ -28,6 +28,7 @@ def test_help_lists_the_systems_and_metrics_options():
     (["--steps"], "option '--steps' needs a value"),
     (["--size", "0x10"], "--size"),
     (["--gpu-scale", "x"], "--gpu-scale must be a number"),
+    (["--ddl-ms", "-1"], "--ddl-ms must be a number in [0, 1e9]"),
     (["stray"], "unexpected argument 'stray'"),
     (["--frobnicate"], "bad option '--frobnicate'"),
     (["--gpu"], "--gpu (a small real model on CUDA instead of the emulated "
@@ -71,12 +72,13 @@ def test_tiny_run_reports_the_paper_metrics_and_leaves_nothing(tmp_path):
                "--steps", 3, "--warmup", 1, "--workload", "S", "--clips", 4,
                "--batch-size", 2, "--frames", 4, "--size", "64x64",
                "--out", out, "--data-dir", data, "--json", "--timeout", 120,
-               "--validate", timeout=240)
+               "--validate", "--ddl-ms", 2.5, timeout=240)
     took = time.monotonic() - t0
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert took < 120, f"the tiny run took {took:.0f} s"
     assert set(res["systems"]) == {"native", "dh-ddl"}
+    assert res["config"]["ddl_ms"] == 2.5
     for name, m in res["systems"].items():
         assert m["status"] == "ok", (name, m)
         for key in ("throughput_samples_per_s", "input_wait_p95_ms",
