@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+from bench_live import fmt  # same folder
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 CELLS = ("mixed/videomae", "mixed/qwen-vl", "shared/dit")
@@ -92,10 +94,6 @@ def aggregate(cells):
     return rows
 
 
-def fmt(v, spec, none="n/a"):
-    return none if v is None else format(v, spec)
-
-
 def aggregate_table(rows, ncells):
     out = [f"Aggregate over {ncells} cells (Table 2 form: geometric mean of "
            "throughput, arithmetic means of the rest):", "",
@@ -124,7 +122,8 @@ def validation_table(cells):
         v = res.get("validation") or {}
         for n, r in (v.get("systems") or {}).items():
             d = r["throughput_diff"]
-            flag = "" if r["within_tolerance"] else " (over 15 %)"
+            flag = ("" if r["within_tolerance"] else
+                    f" (over {100 * v['tolerance']:g} %)")
             out.append(f"| {cell} | {n} | {r['live_throughput']:.2f} | "
                        f"{r['sim_throughput']:.2f} | "
                        f"{fmt(None if d is None else 100 * d, '+.1f')} %"

@@ -121,18 +121,24 @@ def overhead(manifest, args):
     return statistics.median(warm), statistics.median(cold), len(warm)
 
 
+def epochs_rate(loader, reps):
+    """Median samples/s of `reps` whole epochs, after one batch that
+    brings the loader's workers or services up (not timed)."""
+    next(iter(loader))
+    rates = []
+    for _ in range(reps):
+        n, t0 = 0, time.perf_counter()
+        for b in loader:
+            n += b["video"].shape[0]
+        rates.append(n / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
 def run_datahelix(manifest, args):
     with datahelix.DataLoader(manifest, batch_size=args.batch_size,
                               frames=args.frames, size=args.size,
                               prefetch=4, workers=args.workers) as loader:
-        next(iter(loader))           # services up (not timed)
-        rates = []
-        for _ in range(args.reps):
-            n, t0 = 0, time.perf_counter()
-            for b in loader:
-                n += b["video"].shape[0]
-            rates.append(n / (time.perf_counter() - t0))
-    return statistics.median(rates)
+        return epochs_rate(loader, args.reps)
 
 
 def run_torch(manifest, args):
@@ -141,15 +147,9 @@ def run_torch(manifest, args):
                             num_workers=args.workers, drop_last=True,
                             prefetch_factor=2, persistent_workers=True,
                             timeout=300)
-    next(iter(loader))
-    rates = []
-    for _ in range(args.reps):
-        n, t0 = 0, time.perf_counter()
-        for b in loader:
-            n += b["video"].shape[0]
-        rates.append(n / (time.perf_counter() - t0))
+    rate = epochs_rate(loader, args.reps)
     del loader
-    return statistics.median(rates)
+    return rate
 
 
 def main():

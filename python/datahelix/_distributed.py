@@ -288,13 +288,8 @@ class DistributedDataLoader(Closing):
                              "and is mutually exclusive with drop_last")
         if arena_mb < 1:
             raise ValueError("arena_mb must be >= 1")
-        if rank is None or world_size is None:
-            from ._loader import _dist_rank_world
-            r, w = _dist_rank_world()
-            rank = r if rank is None else rank
-            world_size = w if world_size is None else world_size
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} of world size {world_size}")
+        from ._loader import _rank_world
+        rank, world_size = _rank_world(rank, world_size)
         self.rank, self.world_size, self.seed = rank, world_size, int(seed)
         if sampler is None and batch_sampler is None:
             sampler = self._default_sampler(dataset, shuffle, generator,

@@ -31,17 +31,25 @@ ABLATIONS = {
 }
 
 
-def _dist_rank_world():
-    """(rank, world_size) from torch.distributed, else torchrun's
-    environment, else (0, 1)."""
-    try:
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    except ImportError:
-        pass
-    return (int(os.environ.get("RANK", "0")),
-            int(os.environ.get("WORLD_SIZE", "1")))
+def _rank_world(rank, world_size):
+    """(rank, world_size): the given ones, the missing ones from
+    torch.distributed, else torchrun's environment, else (0, 1); checked."""
+    if rank is None or world_size is None:
+        r, w = None, None
+        try:
+            import torch.distributed as dist
+            if dist.is_available() and dist.is_initialized():
+                r, w = dist.get_rank(), dist.get_world_size()
+        except ImportError:
+            pass
+        if r is None:
+            r = int(os.environ.get("RANK", "0"))
+            w = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = r if rank is None else rank
+        world_size = w if world_size is None else world_size
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} of world size {world_size}")
+    return rank, world_size
 
 
 class DataLoader(Closing):
@@ -100,12 +108,7 @@ class DataLoader(Closing):
             raise ValueError(f"batch_size {batch_size} < microbatches "
                              f"{microbatches}")
         width, height = size
-        if rank is None or world_size is None:
-            r, w = _dist_rank_world()
-            rank = r if rank is None else rank
-            world_size = w if world_size is None else world_size
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} of world size {world_size}")
+        rank, world_size = _rank_world(rank, world_size)
         self.batch_size, self.frames = batch_size, frames
         self.size = (width, height)
         self.rank, self.world_size = rank, world_size

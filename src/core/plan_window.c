@@ -50,7 +50,7 @@ struct dh__plan_scratch {
     struct bin *bins;
     uint32_t *heap;      /* bin indices */
     uint32_t *order;     /* bins by load, then per (step, rank) */
-    uint32_t *step_pos;  /* position in the window -> step (load rank) */
+    uint32_t *step_seq;  /* position in the window -> step (load rank) */
     uint64_t *cursor;    /* per bin: next write position */
 };
 
@@ -67,10 +67,10 @@ int dh__plan_scratch_create(uint64_t max_items, uint64_t max_bins,
     s->bins = dh__malloc(max_bins * sizeof(*s->bins));
     s->heap = dh__malloc(max_bins * sizeof(*s->heap));
     s->order = dh__malloc(2 * max_bins * sizeof(*s->order));
-    s->step_pos = dh__malloc(max_bins * sizeof(*s->step_pos));
+    s->step_seq = dh__malloc(max_bins * sizeof(*s->step_seq));
     s->cursor = dh__malloc(max_bins * sizeof(*s->cursor));
     if (!s->items || !s->by_load || !s->bin_of || !s->bins || !s->heap || !s->order ||
-        !s->step_pos || !s->cursor) {
+        !s->step_seq || !s->cursor) {
         dh__plan_scratch_destroy(s);
         return DH_ENOMEM;
     }
@@ -88,7 +88,7 @@ void dh__plan_scratch_destroy(struct dh__plan_scratch *s)
     dh__free(s->bins);
     dh__free(s->heap);
     dh__free(s->order);
-    dh__free(s->step_pos);
+    dh__free(s->step_seq);
     dh__free(s->cursor);
     dh__free(s);
 }
@@ -187,13 +187,14 @@ static void order_bins_by_load(struct dh__plan_scratch *s, uint32_t nbins)
  * seq[pos] = the load rank (0 = heaviest) of the window's step at position
  * pos.  Steps pair up heaviest with lightest, second with second-lightest,
  * and so on; the pairs take a seeded random order and each runs heavy then
- * light (an odd window's median step last).  Why not a plain shuffle: bins of similar load share a step, so a
- * window's steps differ in total load by up to an order of magnitude on a
- * heavy-tailed mix, and a shuffle lets several heavy steps run back to back
- * -- a burst of decode work that prefetch cannot absorb when the GPU window
- * does not grow with tokens.  Alternating bounds any two consecutive steps
- * to about twice the mean load.  The pairs are expanded in place from the
- * back, which never overwrites a pair not yet read.
+ * light (an odd window's median step last).  Why not a plain shuffle: bins
+ * of similar load share a step, so a window's steps differ in total load by
+ * up to an order of magnitude on a heavy-tailed mix, and a shuffle lets
+ * several heavy steps run back to back -- a burst of decode work that
+ * prefetch cannot absorb when the GPU window does not grow with tokens.
+ * Alternating bounds any two consecutive steps to about twice the mean
+ * load.  The pairs are expanded in place from the back, which never
+ * overwrites a pair not yet read.
  */
 static void interleave_steps(uint32_t *seq, uint32_t nsteps,
                              const struct dh__plan_input *in,
@@ -237,9 +238,9 @@ static void form_steps(struct dh_plan *p, struct dh__plan_scratch *s,
         return;
     }
     order_bins_by_load(s, nbins);
-    interleave_steps(s->step_pos, nsteps, in, first_step);
+    interleave_steps(s->step_seq, nsteps, in, first_step);
     for (uint32_t pos = 0; pos < nsteps; pos++) {
-        uint32_t k = s->step_pos[pos];
+        uint32_t k = s->step_seq[pos];
         uint64_t g = first_step + pos;
 
         for (uint32_t i = 0; i < w; i++)

@@ -46,6 +46,15 @@ def descendants(pid):
     return out
 
 
+def arena_mapping(ptr):
+    """The /proc/self/maps line of the mapping holding address `ptr`."""
+    for line in pathlib.Path("/proc/self/maps").read_text().splitlines():
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        if lo <= ptr < hi:
+            return line
+    return ""
+
+
 def wait_until(pred, seconds, step=0.02):
     """pred()'s first true value within `seconds`, else its last value."""
     end = time.monotonic() + seconds

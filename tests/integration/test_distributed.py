@@ -24,6 +24,7 @@ import time
 import pytest
 
 from conftest import ROOT, _binary, run_dh
+from procs import alive, arena_mapping, descendants, wait_until
 
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
@@ -219,15 +220,6 @@ def test_pin_memory_is_accepted(make):
 
 
 # ---- ours ----------------------------------------------------------------
-
-def arena_mapping(ptr):
-    """The /proc/self/maps line of the mapping holding address `ptr`."""
-    for line in pathlib.Path("/proc/self/maps").read_text().splitlines():
-        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-        if lo <= ptr < hi:
-            return line
-    return ""
-
 
 def test_batches_are_views_of_the_arena(ours):
     import numpy as np
@@ -455,51 +447,24 @@ def test_bad_arguments(ours):
 
 # ---- nothing left behind -------------------------------------------------
 
-def children(pid):
-    """Live descendants of `pid`."""
-    kids, frontier = [], [pid]
-    while frontier:
-        p = frontier.pop()
-        for d in pathlib.Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                st = (d / "stat").read_text()
-            except OSError:
-                continue
-            f = st[st.rindex(")") + 2:].split()
-            if int(f[1]) == p and f[0] != "Z":
-                kids.append(int(d.name))
-                frontier.append(int(d.name))
-    return kids
 
-
-def gone(pid):
-    try:
-        st = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return st[st.rindex(")") + 2:].split()[0] == "Z"
-
-
-def wait_gone(pids, secs=5):
-    end = time.monotonic() + secs
-    while time.monotonic() < end and not all(gone(p) for p in pids):
-        time.sleep(0.05)
-    return [p for p in pids if not gone(p)]
+def survivors(pids, secs=5):
+    """The pids still alive after waiting up to `secs` for all to go."""
+    wait_until(lambda: not any(alive(p) for p in pids), secs)
+    return [p for p in pids if alive(p)]
 
 
 def test_close_leaves_no_process_and_no_file():
-    before = set(children(os.getpid()))
+    before = set(descendants(os.getpid()))
     loader = datahelix.DistributedDataLoader(dd.Range(6), batch_size=2,
                                              num_workers=2, timeout=60)
     assert flat(loader) == list(range(6))
-    kids = set(children(os.getpid())) - before
+    kids = set(descendants(os.getpid())) - before
     # the coordinator, the DataServer and its two Python workers
     assert len(kids) == 4, kids
     d = loader._dir
     loader.close()
-    assert wait_gone(kids) == []
+    assert survivors(kids) == []
     assert not os.path.exists(d)
 
 
@@ -511,15 +476,15 @@ def cmdline(pid):
 
 
 def test_a_killed_dataserver_is_restarted_and_its_workers_die(ours):
-    before = set(children(os.getpid()))
+    before = set(descendants(os.getpid()))
     it = iter(ours(dd.Range(12), batch_size=2, num_workers=2))
     assert next(it).tolist() == [0, 1]
-    kids = set(children(os.getpid())) - before
+    kids = set(descendants(os.getpid())) - before
     server = [k for k in kids if b"dataserver" in cmdline(k)]
     workers = [k for k in kids if b"datahelix._worker" in cmdline(k)]
     assert len(server) == 1 and len(workers) == 2, kids
     os.kill(server[0], signal.SIGKILL)
-    assert wait_gone(workers) == []  # PR_SET_PDEATHSIG
+    assert survivors(workers) == []  # PR_SET_PDEATHSIG
     # The client starts a new DataServer (and it new workers) and asks
     # again for the steps it had no answer for.
     assert [b.tolist() for b in it] == [[2, 3], [4, 5], [6, 7], [8, 9],
@@ -547,7 +512,7 @@ def test_sigkill_of_the_training_process_leaves_nothing():
     try:
         d = p.stdout.readline().strip()
         assert d, p.stderr.read()
-        kids = children(p.pid)
+        kids = descendants(p.pid)
         assert len(kids) == 4, kids  # coordinator, DataServer, 2 workers
         p.kill()
         p.wait(timeout=10)
@@ -558,7 +523,7 @@ def test_sigkill_of_the_training_process_leaves_nothing():
         p.stdin.close()
         p.stdout.close()
         p.stderr.close()
-    assert wait_gone(kids) == [], "a child outlived the training process"
+    assert survivors(kids) == [], "a child outlived the training process"
     end = time.monotonic() + 5
     while os.path.exists(d) and time.monotonic() < end:
         time.sleep(0.05)

@@ -19,7 +19,8 @@ import time
 import pytest
 
 from conftest import ROOT, run_dh, _binary
-from procs import alive, descendants, free_port, plan_steps
+from procs import (alive, arena_mapping, descendants, free_port,
+                   plan_steps)
 
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
@@ -54,15 +55,6 @@ def rows(manifest):
     return {r["id"]: r for r in map(json.loads,
                                      pathlib.Path(manifest).read_text()
                                      .splitlines()) if "id" in r}
-
-
-def arena_mapping(ptr):
-    """The /proc/self/maps line of the mapping holding address `ptr`."""
-    for line in pathlib.Path("/proc/self/maps").read_text().splitlines():
-        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-        if lo <= ptr < hi:
-            return line
-    return ""
 
 
 def test_epoch_follows_plan_bytes_match_decode_zero_copy(dataset, tmp_path):
