@@ -48,6 +48,7 @@ ships from its workers; 0 for rank-local loaders), scheduler overhead
 n/a for the others).
 """
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -309,7 +310,8 @@ def validation_table(v):
            "|---|---|---:|---:|---:|---|---|---|"]
     for n, r in v["systems"].items():
         d = r["throughput_diff"]
-        ok = "" if r["within_tolerance"] else " (over 15 %)"
+        ok = ("" if r["within_tolerance"] else
+              f" (over {100 * v['tolerance']:g} %)")
         ready = r["live_ready_p95_ms"]
         out.append(
             f"| {n} | {r['sim_system']} | {r['live_throughput']:.2f} | "
@@ -656,31 +658,33 @@ def decodable(a, rows):
     logged with the decoder's reason (the shared set holds a deliberately
     corrupt clip, which would stop every system's first rank that meets
     it, and a clip with out-of-order timestamps PyAV cannot seek in)."""
-    keep = []
-    for r in rows:
-        p = subprocess.run([a.bin, "decode", "--frames", str(a.frames),
-                            "--size", f"{a.size[0]}x{a.size[1]}",
-                            r["path"]], capture_output=True, text=True,
-                           timeout=120)
-        if p.returncode != 0:
-            err = p.stderr.strip().splitlines()
-            why = next((x for x in err if r["path"] in x),
-                       err[-1] if err else f"exit status {p.returncode}")
-            log(f"left out of the run: {why}")
-            continue
-        if "native-pyav" in getattr(a, "systems", ()):
+    paths = sorted({r["path"] for r in rows})
+    # One decode over every clip: it goes on past a failure, printing a
+    # JSON line per clip it decoded and the reason for each one it did not.
+    p = subprocess.run([a.bin, "decode", "--json", "--frames",
+                        str(a.frames), "--size", f"{a.size[0]}x{a.size[1]}",
+                        *paths], capture_output=True, text=True,
+                       timeout=120 + 10 * len(paths))
+    ok = {json.loads(x).get("path") for x in p.stdout.splitlines()}
+    err = p.stderr.strip().splitlines()
+    bad = {}
+    for path in paths:
+        if path not in ok:
+            bad[path] = next((x for x in err if path in x),
+                             f"{path}: not decoded (exit status "
+                             f"{p.returncode})")
+        elif "native-pyav" in a.systems:
             # Every system gets the same samples: a clip the PyAV peer
             # cannot decode is left out for all, and said.
             try:
-                pyav_decode(r["path"], a.frames, a.size[0], a.size[1])
+                pyav_decode(path, a.frames, a.size[0], a.size[1])
             except ImportError:
                 pass  # native-pyav reports PyAV missing itself
             except Exception as e:  # noqa: BLE001 - any PyAV failure
-                log(f"left out of the run: {r['path']}: PyAV (native-pyav): "
-                    f"{e}")
-                continue
-        keep.append(r)
-    return keep
+                bad[path] = f"{path}: PyAV (native-pyav): {e}"
+    for why in bad.values():
+        log(f"left out of the run: {why}")
+    return [r for r in rows if r["path"] not in bad]
 
 
 def prepare_data(a, need):
@@ -721,8 +725,10 @@ def prepare_data(a, need):
         rows = decodable(a, rows)
     if not rows:
         raise RuntimeError(f"{probed}: no samples")
-    # The clips kept depend on the frames and size decoded (shared set).
-    stem = f"m-{a.model}-n{need}-{a.frames}f{a.size[0]}x{a.size[1]}"
+    # Named by the clips it repeats: which shared clips are kept depends on
+    # the frames, the size and the systems of the run.
+    kept = hashlib.sha1("\n".join(r["path"] for r in rows).encode())
+    stem = f"m-{a.model}-n{need}-{kept.hexdigest()[:12]}"
     m = d / f"{stem}.jsonl"
     dhx = m.with_suffix(".dhx")
     if not dhx.exists():

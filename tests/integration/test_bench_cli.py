@@ -148,7 +148,7 @@ def test_undecodable_clips_are_left_out_with_the_reason(tmp_path, capsys):
     b = bench_live()
 
     class A:
-        bin, frames, size = _binary(), 4, (64, 64)
+        bin, frames, size, systems = _binary(), 4, (64, 64), ()
     rows = [{"id": 0, "path": str(bad)}, {"id": 1, "path": str(good)}]
     assert b.decodable(A, rows) == [rows[1]]
     err = capsys.readouterr().err
