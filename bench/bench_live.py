@@ -34,7 +34,9 @@ manifest's estimate, probed with --tokens MODEL):
   videomae   VIDEOMAE_MS_PER_FRAME x frames x batch
   qwen-vl    sum over samples of QWEN_MS_PER_TOKEN x t + QWEN_MS_PER_TOKEN2 x t^2
   dit        DIT_MS_PER_LATENT x sum of latents
-(times --gpu-scale).
+(times --gpu-scale).  With --gpu the window is instead a real training
+step of a small video transformer on the rank's batch (gpu_model.py) on
+--gpu-device, its measured wall time.
 
 Metrics (paper 5.1, over measured steps of all ranks): throughput
 (samples/s), input-wait p50/p95, batch-ready p95 (request -> ready:
@@ -168,8 +170,13 @@ def parse_args(argv=None):
     ap.add_argument("--plots", action="store_true")
     ap.add_argument("--validate", action="store_true")
     ap.add_argument("--ddl-ms", type=float, default=DDL_MS)
+    ap.add_argument("--gpu", action="store_true")
+    ap.add_argument("--gpu-device", default="cuda")
     ap.add_argument("--bin", default=None)
     a = ap.parse_args(argv)
+    if a.gpu and a.validate:
+        die_usage("--validate simulates the emulated GPU window; it does "
+                  "not take --gpu")
     if not (a.ddl_ms >= 0 and math.isfinite(a.ddl_ms)):
         die_usage(f"--ddl-ms must be a number >= 0, not '{a.ddl_ms}'")
     if not (a.gpu_scale >= 0 and math.isfinite(a.gpu_scale)):
@@ -221,13 +228,26 @@ def sim_gpu_ms(a):
     return (0.0, DIT_MS_PER_LATENT * g, 0.0)
 
 
-def measured_manifest(a, man, out):
-    """The run's manifest with est_cpu_ms replaced by this machine's
-    decode ms of each clip (`datahelix decode`, median of 3, the run's
-    frames and size): the simulator then costs what the live run cost."""
-    lines = pathlib.Path(man).read_text().splitlines()
-    rows = [json.loads(x) for x in lines if '"datahelix_header"' not in x]
-    paths = sorted({r["path"] for r in rows})
+def live_order(a, rank_files):
+    """The manifest rows in the order a live system's ranks took them, from
+    their step records: row ((k R + r) B + j) is rank r's j-th sample of
+    step k, the layout `datahelix sim --replay-order` splits by.  None when
+    a step did not hold B samples (nothing to replay exactly)."""
+    per = [json.loads(pathlib.Path(f).read_text())["steps"]
+           for f in rank_files]
+    order = []
+    for k in range(min(len(x) for x in per)):
+        for steps in per:
+            ids = steps[k].get("ids")
+            if ids is None or len(ids) != a.batch_size:
+                return None
+            order += ids
+    return order
+
+
+def clip_decode_ms(a, paths):
+    """{path: this machine's decode ms} (`datahelix decode`, median of 3,
+    the run's frames and size)."""
     r = subprocess.run([a.bin, "decode", "--json", "--repeat", "3",
                         "--frames", str(a.frames), "--size",
                         f"{a.size[0]}x{a.size[1]}", *paths],
@@ -242,45 +262,102 @@ def measured_manifest(a, man, out):
     missing = [p for p in paths if p not in ms]
     if missing:
         raise RuntimeError(f"decode: no time for {missing[0]}")
-    f = out / "sim-manifest.jsonl"
+    return ms
+
+
+def measured_manifest(man, ms, order, f):
+    """The run's manifest with est_cpu_ms replaced by each clip's measured
+    decode ms (the simulator then costs what the live run cost), its rows
+    in `order` (row ids) when given: the live split, replayed.  On a small
+    set a few long clips on one rank move throughput by +-15 %, so only
+    the live split compares like for like."""
+    lines = pathlib.Path(man).read_text().splitlines()
+    rows = [json.loads(x) for x in lines if '"datahelix_header"' not in x]
+    if order is not None:
+        rows = [rows[i] for i in order]
     with open(f, "w") as w:
         for x in lines:
             if '"datahelix_header"' in x:
                 w.write(x + "\n")
-        for row in rows:
-            w.write(json.dumps(dict(row, est_cpu_ms=ms[row["path"]])) + "\n")
-    return f, sum(ms[r["path"]] for r in rows) / len(rows)
+        for pos, row in enumerate(rows):  # ids dense again, in order
+            w.write(json.dumps(dict(row, id=pos, live_id=row["id"],
+                                    est_cpu_ms=ms[row["path"]])) + "\n")
+    return f
 
 
-def validate(a, systems, man, split, cpus, out):
-    """Simulates the live configuration and compares, system by system.
-    None when no comparable live system ran."""
+def calibrate_handover(a, names, man, index, split, max_ms):
+    """Each live system's hand-over, measured apart from the run by
+    calibrate_handover.py (null decode, same sources, the other ranks'
+    decode load from the run's clips): {name: {"cpu_ms", "next_ms",
+    ...}}."""
+    cmd = [sys.executable, str(HERE / "calibrate_handover.py"), "--json",
+           "--frames", str(a.frames), "--size", f"{a.size[0]}x{a.size[1]}",
+           "--batch-size", str(a.batch_size), "--workers-per-rank",
+           str(max(split)), "--workers-total", str(sum(split)),
+           "--prefetch", str(a.prefetch), "--systems", ",".join(names),
+           "--index", str(index), "--load-clips", str(man), "--bin", a.bin,
+           "--ranks", str(a.ranks),
+           # long enough for a prefetched dh batch of the longest clips
+           # to be ready
+           "--dh-ready-sleep-ms",
+           f"{min(5000, 100 + 2 * a.batch_size * max_ms):.0f}"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(f"calibrate_handover: {r.stderr.strip()[-300:]}")
+    return json.loads(r.stdout)
+
+
+def handover_args(cal):
+    """--handover SYS=A,B,C,D for the simulator from a calibration: per
+    sample CPU and next() per batch, at the run's (fixed) sample size, so
+    the per-MB terms are 0."""
+    out = []
+    for n, c in cal.items():
+        out += ["--handover",
+                f"{SIM_OF[n]}={c['cpu_ms']:.6g},0,{c['next_ms']:.6g},0"]
+    return out
+
+
+def validate(a, systems, man, index, split, cpus, out, live_dir):
+    """Simulates the live configuration, each system replaying its own live
+    split (its ranks' step records in live_dir) with its hand-over
+    measured apart (calibrate_handover.py), and compares, system by
+    system.  None when no comparable live system ran."""
     live = {n: systems[n] for n in SIM_OF
             if systems.get(n, {}).get("status") == "ok"}
     if not live:
         return None
     out.mkdir(parents=True, exist_ok=True)
-    simman, mean_ms = measured_manifest(a, man, out)
+    rows_all = [json.loads(x) for x in pathlib.Path(man).read_text()
+                .splitlines() if '"datahelix_header"' not in x]
+    ms = clip_decode_ms(a, sorted({r["path"] for r in rows_all}))
+    mean_ms = sum(ms[r["path"]] for r in rows_all) / len(rows_all)
+    cal = calibrate_handover(a, list(live), man, index, split,
+                             max(ms.values()))
     # CPUs shared by more workers than there are CPUs: each worker runs at
     # CPUs / workers of full speed when all are busy (the model's servers
     # own their cores).
     scale = max(1.0, sum(split) / len(cpus))
-    cmd = [a.bin, "sim", "--manifest", str(simman), "--ranks", str(a.ranks),
-           "--local", str(a.ranks), "--remote", "0", "--cores",
-           str(round(sum(split) / a.ranks)), "--batch-size",
-           str(a.batch_size), "--steps", str(a.steps), "--warmup",
-           str(a.warmup), "--prefetch", str(a.prefetch), "--ddl-ms",
-           str(a.ddl_ms), "--cpu-scale", f"{scale:g}", "--noise", "0.1",
-           "--gpu-ms", ",".join(f"{x:.9g}" for x in sim_gpu_ms(a)),
-           "--seed", str(a.seed + 1), "--systems",
-           ",".join(SIM_OF[n] for n in live), "--json"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        raise RuntimeError(f"sim: {r.stderr.strip()[-300:]}")
-    agg = json.loads(r.stdout)["aggregate"]
-    rows = {}
+    rows, cmds = {}, {}
     for n, m in live.items():
-        s = agg[SIM_OF[n]]
+        order = live_order(a, [live_dir / n / f"rank{r}.json"
+                               for r in range(a.ranks)])
+        simman = measured_manifest(man, ms, order, out / f"sim-{n}.jsonl")
+        cmd = [a.bin, "sim", "--manifest", str(simman), "--ranks",
+               str(a.ranks), "--local", str(a.ranks), "--remote", "0",
+               "--cores", str(round(sum(split) / a.ranks)), "--batch-size",
+               str(a.batch_size), "--steps", str(a.steps), "--warmup",
+               str(a.warmup), "--prefetch", str(a.prefetch), "--ddl-ms",
+               str(a.ddl_ms), "--cpu-scale", f"{scale:g}", "--noise", "0.1",
+               "--gpu-ms", ",".join(f"{x:.9g}" for x in sim_gpu_ms(a)),
+               "--seed", str(a.seed + 1),
+               *(["--replay-order"] if order is not None else []),
+               "--systems", SIM_OF[n], *handover_args({n: cal[n]}), "--json"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise RuntimeError(f"sim: {r.stderr.strip()[-300:]}")
+        cmds[n] = cmd
+        s = json.loads(r.stdout)["aggregate"][SIM_OF[n]]
         t_live, t_sim = m["throughput_samples_per_s"], s["throughput"]
         rows[n] = {
             "sim_system": SIM_OF[n],
@@ -296,25 +373,30 @@ def validate(a, systems, man, split, cpus, out):
         d = rows[n]["throughput_diff"]
         rows[n]["within_tolerance"] = (d is not None and
                                        abs(d) <= VALIDATE_TOLERANCE)
-    return {"command": cmd, "cpu_scale": scale,
+        rows[n]["replayed_split"] = order is not None
+    return {"commands": cmds, "cpu_scale": scale,
             "mean_decode_ms": mean_ms, "tolerance": VALIDATE_TOLERANCE,
-            "systems": rows}
+            "handover": cal, "systems": rows}
 
 
 def validation_table(v):
     if not v:
         return ""
-    out = ["| live system | sim system | samples/s live | sim | sim vs live "
+    out = ["| live system | sim system | hand-over: CPU ms / sample, next() "
+           "ms | samples/s live | sim | sim vs live "
            "| input-wait p95 ms live / sim | DDL miss live / sim "
            "| batch-ready p95 ms live / sim |",
-           "|---|---|---:|---:|---:|---|---|---|"]
+           "|---|---|---|---:|---:|---:|---|---|---|"]
     for n, r in v["systems"].items():
+        h = v.get("handover", {}).get(n)
+        hand = f"{h['cpu_ms']:.1f}, {h['next_ms']:.1f}" if h else "n/a"
         d = r["throughput_diff"]
         ok = ("" if r["within_tolerance"] else
               f" (over {100 * v['tolerance']:g} %)")
         ready = r["live_ready_p95_ms"]
         out.append(
-            f"| {n} | {r['sim_system']} | {r['live_throughput']:.2f} | "
+            f"| {n} | {r['sim_system']} | {hand} | "
+            f"{r['live_throughput']:.2f} | "
             f"{r['sim_throughput']:.2f} | "
             f"{fmt(None if d is None else 100 * d, '+.1f')} %{ok} | "
             f"{r['live_input_wait_p95_ms']:.1f} / "
@@ -343,7 +425,14 @@ def pct(values, q):
 # ---------------------------------------------------------------------------
 # decoders (run in loader worker processes / Dask workers)
 
+# calibrate_handover.py's stand-in clip: a zeroed payload of the run's
+# size instead of a decode, so that only the system's own work is left.
+NULL_CLIP = "<null-decode>"
+
+
 def c_decode(path, frames, w, h):
+    if path == NULL_CLIP:
+        return bytes(frames * w * h * 3)
     from datahelix import _C
     return _C.decode(path, frames, w, h)
 
@@ -609,15 +698,23 @@ def rank_main(cfg_path):
     x = torch.zeros(1)
     steps = []
     total = cfg["warmup"] + cfg["steps"]
+    gpu = None
+    if cfg.get("gpu"):
+        from gpu_model import GpuStep
+        gpu = GpuStep(cfg["gpu"], cfg["rank"], cfg["frames"],
+                      cfg["size"], cfg["seed"])
     try:
         for k in range(total):
             t0 = time.time()
             p0 = time.perf_counter()
             b, ids, tokens, ready, nbytes = src.next()
             p1 = time.perf_counter()
-            win = window_ms(cfg["model"], tokens, cfg["frames"],
-                            cfg["gpu_scale"])
-            time.sleep(win / 1e3)
+            if gpu is not None:
+                win, _ = gpu.step(b["video"])
+            else:
+                win = window_ms(cfg["model"], tokens, cfg["frames"],
+                                cfg["gpu_scale"])
+                time.sleep(win / 1e3)
             p2 = time.perf_counter()
             dist.all_reduce(x)
             p3 = time.perf_counter()
@@ -626,12 +723,14 @@ def rank_main(cfg_path):
                           "wait_ms": (p1 - p0) * 1e3, "window_ms": win,
                           "sync_ms": (p3 - p2) * 1e3,
                           "step_ms": (p3 - p0) * 1e3, "samples": len(ids),
+                          "ids": [int(i) for i in ids],
                           "tokens": sum(tokens), "ready_ms": ready,
                           "payload_bytes": nbytes})
     finally:
         src.close()
     res = {"rank": cfg["rank"], "steps": steps,
-           "stats": getattr(src, "stats", None)}
+           "stats": getattr(src, "stats", None),
+           "gpu": gpu.describe() if gpu is not None else None}
     tmp = cfg["result"].format(rank=cfg["rank"]) + ".tmp"
     with open(tmp, "w") as f:
         json.dump(res, f, default=str)
@@ -896,6 +995,7 @@ def run_system(name, a, data, sysdir, split):
                "prefetch": a.prefetch, "seed": a.seed,
                "warmup": a.warmup, "steps": a.steps, "model": a.model,
                "gpu_scale": a.gpu_scale, "workers_per_rank": split,
+               "gpu": a.gpu_device if a.gpu else None,
                "batch_timeout": 120.0, "dist_timeout": 120,
                "result": str(sysdir / "rank{rank}.json"),
                "telemetry": str(sysdir / "telemetry-rank{rank}.jsonl"),
@@ -1088,6 +1188,9 @@ def metrics(name, results, a, sysdir, wall, split):
         by_step[s["step"]] = by_step.get(s["step"], False) or \
             s["wait_ms"] > a.ddl_ms
     m["step_miss_rate"] = sum(by_step.values()) / len(by_step)
+    gm = [r["gpu"] for r in results if r.get("gpu")]
+    if gm:
+        m["gpu_model"] = gm[0]
     if name.startswith("dh-"):
         dec = [d["decide_us"] for d in read_jsonl(sysdir / "coordinator.jsonl")
                if "decide_us" in d]
@@ -1290,6 +1393,12 @@ def main(argv=None):
     a = parse_args(argv)
     signal.signal(signal.SIGTERM, interrupted)
     a.bin = find_bin(a)
+    if a.gpu and a.gpu_device.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            die_usage("--gpu: no CUDA device here (torch.cuda.is_available() "
+                      "is False); --gpu-device cpu runs the same model on "
+                      "the CPU")
     out = pathlib.Path(a.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -1339,7 +1448,8 @@ def main(argv=None):
     val = None
     if a.validate:
         try:
-            val = validate(a, systems, man, split, cpus, out / "validate")
+            val = validate(a, systems, man, dhx, split, cpus,
+                           out / "validate", out)
         except (RuntimeError, subprocess.TimeoutExpired, ValueError,
                 KeyError) as e:
             val = {"error": str(e)}
@@ -1354,7 +1464,8 @@ def main(argv=None):
                    "prefetch": a.prefetch, "clips": distinct,
                    "samples_in_manifest": need, "seed": a.seed,
                    "ddl_ms": a.ddl_ms, "gpu_scale": a.gpu_scale,
-                   "gpu_model": gpu_model_doc(a.model)},
+                   "gpu_model": gpu_model_doc(a.model),
+                   "gpu_device": a.gpu_device if a.gpu else None},
         "systems": systems, "comparisons": comp,
         "wall_s": time.monotonic() - t_all,
     }

@@ -9,6 +9,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,11 +71,20 @@ static void usage(FILE *f)
         "                      (local + remote) x cores budget spread over\n"
         "                      the ranks; --native-cores C is the paper's\n"
         "                      Native rd0, each rank's own server alone)\n"
+        "  --handover SYS=A,B,C,D\n"
+        "                      SYS's hand-over (default none; repeat per\n"
+        "                      system): A + B*MB ms of CPU per sample of MB\n"
+        "                      megabytes (x --cpu-scale), and C + D*MB ms of\n"
+        "                      next() on a ready batch of MB megabytes\n"
+        "  --replay-order      every system splits a --manifest in its own\n"
+        "                      order: step k, rank r take samples (kR+r)B ..\n"
+        "                      (kR+r+1)B-1 (a live run's split, replayed;\n"
+        "                      datahelix then skips its planner)\n"
         "  -h, --help          this text\n");
 }
 
 enum { O_PREFETCH = 256, O_GBPS, O_LAT, O_DDL, O_NOISE, O_SCALE, O_AR,
-       O_GPU, O_NATIVE };
+       O_GPU, O_NATIVE, O_HANDOVER, O_REPLAY };
 
 static const struct option long_opts[] = {
     {"ranks", required_argument, NULL, 'r'},
@@ -99,6 +109,8 @@ static const struct option long_opts[] = {
     {"allreduce-ms", required_argument, NULL, O_AR},
     {"gpu-ms", required_argument, NULL, O_GPU},
     {"native-cores", required_argument, NULL, O_NATIVE},
+    {"handover", required_argument, NULL, O_HANDOVER},
+    {"replay-order", no_argument, NULL, O_REPLAY},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -143,21 +155,51 @@ static int parse_systems(struct args *a, const char *list)
     return 0;
 }
 
-/* "A,B,C": three finite non-negative numbers. */
-static int parse_gpu(struct args *a, const char *v)
+/* "X1,...,Xn": n finite non-negative numbers into out; -1 otherwise. */
+static int parse_numbers(const char *v, double *out, int n)
 {
     char *end;
     const char *p = v;
 
-    for (int i = 0; i < 3; i++) {
-        a->gpu[i] = strtod(p, &end);
-        if (end == p || !(a->gpu[i] >= 0) || a->gpu[i] > 1e12 ||
-            *end != (i < 2 ? ',' : '\0'))
-            return dh_cli_usage_error(CMD, "--gpu-ms must be A,B,C (three "
-                                      "non-negative numbers), not '%s'", v);
+    for (int i = 0; i < n; i++) {
+        out[i] = strtod(p, &end);
+        if (end == p || !(out[i] >= 0) || out[i] > 1e12 ||
+            *end != (i < n - 1 ? ',' : '\0'))
+            return -1;
         p = end + 1;
     }
+    return 0;
+}
+
+static int parse_gpu(struct args *a, const char *v)
+{
+    if (parse_numbers(v, a->gpu, 3))
+        return dh_cli_usage_error(CMD, "--gpu-ms must be A,B,C (three "
+                                  "non-negative numbers), not '%s'", v);
     a->have_gpu = 1;
+    return 0;
+}
+
+/* "SYSTEM=A,B,C,D" (struct dh_sim_handover's four fields, in order). */
+static int parse_handover(struct args *a, const char *v)
+{
+    const char *eq = strchr(v, '=');
+    char name[32];
+    double x[4];
+    enum dh_sim_system s;
+
+    if (!eq || eq - v >= (ptrdiff_t)sizeof(name))
+        return dh_cli_usage_error(CMD, "--handover must be SYSTEM=A,B,C,D, "
+                                  "not '%s'", v);
+    snprintf(name, sizeof(name), "%.*s", (int)(eq - v), v);
+    if (dh_sim_system_parse(name, &s))
+        return dh_cli_usage_error(CMD, "--handover: unknown system '%s' "
+                                  "(native, pool, datahelix)", name);
+    if (parse_numbers(eq + 1, x, 4))
+        return dh_cli_usage_error(CMD, "--handover %s= must be four "
+                                  "non-negative numbers A,B,C,D, not '%s'",
+                                  name, eq + 1);
+    a->c.handover[s] = (struct dh_sim_handover){x[0], x[1], x[2], x[3]};
     return 0;
 }
 
@@ -201,6 +243,8 @@ static int parse_opt(struct args *a, int c)
     case O_GPU: return parse_gpu(a, optarg);
     case O_NATIVE:
         return opt_u32("--native-cores", 1, 1 << 20, &k->native_cores);
+    case O_HANDOVER: return parse_handover(a, optarg);
+    case O_REPLAY: k->replay_order = 1; return 0;
     }
     return dh_cli_usage_error(CMD, "bad option");
 }
@@ -239,6 +283,9 @@ static int parse_args(struct args *a, int argc, char **argv)
     if (dh_sim_samples_needed(&a->c) > UINT32_MAX)
         return dh_cli_usage_error(CMD, "(steps + warmup) x ranks x batch "
                                   "must stay under 2^32");
+    if (a->c.replay_order && !a->manifest)
+        return dh_cli_usage_error(CMD, "--replay-order replays a --manifest's "
+                                  "order (a profile mix has none)");
     if (!a->manifest && !a->workload)
         a->workload = "kinetics-mixed";
     return 0;

@@ -19,6 +19,11 @@
  * form placement domains of <= 64 local servers and a share of the
  * remotes, one table (one Coordinator) each.
  *
+ * Hand-over (config.handover, per system): CPU per sample added to its
+ * service time, and a next() time a rank blocks for once its batch is
+ * ready.  replay_order: every system takes the workload's order as its
+ * split instead of the planner's or a random one (a live run replayed).
+ *
  * Single-threaded; all memory through the allocation seam.
  */
 #include <math.h>
@@ -33,7 +38,7 @@
 
 #define DOMAIN_LOCAL_MAX 64
 
-enum { EV_STEP, EV_DONE, EV_ARRIVE, EV_COMPUTED };
+enum { EV_STEP, EV_DONE, EV_ARRIVE, EV_HANDED, EV_COMPUTED };
 
 struct srv {
     uint32_t cores, busy;
@@ -62,6 +67,7 @@ struct sim {
     enum dh_sim_system sys;
     struct dh_err *e;
     struct dh_plan *plan;
+    uint64_t *seq; /* replay_order: 0, 1, ..., nsamp - 1; else NULL */
     uint64_t nsamp, nsteps, nbatch;
     uint32_t nsrv, ntab;
     struct srv *srv;
@@ -172,9 +178,18 @@ static uint64_t fifo_pop(struct srv *v)
     return id;
 }
 
+/* The system's hand-over CPU for sample id, before --cpu-scale. */
+static double handover_cpu(const struct sim *s, uint64_t id)
+{
+    const struct dh_sim_handover *h = &s->c->handover[s->sys];
+
+    return h->cpu_ms + h->cpu_ms_per_mb * s->w->s[id].out_bytes / 1e6;
+}
+
 static int start_task(struct sim *s, uint32_t sv, uint64_t id)
 {
-    double t = cpu_est(s, id) * noise(s->c, id);
+    double t = cpu_est(s, id) * noise(s->c, id) +
+               handover_cpu(s, id) * s->c->cpu_scale;
 
     s->srv[sv].busy++;
     s->s_start[id] = s->now;
@@ -222,10 +237,23 @@ static int choose(struct sim *s, uint32_t r, uint64_t step, uint64_t id,
     return 0;
 }
 
+/* Rank r's samples of `step`: the plan's (or the random split's), or with
+ * replay_order the workload's own order, B samples per (step, rank) in
+ * turn. */
+static const uint64_t *batch_ids(const struct sim *s, uint64_t step,
+                                 uint32_t r, uint64_t *cnt)
+{
+    if (s->seq) {
+        *cnt = s->c->batch;
+        return s->seq + (step * s->c->ranks + r) * s->c->batch;
+    }
+    return dh_plan_rank_ids(s->plan, step, r, cnt);
+}
+
 static int request_batch(struct sim *s, uint32_t r, uint64_t step)
 {
     uint64_t b = step * s->c->ranks + r, cnt = 0;
-    const uint64_t *ids = dh_plan_rank_ids(s->plan, step, r, &cnt);
+    const uint64_t *ids = batch_ids(s, step, r, &cnt);
     int rc;
 
     s->b_left[b] = (uint32_t)cnt;
@@ -248,7 +276,7 @@ static int begin_compute(struct sim *s, uint32_t r)
 {
     struct rank *k = &s->rk[r];
     uint64_t step = s->cur_step, cnt = 0;
-    const uint64_t *ids = dh_plan_rank_ids(s->plan, step, r, &cnt);
+    const uint64_t *ids = batch_ids(s, step, r, &cnt);
     double gpu = 0;
     int rc;
 
@@ -268,6 +296,25 @@ static int begin_compute(struct sim *s, uint32_t r)
     return dh__sim_evq_push(&s->q, s->now + gpu, EV_COMPUTED, r, step);
 }
 
+/* Rank r's batch of the current step is ready: its next() returns after
+ * the system's consumer-side hand-over (docs/sim.md "Hand-over"). */
+static int batch_ready(struct sim *s, uint32_t r)
+{
+    const struct dh_sim_handover *h = &s->c->handover[s->sys];
+    uint64_t cnt = 0;
+    const uint64_t *ids = batch_ids(s, s->cur_step, r, &cnt);
+    double bytes = 0, t;
+
+    for (uint64_t i = 0; i < cnt; i++)
+        bytes += s->w->s[ids[i]].out_bytes;
+    t = h->next_ms + h->next_ms_per_mb * bytes / 1e6;
+    s->rk[r].waiting = 0;
+    if (t > 0)
+        return dh__sim_evq_push(&s->q, s->now + t, EV_HANDED, r,
+                                s->cur_step);
+    return begin_compute(s, r);
+}
+
 static int on_step(struct sim *s, uint64_t step)
 {
     int rc;
@@ -277,7 +324,7 @@ static int on_step(struct sim *s, uint64_t step)
     s->done_ranks = 0;
     for (uint32_t r = 0; r < s->c->ranks; r++) {
         if (s->b_left[step * s->c->ranks + r] == 0) {
-            if ((rc = begin_compute(s, r)) != 0)
+            if ((rc = batch_ready(s, r)) != 0)
                 return rc;
         } else {
             s->rk[r].waiting = 1;
@@ -306,7 +353,7 @@ static int on_arrive(struct sim *s, uint64_t id)
         return 0;
     s->b_ready[b] = s->now;
     if (s->rk[r].waiting && b / s->c->ranks == s->cur_step)
-        return begin_compute(s, r);
+        return batch_ready(s, r);
     return 0;
 }
 
@@ -363,6 +410,7 @@ static int loop(struct sim *s)
         case EV_STEP: rc = on_step(s, ev.b); break;
         case EV_DONE: rc = on_done(s, ev.a, ev.b); break;
         case EV_ARRIVE: rc = on_arrive(s, ev.b); break;
+        case EV_HANDED: rc = begin_compute(s, ev.a); break;
         default: rc = on_computed(s); break;
         }
     }
@@ -384,6 +432,15 @@ static int check_config(const struct dh_sim_config *c,
         !(c->cpu_scale > 0) || !(c->noise_sigma >= 0) ||
         !(c->allreduce_ms >= 0) || !(c->ddl_ms >= 0))
         return dh_err_set(e, DH_EINVAL, "sim: a size or rate out of range");
+    for (int i = 0; i < DH_SIM_NSYSTEMS; i++) {
+        const struct dh_sim_handover *h = &c->handover[i];
+
+        if (!(h->cpu_ms >= 0 && h->cpu_ms_per_mb >= 0 && h->next_ms >= 0 &&
+              h->next_ms_per_mb >= 0 && h->cpu_ms + h->cpu_ms_per_mb +
+              h->next_ms + h->next_ms_per_mb < INFINITY))
+            return dh_err_set(e, DH_EINVAL, "sim: %s's hand-over costs must "
+                              "be finite and >= 0", system_names[i]);
+    }
     if (dh_sim_samples_needed(c) > UINT32_MAX)
         return dh_err_set(e, DH_ETOOBIG, "sim: (steps + warmup) x ranks x "
                           "batch over 2^32");
@@ -529,6 +586,14 @@ static int layout_shared(struct sim *s)
 
 static int make_plan(struct sim *s)
 {
+    if (s->c->replay_order) {
+        if (!(s->seq = dh__malloc(s->nsamp * sizeof(*s->seq))))
+            return dh_err_set(s->e, DH_ENOMEM, "sim: out of memory");
+        for (uint64_t i = 0; i < s->nsamp; i++)
+            s->seq[i] = i;
+        return 0;
+    }
+
     struct dh_plan_opts o;
     uint32_t *tok = dh__malloc(s->nsamp * sizeof(*tok));
     uint16_t *prof = dh__malloc(s->nsamp * sizeof(*prof));
@@ -585,6 +650,7 @@ static void teardown(struct sim *s)
     }
     dh__free(s->tab);
     dh_plan_destroy(s->plan);
+    dh__free(s->seq);
     dh__free(s->srv);
     dh__free(s->rk);
     dh__free(s->s_batch);

@@ -32,6 +32,20 @@ const char *dh_sim_model_name(enum dh_sim_model m);
 int dh_sim_system_parse(const char *s, enum dh_sim_system *out);
 int dh_sim_model_parse(const char *s, enum dh_sim_model *out);
 
+/*
+ * What handing a prepared sample to its rank costs a system besides the
+ * preparation itself (docs/sim.md "Hand-over"; measured, not fitted, by
+ * bench/calibrate_handover.py).  cpu_ms + cpu_ms_per_mb x MB of CPU per
+ * sample, served by the preparing worker (serialization, scheduler and
+ * transport work take CPU the decode would otherwise use), before
+ * --cpu-scale; next_ms + next_ms_per_mb x MB of the batch, the time the
+ * rank's next() blocks on a batch that is already ready (receive,
+ * deserialize, stack).  All zero by default.
+ */
+struct dh_sim_handover {
+    double cpu_ms, cpu_ms_per_mb, next_ms, next_ms_per_mb;
+};
+
 struct dh_sim_config {
     uint32_t ranks;      /* training ranks (default 8) */
     uint32_t local;      /* local DataServers (default = ranks) */
@@ -51,6 +65,12 @@ struct dh_sim_config {
                               whole (local + remote) x cores budget spread
                               over the ranks.  The paper's Native rd0 is
                               `cores`: each rank's own server alone */
+    struct dh_sim_handover handover[DH_SIM_NSYSTEMS]; /* default 0 */
+    int replay_order;    /* every system splits the workload in its own
+                            order: step k, rank r get samples (kR + r)B ..
+                            (kR + r + 1)B - 1 (a live run's split or plan,
+                            replayed); 0 (default): datahelix plans,
+                            native and pool split at random */
     uint64_t seed;       /* default 1 */
 };
 void dh_sim_config_default(struct dh_sim_config *c);

@@ -5,6 +5,8 @@ import json
 import math
 import os
 import pathlib
+import subprocess
+import sys
 import time
 
 import pytest
@@ -31,8 +33,10 @@ def test_help_lists_the_systems_and_metrics_options():
     (["--ddl-ms", "-1"], "--ddl-ms must be a number in [0, 1e9]"),
     (["stray"], "unexpected argument 'stray'"),
     (["--frobnicate"], "bad option '--frobnicate'"),
-    (["--gpu"], "--gpu (a small real model on CUDA instead of the emulated "
-                "window) is not implemented"),
+    (["--gpu-device", "tpu"], "--gpu-device must be cuda, cuda:N or cpu"),
+    (["--gpu-device", "cuda:1x"], "--gpu-device must be cuda, cuda:N or cpu"),
+    (["--gpu", "--gpu-device", "cpu", "--validate"],
+     "--validate simulates the emulated GPU window"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, why):
     p = run_dh("bench", *args, timeout=30)
@@ -40,6 +44,41 @@ def test_bad_arguments_exit_2_with_one_line(args, why):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("datahelix: bench: ")
     assert why in lines[0]
+
+
+def test_gpu_without_cuda_is_a_clear_error():
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: --gpu runs")
+    p = run_dh("bench", "--gpu", "--steps", "1", timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert "--gpu: no CUDA device here" in p.stderr
+    assert "--gpu-device cpu" in p.stderr
+
+
+def test_gpu_model_step_replaces_the_emulated_window(tmp_path):
+    """--gpu --gpu-device cpu: every rank trains the real model on its
+    batch (the CUDA path but the device), and the step's window is the
+    model's measured time, not the emulated sleep (which is the same
+    132 ms on every step here)."""
+    out = tmp_path / "out"
+    p = run_dh("bench", "--systems", "native,dh-ddl", "--ranks", 2,
+               "--steps", 3, "--warmup", 1, "--workload", "S", "--clips", 4,
+               "--batch-size", 2, "--frames", 4, "--size", "64x64",
+               "--out", out, "--data-dir", tmp_path / "data", "--json",
+               "--timeout", 120, "--gpu", "--gpu-device", "cpu", timeout=240)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["config"]["gpu_device"] == "cpu"
+    for name in ("native", "dh-ddl"):
+        m = res["systems"][name]
+        assert m["status"] == "ok", m
+        assert m["gpu_model"]["device"] == "cpu"
+        assert m["gpu_model"]["parameters"] > 100000
+        wins = [s["window_ms"] for r in (0, 1) for s in json.loads(
+            (out / name / f"rank{r}.json").read_text())["steps"]]
+        assert len(wins) == 8 and all(w > 0 for w in wins)
+        assert len(set(wins)) > 1 and 132.0 not in wins
 
 
 def test_missing_harness_is_a_clear_error(tmp_path):
@@ -98,8 +137,22 @@ def test_tiny_run_reports_the_paper_metrics_and_leaves_nothing(tmp_path):
     assert (out / "results.json").exists() and (out / "table.md").exists()
     # --validate: the same configuration simulated, system by system.
     v = res["validation"]
-    assert "--gpu-ms" in v["command"] and v["mean_decode_ms"] > 0
+    assert v["mean_decode_ms"] > 0
     assert set(v["systems"]) == {"native", "dh-ddl"}
+    for name, cmd in v["commands"].items():
+        assert "--gpu-ms" in cmd and "--replay-order" in cmd
+        assert v["systems"][name]["replayed_split"]
+        # the simulated manifest holds the live split: rank r's step k
+        # samples at rows (k R + r) B ...
+        man = cmd[cmd.index("--manifest") + 1]
+        ids = [json.loads(x)["live_id"] for x in open(man)
+               if '"datahelix_header"' not in x]
+        for r in (0, 1):
+            steps = json.loads((out / name / f"rank{r}.json").read_text())[
+                "steps"]
+            for k, st in enumerate(steps):
+                at = (k * 2 + r) * 2
+                assert ids[at:at + 2] == st["ids"], (name, r, k)
     for name, r in v["systems"].items():
         live = res["systems"][name]["throughput_samples_per_s"]
         assert r["live_throughput"] == live
@@ -107,6 +160,15 @@ def test_tiny_run_reports_the_paper_metrics_and_leaves_nothing(tmp_path):
         assert math.isclose(r["throughput_diff"],
                              r["sim_throughput"] / live - 1)
         assert r["within_tolerance"] == (abs(r["throughput_diff"]) <= 0.15)
+    # ... with each system's hand-over measured apart and passed on
+    for name, h in v["handover"].items():
+        assert h["next_ms"] > 0 and h["cpu_ms"] >= 0
+        sim = {"native": "native", "dh-ddl": "datahelix"}[name]
+        assert f"{sim}={h['cpu_ms']:.6g},0,{h['next_ms']:.6g},0" in \
+            v["commands"][name]
+    assert set(v["handover"]) == {"native", "dh-ddl"}
+    assert v["handover"]["native"]["samples"] > 0
+    assert v["handover"]["dh-ddl"]["cpu_ms"] == 0  # not measured: in place
     assert "Simulated" in (out / "table.md").read_text()
     # Every rank, DataLoader worker, DataServer and Coordinator is gone.
     end = time.monotonic() + 10
@@ -125,6 +187,33 @@ def bench_live():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def test_handover_calibration_measures_the_payload_work():
+    """calibrate_handover.py: a DataLoader's own work per sample (copies,
+    shared memory, pickling) grows with the sample: 200x the bytes costs
+    clearly more CPU, and next() on a ready batch takes some time."""
+    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / \
+        "calibrate_handover.py"
+    got = {}
+    for frames, size in ((4, "64x64"), (16, "448x448")):
+        p = subprocess.run(
+            [sys.executable, str(script), "--json", "--systems", "native",
+             "--frames", str(frames), "--size", size, "--batch-size", "2",
+             "--workers-per-rank", "1", "--workers-total", "2",
+             "--prefetch", "2", "--ready-sleep-ms", "100"],
+            capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        got[size] = json.loads(p.stdout)["native"]
+        assert got[size]["samples"] == 32 and got[size]["next_ms"] > 0
+    small, big = got["64x64"]["cpu_ms"], got["448x448"]["cpu_ms"]
+    assert big > small + 3, (small, big)
+    p = subprocess.run([sys.executable, str(script), "--frames", "4",
+                        "--size", "64x64", "--batch-size", "2",
+                        "--workers-per-rank", "1", "--workers-total", "2",
+                        "--prefetch", "2", "--systems", "dh-ddl"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "needs --index" in p.stderr
 
 
 def test_the_failing_rank_is_named_not_its_peers():

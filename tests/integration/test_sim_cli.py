@@ -124,6 +124,57 @@ def test_native_cores_sets_natives_workers():
     assert "--native-cores" in one_line_error("--native-cores", 0)
 
 
+def test_handover_charges_only_its_system(tmp_path):
+    """--handover SYS=A,B,C,D: with decode nearly free and the window
+    fixed at 100 ms, one rank of batch 1 steps every 100 + C + D*MB ms
+    (next() blocks before compute) when the CPU part A + B*MB stays under
+    the window; a CPU part over the window makes the step the service
+    time instead.  Only the named system pays."""
+    m = tmp_path / "m.jsonl"
+    rows = [{"id": i, "path": f"v{i}.mp4", "kind": "video",
+             "profile": "16x224", "est_cpu_ms": 1.0, "est_out_bytes": 4000000,
+             "est_tokens": 1000} for i in range(40)]
+    m.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ["--manifest", m, "--ranks", 1, "--remote", 0, "--batch-size", 1,
+            "--cores", 1, "--cpu-scale", 0.001, "--gpu-ms", "100,0,0",
+            "--noise", 0,
+            "--systems", "native,pool", *SMALL]
+    d = sim_json(*base, "--handover", "pool=1,1,10,5")["aggregate"]
+    assert math.isclose(d["native"]["throughput"], 10, rel_tol=1e-3)
+    assert math.isclose(d["pool"]["throughput"], 1000 / 130, rel_tol=1e-3)
+    assert math.isclose(d["pool"]["input_wait_p95_s"], 0.030, rel_tol=1e-3)
+    # 1000 + 100 x 4 ms of CPU per sample at --cpu-scale 0.001: 1.4 ms
+    d = sim_json(*base, "--handover", "native=1000,100,0,0")["aggregate"]
+    assert math.isclose(d["native"]["throughput"], 10, rel_tol=1e-3)
+    # ... and at --cpu-scale 1, 1 + 200 ms: the core, not the window, sets
+    # the step
+    cpu_bound = [x if x != 0.001 else 1 for x in base]
+    d = sim_json(*cpu_bound, "--handover", "native=100,25,0,0")["aggregate"]
+    assert math.isclose(d["native"]["throughput"], 1000 / 201, rel_tol=1e-3)
+    assert "--handover" in one_line_error("--handover", "pool=1,2,3")
+    assert "unknown system" in one_line_error("--handover", "ray=1,2,3,4")
+    assert "--handover" in one_line_error("--handover", "pool=1,2,3,-4")
+
+
+def test_replay_order_splits_in_manifest_order(tmp_path):
+    """--replay-order: native's 2 ranks of batch 1 take the manifest's
+    samples in turn, so rank 0 gets every 100 ms clip and sets the pace
+    (one step per 100 ms); without it the random split is faster."""
+    m = tmp_path / "m.jsonl"
+    rows = [{"id": i, "path": f"v{i}.mp4", "kind": "video",
+             "profile": "16x224", "est_cpu_ms": 10.0 if i % 2 else 100.0,
+             "est_out_bytes": 1000, "est_tokens": 1000} for i in range(60)]
+    m.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ["--manifest", m, "--ranks", 2, "--remote", 0, "--cores", 1,
+            "--batch-size", 1, "--gpu-ms", "1,0,0", "--noise", 0,
+            "--systems", "native", "--steps", 20, "--warmup", 2]
+    t = sim_json(*base, "--replay-order")["aggregate"]["native"]
+    assert math.isclose(t["throughput"], 20, rel_tol=1e-3)
+    t = sim_json(*base)["aggregate"]["native"]
+    assert t["throughput"] > 21
+    assert "--replay-order" in one_line_error("--replay-order")
+
+
 def test_help():
     p = run_dh("sim", "--help")
     assert p.returncode == 0

@@ -1,8 +1,10 @@
 /*
  * clip_fixture.h - the shared fixture of the tests that decode through an
- * index (test_batch.c, test_workers.c): NCLIPS small S clips from gen-data
- * plus a truncated copy of clip 0 (cut.mp4), indexed as ids 0..NCLIPS.
- * Header-only test code: define NCLIPS, then include it once.
+ * index (test_batch.c, test_workers.c, test_client.c, and through
+ * loop_fixture.h test_dataserver.c and test_remote.c): NCLIPS small S
+ * clips from gen-data, indexed as ids 0..NCLIPS-1, plus (clip_fixture_
+ * setup) a truncated copy of clip 0, cut.mp4, as id NCLIPS; and a small
+ * media plan.  Header-only test code: define NCLIPS, then include it once.
  */
 #ifndef DH_TEST_CLIP_FIXTURE_H
 #define DH_TEST_CLIP_FIXTURE_H
@@ -28,7 +30,9 @@ static void make_truncated(const char *from, const char *to)
     fclose(out);
 }
 
-static int clip_fixture_setup(const char *sub, uint64_t seed)
+/* The clips in $DH_TEST_TMP/sub, indexed into `dhx`, opened as `ix`; the
+ * truncated clip only when with_cut. */
+static int clip_fixture_build(const char *sub, uint64_t seed, int with_cut)
 {
     const char *tmp = getenv("DH_TEST_TMP");
     struct dh_gen_opts o = {0};
@@ -45,10 +49,12 @@ static int clip_fixture_setup(const char *sub, uint64_t seed)
         fail_msg("gen-data: %s", e.msg);
     for (int i = 0; i < NCLIPS; i++)
         snprintf(paths[i], sizeof(paths[i]), "%s/%06d_S.mp4", dir, i);
-    snprintf(paths[NCLIPS], sizeof(paths[NCLIPS]), "%s/cut.mp4", dir);
-    make_truncated(paths[0], paths[NCLIPS]);
+    if (with_cut) {
+        snprintf(paths[NCLIPS], sizeof(paths[NCLIPS]), "%s/cut.mp4", dir);
+        make_truncated(paths[0], paths[NCLIPS]);
+    }
     assert_int_equal(dh_index_builder_create(&b, &e), 0);
-    for (int i = 0; i <= NCLIPS; i++) {
+    for (int i = 0; i < NCLIPS + !!with_cut; i++) {
         dh_desc_init(&d);
         d.path = paths[i];
         d.id = i;
@@ -64,11 +70,28 @@ static int clip_fixture_setup(const char *sub, uint64_t seed)
     return 0;
 }
 
+static inline int clip_fixture_setup(const char *sub, uint64_t seed)
+{
+    return clip_fixture_build(sub, seed, 1);
+}
+
 static int clip_fixture_teardown(void **state)
 {
     (void)state;
     dh_index_close(ix);
     return 0;
+}
+
+/* 4 uniform frames at 32 x 24: enough to decode for real, fast under ASan. */
+static inline struct dh_media_plan fixture_plan(void)
+{
+    struct dh_media_plan p;
+
+    dh_media_plan_init(&p);
+    p.frames = 4;
+    p.width = 32;
+    p.height = 24;
+    return p;
 }
 
 #endif

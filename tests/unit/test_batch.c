@@ -27,17 +27,6 @@ static int setup(void **state)
     return clip_fixture_setup("batch", 3);
 }
 
-static struct dh_media_plan small_plan(void)
-{
-    struct dh_media_plan p;
-
-    dh_media_plan_init(&p);
-    p.frames = 4;
-    p.width = 32;
-    p.height = 24;
-    return p;
-}
-
 /* Sample `id` decoded alone, as the batch must have done it. */
 static uint8_t *alone(struct dh_media *m, uint64_t id,
                       const struct dh_media_plan *p, size_t *len)
@@ -61,7 +50,7 @@ static uint8_t *alone(struct dh_media *m, uint64_t id,
 
 static void slices_equal_samples_decoded_alone(void **state)
 {
-    struct dh_media_plan plans[2] = {small_plan(), small_plan()};
+    struct dh_media_plan plans[2] = {fixture_plan(), fixture_plan()};
     uint64_t ids[3] = {2, 0, 1};
     struct dh_media *m;
     struct dh_err e;
@@ -95,7 +84,7 @@ static void slices_equal_samples_decoded_alone(void **state)
 
 static void jitter_depends_on_seed_epoch_and_id(void **state)
 {
-    struct dh_media_plan p = small_plan(), a, b, c;
+    struct dh_media_plan p = fixture_plan(), a, b, c;
 
     (void)state;
     p.kind = DH_PLAN_JITTER;
@@ -114,7 +103,7 @@ static void jitter_depends_on_seed_epoch_and_id(void **state)
 
 static void short_samples_are_zero_padded_with_masks(void **state)
 {
-    struct dh_media_plan p = small_plan();
+    struct dh_media_plan p = fixture_plan();
     struct dh_media *m;
     struct dh_err e;
     uint64_t ids[2] = {0, 1};
@@ -153,7 +142,7 @@ static void short_samples_are_zero_padded_with_masks(void **state)
 
 static void errors_name_the_sample(void **state)
 {
-    struct dh_media_plan p = small_plan();
+    struct dh_media_plan p = fixture_plan();
     struct dh_media *m;
     struct dh_err e;
     uint64_t ids[3] = {1, NCLIPS, 0}; /* the middle one is cut short */

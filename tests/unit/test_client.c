@@ -36,6 +36,7 @@
 #define NCLIPS 12 /* ids 0..11 good, id 12 = cut.mp4 (truncated) */
 
 #include "clip_fixture.h"
+#include "loop_runner.h"
 
 #define WAIT_MS 20000 /* something that should happen (decode under ASan on
                          a noisy machine) */
@@ -49,23 +50,6 @@ static int group_setup(void **state)
     return clip_fixture_setup("client", 11);
 }
 
-/* ---- time ---- */
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-    nanosleep(&ts, NULL);
-}
-
 static struct dh_media_plan small_plan(void)
 {
     struct dh_media_plan p;
@@ -77,66 +61,12 @@ static struct dh_media_plan small_plan(void)
     return p;
 }
 
-/* ---- the Coordinator and DataServer loops ---- */
-
-struct loop {
-    pthread_t th;
-    int started;
-    struct dh_coordinator *co; /* one of the two */
-    struct dh_dataserver *ds;
-    volatile int stop;
-    int finished; /* atomic */
-    int rc;
-};
-
-static void *loop_main(void *arg)
-{
-    struct loop *l = arg;
-    struct dh_err e;
-
-    l->rc = l->co ? dh_coordinator_run(l->co, &l->stop, &e)
-                  : dh_dataserver_run(l->ds, &l->stop, &e);
-    if (l->rc)
-        fprintf(stderr, "test_client: loop ended with %d: %s\n", l->rc,
-                e.msg);
-    __atomic_store_n(&l->finished, 1, __ATOMIC_SEQ_CST);
-    return NULL;
-}
-
-static void loop_start(struct loop *l)
-{
-    assert_int_equal(pthread_create(&l->th, NULL, loop_main, l), 0);
-    l->started = 1;
-}
-
-/* Stops the loop (bounded) and joins it; 0, or -1 if it did not stop (then
- * it is left alone: its object must not be destroyed). */
-static int loop_stop(struct loop *l)
-{
-    uint64_t end = now_ms() + STOP_MS;
-
-    if (!l->started)
-        return 0;
-    l->stop = 1;
-    while (!__atomic_load_n(&l->finished, __ATOMIC_SEQ_CST) &&
-           now_ms() < end)
-        sleep_ms(5);
-    if (!__atomic_load_n(&l->finished, __ATOMIC_SEQ_CST)) {
-        fprintf(stderr, "test_client: a loop did not stop within %d ms\n",
-                STOP_MS);
-        return -1;
-    }
-    pthread_join(l->th, NULL);
-    l->started = 0;
-    return 0;
-}
-
 /* ---- one test's world: Coordinator, DataServer, client ---- */
 
 #define MAX_HELD 16
 
 struct env {
-    struct loop co, ds;
+    struct runner co, ds;
     char sock[64];
     struct dh_client *cl;
     struct dh_client_batch *held[MAX_HELD];
@@ -163,14 +93,14 @@ static int env_teardown(void **state)
         dh_client_batch_release(v->held[i]);
     dh_client_destroy(v->cl); /* closes the link: the server's run() ends */
     dh_arena_destroy(v->view);
-    if (loop_stop(&v->ds) < 0)
+    if (runner_stop(&v->ds, STOP_MS) < 0)
         rc = -1;
     else
-        dh_dataserver_destroy(v->ds.ds);
-    if (loop_stop(&v->co) < 0)
+        dh_dataserver_destroy(v->ds.s);
+    if (runner_stop(&v->co, STOP_MS) < 0)
         rc = -1;
     else
-        dh_coordinator_destroy(v->co.co);
+        dh_coordinator_destroy(v->co.c);
     if (rc == 0)
         free(v);
     return rc;
@@ -188,14 +118,14 @@ static void env_up(struct env *v, size_t arena_bytes, int alloc_timeout_ms)
     dh_coordinator_opts_default(&co);
     co.listen = "tcp://127.0.0.1:0";
     co.heartbeat_timeout_ms = 60000; /* a noisy machine is not a death */
-    if (dh_coordinator_create(&co, &v->co.co, &e))
+    if (dh_coordinator_create(&co, &v->co.c, &e))
         fail_msg("coordinator: %s", e.msg);
-    loop_start(&v->co);
+    start_runner(&v->co);
 
     snprintf(v->sock, sizeof(v->sock), "dh-test-%d-%d", (int)getpid(),
              ++serial);
     dh_dataserver_opts_default(&so);
-    so.coordinator = dh_coordinator_endpoint(v->co.co);
+    so.coordinator = dh_coordinator_endpoint(v->co.c);
     so.index_path = dhx;
     so.rank = 0;
     so.workers = 2;
@@ -204,17 +134,17 @@ static void env_up(struct env *v, size_t arena_bytes, int alloc_timeout_ms)
     so.heartbeat_ms = 100;
     so.register_timeout_ms = WAIT_MS;
     so.client_socket = v->sock;
-    if (dh_dataserver_create(&so, &v->ds.ds, &e))
+    if (dh_dataserver_create(&so, &v->ds.s, &e))
         fail_msg("dataserver: %s", e.msg);
-    loop_start(&v->ds);
-    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(v->ds.ds),
+    start_runner(&v->ds);
+    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(v->ds.s),
                                      &v->view, &e), 0);
 }
 
 static void client_opts(const struct env *v, struct dh_client_opts *o)
 {
     dh_client_opts_default(o);
-    o->coordinator = dh_coordinator_endpoint(v->co.co);
+    o->coordinator = dh_coordinator_endpoint(v->co.c);
     o->index_path = dhx;
     o->rank = 0;
     o->world_size = 1;
@@ -280,7 +210,7 @@ static void assert_arena_drains(struct env *v)
         struct dh_coordinator_stats st_;                                     \
         uint64_t end_ = now_ms() + WAIT_MS;                                  \
         do {                                                                 \
-            dh_coordinator_stats((v)->co.co, &st_);                          \
+            dh_coordinator_stats((v)->co.c, &st_);                          \
             if (st_.field == (uint64_t)(want))                               \
                 break;                                                       \
             sleep_ms(5);                                                     \
@@ -811,12 +741,12 @@ static void dataserver_going_away_is_an_error(void **state)
     kept = next_ok(v->cl);
     check_batch(kept, 0, 0, ids, 2, 1);
 
-    assert_int_equal(loop_stop(&v->ds), 0);
+    assert_int_equal(runner_stop(&v->ds, STOP_MS), 0);
     assert_int_equal(v->ds.rc, 0);
     dh_arena_destroy(v->view);
     v->view = NULL;
-    dh_dataserver_destroy(v->ds.ds);
-    v->ds.ds = NULL;
+    dh_dataserver_destroy(v->ds.s);
+    v->ds.s = NULL;
 
     /* Results that were in before the server went may still come out
      * (at most the prefetch window); then the error. */

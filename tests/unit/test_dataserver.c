@@ -152,7 +152,7 @@ static void check_slot(struct dh_dataserver *srv,
                        const struct dh_wire_result *r, const uint64_t *ids,
                        uint32_t n)
 {
-    struct dh_media_plan p = small_plan();
+    struct dh_media_plan p = fixture_plan();
     size_t bytes = dh_batch_bytes(&p, n);
     uint8_t *dst = malloc(bytes + DH_MEDIA_DST_PAD);
     int32_t valid[4];
@@ -389,5 +389,5 @@ int main(void)
         cmocka_unit_test(unreachable_coordinator_times_out),
     };
 
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, clip_fixture_teardown);
 }

@@ -244,7 +244,7 @@ static void request(void *cl, uint32_t step, const uint64_t *ids, uint32_t n,
 static uint8_t *reference(const uint64_t *ids, uint32_t n, int32_t *valid,
                           size_t *bytes)
 {
-    struct dh_media_plan p = small_plan();
+    struct dh_media_plan p = fixture_plan();
     uint8_t *dst;
     struct dh_media *m;
     struct dh_err e;
@@ -847,5 +847,5 @@ int main(void)
         cmocka_unit_test(listen_and_remote_options),
     };
 
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, clip_fixture_teardown);
 }

@@ -94,6 +94,84 @@ static void test_hand_computed(void **state)
     dh_sim_workload_fini(&w);
 }
 
+/*
+ * The same case with a pool hand-over of 10 + 10/MB ms of CPU per sample
+ * and 5 + 5/MB ms of next() per batch (1 MB samples): a sample now takes
+ * 120 ms of its core, so batch k is ready at 120(k+1); next() returns 10 ms
+ * later, compute ends 50 ms after that and the step waits 70 ms.  Batch k
+ * (k >= 2) is requested when step k-2's next() returns, at 120(k-1) + 10:
+ * ready 230 ms later (batch 1, requested at 0, 240).  Native, without a
+ * hand-over, is unchanged.
+ */
+static void test_handover(void **state)
+{
+    struct dh_sim_config c;
+    struct dh_sim_workload w;
+    struct dh_sim_metrics m;
+    struct dh_err e = {0};
+
+    (void)state;
+    dh_sim_config_default(&c);
+    c.ranks = c.local = c.cores = c.batch = 1;
+    c.remote = 0;
+    c.steps = 10;
+    c.warmup = 1;
+    c.noise_sigma = 0;
+    c.handover[DH_SIM_POOL] = (struct dh_sim_handover){10, 10, 5, 5};
+    uniform(&w, dh_sim_samples_needed(&c), 100, 50);
+    assert_int_equal(dh_sim_run(&c, &w, DH_SIM_POOL, &m, NULL), 0);
+    assert_float_equal(m.throughput, 1000.0 / 120, 1e-9);
+    assert_float_equal(m.input_wait_p95_s, 0.07, 1e-9);
+    assert_float_equal(m.ready_p95_s, 0.24, 1e-9);
+    assert_int_equal(m.conservation_errors, 0);
+    assert_int_equal(dh_sim_run(&c, &w, DH_SIM_NATIVE, &m, NULL), 0);
+    assert_float_equal(m.throughput, 10.0, 1e-9);
+    assert_float_equal(m.input_wait_p95_s, 0.05, 1e-9);
+    c.handover[DH_SIM_DATAHELIX].next_ms = -1;
+    assert_int_equal(dh_sim_run(&c, &w, DH_SIM_POOL, &m, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "datahelix's hand-over"));
+    dh_sim_workload_fini(&w);
+}
+
+/*
+ * replay_order: 2 ranks of batch 1 on a core each, the workload heavy
+ * (100 ms), light (10 ms), heavy, light...: rank 0 gets every heavy sample
+ * and its rank-local core sets the pace, one step per 100 ms, 20
+ * samples/s, in native and in datahelix (which has no remote server to
+ * move work to).  A random split, or the plan, mixes them and is faster.
+ */
+static void test_replay_order(void **state)
+{
+    struct dh_sim_config c;
+    struct dh_sim_workload w;
+    struct dh_sim_metrics m;
+
+    (void)state;
+    dh_sim_config_default(&c);
+    c.ranks = c.local = 2;
+    c.cores = c.batch = 1;
+    c.remote = 0;
+    c.steps = 20;
+    c.warmup = 2;
+    c.noise_sigma = 0;
+    uniform(&w, dh_sim_samples_needed(&c), 0, 1);
+    for (uint64_t i = 0; i < w.n; i++)
+        w.s[i].cpu_ms = i % 2 ? 10 : 100;
+    c.replay_order = 1;
+    assert_int_equal(dh_sim_run(&c, &w, DH_SIM_NATIVE, &m, NULL), 0);
+    assert_float_equal(m.throughput, 20.0, 1e-9);
+    assert_int_equal(m.conservation_errors, 0);
+    assert_int_equal(dh_sim_run(&c, &w, DH_SIM_DATAHELIX, &m, NULL), 0);
+    assert_float_equal(m.throughput, 20.0, 1e-9);
+    assert_int_equal(m.conservation_errors, 0);
+    c.replay_order = 0;
+    assert_int_equal(dh_sim_run(&c, &w, DH_SIM_NATIVE, &m, NULL), 0);
+    assert_true(m.throughput > 21);
+    assert_int_equal(dh_sim_run(&c, &w, DH_SIM_DATAHELIX, &m, NULL), 0);
+    assert_true(m.throughput > 21);
+    dh_sim_workload_fini(&w);
+}
+
 static void small_config(struct dh_sim_config *c)
 {
     dh_sim_config_default(c);
@@ -278,6 +356,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_evq_order),
         cmocka_unit_test(test_hand_computed),
+        cmocka_unit_test(test_handover),
+        cmocka_unit_test(test_replay_order),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_conservation_and_native_local),
         cmocka_unit_test(test_miss_rate_skewed),
