@@ -300,7 +300,7 @@ def calibrate_handover(a, names, man, index, split, max_ms):
            # long enough for a prefetched dh batch of the longest clips
            # to be ready
            "--dh-ready-sleep-ms",
-           f"{min(5000, 100 + 2 * a.batch_size * max_ms):.0f}"]
+           f"{min(2000, 100 + 2 * a.batch_size * max_ms):.0f}"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise RuntimeError(f"calibrate_handover: {r.stderr.strip()[-300:]}")

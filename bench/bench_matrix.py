@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from bench_live import fmt  # same folder
+from bench_live import dask_available, fmt  # same folder
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -41,7 +41,7 @@ def parse_args(argv):
     ap.add_argument("--bin", default=str(ROOT / "build" / "datahelix"))
     ap.add_argument("--cells", default=",".join(CELLS),
                     help="comma-separated WORKLOAD/MODEL (default %(default)s)")
-    ap.add_argument("--steps", type=int, default=25)
+    ap.add_argument("--steps", type=int, default=22)
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "matrix"))
     a = ap.parse_args(argv)
@@ -135,14 +135,58 @@ def validation_table(cells):
 # decode's costs, 2 batches ahead) and the paper's regime as far as the
 # paper states it -- Native rd0 (rank-local loaders on each rank's own 4
 # cores), CPU-bound (decode 10x the C estimate), deep prefetch.
+PAPER_REGIME = ["--native-cores", "4", "--cpu-scale", "10", "--prefetch",
+                "16"]
 SIM_RUNS = (
     ("default: equal budget, C-decode costs, prefetch 2", []),
-    ("paper regime: Native rd0, CPU x10, prefetch 16",
-     ["--native-cores", "4", "--cpu-scale", "10", "--prefetch", "16"]),
+    ("paper regime: Native rd0, CPU x10, prefetch 16", PAPER_REGIME),
 )
+# The sample sizes (frames, WxH) the paper-scale hand-over is measured at.
+FIT_SIZES = ((16, (224, 224)), (16, (448, 448)))
 
 
-def sim_paper(a):
+def paper_handover(a):
+    """The baselines' hand-over for the paper-scale run: measured here by
+    calibrate_handover.py with one rank and no load (the work itself, not
+    this 2-CPU machine's contention) at two sample sizes, and fitted as A
+    + B MB of CPU per sample and C + D MB of next() per batch (MB of the
+    batch), each term >= 0.  Returns ({sim system: [A, B, C, D]},
+    --handover arguments)."""
+    systems = "native" + ("" if dask_available() else ",dask-pool")
+    pts = []
+    for frames, (w, h) in FIT_SIZES:
+        cmd = [sys.executable, str(HERE / "calibrate_handover.py"),
+               "--json", "--systems", systems, "--frames", str(frames),
+               "--size", f"{w}x{h}", "--batch-size", "2",
+               "--workers-per-rank", "1", "--workers-total", "4",
+               "--prefetch", "4", "--bin", a.bin]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError(f"calibrate_handover: {p.stderr[-300:]}")
+        pts.append((frames * w * h * 3 / 1e6, json.loads(p.stdout)))
+    return fit_handover(pts)
+
+
+def fit_handover(pts):
+    """Two calibrations [(MB per sample, {live system: {"cpu_ms",
+    "next_ms"}})] (batch 2) -> the line through them per system, each
+    term clamped at 0: ({sim system: [A, B, C, D]}, --handover args)."""
+    (mb1, c1), (mb2, c2) = pts
+    fit, args = {}, []
+    for live, sim in (("native", "native"), ("dask-pool", "pool")):
+        if live not in c1:
+            continue
+        b = max(0.0, (c2[live]["cpu_ms"] - c1[live]["cpu_ms"]) / (mb2 - mb1))
+        d = max(0.0, (c2[live]["next_ms"] - c1[live]["next_ms"]) /
+                (2 * (mb2 - mb1)))
+        fit[sim] = [max(0.0, c1[live]["cpu_ms"] - b * mb1), b,
+                    max(0.0, c1[live]["next_ms"] - d * 2 * mb1), d]
+        args += ["--handover", f"{sim}=" + ",".join(f"{x:.4g}"
+                                                    for x in fit[sim])]
+    return fit, args
+
+
+def sim_paper(a, handover_args=()):
     aggs, out = {}, ["Simulator at the paper's setup (`datahelix sim "
                      "--workload paper`: 8 ranks, 8 local + 16 remote "
                      "DataServers x 4 cores, 11 workloads):", "",
@@ -150,7 +194,11 @@ def sim_paper(a):
                      "| vs pool | input-wait p95 s | batch-ready p95 s "
                      "| DDL miss | cross-DS GB / 100 steps |",
                      "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for label, extra in SIM_RUNS:
+    runs = list(SIM_RUNS)
+    if handover_args:
+        runs.append(("paper regime + the baselines' hand-over measured "
+                     "here", PAPER_REGIME + list(handover_args)))
+    for label, extra in runs:
         cmd = [a.bin, "sim", "--workload", "paper", *extra, "--json"]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if p.returncode != 0:
@@ -224,7 +272,16 @@ def main(argv=None):
         return 1
     rows = aggregate(cells)
     try:
-        sim, sim_md = sim_paper(a)
+        fit, hand = paper_handover(a)
+        log(f"hand-over for the paper-scale run: {' '.join(hand)}")
+    except (RuntimeError, ValueError, KeyError,
+            subprocess.TimeoutExpired) as e:
+        log(f"hand-over measure failed ({e}); the paper-scale run goes "
+            "without it")
+        fit, hand = {"error": str(e)}, []
+    try:
+        sim, sim_md = sim_paper(a, hand)
+        sim["handover_fit"] = fit
     except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
         sim, sim_md = {"error": str(e)}, f"Simulator: failed: {e}"
     wall = time.monotonic() - t0

@@ -216,6 +216,27 @@ def test_handover_calibration_measures_the_payload_work():
     assert p.returncode == 2 and "needs --index" in p.stderr
 
 
+def test_paper_handover_fit_is_the_line_through_two_sizes():
+    import importlib.util
+    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / \
+        "bench_matrix.py"
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location("bench_matrix", path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    fit, args = m.fit_handover([
+        (1.0, {"native": {"cpu_ms": 3.0, "next_ms": 2.0},
+               "dask-pool": {"cpu_ms": 9.0, "next_ms": 8.0}}),
+        (3.0, {"native": {"cpu_ms": 7.0, "next_ms": 1.0},
+               "dask-pool": {"cpu_ms": 10.0, "next_ms": 12.0}})])
+    # native: CPU 1 + 2 MB; next() falls with size: slope clamped to 0
+    assert fit["native"] == [1.0, 2.0, 2.0, 0.0]
+    # pool: CPU 8.5 + 0.5 MB; next() 6 + 1 per batch MB (batch of 2)
+    assert fit["pool"] == [8.5, 0.5, 6.0, 1.0]
+    assert args == ["--handover", "native=1,2,2,0",
+                    "--handover", "pool=8.5,0.5,6,1"]
+
+
 def test_the_failing_rank_is_named_not_its_peers():
     b = bench_live()
     gloo = ("RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection "
