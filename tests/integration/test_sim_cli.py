@@ -19,6 +19,18 @@ def sim_json(*args):
     return json.loads(p.stdout)
 
 
+def uniform_manifest(tmp_path, n, **fields):
+    """n identical 16x224 rows (1 ms of CPU, 1,000 tokens) into m.jsonl,
+    `fields` overriding."""
+    m = tmp_path / "m.jsonl"
+    rows = [dict({"id": i, "path": f"v{i}.mp4", "kind": "video",
+                  "profile": "16x224", "est_cpu_ms": 1.0,
+                  "est_out_bytes": 1000, "est_tokens": 1000}, **fields)
+            for i in range(n)]
+    m.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return m
+
+
 def check_metrics(m):
     assert set(m) == KEYS
     for k, v in m.items():
@@ -95,11 +107,7 @@ def test_manifest(tmp_path):
 def test_gpu_ms_sets_the_window(tmp_path):
     """--gpu-ms A,B,C: with decode nearly free, one rank of batch 1 steps
     once per sample's GPU time, A + B t + C t^2 ms (t = est_tokens)."""
-    m = tmp_path / "m.jsonl"
-    rows = [{"id": i, "path": f"v{i}.mp4", "kind": "video",
-             "profile": "16x224", "est_cpu_ms": 1.0, "est_out_bytes": 1000,
-             "est_tokens": 1000} for i in range(40)]
-    m.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    m = uniform_manifest(tmp_path, 40, est_out_bytes=1000)
     base = ["--manifest", m, "--ranks", 1, "--remote", 0, "--batch-size", 1,
             "--cpu-scale", 0.001, "--systems", "native", *SMALL]
     for gpu, step_ms in (("100,0,0", 100), ("0,0.05,0", 50),
@@ -130,11 +138,7 @@ def test_handover_charges_only_its_system(tmp_path):
     (next() blocks before compute) when the CPU part A + B*MB stays under
     the window; a CPU part over the window makes the step the service
     time instead.  Only the named system pays."""
-    m = tmp_path / "m.jsonl"
-    rows = [{"id": i, "path": f"v{i}.mp4", "kind": "video",
-             "profile": "16x224", "est_cpu_ms": 1.0, "est_out_bytes": 4000000,
-             "est_tokens": 1000} for i in range(40)]
-    m.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    m = uniform_manifest(tmp_path, 40, est_out_bytes=4000000)
     base = ["--manifest", m, "--ranks", 1, "--remote", 0, "--batch-size", 1,
             "--cores", 1, "--cpu-scale", 0.001, "--gpu-ms", "100,0,0",
             "--noise", 0,

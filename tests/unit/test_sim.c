@@ -61,6 +61,17 @@ static void uniform(struct dh_sim_workload *w, uint64_t n, double cpu,
     }
 }
 
+/* 1 rank, 1 server of 1 core, batch 1, 1 + 10 steps, no noise. */
+static void one_rank_config(struct dh_sim_config *c)
+{
+    dh_sim_config_default(c);
+    c->ranks = c->local = c->cores = c->batch = 1;
+    c->remote = 0;
+    c->steps = 10;
+    c->warmup = 1;
+    c->noise_sigma = 0;
+}
+
 /*
  * 1 rank, 1 server of 1 core, batch 1, 100 ms of CPU and 50 ms of GPU per
  * sample, no noise: CPU-bound at one sample per 100 ms.  Step k (k >= 1)
@@ -74,12 +85,7 @@ static void test_hand_computed(void **state)
     struct dh_sim_metrics m;
 
     (void)state;
-    dh_sim_config_default(&c);
-    c.ranks = c.local = c.cores = c.batch = 1;
-    c.remote = 0;
-    c.steps = 10;
-    c.warmup = 1;
-    c.noise_sigma = 0;
+    one_rank_config(&c);
     uniform(&w, dh_sim_samples_needed(&c), 100, 50);
     for (int s = 0; s < DH_SIM_NSYSTEMS; s++) {
         assert_int_equal(dh_sim_run(&c, &w, (enum dh_sim_system)s, &m, NULL),
@@ -111,12 +117,7 @@ static void test_handover(void **state)
     struct dh_err e = {0};
 
     (void)state;
-    dh_sim_config_default(&c);
-    c.ranks = c.local = c.cores = c.batch = 1;
-    c.remote = 0;
-    c.steps = 10;
-    c.warmup = 1;
-    c.noise_sigma = 0;
+    one_rank_config(&c);
     c.handover[DH_SIM_POOL] = (struct dh_sim_handover){10, 10, 5, 5};
     uniform(&w, dh_sim_samples_needed(&c), 100, 50);
     assert_int_equal(dh_sim_run(&c, &w, DH_SIM_POOL, &m, NULL), 0);
