@@ -42,7 +42,7 @@ static void usage(FILE *f)
         "                       [--model videomae|qwen-vl|dit] [--workers N]\n"
         "                       [--batch-size B] [--json] [--out DIR] "
         "[--plots]\n"
-        "                       [--validate]\n\n"
+        "                       [--validate] [--gpu [--gpu-device D]]\n\n"
         "Runs data-loading systems side by side, one after the other in one\n"
         "run, each as R training-rank processes (torch.distributed, gloo)\n"
         "that per step take a batch, hold an emulated GPU window (a sleep\n"

@@ -483,6 +483,24 @@ static int take_one(struct dh_client *c, const struct timespec *deadline,
     }
 }
 
+/* The server that prepared a part: the one the Coordinator routed it to,
+ * or, unrouted, the server whose arena holds it. */
+static uint32_t part_server(const struct dh_client *c,
+                            const struct cl_sent *s,
+                            const struct cl_result *r)
+{
+    return s->route_server ? s->route_server
+                           : c->arenas[r->arena].server_id;
+}
+
+/* A part prepared on a server other than the one whose arena holds it
+ * crossed between DataServers. */
+static int part_crossed(const struct dh_client *c, const struct cl_sent *s,
+                        const struct cl_result *r)
+{
+    return part_server(c, s, r) != c->arenas[r->arena].server_id;
+}
+
 static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
                            double window, const size_t *idx)
 {
@@ -503,7 +521,7 @@ static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
             ready = r->arrived_ms - s->sent_ms;
         slack = s->slack_ms;
         samples += r->n;
-        if (s->route_server && s->route_server != c->arenas[r->arena].server_id)
+        if (part_crossed(c, s, r))
             cross += r->ref.len;
         if (off < sizeof(servers) - 16)
             off += (size_t)snprintf(servers + off, sizeof(servers) - off,
@@ -529,12 +547,11 @@ static void count_load(struct dh_client *c, const size_t *idx)
     for (uint32_t j = 0; j < c->mb; j++) {
         const struct cl_sent *s = &c->sent[(k % c->prefetch) * c->mb + j];
         const struct cl_result *r = &c->pool[idx[j]];
-        uint32_t who = s->route_server ? s->route_server
-                                       : c->arenas[r->arena].server_id;
+        uint32_t who = part_server(c, s, r);
         size_t i;
 
         c->st.batch_bytes += r->ref.len;
-        if (who != c->arenas[r->arena].server_id)
+        if (part_crossed(c, s, r))
             c->st.cross_ds_bytes += r->ref.len;
         for (i = 0; i < c->n_load && c->load[i].id != who; i++)
             ;
