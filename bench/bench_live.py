@@ -265,20 +265,18 @@ def clip_decode_ms(a, paths):
     return ms
 
 
-def measured_manifest(man, ms, order, f):
-    """The run's manifest with est_cpu_ms replaced by each clip's measured
-    decode ms (the simulator then costs what the live run cost), its rows
-    in `order` (row ids) when given: the live split, replayed.  On a small
-    set a few long clips on one rank move throughput by +-15 %, so only
-    the live split compares like for like."""
-    lines = pathlib.Path(man).read_text().splitlines()
-    rows = [json.loads(x) for x in lines if '"datahelix_header"' not in x]
+def measured_manifest(header, rows, ms, order, f):
+    """The run's manifest (its header lines and rows) into f with
+    est_cpu_ms replaced by each clip's measured decode ms (the simulator
+    then costs what the live run cost), its rows in `order` (row ids) when
+    given: the live split, replayed.  On a small set a few long clips on
+    one rank move throughput by +-15 %, so only the live split compares
+    like for like."""
     if order is not None:
         rows = [rows[i] for i in order]
     with open(f, "w") as w:
-        for x in lines:
-            if '"datahelix_header"' in x:
-                w.write(x + "\n")
+        for x in header:
+            w.write(x + "\n")
         for pos, row in enumerate(rows):  # ids dense again, in order
             w.write(json.dumps(dict(row, id=pos, live_id=row["id"],
                                     est_cpu_ms=ms[row["path"]])) + "\n")
@@ -307,14 +305,18 @@ def calibrate_handover(a, names, man, index, split, max_ms):
     return json.loads(r.stdout)
 
 
+def handover_arg(sim, terms):
+    """`datahelix sim --handover SIM=A,B,C,D` for the four terms."""
+    return ["--handover", f"{sim}=" + ",".join(f"{x:.6g}" for x in terms)]
+
+
 def handover_args(cal):
-    """--handover SYS=A,B,C,D for the simulator from a calibration: per
-    sample CPU and next() per batch, at the run's (fixed) sample size, so
-    the per-MB terms are 0."""
+    """--handover for the simulator from a calibration: per sample CPU and
+    next() per batch, at the run's (fixed) sample size, so the per-MB
+    terms are 0."""
     out = []
     for n, c in cal.items():
-        out += ["--handover",
-                f"{SIM_OF[n]}={c['cpu_ms']:.6g},0,{c['next_ms']:.6g},0"]
+        out += handover_arg(SIM_OF[n], (c["cpu_ms"], 0, c["next_ms"], 0))
     return out
 
 
@@ -328,8 +330,10 @@ def validate(a, systems, man, index, split, cpus, out, live_dir):
     if not live:
         return None
     out.mkdir(parents=True, exist_ok=True)
-    rows_all = [json.loads(x) for x in pathlib.Path(man).read_text()
-                .splitlines() if '"datahelix_header"' not in x]
+    lines = pathlib.Path(man).read_text().splitlines()
+    header = [x for x in lines if '"datahelix_header"' in x]
+    rows_all = [json.loads(x) for x in lines
+                if '"datahelix_header"' not in x]
     ms = clip_decode_ms(a, sorted({r["path"] for r in rows_all}))
     mean_ms = sum(ms[r["path"]] for r in rows_all) / len(rows_all)
     cal = calibrate_handover(a, list(live), man, index, split,
@@ -342,7 +346,8 @@ def validate(a, systems, man, index, split, cpus, out, live_dir):
     for n, m in live.items():
         order = live_order(a, [live_dir / n / f"rank{r}.json"
                                for r in range(a.ranks)])
-        simman = measured_manifest(man, ms, order, out / f"sim-{n}.jsonl")
+        simman = measured_manifest(header, rows_all, ms, order,
+                                   out / f"sim-{n}.jsonl")
         cmd = [a.bin, "sim", "--manifest", str(simman), "--ranks",
                str(a.ranks), "--local", str(a.ranks), "--remote", "0",
                "--cores", str(round(sum(split) / a.ranks)), "--batch-size",
@@ -869,18 +874,22 @@ def free_port_pair():
     raise RuntimeError("no two adjacent free TCP ports on 127.0.0.1")
 
 
+def proc_stat(pid):
+    """The fields of /proc/PID/stat after the command name (state first,
+    then ppid, ...; utime and stime at 11 and 12), or None if it is gone."""
+    try:
+        st = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return st[st.rindex(")") + 2:].split()
+
+
 def descendants(pid):
     """Every live descendant of `pid` (walks /proc)."""
     kids = {}
     for d in pathlib.Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            st = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = st[st.rindex(")") + 2:].split()
-        if fields[0] == "Z":
+        fields = proc_stat(d.name) if d.name.isdigit() else None
+        if fields is None or fields[0] == "Z":
             continue
         kids.setdefault(int(fields[1]), []).append(int(d.name))
     out, todo = [], [pid]
@@ -912,11 +921,8 @@ def kill_pids(pids, grace=5.0):
 
 
 def alive(pid):
-    try:
-        st = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return st[st.rindex(")") + 2:].split()[0] != "Z"
+    fields = proc_stat(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 class Services:
@@ -1393,12 +1399,11 @@ def main(argv=None):
     a = parse_args(argv)
     signal.signal(signal.SIGTERM, interrupted)
     a.bin = find_bin(a)
-    if a.gpu and a.gpu_device.startswith("cuda"):
-        import torch
-        if not torch.cuda.is_available():
-            die_usage("--gpu: no CUDA device here (torch.cuda.is_available() "
-                      "is False); --gpu-device cpu runs the same model on "
-                      "the CPU")
+    if a.gpu:
+        from gpu_model import cuda_missing  # beside this script
+        why = cuda_missing(a.gpu_device)
+        if why:
+            die_usage(why)
     out = pathlib.Path(a.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

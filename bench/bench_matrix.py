@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from bench_live import dask_available, fmt  # same folder
+from bench_live import dask_available, fmt, handover_arg  # same folder
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -181,8 +181,7 @@ def fit_handover(pts):
                 (2 * (mb2 - mb1)))
         fit[sim] = [max(0.0, c1[live]["cpu_ms"] - b * mb1), b,
                     max(0.0, c1[live]["next_ms"] - d * 2 * mb1), d]
-        args += ["--handover", f"{sim}=" + ",".join(f"{x:.4g}"
-                                                    for x in fit[sim])]
+        args += handover_arg(sim, fit[sim])
     return fit, args
 
 

@@ -120,12 +120,9 @@ def cpu_s(pids):
     """utime + stime of the live pids, all threads (s)."""
     t = 0
     for p in pids:
-        try:
-            st = pathlib.Path(f"/proc/{p}/stat").read_text()
-        except OSError:
-            continue
-        f = st[st.rindex(")") + 2:].split()
-        t += int(f[11]) + int(f[12])
+        f = bench_live.proc_stat(p)
+        if f is not None:
+            t += int(f[11]) + int(f[12])
     return t / CLK
 
 
@@ -188,11 +185,16 @@ def dask_load(a, addr):
         client.close(timeout=10)
 
 
+def warm_up(src):
+    """Two batches, untimed: the loader's workers or clients are up."""
+    for _ in range(2):
+        src.next()
+
+
 def measure_cpu(src, a):
     """Two warm-up batches, then the CPU per sample of this process and its
     descendants over --batches chained next() calls."""
-    for _ in range(2):
-        src.next()
+    warm_up(src)
     pids = [os.getpid(), *bench_live.descendants(os.getpid())]
     c0 = cpu_s(pids)
     for _ in range(a.batches):
@@ -228,8 +230,7 @@ def rank_child(a, system, rank, addr, barrier, q):
     try:
         src = make_source(a, system, rank, addr)
         try:
-            for _ in range(2):
-                src.next()
+            warm_up(src)
             barrier.wait(timeout=120)  # every rank warm
             q.put(timed_next(src, a, barrier, a.ready_sleep_ms))
         finally:
@@ -288,8 +289,7 @@ def measure_dh(a, load):
         cfg_for(a, "dh-ddl", world=1, index=a.index, coordinator=None,
                 telemetry=None), None)
     try:
-        for _ in range(2):
-            src.next()
+        warm_up(src)
         with load:
             times = timed_next(src, a, None, a.dh_ready_sleep_ms)
     finally:

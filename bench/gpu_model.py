@@ -19,6 +19,18 @@ import time
 WIDTH, HEADS, LAYERS, TUBE_T, PATCH = 192, 3, 2, 2, 16
 
 
+def cuda_missing(device):
+    """Why `device` cannot run here (None when it can): only a CUDA device
+    on a machine without CUDA."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+    if torch.cuda.is_available():
+        return None
+    return ("--gpu: no CUDA device here (torch.cuda.is_available() is "
+            "False); --gpu-device cpu runs the same model on the CPU")
+
+
 class GpuStep:
     """One rank's model, optimizer and device.  Raises RuntimeError with
     the reason when the device cannot be used."""
@@ -26,12 +38,11 @@ class GpuStep:
     def __init__(self, device, rank, frames, size, seed=0):
         import torch
         import torch.nn as nn
-        if device.startswith("cuda"):
-            if not torch.cuda.is_available():
-                raise RuntimeError("--gpu: no CUDA device here "
-                                   "(torch.cuda.is_available() is False)")
-            if device == "cuda":
-                device = f"cuda:{rank % torch.cuda.device_count()}"
+        why = cuda_missing(device)
+        if why:
+            raise RuntimeError(why)
+        if device == "cuda":
+            device = f"cuda:{rank % torch.cuda.device_count()}"
         self.torch = torch
         self.device = torch.device(device)
         w, h = size

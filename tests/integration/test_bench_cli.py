@@ -179,22 +179,29 @@ def test_tiny_run_reports_the_paper_metrics_and_leaves_nothing(tmp_path):
 
 # ---- harness pieces ---------------------------------------------------------
 
-def bench_live():
+BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
+
+
+def bench_module(name):
+    """bench/NAME.py, imported (its own imports resolve in bench/)."""
     import importlib.util
-    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / \
-        "bench_live.py"
-    spec = importlib.util.spec_from_file_location("bench_live", path)
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def bench_live():
+    return bench_module("bench_live")
 
 
 def test_handover_calibration_measures_the_payload_work():
     """calibrate_handover.py: a DataLoader's own work per sample (copies,
     shared memory, pickling) grows with the sample: 200x the bytes costs
     clearly more CPU, and next() on a ready batch takes some time."""
-    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / \
-        "calibrate_handover.py"
+    script = BENCH / "calibrate_handover.py"
     got = {}
     for frames, size in ((4, "64x64"), (16, "448x448")):
         p = subprocess.run(
@@ -217,13 +224,7 @@ def test_handover_calibration_measures_the_payload_work():
 
 
 def test_paper_handover_fit_is_the_line_through_two_sizes():
-    import importlib.util
-    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / \
-        "bench_matrix.py"
-    sys.path.insert(0, str(path.parent))
-    spec = importlib.util.spec_from_file_location("bench_matrix", path)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
+    m = bench_module("bench_matrix")
     fit, args = m.fit_handover([
         (1.0, {"native": {"cpu_ms": 3.0, "next_ms": 2.0},
                "dask-pool": {"cpu_ms": 9.0, "next_ms": 8.0}}),
