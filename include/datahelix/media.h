@@ -146,6 +146,10 @@ struct dh_media_result {
     int64_t valid_frames;   /* frames that came from the clip */
     int64_t decoded_frames; /* frames the decoder produced (cost) */
     int64_t seeks;
+    int64_t seek_fallbacks; /* a seek missed its frame (a container that
+                               cannot seek reliably): decoded forward from
+                               the start instead, and the file is not
+                               sought in again while it stays open */
     double mean_abs_shift;  /* snap modes: mean |used - planned| index */
 };
 
@@ -157,6 +161,26 @@ struct dh_media_result {
  */
 int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
                     void *dst, size_t dst_len, struct dh_media_result *res,
+                    struct dh_err *e) DH_MUST_CHECK;
+
+/* What a full decode of the open file found (dh_media_verify). */
+struct dh_media_verify {
+    int64_t frames;   /* pictures the decoder produced, in presentation order */
+    double media_s;   /* the clip's duration, seconds */
+    int64_t packets;  /* video packets read */
+};
+
+/*
+ * Decodes every picture of the open file at its native size, scaling
+ * nothing, and checks it against the frame table that dh_media_open() built
+ * (and that `datahelix probe` counts): the same number of pictures, each
+ * one at the table's timestamp, in order, none damaged by the decoder's own
+ * account, no packet the demuxer flagged corrupt.  0 when the file gives
+ * exactly its frames; DH_EMEDIA naming the file, the frame and the cause
+ * otherwise (DH_ETIMEOUT from the watchdog).  Leaves the file open and
+ * positioned for dh_media_decode().
+ */
+int dh_media_verify(struct dh_media *m, struct dh_media_verify *res,
                     struct dh_err *e) DH_MUST_CHECK;
 
 /* Source frame index of each output frame of the last select/decode

@@ -440,15 +440,18 @@ static void report_file(struct decode_run *r, const char *path,
                 res->decoded_frames, res->seeks);
         if (p->snap != DH_SNAP_EXACT)
             fprintf(stderr, ", mean shift %.2f", res->mean_abs_shift);
+        if (res->seek_fallbacks)
+            fputs(", a seek missed: decoded forward from the start", stderr);
         fputc('\n', stderr);
         return;
     }
-    o = json_pack("{s:o, s:I, s:i, s:i, s:I, s:f, s:I, s:I, s:o}", "path",
+    o = json_pack("{s:o, s:I, s:i, s:i, s:I, s:f, s:I, s:I, s:I, s:o}", "path",
                   path_json(path), "frames", (json_int_t)res->frames,
                   "height", (int)p->height, "width", (int)p->width,
                   "valid_frames", (json_int_t)res->valid_frames, "decode_ms",
                   ms, "decoded_frames", (json_int_t)res->decoded_frames,
-                  "seeks", (json_int_t)res->seeks, "indices",
+                  "seeks", (json_int_t)res->seeks, "seek_fallbacks",
+                  (json_int_t)res->seek_fallbacks, "indices",
                   indices_json(r->m, res->frames));
     if (o && p->snap != DH_SNAP_EXACT)
         json_object_set_new(o, "mean_abs_shift",

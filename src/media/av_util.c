@@ -120,15 +120,25 @@ int dh__av_open_file(AVFormatContext **fc, const char *path)
     return rc;
 }
 
-int dh__av_check_complete(const AVFormatContext *fc, const AVStream *st,
-                          int64_t packets, double end_s, const char *path,
-                          struct dh_err *e)
+int dh__av_counts_as_frame(const AVPacket *pkt, int *seen_key)
 {
-    double dur = st->duration != AV_NOPTS_VALUE && st->duration > 0
-                     ? (double)st->duration * av_q2d(st->time_base)
-                 : fc->duration != AV_NOPTS_VALUE && fc->duration > 0
-                     ? (double)fc->duration / AV_TIME_BASE
-                     : 0;
+    if (pkt->flags & AV_PKT_FLAG_KEY)
+        *seen_key = 1;
+    return *seen_key && !(pkt->flags & AV_PKT_FLAG_DISCARD);
+}
+
+int dh__av_check_complete(const AVFormatContext *fc, const AVStream *st,
+                          int64_t packets, double end_s, double all_end_s,
+                          const char *path, struct dh_err *e)
+{
+    AVRational r = st->avg_frame_rate.num ? st->avg_frame_rate
+                                          : st->r_frame_rate;
+    double frame_s = r.num && r.den ? 1 / av_q2d(r) : 0.04;
+    /* Muxers disagree by up to two frame durations on where a stream ends
+     * (FLV's header counts one past the last packet's end, others stop at
+     * its start) and round to their time base: 2.5 frames and a tick. */
+    double slack = 2.5 * frame_s + av_q2d(st->time_base);
+    double dur;
 
     /* AVI and others state the frame count in the header. */
     if (st->nb_frames > 0 && packets < st->nb_frames)
@@ -136,24 +146,33 @@ int dh__av_check_complete(const AVFormatContext *fc, const AVStream *st,
                           "%s: truncated or damaged: the header promises %lld "
                           "frames, the file holds %lld",
                           path, (long long)st->nb_frames, (long long)packets);
-    /* Otherwise the duration.  With the video alone in the file the
-     * container's duration is the video's: a frame and a half of slack.
-     * With other streams it may be theirs: then only half the clip, as
-     * audio-longer-than-video files differ by seconds, not by half. */
-    if (end_s > 0 && fc->nb_streams == 1) {
-        AVRational r = st->avg_frame_rate.num ? st->avg_frame_rate
-                                              : st->r_frame_rate;
-        double slack = r.num && r.den ? 1.5 / av_q2d(r) : 0.1;
-        if (end_s + slack < dur)
-            return dh_err_set(e, DH_EMEDIA,
-                              "%s: truncated or damaged: video packets end "
-                              "at %.3f s but the header says %.3f s",
-                              path, end_s, dur);
+    if (end_s <= 0 || fc->duration_estimation_method ==
+                          AVFMT_DURATION_FROM_BITRATE)
+        return 0; /* no timestamps, or a duration guessed from the size:
+                     unchecked */
+    /* The video's own duration, or the container's when the video is all
+     * it holds.  With other streams the container's may be theirs (audio
+     * longer than the video by seconds is common): then it is held against
+     * where any stream's packets end, when the scan read them all, and
+     * otherwise the headers cannot tell: the file is left unchecked rather
+     * than called damaged (`probe --verify` decodes it). */
+    if (st->duration != AV_NOPTS_VALUE && st->duration > 0) {
+        dur = (double)st->duration * av_q2d(st->time_base);
+    } else if (fc->duration != AV_NOPTS_VALUE && fc->duration > 0 &&
+               (fc->nb_streams == 1 || all_end_s > 0)) {
+        dur = (double)fc->duration / AV_TIME_BASE;
+        if (fc->nb_streams > 1) {
+            end_s = all_end_s;
+            slack += 0.25; /* an audio packet's length, and more */
+        }
+    } else {
+        return 0;
     }
-    if (end_s > 0 && dur > 0.5 && end_s < 0.5 * dur)
+    if (end_s + slack < dur)
         return dh_err_set(e, DH_EMEDIA,
-                          "%s: truncated or damaged: video packets end at "
-                          "%.2f s but the header says %.2f s",
-                          path, end_s, dur);
+                          "%s: truncated or damaged: %s packets end at "
+                          "%.3f s but the header says %.3f s",
+                          path, end_s == all_end_s ? "its" : "video", end_s,
+                          dur);
     return 0;
 }

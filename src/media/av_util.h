@@ -36,9 +36,22 @@ int dh__av_open_file(AVFormatContext **fc, const char *path);
 
 /* After a packet scan of stream `st`: fails with a message naming `path`
  * when fewer packets than the header promises arrived, or when they stop
- * (end_s, seconds from the stream start) short of half its duration. */
+ * (end_s, seconds from the stream start) more than 2.5 frames short of the
+ * video's duration in the header; with only the container's duration and
+ * other streams beside the video, the end of any stream's packets
+ * (all_end_s, from the file's start; 0: not scanned) is held against it.
+ * Where the headers cannot tell (no duration, a shared one and no scan of
+ * the other streams, one guessed from the bit rate) the file passes
+ * unchecked: `probe --verify` decodes it. */
+/* Does this packet of the video stream count as a frame of the clip?  Not
+ * before the first keyframe (those pictures never leave the decoder) nor
+ * when the demuxer marks it discarded (edit-list preroll).  `seen_key`
+ * starts at 0 for each file.  The probe's frame count and the decoder's
+ * frame table both count with this, so they agree. */
+int dh__av_counts_as_frame(const AVPacket *pkt, int *seen_key);
+
 int dh__av_check_complete(const AVFormatContext *fc, const AVStream *st,
-                          int64_t packets, double end_s, const char *path,
-                          struct dh_err *e) DH_MUST_CHECK;
+                          int64_t packets, double end_s, double all_end_s,
+                          const char *path, struct dh_err *e) DH_MUST_CHECK;
 
 #endif

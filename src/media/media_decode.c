@@ -226,8 +226,13 @@ static int receive_all(struct run *r, struct dh_err *e)
     int rc;
 
     while ((rc = avcodec_receive_frame(m->cc, m->frame)) >= 0) {
-        int64_t k = picture_index(r, m->frame);
+        int64_t k;
         m->decoded++;
+        if (!dh__media_trustworthy(m, m->frame)) {
+            av_frame_unref(m->frame);
+            continue;
+        }
+        k = picture_index(r, m->frame);
         m->last_index = k;
         rc = deliver(r, m->frame, k, e);
         av_frame_unref(m->frame);
@@ -245,6 +250,8 @@ static int send(struct run *r, const AVPacket *pkt, struct dh_err *e)
 
     if (dh__media_overdue(r->m))
         return dh__media_watchdog_error(r->m, e);
+    if (pkt)
+        dh__media_note_packet(r->m, pkt);
     while ((rc = avcodec_send_packet(r->m->cc, pkt)) == AVERROR(EAGAIN))
         if ((rc = receive_all(r, e)))
             return rc;
@@ -333,7 +340,7 @@ static int position_for(struct run *r, int64_t t, int back,
     struct dh_media *m = r->m;
     int64_t key;
 
-    if (m->counting) {
+    if (m->forward_only) {
         if (t > m->last_index && !m->eof && !back)
             return 0;
         r->counter = 0;
@@ -372,16 +379,26 @@ static int run_exact_one(struct run *r, struct dh_err *e)
             rc = step(r, e);
         if (rc < 0 || r->next > before)
             return rc < 0 ? rc : 0;
-        if (!r->missed)
-            return missing(r, e); /* the stream ended first */
-        if (r->m->counting)
+        /* The stream ended first: final when decoding from the start, but
+         * after a seek it may just have landed past the target. */
+        if (!r->missed && r->m->forward_only)
+            return missing(r, e);
+        if (r->m->forward_only)
             break;
+    }
+    if (!r->m->forward_only) {
+        /* Seeks keep missing: the container cannot seek reliably (or the
+         * frame is damaged).  Decoding forward from the start settles it,
+         * and this file is not sought in again. */
+        r->m->forward_only = 1;
+        r->m->fallbacks++;
+        return run_exact_one(r, e);
     }
     return dh_err_set(e, DH_EMEDIA,
                       "%s: frame %lld did not come out of the decoder, even "
-                      "from %d keyframes earlier (damaged, or a picture "
-                      "that needs frames the file lacks)",
-                      r->m->name, (long long)target(r), MAX_BACK);
+                      "decoding from the start (damaged, or a picture that "
+                      "needs frames the file lacks)",
+                      r->m->name, (long long)target(r));
 }
 
 static int64_t key_number(const struct dh_media *m, int64_t index)
@@ -477,7 +494,7 @@ static int run_all(struct run *r, struct dh_err *e)
 {
     int rc = 0;
 
-    if (r->p->snap == DH_SNAP_REF && !r->m->counting) {
+    if (r->p->snap == DH_SNAP_REF && !r->m->forward_only) {
         r->tol = r->p->snap_tol > 0 ? r->p->snap_tol : r->m->stride / 2;
         return run_ref(r, e);
     }
@@ -489,7 +506,7 @@ static int run_all(struct run *r, struct dh_err *e)
             dh__media_key_at_or_before(r->m, r->m->idx[r->ord[r->next + 1]])
                 == key)
             key = -1;
-        rc = key >= 0 && !r->m->counting ? run_key_one(r, key, e)
+        rc = key >= 0 && !r->m->forward_only ? run_key_one(r, key, e)
                                          : run_exact_one(r, e);
     }
     return rc;
@@ -532,7 +549,7 @@ int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
                     struct dh_err *e)
 {
     struct run r;
-    int64_t frames, seeks0, dec0;
+    int64_t frames, seeks0, dec0, fb0;
     int rc;
 
     /* Snapping rewrites idx[] with the frames used: start from the plan. */
@@ -551,6 +568,7 @@ int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
     r.ord = sort_slots(m, m->ord);
     seeks0 = m->seeks;
     dec0 = m->decoded;
+    fb0 = m->fallbacks;
     rc = run_all(&r, e);
     if (rc)
         return rc;
@@ -568,6 +586,7 @@ int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
         res->valid_frames = m->valid;
         res->decoded_frames = m->decoded - dec0;
         res->seeks = m->seeks - seeks0;
+        res->seek_fallbacks = m->fallbacks - fb0;
         res->mean_abs_shift = m->shift;
     }
     return 0;

@@ -85,12 +85,28 @@ struct dh_media {
     int64_t decoded, seeks;
     int emit_in_order; /* slots are written in increasing order: swscale
                           may write straight into them (media_scale.c) */
+    int gate;          /* since the last seek or restart no keyframe picture
+                          came out: what does is not yet trustworthy (a
+                          P-picture decoded against a missing reference) */
+    int gate_key_sent; /* a keyframe packet went in since the gate closed */
+    int64_t gate_key_ts; /* its timestamp */
+    int forward_only;  /* seeking is off for this file: a seek missed its
+                          target (or timestamps cannot identify frames);
+                          targets are reached by decoding forward */
+    int64_t fallbacks; /* times a missed seek fell back to decoding from
+                          the start */
 };
 
 /* media_open.c */
 int dh__media_rewind(struct dh_media *m, int64_t key, struct dh_err *e);
 int dh__media_restart(struct dh_media *m, struct dh_err *e);
 int64_t dh__media_frame_index(const struct dh_media *m, int64_t ts);
+int dh__media_in_table(const struct dh_media *m, int64_t ts);
+/* 0 for a picture that cannot be a frame of the clip (see media_open.c);
+ * clears the keyframe gate once one passes it. */
+int dh__media_trustworthy(struct dh_media *m, const AVFrame *f);
+/* Every packet of the video stream goes through this before the decoder. */
+void dh__media_note_packet(struct dh_media *m, const AVPacket *pkt);
 int64_t dh__media_key_at_or_before(const struct dh_media *m, int64_t index);
 const char *dh__media_errstr(int averr, char *buf, size_t len);
 

@@ -237,7 +237,12 @@ static int table_from_index(struct dh_media *m, AVStream *st)
     const AVIndexEntry *ie;
     int64_t d, start;
 
+    /* The index holds decode times; presentation times are those plus the
+     * composition offset, which only the stream's start time reveals.  A
+     * fragmented file (and some others) leave it unset at open: without it
+     * the table would be shifted by the reorder delay, so scan instead. */
     if (strncmp(m->fc->iformat->name, "mov", 3) || n < 2 ||
+        st->start_time == AV_NOPTS_VALUE ||
         !(avformat_index_get_entry(st, 0)->flags & AVINDEX_KEYFRAME))
         return 0; /* a stream that starts mid-GOP: the scan drops the lead */
     d = avformat_index_get_entry(st, 1)->timestamp -
@@ -253,9 +258,7 @@ static int table_from_index(struct dh_media *m, AVStream *st)
     if (d <= 0 || grow(&m->pts, &m->pts_cap, (size_t)n) ||
         grow_keys(m, (size_t)n))
         return -1;
-    start = st->start_time != AV_NOPTS_VALUE
-                ? st->start_time
-                : avformat_index_get_entry(st, 0)->timestamp;
+    start = st->start_time;
     m->nkey = 0;
     for (int i = 0; i < n; i++) {
         ie = avformat_index_get_entry(st, i);
@@ -323,11 +326,7 @@ static int scan_packet(struct dh_media *m, const AVPacket *pkt,
     sc->packets++;
     if (ts != AV_NOPTS_VALUE && (sc->packets == 1 || ts < sc->t0))
         sc->t0 = ts;
-    if (pkt->flags & AV_PKT_FLAG_KEY)
-        sc->seen_key = 1;
-    /* Edit-list preroll and pictures before the first keyframe never leave
-     * the decoder: they are not frames of the clip. */
-    if ((pkt->flags & AV_PKT_FLAG_DISCARD) || !sc->seen_key)
+    if (!dh__av_counts_as_frame(pkt, &sc->seen_key))
         return 0;
     if (pkt->pts != AV_NOPTS_VALUE &&
         (pkt->dts == AV_NOPTS_VALUE || pkt->pts != pkt->dts))
@@ -381,8 +380,8 @@ static int table_from_scan(struct dh_media *m, struct dh_err *e)
     if ((rc = finish_scan(m)))
         return rc;
     return dh__av_check_complete(m->fc, m->fc->streams[m->stream],
-                                 sc.packets, scan_end_s(m, sc.t0), m->name,
-                                 e);
+                                 sc.packets, scan_end_s(m, sc.t0), 0,
+                                 m->name, e);
 }
 
 static int build_table(struct dh_media *m, struct dh_err *e)
@@ -484,6 +483,9 @@ static int open_common(struct dh_media *m, struct dh_err *e)
     m->cur_key = m->counting ? 0 : -1;
     m->last_index = -1;
     m->eof = 0;
+    m->gate = 1;
+    m->gate_key_sent = 0;
+    m->forward_only = m->counting;
     return 0;
 }
 
@@ -529,6 +531,49 @@ int dh_media_info(const struct dh_media *m, struct dh_media_info *out)
 
 /* ---- lookups used while decoding ---- */
 
+/* Can timestamp ts be one of the table's frames?  Not when it lies more
+ * than half a frame before the first: a picture from before the first
+ * keyframe, which the table leaves out.  (Past the end the last entry takes
+ * it: a table built from a constant-rate index may place the last frames a
+ * little early when their composition offsets vary.) */
+int dh__media_in_table(const struct dh_media *m, int64_t ts)
+{
+    return m->n > 0 && ts >= m->pts[0] - (m->half > 0 ? m->half : 1);
+}
+
+/* Can this picture be one of the clip's frames?  After a seek or restart,
+ * not until the decoder has its keyframe: one that starts mid-GOP (a seek
+ * that landed early in MPEG-TS or PS) may output P-pictures made against a
+ * reference it never had.  So the gate opens at a keyframe picture, or at a
+ * picture no earlier than a keyframe packet sent since (an edit list's
+ * preroll keyframe is decoded but never output).  With timestamps, a
+ * picture before the table's first frame is not in the clip either. */
+int dh__media_trustworthy(struct dh_media *m, const AVFrame *f)
+{
+    int64_t ts = f->best_effort_timestamp != AV_NOPTS_VALUE
+                     ? f->best_effort_timestamp
+                     : f->pts;
+    int after_key = m->gate_key_sent &&
+                    (ts == AV_NOPTS_VALUE ||
+                     m->gate_key_ts == AV_NOPTS_VALUE ||
+                     ts >= m->gate_key_ts);
+
+    if (m->gate && (f->key_frame || f->pict_type == AV_PICTURE_TYPE_I ||
+                    after_key))
+        m->gate = 0;
+    if (m->gate)
+        return 0;
+    return m->counting || ts == AV_NOPTS_VALUE || dh__media_in_table(m, ts);
+}
+
+void dh__media_note_packet(struct dh_media *m, const AVPacket *pkt)
+{
+    if (m->gate && !m->gate_key_sent && (pkt->flags & AV_PKT_FLAG_KEY)) {
+        m->gate_key_sent = 1;
+        m->gate_key_ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
+    }
+}
+
 /* Presentation index of timestamp ts: the nearest table entry. */
 int64_t dh__media_frame_index(const struct dh_media *m, int64_t ts)
 {
@@ -565,13 +610,19 @@ int64_t dh__media_key_at_or_before(const struct dh_media *m, int64_t index)
     return best;
 }
 
-/* Positions the demuxer at keyframe `key` and empties the decoder. */
+/* Positions the demuxer at keyframe `key` and empties the decoder.  The
+ * first keyframe is reached by reopening: a timestamp seek lands a GOP late
+ * in some containers (MPEG-TS binary-searches by decode time), and the
+ * start of the file is the one place every container can go back to. */
 int dh__media_rewind(struct dh_media *m, int64_t key, struct dh_err *e)
 {
     char buf[128];
-    int rc = av_seek_frame(m->fc, m->stream, m->key_seek[key],
-                           AVSEEK_FLAG_BACKWARD);
+    int rc;
 
+    if (key == 0)
+        return dh__media_restart(m, e);
+    rc = av_seek_frame(m->fc, m->stream, m->key_seek[key],
+                       AVSEEK_FLAG_BACKWARD);
     if (rc < 0)
         return dh_err_set(e, DH_EMEDIA, "%s: seeking to frame %lld: %s",
                           m->name, (long long)m->key_idx[key],
@@ -580,6 +631,8 @@ int dh__media_rewind(struct dh_media *m, int64_t key, struct dh_err *e)
     m->cur_key = key;
     m->last_index = -1;
     m->eof = 0;
+    m->gate = 1;
+    m->gate_key_sent = 0;
     m->seeks++;
     return 0;
 }
@@ -598,6 +651,8 @@ int dh__media_restart(struct dh_media *m, struct dh_err *e)
     m->cur_key = 0;
     m->last_index = -1;
     m->eof = 0;
+    m->gate = 1;
+    m->gate_key_sent = 0;
     m->seeks++;
     return 0;
 }

@@ -53,26 +53,51 @@ static int64_t packet_end(const AVPacket *pkt)
     return t == AV_NOPTS_VALUE ? INT64_MIN : t + pkt->duration;
 }
 
-/* Counts the packets of stream `idx` without decoding them; *end_s is where
- * the last one ends, in seconds (0 when packets carry no timestamps). */
-static int count_packets(AVFormatContext *fc, int idx, int64_t *out,
-                         double *end_s, const char *path, struct dh_err *e)
+/* Where a packet of stream `st` ends, in seconds from the file's start;
+ * -inf without a timestamp. */
+static double packet_end_s(const AVFormatContext *fc, const AVStream *st,
+                           const AVPacket *pkt)
+{
+    int64_t t = packet_end(pkt);
+    double start = fc->start_time != AV_NOPTS_VALUE
+                       ? (double)fc->start_time / AV_TIME_BASE
+                       : 0;
+
+    return t == INT64_MIN ? -INFINITY : (double)t * av_q2d(st->time_base) -
+                                            start;
+}
+
+/* Counts the frames of stream `idx` (c->frames: dh__av_counts_as_frame) and
+ * all its packets (c->packets, for the header's count) without decoding
+ * them.  c->end_s is where its last packet ends, in seconds from the
+ * stream's start, and c->all_end_s where any stream's does, from the
+ * file's (0 when packets carry no timestamps): a cut-off file stops all
+ * its streams short, a valid one with a longer audio track does not. */
+struct packet_count {
+    int64_t frames, packets;
+    double end_s, all_end_s;
+};
+
+static int count_packets(AVFormatContext *fc, int idx, struct packet_count *c,
+                         const char *path, struct dh_err *e)
 {
     AVPacket *pkt = av_packet_alloc();
     AVStream *st = fc->streams[idx];
-    int64_t n = 0, end = INT64_MIN;
-    int rc;
+    int64_t end = INT64_MIN;
+    double all_end = -INFINITY;
+    int rc, seen_key = 0;
     char buf[128];
 
+    memset(c, 0, sizeof(*c));
     if (!pkt)
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", path);
-    for (unsigned i = 0; i < fc->nb_streams; i++)
-        fc->streams[i]->discard = (int)i == idx ? AVDISCARD_DEFAULT
-                                                : AVDISCARD_ALL;
     while ((rc = av_read_frame(fc, pkt)) >= 0) {
+        double t_s = packet_end_s(fc, fc->streams[pkt->stream_index], pkt);
+        all_end = t_s > all_end ? t_s : all_end;
         if (pkt->stream_index == idx) {
             int64_t t = packet_end(pkt);
-            n++;
+            c->frames += dh__av_counts_as_frame(pkt, &seen_key);
+            c->packets++;
             end = t > end ? t : end;
         }
         av_packet_unref(pkt);
@@ -80,14 +105,30 @@ static int count_packets(AVFormatContext *fc, int idx, int64_t *out,
     av_packet_free(&pkt);
     if (rc != AVERROR_EOF)
         return dh_err_set(e, DH_EMEDIA, "%s: reading packet %lld: %s", path,
-                          (long long)n, dh__av_errstr(rc, buf, sizeof(buf)));
-    *out = n;
-    *end_s = 0;
+                          (long long)c->packets,
+                          dh__av_errstr(rc, buf, sizeof(buf)));
     if (end != INT64_MIN) {
         int64_t start = st->start_time != AV_NOPTS_VALUE ? st->start_time : 0;
-        *end_s = (double)(end - start) * av_q2d(st->time_base);
+        c->end_s = (double)(end - start) * av_q2d(st->time_base);
+        c->all_end_s = isfinite(all_end) ? all_end : 0;
     }
     return 0;
+}
+
+/* The index's samples that are frames, counted as the packets would be
+ * (dh__av_counts_as_frame): from the first keyframe on, preroll out. */
+static int64_t index_frames(AVStream *st, int n)
+{
+    int64_t frames = 0;
+    int seen_key = 0;
+
+    for (int i = 0; i < n; i++) {
+        const AVIndexEntry *ie = avformat_index_get_entry(st, i);
+        if (ie->flags & AVINDEX_KEYFRAME)
+            seen_key = 1;
+        frames += seen_key && !(ie->flags & AVINDEX_DISCARD_FRAME);
+    }
+    return frames;
 }
 
 static int64_t index_packets(AVFormatContext *fc, AVStream *st)
@@ -100,7 +141,9 @@ static int64_t index_packets(AVFormatContext *fc, AVStream *st)
     if (strncmp(fc->iformat->name, "mov", 3))
         return -1;
     n = avformat_index_get_entries_count(st);
-    return n == st->nb_frames ? n : -1;
+    if (n != st->nb_frames)
+        return -1;
+    return index_frames(st, (int)n);
 }
 
 /* A header-only probe must still notice a cut-off file: every sample the
@@ -167,14 +210,20 @@ static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
     if (frames > 0 && (rc = check_index_in_file(st, d->bytes, path, e)))
         return rc;
     if (frames <= 0) {
-        double end_s = 0;
-        rc = count_packets(fc, idx, &frames, &end_s, path, e);
+        struct packet_count c;
+        rc = count_packets(fc, idx, &c, path, e);
         if (!rc)
-            rc = dh__av_check_complete(fc, st, frames, end_s, path, e);
-        if (!rc && d->duration_s <= 0)
-            d->duration_s = round6(end_s); /* no header duration: packets' */
+            rc = dh__av_check_complete(fc, st, c.packets, c.end_s,
+                                       c.all_end_s, path, e);
         if (rc)
             return rc;
+        frames = c.frames;
+        /* No duration of the video's own: its packets', not the
+         * container's, which may be a longer audio track's. */
+        if (d->duration_s <= 0 ||
+            (fc->nb_streams > 1 && (st->duration == AV_NOPTS_VALUE ||
+                                    st->duration <= 0) && c.end_s > 0))
+            d->duration_s = round6(c.end_s);
     }
     if (frames <= 0)
         return dh_err_set(e, DH_EMEDIA, "%s: video stream has no packets",

@@ -1,0 +1,162 @@
+/*
+ * media_verify.c - a full decode of the open file, checked against its
+ * frame table (dh_media_verify, `datahelix probe --verify`).
+ *
+ * Why: the cheap checks at open (header counts and durations against the
+ * packets) cannot see a picture that does not decode.  A training job finds
+ * such a file at its first sample from it, possibly at step 16 on one rank
+ * of many; a verified table finds it once, before the job.  So this decodes
+ * every packet from the start, with no frame skipped and nothing scaled,
+ * and fails on the first sign that the file does not give exactly the
+ * frames the table promises.
+ */
+#include <string.h>
+
+#include "media/media_internal.h"
+
+struct vrun {
+    struct dh_media *m;
+    int64_t next; /* table index the next picture must have */
+};
+
+static int fail(struct dh_media *m, int64_t at, const char *what,
+                struct dh_err *e)
+{
+    double t = m->counting || at >= m->n || at < 0
+                   ? (m->info.fps > 0 ? (double)at / m->info.fps : 0)
+                   : (double)(m->pts[at] - m->pts[0]) * m->tb;
+
+    if (dh__media_overdue(m))
+        return dh__media_watchdog_error(m, e);
+    return dh_err_set(e, DH_EMEDIA, "%s: frame %lld (%.3f s): %s", m->name,
+                      (long long)at, t, what);
+}
+
+static int check_picture(struct vrun *v, const AVFrame *f, struct dh_err *e)
+{
+    struct dh_media *m = v->m;
+    int64_t ts = f->best_effort_timestamp != AV_NOPTS_VALUE
+                     ? f->best_effort_timestamp
+                     : f->pts;
+    char why[160];
+
+    if (f->decode_error_flags || (f->flags & AV_FRAME_FLAG_CORRUPT))
+        return fail(m, v->next, "the decoder reports the picture damaged",
+                    e);
+    if (v->next >= m->n) {
+        snprintf(why, sizeof(why),
+                 "a picture past the %lld frames the file's packets promise",
+                 (long long)m->n);
+        return fail(m, v->next, why, e);
+    }
+    if (!m->counting && ts != AV_NOPTS_VALUE &&
+        dh__media_frame_index(m, ts) != v->next) {
+        snprintf(why, sizeof(why),
+                 "the picture's timestamp %lld is that of frame %lld: a "
+                 "frame before it did not decode",
+                 (long long)ts, (long long)dh__media_frame_index(m, ts));
+        return fail(m, v->next, why, e);
+    }
+    v->next++;
+    return 0;
+}
+
+static int drain(struct vrun *v, struct dh_err *e)
+{
+    struct dh_media *m = v->m;
+    char buf[128];
+    int rc;
+
+    while ((rc = avcodec_receive_frame(m->cc, m->frame)) >= 0) {
+        m->decoded++;
+        rc = dh__media_trustworthy(m, m->frame) ? check_picture(v, m->frame, e)
+                                                : 0;
+        av_frame_unref(m->frame);
+        if (rc)
+            return rc;
+    }
+    if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF)
+        return 0;
+    return fail(m, v->next, dh__media_errstr(rc, buf, sizeof(buf)), e);
+}
+
+static int feed(struct vrun *v, const AVPacket *pkt, struct dh_err *e)
+{
+    struct dh_media *m = v->m;
+    char buf[128];
+    int rc;
+
+    if (dh__media_overdue(m))
+        return dh__media_watchdog_error(m, e);
+    if (pkt)
+        dh__media_note_packet(m, pkt);
+    while ((rc = avcodec_send_packet(m->cc, pkt)) == AVERROR(EAGAIN))
+        if ((rc = drain(v, e)))
+            return rc;
+    if (rc < 0 && rc != AVERROR_EOF)
+        return fail(m, v->next, dh__media_errstr(rc, buf, sizeof(buf)), e);
+    return drain(v, e);
+}
+
+static int decode_everything(struct vrun *v, struct dh_media_verify *res,
+                             struct dh_err *e)
+{
+    struct dh_media *m = v->m;
+    char buf[128];
+    int rc;
+
+    m->cc->skip_frame = AVDISCARD_DEFAULT;
+    while ((rc = av_read_frame(m->fc, m->pkt)) >= 0) {
+        int mine = m->pkt->stream_index == m->stream;
+        if (mine && (m->pkt->flags & AV_PKT_FLAG_CORRUPT)) {
+            av_packet_unref(m->pkt);
+            return fail(m, v->next, "the demuxer flags its packet corrupt",
+                        e);
+        }
+        if (mine) {
+            res->packets++;
+            rc = feed(v, m->pkt, e);
+        }
+        av_packet_unref(m->pkt);
+        if (rc)
+            return rc;
+    }
+    if (rc != AVERROR_EOF)
+        return fail(m, v->next, dh__media_errstr(rc, buf, sizeof(buf)), e);
+    return feed(v, NULL, e);
+}
+
+int dh_media_verify(struct dh_media *m, struct dh_media_verify *res,
+                    struct dh_err *e)
+{
+    struct dh_media_verify scratch;
+    struct vrun v = {.m = m};
+    char why[160];
+    int rc;
+
+    if (!res)
+        res = &scratch;
+    memset(res, 0, sizeof(*res));
+    if (!m->fc)
+        return dh_err_set(e, DH_EINVAL, "media: no file is open");
+    if ((rc = dh__media_restart(m, e)))
+        return rc;
+    rc = decode_everything(&v, res, e);
+    /* Leave a state dh_media_decode() starts from, whatever happened. */
+    avcodec_flush_buffers(m->cc);
+    m->cur_key = m->counting ? 0 : -1;
+    m->last_index = -1;
+    m->eof = 1;
+    if (rc)
+        return rc;
+    res->frames = v.next;
+    res->media_s = m->info.duration_s;
+    if (v.next < m->n) {
+        snprintf(why, sizeof(why),
+                 "decoding ended after %lld of the %lld frames its packets "
+                 "promise",
+                 (long long)v.next, (long long)m->n);
+        return fail(m, v.next, why, e);
+    }
+    return 0;
+}
