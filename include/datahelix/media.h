@@ -33,6 +33,10 @@
 
 /* Most frames one plan may produce. */
 #define DH_MEDIA_MAX_FRAMES 4096
+/* Default cap on one sample's output: frames x width x height, 2^28 pixels
+ * (768 MiB as uint8 RGB; 16 frames of 4096x4096, 4,096 of 256x256).  A
+ * plan over it is refused before anything is decoded or allocated. */
+#define DH_MEDIA_MAX_PIXELS ((int64_t)1 << 28)
 /* Slack the destination must have past dh_media_plan_bytes(): swscale's
  * vector stores may run a little past the last row. */
 #define DH_MEDIA_DST_PAD 64
@@ -80,15 +84,23 @@ struct dh_media_plan {
     float mean[3], std[3];  /* F32 only: value = (x / 255 - mean) / std */
     enum dh_snap snap;
     double snap_tol;        /* in frames; <= 0: half the sampling stride */
+    int64_t max_pixels;     /* cap on frames x width x height of one sample;
+                               0: DH_MEDIA_MAX_PIXELS (DH_ETOOBIG over it) */
 };
 
 /* uniform 16 frames, 224x224, crop, THWC, uint8, exact, repeat-pad,
  * ImageNet mean/std for the float option. */
 void dh_media_plan_init(struct dh_media_plan *p);
 
-/* Checks a plan's fields (sizes, counts, enums); 0 or DH_EINVAL. */
+/* Checks a plan's fields (sizes, counts, enums); 0 or DH_EINVAL, and
+ * DH_ETOOBIG when a plan of a fixed frame count is over its pixel cap. */
 int dh_media_plan_check(const struct dh_media_plan *p,
                         struct dh_err *e) DH_MUST_CHECK;
+
+/* The cap on `frames` frames of plan `p`: 0 when frames x width x height is
+ * within p->max_pixels (or the default), else DH_ETOOBIG saying so. */
+int dh_media_plan_check_pixels(const struct dh_media_plan *p, int64_t frames,
+                               struct dh_err *e) DH_MUST_CHECK;
 
 /* Bytes of output for `frames` frames under `p` (without DH_MEDIA_DST_PAD). */
 size_t dh_media_plan_bytes(const struct dh_media_plan *p, int64_t frames);

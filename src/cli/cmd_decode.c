@@ -69,6 +69,8 @@ static void usage(FILE *f)
 "      --snap M          exact | ref | key: take the nearest reference frame\n"
 "                        or keyframe instead of the exact one       [exact]\n"
 "      --snap-tol F      snap tolerance in frames (0: half the stride)    [0]\n"
+"      --max-pixels N    cap on frames x width x height of one file's output;\n"
+"                        a plan over it is refused before decoding [268435456]\n"
 "  -t, --threads T       decoder threads per file (0: FFmpeg's choice)    [1]\n"
 "  -r, --repeat R        decode each file R times, report the median ms   [1]\n"
 "  -o, --out FILE        write the raw tensors, one after another, to FILE\n"
@@ -81,7 +83,7 @@ static void usage(FILE *f)
 }
 
 enum { OPT_SEED = 256, OPT_GEOM, OPT_LAYOUT, OPT_DTYPE, OPT_PAD, OPT_SNAP,
-       OPT_SNAPTOL, OPT_JSON };
+       OPT_SNAPTOL, OPT_JSON, OPT_MAXPX };
 
 static const struct option longopts[] = {
     {"frames", required_argument, NULL, 'n'},
@@ -94,6 +96,7 @@ static const struct option longopts[] = {
     {"pad", required_argument, NULL, OPT_PAD},
     {"snap", required_argument, NULL, OPT_SNAP},
     {"snap-tol", required_argument, NULL, OPT_SNAPTOL},
+    {"max-pixels", required_argument, NULL, OPT_MAXPX},
     {"threads", required_argument, NULL, 't'},
     {"repeat", required_argument, NULL, 'r'},
     {"out", required_argument, NULL, 'o'},
@@ -220,6 +223,11 @@ static int parse_number(int c, struct decode_opts *o)
             return dh_cli_usage_error("decode", "--seed '%s': expected a "
                                       "non-negative integer", optarg);
         p->seed = (uint64_t)v;
+        return 0;
+    case OPT_MAXPX:
+        if (dh_cli_parse_i64(optarg, 1, INT64_MAX, &p->max_pixels))
+            return dh_cli_usage_error("decode", "--max-pixels '%s': "
+                                      "expected a positive integer", optarg);
         return 0;
     case OPT_SNAPTOL:
         if (dh_cli_parse_double(optarg, 0, 1e9, &p->snap_tol))

@@ -120,6 +120,35 @@ static int check_norm(const struct dh_media_plan *p, struct dh_err *e)
     return 0;
 }
 
+int dh_media_plan_check_pixels(const struct dh_media_plan *p, int64_t frames,
+                               struct dh_err *e)
+{
+    int64_t cap = p->max_pixels > 0 ? p->max_pixels : DH_MEDIA_MAX_PIXELS;
+    /* frames <= 4096 and each side <= 16384: no overflow in int64. */
+    int64_t px = frames * (int64_t)p->width * p->height;
+
+    if (px <= cap)
+        return 0;
+    return dh_err_set(e, DH_ETOOBIG,
+                      "plan: %" PRId64 " frames of %" PRId32 "x%" PRId32
+                      " are %" PRId64 " pixels, over the cap of %" PRId64
+                      " per sample (ask for fewer frames or a smaller "
+                      "size, or raise max_pixels / --max-pixels)",
+                      frames, p->width, p->height, px, cap);
+}
+
+/* Plans whose frame count does not depend on the clip are held to the
+ * pixel cap now; the others when dh_media_select() knows the count. */
+static int check_fixed_pixels(const struct dh_media_plan *p, struct dh_err *e)
+{
+    if (p->max_pixels < 0)
+        return dh_err_set(e, DH_EINVAL, "plan: max_pixels %" PRId64
+                          " is negative", p->max_pixels);
+    if (p->kind == DH_PLAN_ALL || (p->kind == DH_PLAN_FPS && p->frames == 0))
+        return 0;
+    return dh_media_plan_check_pixels(p, p->frames, e);
+}
+
 int dh_media_plan_check(const struct dh_media_plan *p, struct dh_err *e)
 {
     int rc;
@@ -127,7 +156,8 @@ int dh_media_plan_check(const struct dh_media_plan *p, struct dh_err *e)
     if (!p)
         return dh_err_set(e, DH_EINVAL, "plan: NULL plan");
     if ((rc = check_dims(p, e)) < 0 || (rc = check_enums(p, e)) < 0 ||
-        (rc = check_counts(p, e)) < 0 || (rc = check_norm(p, e)) < 0)
+        (rc = check_counts(p, e)) < 0 || (rc = check_norm(p, e)) < 0 ||
+        (rc = check_fixed_pixels(p, e)) < 0)
         return rc;
     if (!isfinite(p->snap_tol))
         return dh_err_set(e, DH_EINVAL, "plan: snap_tol %g is not finite",

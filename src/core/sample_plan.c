@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "datahelix/estimate.h"
+#include "datahelix/media.h"
 
 #define PLAN_MAX_FRAMES 1000000
 #define PLAN_MAX_SIDE 16384
@@ -157,6 +158,27 @@ static void native_size(const struct dh_sample_plan *p,
     *h = sh > 0 ? sh : 0;
 }
 
+/* Estimates describe what the media pipeline can produce: at most
+ * DH_MEDIA_MAX_FRAMES frames, sides of at most 16,384 (aspect kept), and
+ * DH_MEDIA_MAX_PIXELS per sample.  A header's claim past that (a damaged
+ * or hostile size) must not weigh in the plan as millions of tokens. */
+static void clamp_to_decodable(int64_t *frames, int32_t *w, int32_t *h)
+{
+    int32_t longer = *w > *h ? *w : *h;
+    int64_t px;
+
+    if (longer > PLAN_MAX_SIDE) {
+        double s = (double)PLAN_MAX_SIDE / longer;
+        *w = (int32_t)fmax(1, floor(*w * s));
+        *h = (int32_t)fmax(1, floor(*h * s));
+    }
+    if (*frames > DH_MEDIA_MAX_FRAMES)
+        *frames = DH_MEDIA_MAX_FRAMES;
+    px = (int64_t)*w * *h;
+    if (px > 0 && *frames * px > DH_MEDIA_MAX_PIXELS)
+        *frames = DH_MEDIA_MAX_PIXELS / px > 0 ? DH_MEDIA_MAX_PIXELS / px : 1;
+}
+
 void dh_sample_plan_output(const struct dh_sample_plan *p,
                            const struct dh_desc *d, int64_t *frames,
                            int32_t *width, int32_t *height)
@@ -173,6 +195,7 @@ void dh_sample_plan_output(const struct dh_sample_plan *p,
     } else {
         native_size(p, d, width, height);
     }
+    clamp_to_decodable(frames, width, height);
 }
 
 static int64_t nearest_pow2(int64_t n)

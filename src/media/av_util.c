@@ -14,6 +14,7 @@
 #include <libavformat/avformat.h>
 #include <libavutil/display.h>
 #include <libavutil/error.h>
+#include <libavutil/imgutils.h>
 #include <libavutil/log.h>
 
 const char *dh__av_errstr(int averr, char *buf, size_t len)
@@ -73,6 +74,22 @@ static int find_video_stream(const AVFormatContext *fc)
     return -1;
 }
 
+/* A header may claim any size; FFmpeg's decoders refuse pictures past
+ * av_image_check_size() (about 16,000 x 16,000), so such a file is not
+ * decodable whatever it holds, and its size must not reach the estimates
+ * (a claimed 65535 x 65535 would plan as millions of tokens). */
+static int check_claimed_size(const AVStream *st, int idx, const char *path,
+                              struct dh_err *e)
+{
+    int w = st->codecpar->width, h = st->codecpar->height;
+
+    if (av_image_check_size((unsigned)w, (unsigned)h, 0, NULL) < 0)
+        return dh_err_set(e, DH_EMEDIA, "%s: the header claims %dx%d "
+                          "pictures, beyond what FFmpeg decodes", path, w,
+                          h);
+    return idx;
+}
+
 int dh__av_find_video(AVFormatContext *fc, const char *path,
                       struct dh_err *e)
 {
@@ -84,7 +101,7 @@ int dh__av_find_video(AVFormatContext *fc, const char *path,
      * codec or the frame size. */
     if (idx >= 0 && fc->streams[idx]->codecpar->width > 0 &&
         fc->streams[idx]->codecpar->codec_id != AV_CODEC_ID_NONE)
-        return idx;
+        return check_claimed_size(fc->streams[idx], idx, path, e);
     rc = avformat_find_stream_info(fc, NULL);
     if (rc < 0)
         return dh_err_set(e, DH_EMEDIA, "%s: reading stream info: %s", path,
@@ -96,7 +113,7 @@ int dh__av_find_video(AVFormatContext *fc, const char *path,
     if (fc->streams[idx]->codecpar->width <= 0)
         return dh_err_set(e, DH_EMEDIA, "%s: video stream has no frame size",
                           path);
-    return idx;
+    return check_claimed_size(fc->streams[idx], idx, path, e);
 }
 
 int dh__av_open_file(AVFormatContext **fc, const char *path)

@@ -83,6 +83,8 @@ int dh_media_select(struct dh_media *m, const struct dh_media_plan *p,
                                      &m->stride, &sub))) {
         return dh_err_set(e, rc, "%s: %s", m->name, sub.msg);
     }
+    if ((rc = dh_media_plan_check_pixels(p, m->count, &sub)))
+        return dh_err_set(e, rc, "%s: %s", m->name, sub.msg);
     m->shift = 0;
     memcpy(m->planned, m->idx, (size_t)m->count * sizeof(*m->idx));
     if (p->snap == DH_SNAP_KEY && c.nkey > 0 && is_ascending(m->idx, m->valid)) {

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "datahelix/estimate.h"
+#include "datahelix/media.h"
 
 static struct dh_token_model model(const char *spec)
 {
@@ -165,6 +166,33 @@ static void plan_output_shapes(void **state)
     assert_true(f == 0 && w == 0 && h == 0);
 }
 
+/* A header's claimed size (damaged or hostile) is clamped to what the
+ * media pipeline can produce, so it cannot weigh millions of tokens. */
+static void plan_output_clamped_to_decodable(void **state)
+{
+    struct dh_sample_plan p;
+    struct dh_desc d = video(1000, 40.0, 65535, 65535, 0);
+    struct dh_token_model m = model("qwen-vl");
+    int64_t f;
+    int32_t w, h;
+
+    (void)state;
+    dh_sample_plan_default(&p);
+    dh_sample_plan_output(&p, &d, &f, &w, &h);
+    assert_true(w <= 16384 && h <= 16384 && w >= 1 && h >= 1);
+    assert_true(f >= 1 && f * w * h <= DH_MEDIA_MAX_PIXELS);
+    assert_true(dh_token_model_count(&m, f, w, h) <= 400000);
+    d = video(1000, 40.0, 65535, 100, 0); /* aspect kept */
+    dh_sample_plan_output(&p, &d, &f, &w, &h);
+    assert_int_equal(w, 16384);
+    assert_int_equal(h, 25);
+    p.fps = 0;
+    p.frames = 0; /* every frame of a long 4K clip: over the pixel cap */
+    d = video(100000, 4000.0, 3840, 2160, 0);
+    dh_sample_plan_output(&p, &d, &f, &w, &h);
+    assert_int_equal(f, DH_MEDIA_MAX_PIXELS / (3840 * 2160));
+}
+
 static void profile_buckets(void **state)
 {
     char b[32];
@@ -197,6 +225,7 @@ int main(void)
         cmocka_unit_test(text_tokens),
         cmocka_unit_test(plan_specs_parse_and_format),
         cmocka_unit_test(plan_output_shapes),
+        cmocka_unit_test(plan_output_clamped_to_decodable),
         cmocka_unit_test(profile_buckets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
