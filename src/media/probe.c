@@ -218,11 +218,13 @@ static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
         if (rc)
             return rc;
         frames = c.frames;
-        /* No duration of the video's own: its packets', not the
-         * container's, which may be a longer audio track's. */
+        /* No duration of the video's own: the container's, as ffprobe
+         * says, unless it is clearly another stream's (an audio track
+         * seconds longer than the video): then the video packets'. */
         if (d->duration_s <= 0 ||
             (fc->nb_streams > 1 && (st->duration == AV_NOPTS_VALUE ||
-                                    st->duration <= 0) && c.end_s > 0))
+                                    st->duration <= 0) && c.end_s > 0 &&
+             d->duration_s > c.end_s + 0.5))
             d->duration_s = round6(c.end_s);
     }
     if (frames <= 0)
