@@ -318,6 +318,22 @@ struct scan {
     int64_t t0;      /* earliest timestamp of any packet, skipped or not */
 };
 
+/* What av_seek_frame(BACKWARD) must be given to land on this keyframe.
+ * Demuxers that search the file by decode time (MPEG-TS, PS, FLV) stop at
+ * the last packet whose dts is at or before the target: given the key's
+ * pts, which is later than its dts when pictures are reordered, they land
+ * on a packet after the key and the decode starts a GOP late.  So its dts
+ * where the packets carry one - except MOV, whose demuxer shifts dts and
+ * seeks by the index's presentation order. */
+static int64_t seek_ts(const struct dh_media *m, const AVPacket *pkt,
+                       int64_t ts)
+{
+    if (!strncmp(m->fc->iformat->name, "mov", 3) ||
+        pkt->dts == AV_NOPTS_VALUE)
+        return ts;
+    return pkt->dts;
+}
+
 static int scan_packet(struct dh_media *m, const AVPacket *pkt,
                        struct scan *sc)
 {
@@ -341,7 +357,7 @@ static int scan_packet(struct dh_media *m, const AVPacket *pkt,
         if (grow_keys(m, (size_t)m->nkey + 1))
             return -1;
         m->key_idx[m->nkey] = ts; /* a pts for now: see keys_to_indices */
-        m->key_seek[m->nkey++] = ts;
+        m->key_seek[m->nkey++] = seek_ts(m, pkt, ts);
     }
     return 0;
 }
