@@ -1,6 +1,9 @@
 #!/usr/bin/python3
 """Sampled decode speed, side by side in one run (issue 3, item 5).
 
+Sets: the gen-data mixed set, ../shared/data/videos, and "containers": the
+first gen clips re-muxed (stream copy) into MPEG-TS, fragmented MP4 and FLV,
+and re-encoded to MPEG-2 in TS and PS (CONTAINERS).
 Systems, each turning one clip into frames at 224x224 RGB:
   ffmpeg CLI -threads 1: full decode + scale to rawvideo, and pure decode
       (-f null); process wall time, and ffmpeg's own -benchmark rtime
@@ -32,7 +35,21 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VIDEO_EXT = (".mp4", ".mkv", ".mov", ".avi", ".webm")
+VIDEO_EXT = (".mp4", ".mkv", ".mov", ".avi", ".webm", ".ts", ".mpg", ".flv")
+# The "containers" set: the first gen clips' own x264 streams re-muxed into
+# the containers recorders and broadcast write (no re-encode: the same
+# pictures as in the gen set, only the container differs), and MPEG-2 where
+# that is what such files carry.
+CONTAINERS = [
+    ("ts", ["-c", "copy", "-f", "mpegts"]),
+    ("frag.mp4", ["-c", "copy", "-movflags", "frag_keyframe+empty_moov"]),
+    ("flv", ["-c", "copy"]),
+    ("mpeg2.ts", ["-c:v", "mpeg2video", "-q:v", "3", "-g", "15", "-bf", "2",
+                  "-f", "mpegts"]),
+    ("mpg", ["-c:v", "mpeg2video", "-q:v", "3", "-g", "15", "-bf", "2",
+             "-f", "vob"]),
+]
+CONTAINER_CLIPS = 4
 N, W, H = 16, 224, 224
 
 
@@ -346,6 +363,22 @@ def gen_set(a):
     return list_videos(d)
 
 
+def container_set(a, gen):
+    """CONTAINERS of the first CONTAINER_CLIPS gen clips, made once."""
+    d = os.path.join(a.work, "containers")
+    if not os.path.isdir(d):
+        os.makedirs(d + ".tmp", exist_ok=True)
+        for src in gen[:CONTAINER_CLIPS]:
+            stem = os.path.splitext(os.path.basename(src))[0]
+            for suffix, args in CONTAINERS:
+                subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y",
+                                "-i", src, "-map", "0:v:0", *args,
+                                os.path.join(d + ".tmp", f"{stem}.{suffix}")],
+                               check=True)
+        os.rename(d + ".tmp", d)
+    return list_videos(d)
+
+
 def warm(files):
     for f in files:
         with open(f, "rb") as fh:
@@ -404,7 +437,9 @@ def main():
     av.logging.set_level(av.logging.PANIC)  # failures are reported per file
     import torch
     torch.set_num_threads(1)
-    sets = {"gen": gen_set(a), "shared": list_videos(a.videos)}
+    gen = gen_set(a)
+    sets = {"gen": gen, "shared": list_videos(a.videos),
+            "containers": container_set(a, gen)}
     for fl in sets.values():
         warm(fl)
     steps, order, dh = systems(a)

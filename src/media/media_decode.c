@@ -9,8 +9,10 @@
  * that cannot be it are decoded with AVDISCARD_NONREF, so non-reference
  * pictures are not even reconstructed.  Decoded pictures are identified by
  * timestamp through the frame table, so a seek that lands early costs time,
- * never exactness.  Snap-to-keyframe decodes each target's keyframe alone:
- * seek, one packet, drain.
+ * never exactness; one that lands late (or past the end) is retried from
+ * earlier keyframes and then by decoding forward from the start, which
+ * every container can do.  Snap-to-keyframe decodes each target's keyframe
+ * alone: seek, one packet, drain.
  *
  * Not thread-safe: one dh_media per worker.
  */

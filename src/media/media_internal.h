@@ -5,10 +5,14 @@
  *
  * Frame table: presentation timestamps ascending (pts[]), and keyframes as
  * presentation index + the timestamp to seek to.  Built from the MOV index
- * without reading packets when the stream is constant-rate, else by a
- * demux-only scan.  When timestamps cannot identify frames (missing or
- * repeated pts), `counting` is set: frames are then identified by their
- * output order from the start of the stream, and nothing seeks.
+ * without reading packets when the stream is constant-rate and its start
+ * time known, else by a demux-only scan.  Timestamps are the container's
+ * own, whatever they start at.  When timestamps cannot identify frames
+ * (missing or repeated pts), `counting` is set: frames are then identified
+ * by their output order from the start of the stream, and nothing seeks.
+ * A file whose seeks miss is decoded forward from then on (`forward_only`);
+ * after every seek a gate holds pictures back until the decoder has its
+ * keyframe (docs/media.md, "How the pipeline knows which frame it holds").
  *
  * Buffers with a `cap` keep their capacity across files: steady state
  * allocates nothing per frame.  Not thread-safe: one per worker.
