@@ -316,6 +316,7 @@ struct scan {
     int64_t packets; /* every packet of the stream, for the completeness
                         check against the header */
     int64_t t0;      /* earliest timestamp of any packet, skipped or not */
+    int64_t last_dts; /* of the previous packet, AV_NOPTS_VALUE: none */
 };
 
 /* What av_seek_frame(BACKWARD) must be given to land on this keyframe.
@@ -349,6 +350,15 @@ static int scan_packet(struct dh_media *m, const AVPacket *pkt,
         sc->ts_trusted = 1;
     if (ts == AV_NOPTS_VALUE)
         m->counting = 1;
+    /* Decode times only go forward within one timeline.  A step back is a
+     * discontinuity (TS files joined end to end, a recorder restarted):
+     * sorting the timestamps would interleave the two timelines, so the
+     * pictures are counted in output order instead. */
+    if (pkt->dts != AV_NOPTS_VALUE) {
+        if (sc->last_dts != AV_NOPTS_VALUE && pkt->dts < sc->last_dts)
+            m->counting = 1;
+        sc->last_dts = pkt->dts;
+    }
     if (grow(&m->pts, &m->pts_cap, (size_t)m->n + 1))
         return -1;
     m->pts[m->n] = ts == AV_NOPTS_VALUE ? m->n : ts;
@@ -368,7 +378,7 @@ static int table_from_scan(struct dh_media *m, struct dh_err *e)
     const AVCodecDescriptor *cd =
         avcodec_descriptor_get(m->fc->streams[m->stream]->codecpar->codec_id);
     char buf[128];
-    struct scan sc = {0};
+    struct scan sc = {.last_dts = AV_NOPTS_VALUE};
     int rc;
 
     m->n = m->nkey = 0;

@@ -73,6 +73,8 @@ class Case:
     src: str = "testsrc2"           # testsrc for odd sizes (testsrc2 evens)
     audio: str = ""                 # "", "after" (v then a), "first" (a, v)
     remux: list = None              # second pass, -c copy with these options
+    concat: list = None             # a second part (negated, these extra
+                                    # options) appended byte for byte
     props: tuple = ()               # properties the file must have
     shown: tuple = None             # size after rotation (default: size)
 
@@ -96,6 +98,13 @@ CASES = [
     C("ts-h264-aac", "ts", X264_B + AUDIO_AAC, audio="after",
       props=("audio", "bframes")),
     C("ts-hevc-bframes", "ts", X265, props=("bframes",)),
+    # two recordings joined end to end (cat a.ts b.ts): the second
+    # timeline starts before the first one ends, a discontinuity
+    C("ts-h264-concat-discont", "ts", X264_B,
+      concat=["-output_ts_offset", "0.3"], props=("discont", "bframes")),
+    # elementary streams: no container, no timestamps at all
+    C("raw-h264-annexb-nopts", "h264", X264_B, props=("nopts", "bframes")),
+    C("raw-mpeg2-m2v", "m2v", MPEG2_B, props=("bframes",)),  # parser-made pts
     C("ts-mpeg2-interlaced-2997", "ts",
       MPEG2_B + ["-flags", "+ildct+ilme", "-top", "1"], size=(64, 64),
       rate="30000/1001", props=("interlaced", "ntsc")),
@@ -280,6 +289,18 @@ def check_props(case, path, info):
             # ffprobe shows the pre-wrap part as negative times
             if not (min(pts) < 0 < max(pts)):
                 bad.append(f"PTS do not wrap: {min(pts)}..{max(pts)}")
+        elif prop == "discont":
+            pts = video_pts(path)
+            half = len(pts) // 2
+            if not min(pts[half:]) < max(pts[:half]):
+                bad.append("the second part does not start before the "
+                           "first ends")
+        elif prop == "nopts":
+            j = ffprobe_json(path, "-select_streams", "v:0",
+                             "-show_entries", "packet=pts")
+            if any(q.get("pts") not in (None, "N/A")
+                   for q in j.get("packets", [])):
+                bad.append("packets still carry pts")
         elif prop == "offset10":
             if not info.start >= 10:
                 bad.append(f"start_time {info.start} < 10")
@@ -392,6 +413,12 @@ def make(case, d):
                  f"{case.id}: remux")
         else:
             _run(cmd, f"{case.id}: generate")
+        if case.concat is not None:
+            tail = d / f"{case.id}.part2.{case.ext}"
+            src = cmd.index("-i") + 1
+            part2 = cmd[:src] + [cmd[src] + ",negate"] + cmd[src + 1:-1]
+            _run(part2 + [*case.concat, str(tail)], f"{case.id}: part 2")
+            out.write_bytes(out.read_bytes() + tail.read_bytes())
         info = Info(out)
         check_props(case, out, info)
         cw, ch = int(info.v["width"]), int(info.v["height"])
