@@ -93,7 +93,8 @@ struct dh_media_plan {
 void dh_media_plan_init(struct dh_media_plan *p);
 
 /* Checks a plan's fields (sizes, counts, enums); 0 or DH_EINVAL, and
- * DH_ETOOBIG when a plan of a fixed frame count is over its pixel cap. */
+ * DH_ETOOBIG when a plan of a fixed frame count (uniform, jitter, indices)
+ * is over its pixel cap.  fps and all plans are held to it on select. */
 int dh_media_plan_check(const struct dh_media_plan *p,
                         struct dh_err *e) DH_MUST_CHECK;
 
@@ -187,7 +188,8 @@ struct dh_media_verify {
  * nothing, and checks it against the frame table that dh_media_open() built
  * (and that `datahelix probe` counts): the same number of pictures, each
  * one at the table's timestamp, in order, none damaged by the decoder's own
- * account, no packet the demuxer flagged corrupt.  0 when the file gives
+ * account (every error it detects is fatal here, AV_EF_EXPLODE, where a
+ * normal decode conceals it).  0 when the file gives
  * exactly its frames; DH_EMEDIA naming the file, the frame and the cause
  * otherwise (DH_ETIMEOUT from the watchdog).  Leaves the file open and
  * positioned for dh_media_decode().

@@ -137,14 +137,16 @@ int dh_media_plan_check_pixels(const struct dh_media_plan *p, int64_t frames,
                       frames, p->width, p->height, px, cap);
 }
 
-/* Plans whose frame count does not depend on the clip are held to the
- * pixel cap now; the others when dh_media_select() knows the count. */
+/* Plans whose frame count does not depend on the clip (uniform, jitter,
+ * indices) are held to the pixel cap now; the others when
+ * dh_media_select() knows the count. */
 static int check_fixed_pixels(const struct dh_media_plan *p, struct dh_err *e)
 {
     if (p->max_pixels < 0)
         return dh_err_set(e, DH_EINVAL, "plan: max_pixels %" PRId64
                           " is negative", p->max_pixels);
-    if (p->kind == DH_PLAN_ALL || (p->kind == DH_PLAN_FPS && p->frames == 0))
+    /* An fps plan's `frames` is a cap, not its count. */
+    if (p->kind == DH_PLAN_ALL || p->kind == DH_PLAN_FPS)
         return 0;
     return dh_media_plan_check_pixels(p, p->frames, e);
 }

@@ -301,6 +301,9 @@ void dh_wire_plan_to_media(const struct dh_wire_plan *w,
     memcpy(out->std, w->std, sizeof(out->std));
     out->snap = w->snap;
     out->snap_tol = w->snap_tol;
+    /* The wire carries no cap: a DataServer holds every plan it is sent to
+     * its own default, DH_MEDIA_MAX_PIXELS, whatever a peer would like. */
+    out->max_pixels = 0;
 }
 
 int dh_wire_plan_from_media(struct dh_wire_plan *w,

@@ -32,6 +32,9 @@ static void media_plan_of(const struct dh_sample_plan *sp,
     int32_t w, h;
 
     dh_media_plan_init(mp);
+    /* It times the table's own plan, whatever that costs: the per-sample
+     * cap is for training workers, not for the fit. */
+    mp->max_pixels = INT64_MAX;
     dh_sample_plan_output(sp, d, &frames, &w, &h);
     if (sp->frames > 0) {
         mp->kind = DH_PLAN_UNIFORM;
