@@ -7,7 +7,7 @@ CTEST   := ctest --timeout 300 --output-on-failure
 CMAKE_BUILD := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build
 
 .PHONY: all deps build build-asan test test-c test-asan test-py test-fuzz demo install \
-        bench bench-all bench-probe bench-index bench-decode bench-plan fuzz clean
+        bench bench-all bench-probe bench-verify bench-index bench-decode bench-plan fuzz clean
 
 all: build
 
@@ -54,10 +54,14 @@ bench: build
 	@$(PY) bench/bench_matrix.py --bin build/datahelix
 
 # Every benchmark, one after the other (well over 15 minutes).
-bench-all: bench-probe bench-index bench-decode bench-arena bench-handover bench-python bench-plan bench-place bench-route bench-live bench
+bench-all: bench-probe bench-verify bench-index bench-decode bench-arena bench-handover bench-python bench-plan bench-place bench-route bench-live bench
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
+
+# probe --verify: files/s and x real time, beside ffmpeg -f null per file.
+bench-verify: build
+	@$(PY) bench/bench_verify.py --bin build/datahelix
 
 bench-decode: build
 	@scripts/setup-deps.sh bench

@@ -87,6 +87,26 @@ void dh_index_builder_destroy(struct dh_index_builder *b);
 int dh_index_build_from_table(const char *jsonl_path, const char *dhx_path,
                               struct dh_err *e) DH_MUST_CHECK;
 
+/* dh_index_build() flags. */
+#define DH_INDEX_BUILD_RENUMBER 1u /* row i = the i-th sample in file order */
+
+/* What dh_index_build() did. */
+struct dh_index_build_info {
+    uint64_t samples;    /* rows written */
+    uint64_t renumbered; /* rows whose id differs from the table's `id` */
+};
+
+/*
+ * dh_index_build_from_table() with flags.  DH_INDEX_BUILD_RENUMBER numbers
+ * the samples 0..n-1 in file order (dh_table_reader_set_renumber), so a
+ * table whose ids are not dense (lines removed) or not unique still builds;
+ * paths stay the samples' stable key, ids may name other samples than in
+ * the table.  `info` (may be NULL) is written on success only.
+ */
+int dh_index_build(const char *jsonl_path, const char *dhx_path,
+                   unsigned flags, struct dh_index_build_info *info,
+                   struct dh_err *e) DH_MUST_CHECK;
+
 /* ---- reading ---- */
 struct dh_index;
 
@@ -142,6 +162,17 @@ unsigned dh_index_profile_count(const struct dh_index *ix);
 const char *dh_index_profile_name(const struct dh_index *ix, unsigned p);
 /* Header record JSON stored by the builder, or NULL. */
 const char *dh_index_header(const struct dh_index *ix);
+
+/*
+ * A 64-bit digest of what a plan over this index, and a position in that
+ * plan, refer to: the sample count and, row by row, path, est_tokens and
+ * profile name.  Equal digests mean the same rows name the same files with
+ * the same plan inputs (a resume checkpoint's steps mean the same samples);
+ * est_cpu_ms, sizes, captions and the header record are left out, so
+ * re-probing or recalibrating the same files keeps it, while removing or
+ * renumbering a sample changes it.  O(n); thread-safe.
+ */
+uint64_t dh_index_digest(const struct dh_index *ix);
 
 /*
  * Fills `out` (init'ed by the caller; fini'ed first) with sample `id`.

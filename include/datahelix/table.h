@@ -9,7 +9,9 @@
  * record `{"datahelix_header": {...}}` (version, sampling plan, token model,
  * cost-model coefficients); it is not a sample.  Unknown fields of a sample
  * are kept verbatim in `extra_json` and written back, so tools that add
- * fields survive a round trip.  Ids are dense from 0 and unique.
+ * fields survive a round trip.  Ids are dense from 0 and unique, unless a
+ * reader renumbers (dh_table_reader_set_renumber): a table that lost lines
+ * stays usable, with each sample's path as its stable key.
  *
  * Thread-safety: a reader or writer is used by one thread at a time;
  * different readers/writers are independent.
@@ -35,7 +37,7 @@ int dh_kind_parse(const char *s, enum dh_kind *out) DH_MUST_CHECK;
 #define DH_TABLE_ID_MAX ((int64_t)1 << 32) /* ids must be below this */
 
 struct dh_desc {
-    int64_t id;                   /* dense from 0 */
+    int64_t id;                   /* dense from 0 (see renumbering) */
     char *path;                   /* owned; NULL only for inline text */
     enum dh_kind kind;
     int64_t bytes;                /* file size */
@@ -85,11 +87,26 @@ int dh_table_reader_open(const char *path, struct dh_table_reader **out,
  * Returns 1 when a sample was read, 0 at the end of the table, or a negative
  * code with `e` set to "FILE:LINE: reason" (bad JSON, missing id, wrong
  * type, duplicate id, line too long).  At the end the reader checks that the
- * ids are dense from 0 and fails with the first missing id otherwise.
- * Blank lines are skipped.
+ * ids are dense from 0 and fails with the first missing id otherwise
+ * (DH_EFORMAT "FILE: ids are not dense: id N is missing (...)", which says
+ * how to renumber).  Blank lines are skipped.
  */
 int dh_table_reader_next(struct dh_table_reader *r, struct dh_desc *d,
                          struct dh_err *e) DH_MUST_CHECK;
+
+/*
+ * Renumbering (on != 0): every sample read from now on gets as its id its
+ * position among the table's samples in file order (0, 1, ...), whatever
+ * its `id` field says; the field must still be a valid id, but duplicate
+ * and missing ids are no longer errors.  For a table that lost lines (a bad
+ * file removed by hand), so that it need not be probed again; the path, not
+ * the id, is then a sample's stable key.  Call before the first
+ * dh_table_reader_next().
+ */
+void dh_table_reader_set_renumber(struct dh_table_reader *r, int on);
+/* Samples read so far whose id differs from their `id` field (0 unless
+ * renumbering). */
+uint64_t dh_table_reader_renumbered(const struct dh_table_reader *r);
 
 /* JSON object text of the header record, or NULL; valid until destroy. */
 const char *dh_table_reader_header(const struct dh_table_reader *r);

@@ -129,6 +129,7 @@ class DataLoader(Closing):
         self._coordinator_arg = coordinator
         self.index_path = ensure_index(manifest)
         self._index = _C.Index(self.index_path)
+        self._digest = None      # _manifest_id(), computed once
         self._client = None
         self._coord = None
         self._tmpdir = None
@@ -284,6 +285,15 @@ class DataLoader(Closing):
         _, offs, base = self._schedule(self._epoch)
         return base + len(offs) // 8 - 1
 
+    def _manifest_id(self):
+        """{"samples", "digest"}: what the saved step refers to (the
+        index's row count and dh_index_digest: per row path, tokens and
+        profile).  A manifest that lost a line and was renumbered has other
+        rows under the same ids, so its digest differs."""
+        if self._digest is None:
+            self._digest = f"{self._index.digest():016x}"
+        return {"samples": len(self._index), "digest": self._digest}
+
     def state_dict(self):
         """Where this rank is: the next iteration after load_state_dict()
         resumes at exactly this step (the plan is a pure function of the
@@ -292,7 +302,8 @@ class DataLoader(Closing):
         return {"epoch": self._epoch, "step": self._step, "seed": self.seed,
                 "world_size": self.world_size,
                 "batch_size": self.batch_size, "rank": self.rank,
-                "replanned": [list(x) for x in self._chain]}
+                "replanned": [list(x) for x in self._chain],
+                "manifest": self._manifest_id()}
 
     def load_state_dict(self, state):
         """Resumes at the saved step.  With another world size or batch
@@ -302,6 +313,18 @@ class DataLoader(Closing):
             raise ValueError(f"state_dict was saved with seed="
                              f"{state['seed']}, this loader has seed="
                              f"{self.seed}: the epoch's permutation differs")
+        saved = state.get("manifest")  # absent in states of older versions
+        if saved is not None and saved != self._manifest_id():
+            now = self._manifest_id()
+            raise ValueError(
+                f"state_dict was saved for another manifest: "
+                f"{saved['samples']} samples (digest {saved['digest']}), "
+                f"this loader's has "
+                f"{now['samples']} (digest {now['digest']}): its epoch and "
+                "step would name other samples here (a manifest with lines "
+                "removed and renumbered is another manifest).  Resume with "
+                "the manifest it was saved with, or drop state['manifest'] "
+                "to start at that step of this manifest's plan anyway")
         chain = [tuple(int(v) for v in x)
                  for x in state.get("replanned", [])]
         w = int(state.get("world_size", self.world_size))

@@ -56,6 +56,16 @@ def ensure_index(manifest):
     try:
         _C.build_index(manifest, tmp)
         os.replace(tmp, dhx)
+    except _C.DataError as e:
+        if "ids are not dense" not in str(e):
+            raise
+        # Not renumbered here: batch ids would then silently stop matching
+        # the table's `id`s.  The command below writes the index this
+        # function picks up next time (beside the table, newer than it).
+        raise _C.DataError(f"{e}: run `datahelix index --renumber "
+                           f"{manifest} -o {dhx}` (ids become positions in "
+                           "file order; paths stay the stable key), then "
+                           "open the loader again") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

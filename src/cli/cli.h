@@ -55,7 +55,10 @@ struct dh_media_plan;
 int dh_cli_opt_size(const char *cmd, const char *s, struct dh_media_plan *p);
 int dh_cli_parse_double(const char *s, double lo, double hi, double *out);
 
-/* ---- progress on stderr (only drawn when stderr is a terminal) ---- */
+/* ---- progress on stderr ----
+ * On a terminal: a bar redrawn in place.  Elsewhere (logs, pipes): nothing,
+ * unless dh_progress_log_every() asks for a plain line every N seconds, for
+ * runs long enough that a log without progress looks hung. */
 struct dh_progress {
     const char *label;
     uint64_t total;
@@ -63,11 +66,19 @@ struct dh_progress {
     uint64_t failed;
     double t_start;
     double t_last_draw;
+    double t_last_log;
+    double log_every_s; /* 0: no lines when not a terminal */
+    char note[64];      /* shown after the counts, e.g. "12.3x real time" */
     int enabled;
 };
 
 void dh_progress_start(struct dh_progress *p, const char *label,
                        uint64_t total);
+/* When stderr is not a terminal, print one line every `secs` seconds
+ * (0: never, the default). */
+void dh_progress_log_every(struct dh_progress *p, double secs);
+/* Copies `note` (truncated to fit) to show after the counts. */
+void dh_progress_set_note(struct dh_progress *p, const char *note);
 /* Thread-compatible: call from one thread. Redraws at most ~10 times/s. */
 void dh_progress_update(struct dh_progress *p, uint64_t done,
                         uint64_t failed);

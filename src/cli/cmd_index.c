@@ -21,18 +21,25 @@ struct args {
     const char *in;
     const char *out;
     const char *verify;
+    int renumber;
     int help;
 };
 
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: datahelix index M.jsonl -o M.dhx\n"
+        "usage: datahelix index [--renumber] M.jsonl -o M.dhx\n"
         "       datahelix index --verify M.dhx\n\n"
         "Writes the compact, mmap-able binary index of a descriptor table\n"
         "(docs/index-format.md), shared by every process on a host.  Ids must\n"
-        "be dense from 0.  The output is written atomically (tmp + rename).\n\n"
+        "be dense from 0 unless --renumber.  The output is written atomically\n"
+        "(tmp + rename).\n\n"
         "  -o, --out FILE     index to write\n"
+        "      --renumber     number the samples 0..n-1 in file order, so a\n"
+        "                     table with lines removed (ids not dense) or\n"
+        "                     duplicate ids still builds; paths stay the\n"
+        "                     stable key, ids may change (a notice on stderr\n"
+        "                     says how many)\n"
         "      --verify FILE  open FILE with full checksum verification and\n"
         "                     print its sample count and profiles (may be\n"
         "                     combined with a build: verifies after it)\n"
@@ -42,6 +49,7 @@ static void usage(FILE *f)
 static const struct option long_opts[] = {
     {"out", required_argument, NULL, 'o'},
     {"verify", required_argument, NULL, 'V'},
+    {"renumber", no_argument, NULL, 'R'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -69,6 +77,9 @@ static int check_args(struct args *a, int argc, char **argv)
         return dh_cli_usage_error(CMD, "-o FILE.dhx is required");
     if (!a->in && a->out)
         return dh_cli_usage_error(CMD, "-o given without an input table");
+    if (!a->in && a->renumber)
+        return dh_cli_usage_error(CMD, "--renumber given without an input "
+                                  "table");
     if (!a->in && !a->verify)
         return dh_cli_usage_error(CMD, "an input table or --verify FILE is "
                                   "required");
@@ -86,6 +97,8 @@ static int parse_args(struct args *a, int argc, char **argv)
             a->out = optarg;
         else if (c == 'V')
             a->verify = optarg;
+        else if (c == 'R')
+            a->renumber = 1;
         else if (c == 'h')
             a->help = 1;
         else
@@ -96,13 +109,15 @@ static int parse_args(struct args *a, int argc, char **argv)
 
 static int build(const struct args *a)
 {
+    struct dh_index_build_info info;
     struct dh_index *ix;
     struct dh_err e;
     double t0 = dh_cli_now();
     uint64_t n, size;
 
     dh_err_clear(&e);
-    if (dh_index_build_from_table(a->in, a->out, &e) < 0 ||
+    if (dh_index_build(a->in, a->out, a->renumber ? DH_INDEX_BUILD_RENUMBER
+                                                  : 0, &info, &e) < 0 ||
         dh_index_open(a->out, 0, &ix, &e) < 0) {
         dh_cli_error(CMD, "%s", e.msg);
         return DH_EXIT_FAIL;
@@ -110,6 +125,13 @@ static int build(const struct args *a)
     n = dh_index_count(ix);
     size = dh_index_size(ix);
     dh_index_close(ix);
+    /* Said even when nothing changed: ids in telemetry and errors now
+     * name rows of this index, not necessarily the table's `id`s. */
+    if (a->renumber)
+        fprintf(stderr, "index: renumbered %llu samples 0..%lld in file "
+                "order, %llu ids changed (paths are the stable key)\n",
+                (unsigned long long)n, (long long)n - 1,
+                (unsigned long long)info.renumbered);
     fprintf(stderr, "index: %llu samples, %llu bytes (%.1f bytes/sample), "
             "%.2f s -> %s\n", (unsigned long long)n, (unsigned long long)size,
             n ? (double)size / (double)n : 0.0, dh_cli_now() - t0, a->out);

@@ -29,7 +29,7 @@
 struct args {
     const char *manifest;
     struct dh_plan_opts o;
-    int json, help;
+    int json, renumber, help;
 };
 
 /* The planning columns, borrowed from an index or owned (JSONL). */
@@ -47,7 +47,8 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: datahelix plan --manifest M --world-size W --batch-size B\n"
         "                      [--seed S] [--epoch E] [--balance MODE]\n"
-        "                      [--window N] [--no-drop-last] [--json]\n\n"
+        "                      [--window N] [--no-drop-last] [--json]\n"
+        "                      [--renumber]\n\n"
         "Prints the Tier-1 plan of an epoch (docs/planner.md): per global\n"
         "step and rank the sample ids and their estimated tokens, and the\n"
         "balance (max/mean rank tokens per step, mean and worst).\n\n"
@@ -63,6 +64,9 @@ static void usage(FILE *f)
         "  --no-drop-last    plan a partial last step instead of dropping\n"
         "                    the remainder\n"
         "  --json            one JSON object per step, then a summary line\n"
+        "  --renumber        a .jsonl manifest whose ids are not dense (lines\n"
+        "                    removed): number its samples 0..n-1 in file\n"
+        "                    order, as `datahelix index --renumber` does\n"
         "  -h, --help        this text\n", DH_PLAN_WINDOW_DEFAULT);
 }
 
@@ -76,6 +80,7 @@ static const struct option long_opts[] = {
     {"window", required_argument, NULL, 'W'},
     {"no-drop-last", no_argument, NULL, 'D'},
     {"json", no_argument, NULL, 'j'},
+    {"renumber", no_argument, NULL, 'R'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -113,6 +118,7 @@ static int parse_opt(struct args *a, int c)
     case 'B': r = parse_balance(optarg, &a->o.balance); break;
     case 'D': a->o.drop_last = 0; break;
     case 'j': a->json = 1; break;
+    case 'R': a->renumber = 1; break;
     case 'h': a->help = 1; break;
     default: r = dh_cli_usage_error(CMD, "bad option");
     }
@@ -256,7 +262,8 @@ static int read_rows(struct dh_table_reader *r, struct manifest *m,
     return rc < 0 ? rc : 0;
 }
 
-static int load_table(const char *path, struct manifest *m, struct dh_err *e)
+static int load_table(const char *path, int renumber, struct manifest *m,
+                      struct dh_err *e)
 {
     struct dh_table_reader *r;
     struct interner t = {0};
@@ -264,6 +271,7 @@ static int load_table(const char *path, struct manifest *m, struct dh_err *e)
 
     if (rc)
         return rc;
+    dh_table_reader_set_renumber(r, renumber);
     rc = read_rows(r, m, &t, e);
     dh_table_reader_destroy(r);
     dh__free(t.names);
@@ -377,7 +385,8 @@ static int run(const struct args *a)
 
     dh_err_clear(&e);
     rc = ends_with(a->manifest, ".dhx") ? load_index(a->manifest, &m, &e)
-                                        : load_table(a->manifest, &m, &e);
+                                        : load_table(a->manifest, a->renumber,
+                                                     &m, &e);
     if (rc) {
         dh_cli_error(CMD, "%s", e.msg);
         goto out_manifest;

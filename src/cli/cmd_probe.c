@@ -3,6 +3,8 @@
  * 4.2).  Expands inputs, probes files on --jobs threads (results kept in
  * input order so ids are reproducible), optionally calibrates the cost
  * model by decoding K files per profile, then estimates and writes.
+ * --verify adds a full decode of every file between probing and
+ * calibrating (probe_verify.c) and leaves out the files that fail.
  *
  * Locking: workers claim items through an atomic counter and write only
  * their own result slot; one mutex serialises error lines on stderr.
@@ -20,6 +22,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/probe_verify.h"
 #include "core/alloc.h"
 #include "datahelix/estimate.h"
 #include "datahelix/index.h"
@@ -35,6 +38,7 @@ struct probe_opts {
     int keep_going;
     int quiet;
     int summary;
+    int verify;
     struct dh_estimator est;
 };
 
@@ -48,6 +52,7 @@ struct probe_run {
     atomic_size_t failed;
     atomic_int stop;
     pthread_mutex_t err_lock;
+    struct probe_verify_stats vst; /* --verify */
 };
 
 static void usage(FILE *f)
@@ -68,6 +73,13 @@ static void usage(FILE *f)
 "      --max-frames N    cap on frames derived from fps (0: none)      [256]\n"
 "      --size SPEC       sampling plan size: WxH | native            [native]\n"
 "      --max-side N      with native size, shrink the longer side to N    [0]\n"
+"      --verify          decode every video and image in full and leave out\n"
+"                        the files that fail (each on stderr); the header\n"
+"                        records it.  Resumable: verdicts go to OUT.verify.jsonl\n"
+"                        as files finish, and a re-run decodes only files\n"
+"                        not in it or changed since (size, mtime).  Progress\n"
+"                        is a line every $DATAHELIX_PROGRESS_S s (10) when\n"
+"                        stderr is not a terminal\n"
 "      --keep-going      report unreadable files and go on          [default]\n"
 "      --fail-fast       stop at the first unreadable file (exit 1)\n"
 "      --summary         print a per-profile summary of the table\n"
@@ -80,7 +92,7 @@ static void usage(FILE *f)
 }
 
 enum { OPT_INDEX = 256, OPT_CAL, OPT_TOKENS, OPT_FRAMES, OPT_MAXF, OPT_SIZE,
-       OPT_MAXSIDE, OPT_KEEP, OPT_FAILFAST, OPT_SUMMARY };
+       OPT_MAXSIDE, OPT_KEEP, OPT_FAILFAST, OPT_SUMMARY, OPT_VERIFY };
 
 static const struct option longopts[] = {
     {"out", required_argument, NULL, 'o'},
@@ -95,6 +107,7 @@ static const struct option longopts[] = {
     {"keep-going", no_argument, NULL, OPT_KEEP},
     {"fail-fast", no_argument, NULL, OPT_FAILFAST},
     {"summary", no_argument, NULL, OPT_SUMMARY},
+    {"verify", no_argument, NULL, OPT_VERIFY},
     {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -111,6 +124,7 @@ static int parse_opt(int c, struct probe_opts *o)
     case OPT_INDEX: o->index_out = optarg; return 0;
     case 'q': o->quiet = 1; return 0;
     case OPT_SUMMARY: o->summary = 1; return 0;
+    case OPT_VERIFY: o->verify = 1; return 0;
     case OPT_KEEP: o->keep_going = 1; return 0;
     case OPT_FAILFAST: o->keep_going = 0; return 0;
     case 'j':
@@ -377,7 +391,19 @@ out_free:
 
 /* ---- output ---- */
 
-static char *header_json(const struct dh_estimator *est)
+/* Only what every run over the same files writes alike: no timings and no
+ * cache counts, so a resumed run's table equals an uninterrupted one's. */
+static int add_verified(json_t *h, const struct probe_verify_stats *v)
+{
+    return json_object_set_new(h, "verified", json_true()) ||
+           json_object_set_new(h, "verify",
+                               json_pack("{s:I, s:I}", "files",
+                                         (json_int_t)v->files, "left_out",
+                                         (json_int_t)v->left_out));
+}
+
+static char *header_json(const struct dh_estimator *est,
+                         const struct probe_verify_stats *verified)
 {
     char frames[32], size[32];
     const struct dh_cost_model *c = &est->cost;
@@ -400,6 +426,10 @@ static char *header_json(const struct dh_estimator *est)
                   "fit_rmse_ms", c->fit_rmse_ms);
     if (!h)
         return NULL;
+    if (verified && add_verified(h, verified)) {
+        json_decref(h);
+        return NULL;
+    }
     s = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
     json_decref(h);
     return s;
@@ -409,7 +439,7 @@ static int write_table(struct probe_run *r, size_t *written)
 {
     struct dh_table_writer *w = NULL;
     struct dh_err e;
-    char *hdr = header_json(&r->o->est);
+    char *hdr = header_json(&r->o->est, r->o->verify ? &r->vst : NULL);
     int64_t id = 0;
     int rc;
 
@@ -480,6 +510,45 @@ static int expand_inputs(struct probe_run *r, int argc, char **argv)
     return 0;
 }
 
+/* The cache lives beside the table, so a re-run with the same --out finds
+ * it; a table on stdout has no place for one. */
+static char *cache_path(const char *out)
+{
+    size_t n = strlen(out);
+    char *p;
+
+    if (!strcmp(out, "-") || !(p = dh__malloc(n + sizeof(".verify.jsonl"))))
+        return NULL;
+    memcpy(p, out, n);
+    memcpy(p + n, ".verify.jsonl", sizeof(".verify.jsonl"));
+    return p;
+}
+
+static int verify_all(struct probe_run *r)
+{
+    char *cache = cache_path(r->o->out);
+    struct probe_verify_opts vo = {r->o->jobs, r->o->keep_going, r->o->quiet,
+                                   cache};
+    size_t kept = 0;
+    int rc;
+
+    if (!cache && strcmp(r->o->out, "-")) {
+        dh_cli_error("probe", "out of memory");
+        return DH_EXIT_FAIL;
+    }
+    rc = dh_cli_probe_verify(&r->list, r->descs, r->ok, &vo, &r->vst);
+    dh__free(cache);
+    for (size_t i = 0; i < r->list.count; i++)
+        kept += r->ok[i] != 0;
+    if (!rc && (r->vst.stopped || kept == 0)) {
+        dh_cli_error("probe", "%zu of %zu files failed to probe or verify; "
+                     "no table written", r->list.count - kept,
+                     r->list.count);
+        rc = DH_EXIT_FAIL;
+    }
+    return rc;
+}
+
 static int probe_all(struct probe_run *r, struct probe_opts *o)
 {
     size_t n = r->list.count, written = 0;
@@ -499,6 +568,8 @@ static int probe_all(struct probe_run *r, struct probe_opts *o)
                      "table written", (size_t)atomic_load(&r->failed), n);
         return DH_EXIT_FAIL;
     }
+    if (o->verify && (rc = verify_all(r)))
+        return rc;
     if (o->calibrate > 0 && calibrate(r, &o->est.cost))
         return DH_EXIT_FAIL;
     if ((rc = write_table(r, &written)) || (rc = write_index(o)))
@@ -508,8 +579,11 @@ static int probe_all(struct probe_run *r, struct probe_opts *o)
                                      r->descs, r->ok, n);
     if (!o->quiet) {
         double s = dh_cli_now() - t0;
-        fprintf(stderr, "probe: %zu probed, %zu failed, %.2f s (%.0f files/s)"
-                " -> %s\n", written, (size_t)atomic_load(&r->failed), s,
+        fprintf(stderr, "probe: %zu probed, %zu failed", written,
+                (size_t)atomic_load(&r->failed));
+        if (o->verify)
+            fprintf(stderr, ", %zu left out by --verify", r->vst.left_out);
+        fprintf(stderr, ", %.2f s (%.0f files/s) -> %s\n", s,
                 s > 0 ? (double)n / s : 0.0, o->out);
     }
     return 0;

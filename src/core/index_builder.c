@@ -490,12 +490,20 @@ static int add_all(struct dh_table_reader *r, struct dh_index_builder *b,
 int dh_index_build_from_table(const char *jsonl_path, const char *dhx_path,
                               struct dh_err *e)
 {
+    return dh_index_build(jsonl_path, dhx_path, 0, NULL, e);
+}
+
+int dh_index_build(const char *jsonl_path, const char *dhx_path,
+                   unsigned flags, struct dh_index_build_info *info,
+                   struct dh_err *e)
+{
     struct dh_table_reader *r;
     struct dh_index_builder *b;
     int rc;
 
     if ((rc = dh_table_reader_open(jsonl_path, &r, e)) != 0)
         return rc;
+    dh_table_reader_set_renumber(r, (flags & DH_INDEX_BUILD_RENUMBER) != 0);
     if ((rc = dh_index_builder_create(&b, e)) != 0)
         goto out_close_reader;
     if ((rc = add_all(r, b, e)) != 0)
@@ -504,6 +512,10 @@ int dh_index_build_from_table(const char *jsonl_path, const char *dhx_path,
         (rc = dh_index_builder_set_header(b, dh_table_reader_header(r), e)))
         goto out_destroy_builder;
     rc = dh_index_builder_finish(b, dhx_path, e);
+    if (rc == 0 && info) {
+        info->samples = dh_index_builder_count(b);
+        info->renumbered = dh_table_reader_renumbered(r);
+    }
 out_destroy_builder:
     dh_index_builder_destroy(b);
 out_close_reader:

@@ -311,6 +311,26 @@ const char *dh_index_header(const struct dh_index *ix)
     return ix->header_json;
 }
 
+/* Chained hashes of the columns and strings a plan and a delivered sample
+ * depend on.  Profiles are hashed by name, row by row: the builder numbers
+ * names in the order rows arrive, which is not part of the content.  Safe
+ * on a corrupt body: bad offsets and profile values hash as "none". */
+uint64_t dh_index_digest(const struct dh_index *ix)
+{
+    const uint16_t *prof = (const uint16_t *)ix->sec[DHX_S_PROFILE];
+    uint64_t h = dh__mix64(ix->count ^ 0x6468782d64696731ull);
+
+    h = dh__hash64(ix->sec[DHX_S_EST_TOKENS], 4 * ix->count, h);
+    for (uint64_t i = 0; i < ix->count; i++) {
+        const char *name = dh_index_profile_name(ix, prof[i]);
+        const char *path = dh_index_path(ix, i);
+
+        h = name ? dh__hash64(name, strlen(name) + 1, h) : dh__mix64(h ^ 2);
+        h = path ? dh__hash64(path, strlen(path) + 1, h) : dh__mix64(h ^ 1);
+    }
+    return h;
+}
+
 /* ---- whole-row access ---- */
 
 static int row_strings(const struct dh_index *ix, uint64_t id,

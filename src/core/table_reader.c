@@ -7,6 +7,8 @@
  * geometrically to the largest id seen).  Each line is parsed once; an object
  * whose key is "datahelix_header" is the header record and is only accepted
  * as the first non-blank line.  At EOF the bitmap tells whether ids are dense.
+ * Renumbering replaces each id by its sample's position in file order and
+ * keeps no bitmap: a table that lost lines is read as if it never had them.
  * Errors are sticky: after a failure every call returns the same code.
  *
  * Locking: none; one thread per reader.
@@ -43,6 +45,8 @@ struct dh_table_reader {
     int64_t max_id;
     int64_t nsamples;
     int64_t id_limit; /* ids at or above cannot be dense; -1: unknown */
+    int renumber;        /* ids are positions in file order */
+    uint64_t renumbered; /* samples whose id changed */
 };
 
 static int reader_fail(struct dh_table_reader *r, struct dh_err *e, int code,
@@ -117,6 +121,16 @@ void dh_table_reader_destroy(struct dh_table_reader *r)
     dh__free(r->lbuf);
     dh__free(r->seen);
     dh__free(r);
+}
+
+void dh_table_reader_set_renumber(struct dh_table_reader *r, int on)
+{
+    r->renumber = on != 0;
+}
+
+uint64_t dh_table_reader_renumbered(const struct dh_table_reader *r)
+{
+    return r->renumbered;
 }
 
 const char *dh_table_reader_header(const struct dh_table_reader *r)
@@ -239,12 +253,13 @@ static int mark_id(struct dh_table_reader *r, int64_t id, struct dh_err *e)
 {
     size_t w = (size_t)((uint64_t)id >> 6);
     uint64_t bit = (uint64_t)1 << (id & 63);
-    char msg[128];
+    char msg[192];
 
     if (r->id_limit >= 0 && id >= r->id_limit) {
         snprintf(msg, sizeof(msg), "id %lld cannot be dense: a file this "
-                 "size holds fewer than %lld samples", (long long)id,
-                 (long long)r->id_limit);
+                 "size holds fewer than %lld samples; renumber the samples "
+                 "in file order with `datahelix index --renumber`",
+                 (long long)id, (long long)r->id_limit);
         return reader_fail(r, e, DH_EFORMAT, msg);
     }
     if (w >= r->seen_words) {
@@ -279,6 +294,11 @@ static int take_sample(struct dh_table_reader *r, json_t *obj,
     dh_err_clear(&sub);
     if ((rc = dh__desc_from_object(obj, d, &sub)) != 0)
         return reader_fail(r, e, rc, sub.msg);
+    if (r->renumber) {
+        r->renumbered += d->id != r->nsamples;
+        d->id = r->nsamples++;
+        return 0;
+    }
     if ((rc = mark_id(r, d->id, e)) != 0)
         dh_desc_fini(d);
     return rc;
@@ -308,17 +328,23 @@ static int take_line(struct dh_table_reader *r, struct dh_desc *d,
     return rc;
 }
 
+/* The message names the first gap and the way out, so that a table with a
+ * line removed by hand is one command away from usable again. */
 static int check_dense(struct dh_table_reader *r, struct dh_err *e)
 {
     int64_t id = 0;
 
-    if (r->nsamples == r->max_id + 1)
+    if (r->renumber || r->nsamples == r->max_id + 1)
         return 0;
     while (r->seen[id >> 6] & ((uint64_t)1 << (id & 63)))
         id++;
     r->err = DH_EFORMAT;
-    return dh_err_set(e, DH_EFORMAT, "%s: ids are not dense: id %lld is missing",
-                      r->name, (long long)id);
+    return dh_err_set(e, DH_EFORMAT, "%s: ids are not dense: id %lld is "
+                      "missing (%lld of ids 0..%lld missing); renumber the "
+                      "samples in file order with `datahelix index "
+                      "--renumber`", r->name, (long long)id,
+                      (long long)(r->max_id + 1 - r->nsamples),
+                      (long long)r->max_id);
 }
 
 int dh_table_reader_next(struct dh_table_reader *r, struct dh_desc *d,

@@ -304,12 +304,28 @@ static PyObject *index_tokens(IndexObject *self, PyObject *arg)
                : PyLong_FromUnsignedLong(self->col.est_tokens[id]);
 }
 
+static PyObject *index_digest(IndexObject *self, PyObject *noargs)
+{
+    uint64_t h;
+
+    (void)noargs;
+    if (!self->ix)
+        return PyErr_Format(PyExc_ValueError, "index not open");
+    Py_BEGIN_ALLOW_THREADS
+    h = dh_index_digest(self->ix);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromUnsignedLongLong(h);
+}
+
 static PyMethodDef index_methods[] = {
     {"path", (PyCFunction)index_path, METH_O, "path(id): the sample's file"},
     {"text", (PyCFunction)index_text, METH_O,
      "text(id): the sample's caption, or None"},
     {"tokens", (PyCFunction)index_tokens, METH_O,
      "tokens(id): the sample's estimated token count"},
+    {"digest", (PyCFunction)index_digest, METH_NOARGS,
+     "digest() -> int: what a plan position refers to (count, and per row "
+     "path, tokens, profile); see dh_index_digest"},
     {NULL, NULL, 0, NULL},
 };
 

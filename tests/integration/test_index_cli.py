@@ -87,3 +87,60 @@ def test_every_subcommand_has_help_and_unknown_ones_fail():
                                     "in this version of datahelix")
     p = run_dh("frobnicate")
     assert p.returncode == 2 and "unknown command" in p.stderr
+
+
+def drop_line(table, k):
+    """The table without its k-th sample (a bad file removed by hand)."""
+    lines = open(table).read().splitlines(keepends=True)
+    head = [l for l in lines if "datahelix_header" in l]
+    rows = [l for l in lines if "datahelix_header" not in l]
+    out = table.with_name("cut.jsonl")
+    out.write_text("".join(head + rows[:k] + rows[k + 1:]))
+    return out, [json.loads(l) for l in rows[:k] + rows[k + 1:]]
+
+
+def plan_ids(manifest, *extra):
+    p = run_dh("plan", "--manifest", manifest, "--world-size", 1,
+               "--batch-size", 1, "--no-drop-last", "--json", *extra)
+    return p, sorted(i for x in p.stdout.splitlines() if '"ranks"' in x
+                     for i in json.loads(x)["ranks"][0])
+
+
+def test_line_removed_renumber_keeps_the_table_usable(tmp_path, gen_set):
+    """A table that lost a line: index and plan refuse it naming the gap
+    and the way out; `index --renumber` builds n-1 dense rows; plan
+    --renumber and sim read it as it is."""
+    table = make_table(tmp_path, gen_set)
+    n = sum(1 for l in open(table) if "datahelix_header" not in l)
+    cut, kept = drop_line(table, 2)
+    dhx = tmp_path / "cut.dhx"
+    p = run_dh("index", cut, "-o", dhx)
+    assert p.returncode == 1 and not dhx.exists()
+    assert p.stderr.strip() == (
+        f"datahelix: index: {cut}: ids are not dense: id 2 is missing "
+        f"(1 of ids 0..{n - 1} missing); renumber the samples in file "
+        "order with `datahelix index --renumber`")
+    p, _ = plan_ids(cut)
+    assert p.returncode == 1 and "id 2 is missing" in p.stderr \
+        and "--renumber" in p.stderr
+
+    p = run_dh("index", "--renumber", cut, "-o", dhx, check=True)
+    assert (f"index: renumbered {n - 1} samples 0..{n - 2} in file order, "
+            f"{n - 3} ids changed") in p.stderr
+    v = run_dh("index", "--verify", dhx, check=True)
+    assert f"ok, {n - 1} samples" in v.stdout
+    _, ids = plan_ids(dhx)
+    assert ids == list(range(n - 1))  # dense again
+    p, ids_jsonl = plan_ids(cut, "--renumber")
+    assert p.returncode == 0 and ids_jsonl == ids
+    # The rows kept their order: same tokens per renumbered id.
+    p = run_dh("plan", "--manifest", dhx, "--world-size", 1, "--batch-size",
+               1, "--no-drop-last", "--json", check=True)
+    tok = {json.loads(x)["ranks"][0][0]: json.loads(x)["tokens"][0]
+           for x in p.stdout.splitlines() if '"ranks"' in x}
+    assert [tok[i] for i in range(n - 1)] == [r["est_tokens"] for r in kept]
+    s = run_dh("sim", "--manifest", cut, "--steps", 4, "--ranks", 1,
+               "--batch-size", 1)
+    assert s.returncode == 0, s.stderr
+    p = run_dh("index", "--renumber")
+    assert p.returncode == 2 and "--renumber given without" in p.stderr

@@ -512,10 +512,12 @@ def test_decode_matches_ffmpeg(tmp_path, matrix, cid):
 
 @pytest.mark.parametrize("cid", list(BY_ID))
 def test_probe_counts_frames(tmp_path, matrix, cid):
+    """The cheap probe's count is the full decode's, and --verify (every
+    picture decoded, every decoder complaint fatal) keeps the valid file."""
     m = ok(matrix, cid)
     out = tmp_path / "m.jsonl"
-    p = run_dh("probe", "-q", "-j", "1", "--fail-fast", "--out", out, m.path,
-               timeout=TIMEOUT)
+    p = run_dh("probe", "-q", "-j", "1", "--fail-fast", "--verify", "--out",
+               out, m.path, timeout=TIMEOUT)
     assert p.returncode == 0, \
         f"{cid}: probe exited {p.returncode}: {p.stderr.strip()}"
     rows = [json.loads(s) for s in out.read_text().splitlines() if s.strip()]

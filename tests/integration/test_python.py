@@ -197,6 +197,39 @@ def test_corrupt_clip_raises_at_its_step_or_is_skipped(dataset, tmp_path):
         assert st["skipped"] == 1 and st["quarantine"] == [3]
 
 
+def test_manifest_with_a_line_removed(dataset, tmp_path):
+    """A table that lost a line: the loader names the gap and the command
+    that renumbers it; after that command the same .jsonl gives the n-1
+    remaining samples under dense ids, and a checkpoint of the full table
+    is refused rather than resumed on other samples."""
+    lines = (dataset / "m.jsonl").read_text().splitlines(keepends=True)
+    head = [x for x in lines if "datahelix_header" in x]
+    body = [x for x in lines if "datahelix_header" not in x]
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(head + body[:4] + body[5:]))
+    kept = [json.loads(x)["path"] for x in body[:4] + body[5:]]
+    with pytest.raises(datahelix.DataError) as ei:
+        datahelix.DataLoader(cut, **SMALL)
+    msg = str(ei.value)
+    assert "ids are not dense: id 4 is missing" in msg, msg
+    dhx = tmp_path / "cut.dhx"
+    assert f"datahelix index --renumber {cut} -o {dhx}" in msg, msg
+    run_dh("index", "--renumber", cut, "-o", dhx, check=True)
+    with datahelix.DataLoader(dataset / "m.jsonl", **SMALL) as full:
+        state = full.state_dict()
+    assert state["manifest"]["samples"] == 12
+    with datahelix.DataLoader(cut, drop_last=False, **SMALL) as loader:
+        assert loader.index_path == str(dhx)
+        assert [loader._index.path(i) for i in range(11)] == kept
+        ids = [i for b in loader for i in b["ids"].tolist()]
+        assert sorted(ids) == list(range(11))
+        assert loader.state_dict()["manifest"]["samples"] == 11
+        with pytest.raises(ValueError, match="another manifest"):
+            loader.load_state_dict(state)
+        state.pop("manifest")   # knowingly: that step of this plan
+        loader.load_state_dict(state)
+
+
 RANK_SCRIPT = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, sys.argv[1])

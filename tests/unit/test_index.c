@@ -193,6 +193,76 @@ static void builder_rejects_dup_and_gaps(void **state)
     dh_index_builder_destroy(b);
 }
 
+/* A table with a line removed: refused as it is, built with renumbering as
+ * the remaining rows in file order; the digest tells the two tables apart
+ * and ignores est_cpu_ms. */
+static void renumbered_build_and_digest(void **state)
+{
+    char jsonl[512], dhx[512], dhx2[512];
+    struct dh_index_build_info info = {99, 99};
+    struct dh_table_writer *w;
+    struct dh_index *ix, *ix2;
+    struct dh_desc d;
+    struct dh_err e;
+    uint64_t digest;
+
+    (void)state;
+    tmp_path(jsonl, sizeof(jsonl), "gap.jsonl");
+    tmp_path(dhx, sizeof(dhx), "gap.dhx");
+    tmp_path(dhx2, sizeof(dhx2), "full.dhx");
+    build(dhx2, 10);
+    assert_int_equal(dh_table_writer_open(jsonl, NULL, &w, &e), 0);
+    for (int id = 0; id < 10; id++) {
+        if (id == 4)
+            continue; /* the bad file someone removed */
+        make_desc(&d, id);
+        assert_int_equal(dh_table_writer_write(w, &d, &e), 0);
+        dh_desc_fini(&d);
+    }
+    assert_int_equal(dh_table_writer_close(w, &e), 0);
+    assert_int_equal(dh_index_build(jsonl, dhx, 0, &info, &e), DH_EFORMAT);
+    assert_non_null(strstr(e.msg, "ids are not dense: id 4 is missing"));
+    assert_int_equal(info.samples, 99); /* untouched on error */
+    assert_int_equal(dh_index_build(jsonl, dhx, DH_INDEX_BUILD_RENUMBER,
+                                    &info, &e), 0);
+    assert_int_equal(info.samples, 9);
+    assert_int_equal(info.renumbered, 5);
+    assert_int_equal(dh_index_open(dhx, DH_INDEX_VERIFY, &ix, &e), 0);
+    assert_int_equal(dh_index_count(ix), 9);
+    for (uint64_t i = 0; i < 9; i++) {
+        char p[64];
+
+        make_desc(&d, (int64_t)(i < 4 ? i : i + 1));
+        snprintf(p, sizeof(p), "%s", d.path ? d.path : "");
+        if (d.path)
+            assert_string_equal(dh_index_path(ix, i), p);
+        else
+            assert_null(dh_index_path(ix, i));
+        dh_desc_fini(&d);
+    }
+    digest = dh_index_digest(ix);
+    assert_int_equal(dh_index_open(dhx2, 0, &ix2, &e), 0);
+    assert_true(dh_index_digest(ix2) != digest);
+    dh_index_close(ix2);
+    dh_index_close(ix);
+
+    /* Same rows, other est_cpu_ms: same digest. */
+    assert_int_equal(dh_table_writer_open(jsonl, NULL, &w, &e), 0);
+    for (int id = 0; id < 10; id++) {
+        make_desc(&d, id);
+        d.est_cpu_ms += 1000.0;
+        assert_int_equal(dh_table_writer_write(w, &d, &e), 0);
+        dh_desc_fini(&d);
+    }
+    assert_int_equal(dh_table_writer_close(w, &e), 0);
+    assert_int_equal(dh_index_build(jsonl, dhx, 0, NULL, &e), 0);
+    assert_int_equal(dh_index_open(dhx, 0, &ix, &e), 0);
+    assert_int_equal(dh_index_open(dhx2, 0, &ix2, &e), 0);
+    assert_true(dh_index_digest(ix) == dh_index_digest(ix2));
+    dh_index_close(ix2);
+    dh_index_close(ix);
+}
+
 static int open_bytes(const unsigned char *buf, size_t n, unsigned flags)
 {
     struct dh_index *ix;
@@ -397,6 +467,7 @@ int main(void)
         cmocka_unit_test(build_open_matches_table),
         cmocka_unit_test(empty_index),
         cmocka_unit_test(builder_rejects_dup_and_gaps),
+        cmocka_unit_test(renumbered_build_and_digest),
         cmocka_unit_test(corrupt_body_and_header),
         cmocka_unit_test(truncated_everywhere),
         cmocka_unit_test(hostile_headers),

@@ -299,6 +299,60 @@ static void empty_and_blank(void **state)
     assert_int_equal(read_all("/nonexistent/x.jsonl", &e, &n), DH_ENOTFOUND);
 }
 
+/* Renumbering: ids become positions in file order, gaps and duplicates
+ * are accepted; without it the gap error says how many are missing and
+ * names the way out. */
+static void renumber_gaps_and_duplicates(void **state)
+{
+    char path[512];
+    struct dh_table_reader *r;
+    struct dh_desc d;
+    struct dh_err e;
+    const char *want_paths[] = {"a", "c", "d", "e"};
+    int rc, n = 0;
+
+    (void)state;
+    tmp_path(path, sizeof(path), "gap.jsonl");
+    write_text(path, "{\"datahelix_header\":{\"v\":1}}\n"
+                     "{\"id\":0,\"path\":\"a\",\"kind\":\"video\"}\n"
+                     "{\"id\":2,\"path\":\"c\",\"kind\":\"video\"}\n"
+                     "\n"
+                     "{\"id\":2,\"path\":\"d\",\"kind\":\"image\"}\n"
+                     "{\"id\":9,\"path\":\"e\",\"kind\":\"video\"}\n");
+    assert_int_equal(read_all(path, &e, &n), DH_EDUP);
+    assert_int_equal(dh_table_reader_open(path, &r, &e), 0);
+    dh_table_reader_set_renumber(r, 1);
+    dh_desc_init(&d);
+    n = 0;
+    while ((rc = dh_table_reader_next(r, &d, &e)) == 1) {
+        assert_int_equal(d.id, n);
+        assert_string_equal(d.path, want_paths[n]);
+        n++;
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(n, 4);
+    assert_int_equal(dh_table_reader_renumbered(r), 2); /* 2->1, 9->3 */
+    assert_non_null(dh_table_reader_header(r));
+    dh_desc_fini(&d);
+    dh_table_reader_destroy(r);
+
+    /* Paths long enough that id 3 fits the size bound (id_limit_of). */
+    write_text(path, "{\"id\":0,\"path\":\"a.............................."
+                     "\",\"kind\":\"video\"}\n"
+                     "{\"id\":3,\"path\":\"d.............................."
+                     "\",\"kind\":\"video\"}\n");
+    assert_error(path, DH_EFORMAT, ": ids are not dense: id 1 is missing "
+                 "(2 of ids 0..3 missing); renumber the samples in file "
+                 "order with `datahelix index --renumber`");
+    /* An id the format refuses stays refused when renumbering. */
+    write_text(path, "{\"id\":-1,\"path\":\"a\",\"kind\":\"video\"}\n");
+    assert_int_equal(dh_table_reader_open(path, &r, &e), 0);
+    dh_table_reader_set_renumber(r, 1);
+    dh_desc_init(&d);
+    assert_int_equal(dh_table_reader_next(r, &d, &e), DH_EFORMAT);
+    dh_table_reader_destroy(r);
+}
+
 static void writer_rejects_bad_header(void **state)
 {
     struct dh_table_writer *w = NULL;
@@ -386,6 +440,7 @@ int main(void)
         cmocka_unit_test(malformed_lines),
         cmocka_unit_test(overlong_line),
         cmocka_unit_test(empty_and_blank),
+        cmocka_unit_test(renumber_gaps_and_duplicates),
         cmocka_unit_test(writer_rejects_bad_header),
         cmocka_unit_test(alloc_failures_read),
         cmocka_unit_test(alloc_failures_write),
