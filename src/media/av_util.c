@@ -155,6 +155,7 @@ int dh__av_check_complete(const AVFormatContext *fc, const AVStream *st,
      * (FLV's header counts one past the last packet's end, others stop at
      * its start) and round to their time base: 2.5 frames and a tick. */
     double slack = 2.5 * frame_s + av_q2d(st->time_base);
+    const char *whose = "video";
     double dur;
 
     /* AVI and others state the frame count in the header. */
@@ -180,6 +181,7 @@ int dh__av_check_complete(const AVFormatContext *fc, const AVStream *st,
         dur = (double)fc->duration / AV_TIME_BASE;
         if (fc->nb_streams > 1) {
             end_s = all_end_s;
+            whose = "its";
             slack += 0.25; /* an audio packet's length, and more */
         }
     } else {
@@ -189,7 +191,6 @@ int dh__av_check_complete(const AVFormatContext *fc, const AVStream *st,
         return dh_err_set(e, DH_EMEDIA,
                           "%s: truncated or damaged: %s packets end at "
                           "%.3f s but the header says %.3f s",
-                          path, end_s == all_end_s ? "its" : "video", end_s,
-                          dur);
+                          path, whose, end_s, dur);
     return 0;
 }

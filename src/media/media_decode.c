@@ -198,9 +198,7 @@ static int deliver(struct run *r, AVFrame *f, int64_t k, struct dh_err *e)
 
 static int64_t picture_index(struct run *r, const AVFrame *f)
 {
-    int64_t ts = f->best_effort_timestamp != AV_NOPTS_VALUE
-                     ? f->best_effort_timestamp
-                     : f->pts;
+    int64_t ts = dh__media_picture_ts(f);
 
     if (r->m->counting || ts == AV_NOPTS_VALUE)
         return r->counter++;
@@ -215,12 +213,10 @@ static int av_fail(struct run *r, int rc, const char *what, struct dh_err *e)
     if (dh__media_overdue(m)) /* the interrupt callback cut a read */
         return dh__media_watchdog_error(m, e);
     int64_t at = m->last_index + 1;
-    double t = m->counting || at >= m->n ? (double)at / m->info.fps
-                                         : (double)(m->pts[at] - m->pts[0]) *
-                                               m->tb;
 
     return dh_err_set(e, DH_EMEDIA, "%s: %s near frame %lld (%.3f s): %s",
-                      m->name, what, (long long)at, t,
+                      m->name, what, (long long)at,
+                      dh__media_frame_time(m, at),
                       dh__media_errstr(rc, buf, sizeof(buf)));
 }
 
@@ -438,8 +434,7 @@ static int run_key_one(struct run *r, int64_t key, struct dh_err *e)
     if (rc)
         return rc;
     avcodec_flush_buffers(m->cc); /* leave the drained state */
-    m->cur_key = -1;
-    m->last_index = -1;
+    dh__media_repositioned(m, -1);
     if (r->next == before) /* the keyframe did not decode: exact path */
         return run_exact_one(r, e);
     return 0;

@@ -104,8 +104,14 @@ struct dh_media {
 /* media_open.c */
 int dh__media_rewind(struct dh_media *m, int64_t key, struct dh_err *e);
 int dh__media_restart(struct dh_media *m, struct dh_err *e);
+/* Decode state after a flush at keyframe `key` (-1: none yet). */
+void dh__media_repositioned(struct dh_media *m, int64_t key);
 int64_t dh__media_frame_index(const struct dh_media *m, int64_t ts);
 int dh__media_in_table(const struct dh_media *m, int64_t ts);
+/* A decoded picture's timestamp: FFmpeg's best effort, else its pts. */
+int64_t dh__media_picture_ts(const AVFrame *f);
+/* Seconds from the clip's start of frame `at`, for messages. */
+double dh__media_frame_time(const struct dh_media *m, int64_t at);
 /* 0 for a picture that cannot be a frame of the clip (see media_open.c);
  * clears the keyframe gate once one passes it. */
 int dh__media_trustworthy(struct dh_media *m, const AVFrame *f);

@@ -317,6 +317,7 @@ struct scan {
                         check against the header */
     int64_t t0;      /* earliest timestamp of any packet, skipped or not */
     int64_t last_dts; /* of the previous packet, AV_NOPTS_VALUE: none */
+    int seek_by_dts;  /* see seek_ts() */
 };
 
 /* What av_seek_frame(BACKWARD) must be given to land on this keyframe.
@@ -326,13 +327,10 @@ struct scan {
  * on a packet after the key and the decode starts a GOP late.  So its dts
  * where the packets carry one - except MOV, whose demuxer shifts dts and
  * seeks by the index's presentation order. */
-static int64_t seek_ts(const struct dh_media *m, const AVPacket *pkt,
+static int64_t seek_ts(const struct scan *sc, const AVPacket *pkt,
                        int64_t ts)
 {
-    if (!strncmp(m->fc->iformat->name, "mov", 3) ||
-        pkt->dts == AV_NOPTS_VALUE)
-        return ts;
-    return pkt->dts;
+    return sc->seek_by_dts && pkt->dts != AV_NOPTS_VALUE ? pkt->dts : ts;
 }
 
 static int scan_packet(struct dh_media *m, const AVPacket *pkt,
@@ -367,7 +365,7 @@ static int scan_packet(struct dh_media *m, const AVPacket *pkt,
         if (grow_keys(m, (size_t)m->nkey + 1))
             return -1;
         m->key_idx[m->nkey] = ts; /* a pts for now: see keys_to_indices */
-        m->key_seek[m->nkey++] = seek_ts(m, pkt, ts);
+        m->key_seek[m->nkey++] = seek_ts(sc, pkt, ts);
     }
     return 0;
 }
@@ -378,7 +376,10 @@ static int table_from_scan(struct dh_media *m, struct dh_err *e)
     const AVCodecDescriptor *cd =
         avcodec_descriptor_get(m->fc->streams[m->stream]->codecpar->codec_id);
     char buf[128];
-    struct scan sc = {.last_dts = AV_NOPTS_VALUE};
+    struct scan sc = {
+        .last_dts = AV_NOPTS_VALUE,
+        .seek_by_dts = strncmp(m->fc->iformat->name, "mov", 3) != 0,
+    };
     int rc;
 
     m->n = m->nkey = 0;
@@ -506,11 +507,7 @@ static int open_common(struct dh_media *m, struct dh_err *e)
         return rc;
     }
     fill_info(m);
-    m->cur_key = m->counting ? 0 : -1;
-    m->last_index = -1;
-    m->eof = 0;
-    m->gate = 1;
-    m->gate_key_sent = 0;
+    dh__media_repositioned(m, m->counting ? 0 : -1);
     m->forward_only = m->counting;
     return 0;
 }
@@ -574,11 +571,23 @@ int dh__media_in_table(const struct dh_media *m, int64_t ts)
  * picture no earlier than a keyframe packet sent since (an edit list's
  * preroll keyframe is decoded but never output).  With timestamps, a
  * picture before the table's first frame is not in the clip either. */
+int64_t dh__media_picture_ts(const AVFrame *f)
+{
+    return f->best_effort_timestamp != AV_NOPTS_VALUE
+               ? f->best_effort_timestamp
+               : f->pts;
+}
+
+double dh__media_frame_time(const struct dh_media *m, int64_t at)
+{
+    if (m->counting || at < 0 || at >= m->n)
+        return m->info.fps > 0 ? (double)at / m->info.fps : 0;
+    return (double)(m->pts[at] - m->pts[0]) * m->tb;
+}
+
 int dh__media_trustworthy(struct dh_media *m, const AVFrame *f)
 {
-    int64_t ts = f->best_effort_timestamp != AV_NOPTS_VALUE
-                     ? f->best_effort_timestamp
-                     : f->pts;
+    int64_t ts = dh__media_picture_ts(f);
     int after_key = m->gate_key_sent &&
                     (ts == AV_NOPTS_VALUE ||
                      m->gate_key_ts == AV_NOPTS_VALUE ||
@@ -636,6 +645,17 @@ int64_t dh__media_key_at_or_before(const struct dh_media *m, int64_t index)
     return best;
 }
 
+/* The decoder was flushed and the input positioned at keyframe `key`
+ * (none: -1): nothing decoded yet, and the keyframe gate closed. */
+void dh__media_repositioned(struct dh_media *m, int64_t key)
+{
+    m->cur_key = key;
+    m->last_index = -1;
+    m->eof = 0;
+    m->gate = 1;
+    m->gate_key_sent = 0;
+}
+
 /* Positions the demuxer at keyframe `key` and empties the decoder.  The
  * first keyframe is reached by reopening: a timestamp seek lands a GOP late
  * in some containers (MPEG-TS binary-searches by decode time), and the
@@ -654,11 +674,7 @@ int dh__media_rewind(struct dh_media *m, int64_t key, struct dh_err *e)
                           m->name, (long long)m->key_idx[key],
                           dh__av_errstr(rc, buf, sizeof(buf)));
     avcodec_flush_buffers(m->cc);
-    m->cur_key = key;
-    m->last_index = -1;
-    m->eof = 0;
-    m->gate = 1;
-    m->gate_key_sent = 0;
+    dh__media_repositioned(m, key);
     m->seeks++;
     return 0;
 }
@@ -674,11 +690,7 @@ int dh__media_restart(struct dh_media *m, struct dh_err *e)
     if (rc)
         return rc;
     avcodec_flush_buffers(m->cc);
-    m->cur_key = 0;
-    m->last_index = -1;
-    m->eof = 0;
-    m->gate = 1;
-    m->gate_key_sent = 0;
+    dh__media_repositioned(m, 0);
     m->seeks++;
     return 0;
 }

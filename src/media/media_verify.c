@@ -22,22 +22,16 @@ struct vrun {
 static int fail(struct dh_media *m, int64_t at, const char *what,
                 struct dh_err *e)
 {
-    double t = m->counting || at >= m->n || at < 0
-                   ? (m->info.fps > 0 ? (double)at / m->info.fps : 0)
-                   : (double)(m->pts[at] - m->pts[0]) * m->tb;
-
     if (dh__media_overdue(m))
         return dh__media_watchdog_error(m, e);
     return dh_err_set(e, DH_EMEDIA, "%s: frame %lld (%.3f s): %s", m->name,
-                      (long long)at, t, what);
+                      (long long)at, dh__media_frame_time(m, at), what);
 }
 
 static int check_picture(struct vrun *v, const AVFrame *f, struct dh_err *e)
 {
     struct dh_media *m = v->m;
-    int64_t ts = f->best_effort_timestamp != AV_NOPTS_VALUE
-                     ? f->best_effort_timestamp
-                     : f->pts;
+    int64_t ts = dh__media_picture_ts(f);
     char why[160];
 
     if (f->decode_error_flags || (f->flags & AV_FRAME_FLAG_CORRUPT))
@@ -148,9 +142,8 @@ int dh_media_verify(struct dh_media *m, struct dh_media_verify *res,
     m->cc->err_recognition = er;
     /* Leave a state dh_media_decode() starts from, whatever happened. */
     avcodec_flush_buffers(m->cc);
-    m->cur_key = m->counting ? 0 : -1;
-    m->last_index = -1;
-    m->eof = 1;
+    dh__media_repositioned(m, m->counting ? 0 : -1);
+    m->eof = 1; /* so that a counting-mode decode starts over */
     if (rc)
         return rc;
     res->frames = v.next;
