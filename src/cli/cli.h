@@ -103,4 +103,19 @@ int dh_cli_stop_with_parent(void);
 /* Monotonic seconds. */
 double dh_cli_now(void);
 
+/* Most worker threads a command starts. */
+#define DH_CLI_MAX_THREADS 256
+
+/* Runs work(arg) on min(n, DH_CLI_MAX_THREADS) threads while this thread
+ * runs wait(arg) (a progress loop that returns once the work is done or
+ * stopped); when no thread can start, work(arg) runs here instead and
+ * wait is not called.  Returns when every thread has ended. */
+void dh_cli_run_threads(int64_t n, void *(*work)(void *),
+                        void (*wait)(void *), void *arg);
+
+/* dh_cli_error() on a line of its own: on a terminal it first clears a
+ * progress bar being drawn there.  Callers serialise it with the bar's
+ * updates. */
+void dh_cli_error_line(const char *cmd, const char *fmt, ...) DH_PRINTF(2, 3);
+
 #endif

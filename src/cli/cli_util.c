@@ -171,3 +171,35 @@ bad:
     return dh_cli_usage_error(cmd, "--size '%s': expected WxH, each "
                               "1..16384", s);
 }
+
+void dh_cli_run_threads(int64_t n, void *(*work)(void *),
+                        void (*wait)(void *), void *arg)
+{
+    pthread_t th[DH_CLI_MAX_THREADS];
+    int64_t started = 0;
+
+    if (n > DH_CLI_MAX_THREADS)
+        n = DH_CLI_MAX_THREADS;
+    for (; started < n; started++)
+        if (pthread_create(&th[started], NULL, work, arg))
+            break;
+    if (started == 0)
+        work(arg);
+    else
+        wait(arg);
+    for (int64_t i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+}
+
+void dh_cli_error_line(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (isatty(STDERR_FILENO))
+        fprintf(stderr, "\r\033[K");
+    fprintf(stderr, "datahelix: %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}

@@ -28,7 +28,7 @@
 #include "datahelix/index.h"
 #include "datahelix/probe.h"
 
-#define MAX_JOBS 256
+#define MAX_JOBS DH_CLI_MAX_THREADS
 
 struct probe_opts {
     const char *out;
@@ -232,9 +232,7 @@ static int parse_args(int argc, char **argv, struct probe_opts *o)
 static void report(struct probe_run *r, const char *msg)
 {
     pthread_mutex_lock(&r->err_lock);
-    if (isatty(STDERR_FILENO))
-        fprintf(stderr, "\r\033[K");
-    fprintf(stderr, "datahelix: probe: %s\n", msg);
+    dh_cli_error_line("probe", "%s", msg);
     pthread_mutex_unlock(&r->err_lock);
 }
 
@@ -260,8 +258,9 @@ static void *probe_worker(void *arg)
     return NULL;
 }
 
-static void wait_workers(struct probe_run *r)
+static void wait_workers(void *arg)
 {
+    struct probe_run *r = arg;
     struct dh_progress p;
     struct timespec ts = {0, 50 * 1000 * 1000};
 
@@ -277,21 +276,11 @@ static void wait_workers(struct probe_run *r)
 
 static int run_workers(struct probe_run *r)
 {
-    pthread_t th[MAX_JOBS];
-    int64_t n = r->o->jobs, started = 0;
+    int64_t n = r->o->jobs;
 
     if ((size_t)n > r->list.count)
         n = (int64_t)r->list.count;
-    for (; started < n; started++)
-        if (pthread_create(&th[started], NULL, probe_worker, r))
-            break;
-    if (started == 0) {
-        probe_worker(r); /* no thread could start: probe inline */
-    } else {
-        wait_workers(r);
-    }
-    for (int64_t i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
+    dh_cli_run_threads(n, probe_worker, wait_workers, r);
     return 0;
 }
 

@@ -27,7 +27,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/probe_verify.h"
@@ -36,7 +35,6 @@
 #include "datahelix/media.h"
 #include "datahelix/probe.h"
 
-#define MAX_THREADS 256
 #define LOG_EVERY_S 10.0 /* progress line period when not a terminal */
 
 struct vitem {
@@ -64,12 +62,10 @@ struct vpass {
 static void say(struct vpass *p, const char *path, const char *reason)
 {
     pthread_mutex_lock(&p->lock);
-    if (isatty(STDERR_FILENO))
-        fprintf(stderr, "\r\033[K");
     if (path)
-        fprintf(stderr, "datahelix: probe: %s: %s\n", path, reason);
+        dh_cli_error_line("probe", "%s: %s", path, reason);
     else
-        fprintf(stderr, "datahelix: probe: %s\n", reason);
+        dh_cli_error_line("probe", "%s", reason);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -222,8 +218,9 @@ static void show(struct vpass *p, struct dh_progress *bar)
     pthread_mutex_unlock(&p->lock);
 }
 
-static void wait_workers(struct vpass *p)
+static void wait_workers(void *arg)
 {
+    struct vpass *p = arg;
     struct timespec ts = {0, 50 * 1000 * 1000};
     struct dh_progress bar;
 
@@ -241,21 +238,11 @@ static void wait_workers(struct vpass *p)
 
 static void run_workers(struct vpass *p)
 {
-    pthread_t th[MAX_THREADS];
-    int64_t n = p->o->jobs < MAX_THREADS ? p->o->jobs : MAX_THREADS;
-    int64_t started = 0;
+    int64_t n = p->o->jobs;
 
     if ((size_t)n > p->ntodo)
         n = (int64_t)p->ntodo;
-    for (; started < n; started++)
-        if (pthread_create(&th[started], NULL, worker, p))
-            break;
-    if (started == 0)
-        worker(p); /* no thread could start: verify inline */
-    else
-        wait_workers(p);
-    for (int64_t i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
+    dh_cli_run_threads(n, worker, wait_workers, p);
 }
 
 static const struct dh_verify_entry *kept_item(void *arg, size_t i,
