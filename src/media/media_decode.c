@@ -205,59 +205,67 @@ static int64_t picture_index(struct run *r, const AVFrame *f)
     return dh__media_frame_index(r->m, ts);
 }
 
-static int av_fail(struct run *r, int rc, const char *what, struct dh_err *e)
+int dh__media_av_fail(struct dh_media *m, int rc, const char *what,
+                      struct dh_err *e)
 {
-    struct dh_media *m = r->m;
     char buf[128];
+    int64_t at = m->last_index + 1;
 
     if (dh__media_overdue(m)) /* the interrupt callback cut a read */
         return dh__media_watchdog_error(m, e);
-    int64_t at = m->last_index + 1;
-
-    return dh_err_set(e, DH_EMEDIA, "%s: %s near frame %lld (%.3f s): %s",
-                      m->name, what, (long long)at,
-                      dh__media_frame_time(m, at),
+    return dh_err_set(e, DH_EMEDIA, "%s: %s%sframe %lld (%.3f s): %s",
+                      m->name, what ? what : "", what ? " near " : "",
+                      (long long)at, dh__media_frame_time(m, at),
                       dh__media_errstr(rc, buf, sizeof(buf)));
 }
 
-static int receive_all(struct run *r, struct dh_err *e)
+static int drain(struct dh_media *m, const char *what,
+                 dh__media_picture_fn pic, void *ctx, struct dh_err *e)
 {
-    struct dh_media *m = r->m;
     int rc;
 
     while ((rc = avcodec_receive_frame(m->cc, m->frame)) >= 0) {
-        int64_t k;
         m->decoded++;
-        if (!dh__media_trustworthy(m, m->frame)) {
-            av_frame_unref(m->frame);
-            continue;
-        }
-        k = picture_index(r, m->frame);
-        m->last_index = k;
-        rc = deliver(r, m->frame, k, e);
+        rc = dh__media_trustworthy(m, m->frame) ? pic(ctx, m->frame, e) : 0;
         av_frame_unref(m->frame);
         if (rc)
             return rc;
     }
     if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF)
         return 0;
-    return av_fail(r, rc, "decoding", e);
+    return dh__media_av_fail(m, rc, what, e);
+}
+
+int dh__media_feed(struct dh_media *m, const AVPacket *pkt, const char *what,
+                   dh__media_picture_fn pic, void *ctx, struct dh_err *e)
+{
+    int rc;
+
+    if (dh__media_overdue(m))
+        return dh__media_watchdog_error(m, e);
+    if (pkt)
+        dh__media_note_packet(m, pkt);
+    while ((rc = avcodec_send_packet(m->cc, pkt)) == AVERROR(EAGAIN))
+        if ((rc = drain(m, what, pic, ctx, e)))
+            return rc;
+    if (rc < 0 && rc != AVERROR_EOF)
+        return dh__media_av_fail(m, rc, what, e);
+    return drain(m, what, pic, ctx, e);
+}
+
+/* A picture that may be a frame of the clip came out of the decoder. */
+static int on_picture(void *ctx, AVFrame *f, struct dh_err *e)
+{
+    struct run *r = ctx;
+    int64_t k = picture_index(r, f);
+
+    r->m->last_index = k;
+    return deliver(r, f, k, e);
 }
 
 static int send(struct run *r, const AVPacket *pkt, struct dh_err *e)
 {
-    int rc;
-
-    if (dh__media_overdue(r->m))
-        return dh__media_watchdog_error(r->m, e);
-    if (pkt)
-        dh__media_note_packet(r->m, pkt);
-    while ((rc = avcodec_send_packet(r->m->cc, pkt)) == AVERROR(EAGAIN))
-        if ((rc = receive_all(r, e)))
-            return rc;
-    if (rc < 0 && rc != AVERROR_EOF)
-        return av_fail(r, rc, "decoding", e);
-    return receive_all(r, e);
+    return dh__media_feed(r->m, pkt, "decoding", on_picture, r, e);
 }
 
 /* Is presentation index k one of the targets not yet delivered?  (The
@@ -312,7 +320,7 @@ static int step(struct run *r, struct dh_err *e)
         return rc ? rc : 1;
     }
     if (rc < 0)
-        return av_fail(r, rc, "reading", e);
+        return dh__media_av_fail(m, rc, "reading", e);
     if (m->pkt->stream_index == m->stream) {
         choose_discard(r, m->pkt);
         rc = send(r, m->pkt, e);
@@ -427,7 +435,7 @@ static int run_key_one(struct run *r, int64_t key, struct dh_err *e)
     if (rc)
         return rc;
     if (averr < 0 && averr != AVERROR_EOF)
-        return av_fail(r, averr, "reading", e);
+        return dh__media_av_fail(m, averr, "reading", e);
     r->accept = 1; /* whatever the keyframe turns out to be, it is used */
     rc = send(r, NULL, e);
     r->accept = 0;

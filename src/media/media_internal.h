@@ -120,6 +120,20 @@ void dh__media_note_packet(struct dh_media *m, const AVPacket *pkt);
 int64_t dh__media_key_at_or_before(const struct dh_media *m, int64_t index);
 const char *dh__media_errstr(int averr, char *buf, size_t len);
 
+/* media_decode.c: the one decode loop.  Sends `pkt` (NULL: end of stream,
+ * drain) and hands every picture that can be a frame of the clip
+ * (dh__media_trustworthy) to pic(ctx, f, e), whose non-zero return stops
+ * it.  Errors name the frame after m->last_index (dh__media_av_fail with
+ * `what`). */
+typedef int (*dh__media_picture_fn)(void *ctx, AVFrame *f, struct dh_err *e);
+int dh__media_feed(struct dh_media *m, const AVPacket *pkt, const char *what,
+                   dh__media_picture_fn pic, void *ctx, struct dh_err *e);
+/* DH_EMEDIA "<file>: <what> near frame N (T s): <FFmpeg's reason>" (what
+ * NULL: "<file>: frame N ..."), or the watchdog's error when it cut the
+ * call. */
+int dh__media_av_fail(struct dh_media *m, int averr, const char *what,
+                      struct dh_err *e);
+
 /* media_scale.c: writes frame `f` as output frame `slot` of plan `p`. */
 int dh__media_emit(struct dh_media *m, const struct dh_media_plan *p,
                    AVFrame *f, int64_t slot, uint8_t *dst,

@@ -55,48 +55,21 @@ static int check_picture(struct vrun *v, const AVFrame *f, struct dh_err *e)
     return 0;
 }
 
-static int drain(struct vrun *v, struct dh_err *e)
+/* dh__media_feed()'s picture callback: m->last_index follows, so that a
+ * decoder error names the frame after the last good one. */
+static int on_picture(void *ctx, AVFrame *f, struct dh_err *e)
 {
-    struct dh_media *m = v->m;
-    char buf[128];
-    int rc;
+    struct vrun *v = ctx;
+    int rc = check_picture(v, f, e);
 
-    while ((rc = avcodec_receive_frame(m->cc, m->frame)) >= 0) {
-        m->decoded++;
-        rc = dh__media_trustworthy(m, m->frame) ? check_picture(v, m->frame, e)
-                                                : 0;
-        av_frame_unref(m->frame);
-        if (rc)
-            return rc;
-    }
-    if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF)
-        return 0;
-    return fail(m, v->next, dh__media_errstr(rc, buf, sizeof(buf)), e);
-}
-
-static int feed(struct vrun *v, const AVPacket *pkt, struct dh_err *e)
-{
-    struct dh_media *m = v->m;
-    char buf[128];
-    int rc;
-
-    if (dh__media_overdue(m))
-        return dh__media_watchdog_error(m, e);
-    if (pkt)
-        dh__media_note_packet(m, pkt);
-    while ((rc = avcodec_send_packet(m->cc, pkt)) == AVERROR(EAGAIN))
-        if ((rc = drain(v, e)))
-            return rc;
-    if (rc < 0 && rc != AVERROR_EOF)
-        return fail(m, v->next, dh__media_errstr(rc, buf, sizeof(buf)), e);
-    return drain(v, e);
+    v->m->last_index = v->next - 1;
+    return rc;
 }
 
 static int decode_everything(struct vrun *v, struct dh_media_verify *res,
                              struct dh_err *e)
 {
     struct dh_media *m = v->m;
-    char buf[128];
     int rc;
 
     m->cc->skip_frame = AVDISCARD_DEFAULT;
@@ -108,15 +81,15 @@ static int decode_everything(struct vrun *v, struct dh_media_verify *res,
         int mine = m->pkt->stream_index == m->stream;
         if (mine) {
             res->packets++;
-            rc = feed(v, m->pkt, e);
+            rc = dh__media_feed(m, m->pkt, NULL, on_picture, v, e);
         }
         av_packet_unref(m->pkt);
         if (rc)
             return rc;
     }
     if (rc != AVERROR_EOF)
-        return fail(m, v->next, dh__media_errstr(rc, buf, sizeof(buf)), e);
-    return feed(v, NULL, e);
+        return dh__media_av_fail(m, rc, NULL, e);
+    return dh__media_feed(m, NULL, NULL, on_picture, v, e);
 }
 
 int dh_media_verify(struct dh_media *m, struct dh_media_verify *res,
