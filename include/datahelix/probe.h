@@ -27,6 +27,18 @@
 int dh_probe_file(const char *path, struct dh_desc *d,
                   struct dh_err *e) DH_MUST_CHECK;
 
+/* What the cheap checks of one probe could not establish. */
+struct dh_probe_notes {
+    int unchecked; /* 1: nothing in the file (no index, no duration, no
+                      frame count) can tell a cut-off file from a whole
+                      one; only a full decode (dh_media_verify) can */
+};
+
+/* dh_probe_file(), also filling `notes` (may be NULL). */
+int dh_probe_file_notes(const char *path, struct dh_desc *d,
+                        struct dh_probe_notes *notes,
+                        struct dh_err *e) DH_MUST_CHECK;
+
 /* One input sample: a path and an optional caption. */
 struct dh_probe_item {
     char *path;

@@ -50,6 +50,7 @@ struct probe_run {
     atomic_size_t next;
     atomic_size_t done;
     atomic_size_t failed;
+    atomic_size_t unchecked; /* probed, but not checkable for truncation */
     atomic_int stop;
     pthread_mutex_t err_lock;
     struct probe_verify_stats vst; /* --verify */
@@ -244,9 +245,14 @@ static void *probe_worker(void *arg)
 
     while (!atomic_load(&r->stop) &&
            (i = atomic_fetch_add(&r->next, 1)) < r->list.count) {
+        struct dh_probe_notes notes;
+
         dh_err_clear(&e);
-        if (dh_probe_file(r->list.items[i].path, &r->descs[i], &e) == 0) {
+        if (dh_probe_file_notes(r->list.items[i].path, &r->descs[i], &notes,
+                                &e) == 0) {
             r->ok[i] = 1;
+            if (notes.unchecked)
+                atomic_fetch_add(&r->unchecked, 1);
         } else {
             report(r, e.msg);
             atomic_fetch_add(&r->failed, 1);
@@ -572,6 +578,10 @@ static int probe_all(struct probe_run *r, struct probe_opts *o)
                 (size_t)atomic_load(&r->failed));
         if (o->verify)
             fprintf(stderr, ", %zu left out by --verify", r->vst.left_out);
+        else if (atomic_load(&r->unchecked))
+            fprintf(stderr, ", %zu unchecked for truncation (nothing in "
+                    "them to check against: --verify decodes them)",
+                    (size_t)atomic_load(&r->unchecked));
         fprintf(stderr, ", %.2f s (%.0f files/s) -> %s\n", s,
                 s > 0 ? (double)n / s : 0.0, o->out);
     }

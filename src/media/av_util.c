@@ -144,9 +144,18 @@ int dh__av_counts_as_frame(const AVPacket *pkt, int *seen_key)
     return *seen_key && !(pkt->flags & AV_PKT_FLAG_DISCARD);
 }
 
+/* Nothing to hold the packets' end against: the file is unchecked unless
+ * its header's frame count was (AVI). */
+static int no_duration(const AVStream *st, int *unchecked)
+{
+    if (unchecked)
+        *unchecked = st->nb_frames <= 0;
+    return 0;
+}
+
 int dh__av_check_complete(const AVFormatContext *fc, const AVStream *st,
                           int64_t packets, double end_s, double all_end_s,
-                          const char *path, struct dh_err *e)
+                          int *unchecked, const char *path, struct dh_err *e)
 {
     AVRational r = st->avg_frame_rate.num ? st->avg_frame_rate
                                           : st->r_frame_rate;
@@ -158,6 +167,8 @@ int dh__av_check_complete(const AVFormatContext *fc, const AVStream *st,
     const char *whose = "video";
     double dur;
 
+    if (unchecked)
+        *unchecked = 0;
     /* AVI and others state the frame count in the header. */
     if (st->nb_frames > 0 && packets < st->nb_frames)
         return dh_err_set(e, DH_EMEDIA,
@@ -166,8 +177,8 @@ int dh__av_check_complete(const AVFormatContext *fc, const AVStream *st,
                           path, (long long)st->nb_frames, (long long)packets);
     if (end_s <= 0 || fc->duration_estimation_method ==
                           AVFMT_DURATION_FROM_BITRATE)
-        return 0; /* no timestamps, or a duration guessed from the size:
-                     unchecked */
+        return no_duration(st, unchecked); /* no timestamps, or a duration
+                                              guessed from the size */
     /* The video's own duration, or the container's when the video is all
      * it holds.  With other streams the container's may be theirs (audio
      * longer than the video by seconds is common): then it is held against
@@ -185,7 +196,7 @@ int dh__av_check_complete(const AVFormatContext *fc, const AVStream *st,
             slack += 0.25; /* an audio packet's length, and more */
         }
     } else {
-        return 0;
+        return no_duration(st, unchecked);
     }
     if (end_s + slack < dur)
         return dh_err_set(e, DH_EMEDIA,

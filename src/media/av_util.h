@@ -42,7 +42,8 @@ int dh__av_open_file(AVFormatContext **fc, const char *path);
  * (all_end_s, from the file's start; 0: not scanned) is held against it.
  * Where the headers cannot tell (no duration, a shared one and no scan of
  * the other streams, one guessed from the bit rate) the file passes
- * unchecked: `probe --verify` decodes it. */
+ * unchecked, and *unchecked (may be NULL) says so: `probe --verify`
+ * decodes it. */
 /* Does this packet of the video stream count as a frame of the clip?  Not
  * before the first keyframe (those pictures never leave the decoder) nor
  * when the demuxer marks it discarded (edit-list preroll).  `seen_key`
@@ -52,6 +53,7 @@ int dh__av_counts_as_frame(const AVPacket *pkt, int *seen_key);
 
 int dh__av_check_complete(const AVFormatContext *fc, const AVStream *st,
                           int64_t packets, double end_s, double all_end_s,
-                          const char *path, struct dh_err *e) DH_MUST_CHECK;
+                          int *unchecked, const char *path,
+                          struct dh_err *e) DH_MUST_CHECK;
 
 #endif

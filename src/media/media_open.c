@@ -407,7 +407,7 @@ static int table_from_scan(struct dh_media *m, struct dh_err *e)
     if ((rc = finish_scan(m)))
         return rc;
     return dh__av_check_complete(m->fc, m->fc->streams[m->stream],
-                                 sc.packets, scan_end_s(m, sc.t0), 0,
+                                 sc.packets, scan_end_s(m, sc.t0), 0, NULL,
                                  m->name, e);
 }
 

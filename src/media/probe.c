@@ -183,7 +183,7 @@ static double round6(double x)
 }
 
 static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
-                      const char *path, struct dh_err *e)
+                      int *unchecked, const char *path, struct dh_err *e)
 {
     AVStream *st = fc->streams[idx];
     AVCodecParameters *par = st->codecpar;
@@ -214,7 +214,7 @@ static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
         rc = count_packets(fc, idx, &c, path, e);
         if (!rc)
             rc = dh__av_check_complete(fc, st, c.packets, c.end_s,
-                                       c.all_end_s, path, e);
+                                       c.all_end_s, unchecked, path, e);
         if (rc)
             return rc;
         frames = c.frames;
@@ -252,11 +252,19 @@ static int open_media(const char *path, AVFormatContext **out,
 
 int dh_probe_file(const char *path, struct dh_desc *d, struct dh_err *e)
 {
+    return dh_probe_file_notes(path, d, NULL, e);
+}
+
+int dh_probe_file_notes(const char *path, struct dh_desc *d,
+                        struct dh_probe_notes *notes, struct dh_err *e)
+{
     struct stat st;
     AVFormatContext *fc = NULL;
     int idx, rc;
 
     dh_desc_fini(d);
+    if (notes)
+        memset(notes, 0, sizeof(*notes));
     dh__av_quiet();
     if (stat(path, &st))
         return dh_err_set(e, DH_EIO, "%s: %s", path, strerror(errno));
@@ -287,7 +295,7 @@ int dh_probe_file(const char *path, struct dh_desc *d, struct dh_err *e)
         rc = idx;
         goto out_close;
     }
-    rc = fill_video(fc, idx, d, path, e);
+    rc = fill_video(fc, idx, d, notes ? &notes->unchecked : NULL, path, e);
 out_close:
     avformat_close_input(&fc);
 out_fini:

@@ -68,3 +68,19 @@ def test_cut_file_with_audio_is_still_caught(tmp_path):
     assert p.returncode == 0
     assert f"{cut}: truncated or damaged: its packets end at" in p.stderr
     assert [r["path"] for r in rows(out)] == [str(whole)]
+
+
+def test_files_nothing_can_check_are_called_unchecked(tmp_path):
+    """An elementary stream has no index, no duration, no frame count: the
+    probe keeps it and says it could not be checked, rather than calling it
+    damaged or staying silent; a file with a duration is not counted."""
+    raw = tmp_path / "v.h264"
+    ffmpeg(*VIDEO, "-c:v", "libx264", raw)
+    mp4 = tmp_path / "v.mp4"
+    ffmpeg(*VIDEO, "-c:v", "libx264", mp4)
+    out = tmp_path / "m.jsonl"
+    p = run_dh("probe", "--out", out, raw, mp4, check=True)
+    assert len(rows(out)) == 2
+    assert ", 1 unchecked for truncation (" in p.stderr, p.stderr
+    p = run_dh("probe", "--out", out, mp4, check=True)
+    assert "unchecked" not in p.stderr
