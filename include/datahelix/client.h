@@ -52,6 +52,8 @@
 #include "datahelix/media.h"
 
 #define DH_CLIENT_MAX_PREFETCH 256u
+/* Largest step hint, step deadline and ddl_ms accepted (one day). */
+#define DH_CLIENT_MAX_STEP_MS 86400000.0
 #define DH_CLIENT_MAX_MICROBATCHES 255u
 #define DH_CLIENT_MAX_PARTS DH_CLIENT_MAX_MICROBATCHES
 
@@ -87,13 +89,17 @@ struct dh_client_opts {
     int start_timeout_ms;    /* bound on registering and on starting the
                                 embedded server (default 15000) */
     int max_restarts;        /* embedded server restarts (default 3) */
-    double step_ms_hint;     /* step time assumed before one is measured,
-                                for request slack (default 100) */
-    double ddl_ms;           /* > 0: the deadline of one step, fixed: a
-                                request k steps ahead carries slack
-                                (k + 1) x ddl_ms.  0 (default): the
-                                measured step time (EWMA of window +
-                                input wait) instead */
+    double step_ms_hint;     /* step period assumed before one is
+                                measured, for request slack (default
+                                100; the deadline model in place.h) */
+    double step_deadline_ms; /* > 0: a fixed step period: a request for
+                                the step k steps after the one being
+                                computed carries slack k x this.  0
+                                (default): the measured period (EWMA of
+                                window + input wait) instead */
+    double ddl_ms;           /* the miss threshold: a step whose input
+                                wait exceeds it is a DDL miss (default
+                                DH_CLIENT_DDL_MS) */
     FILE *telemetry;         /* JSONL per consumed step; NULL: none.
                                 Borrowed: must outlive the client */
 };
@@ -130,8 +136,8 @@ struct dh_client_batch {
 struct dh_client_stats {
     uint64_t steps;        /* next() calls that returned a batch */
     uint64_t errors;       /* next() calls that returned a sample error */
-    uint64_t misses;       /* steps whose batch was not ready (waited >
-                              DH_CLIENT_MISS_MS) */
+    uint64_t misses;       /* steps whose batch was not ready (input
+                              wait > ddl_ms) */
     double input_wait_p50_ms, input_wait_p95_ms, input_wait_max_ms;
     double window_p50_ms;  /* time between steps, as measured */
     uint64_t requests;     /* DescriptorRequests sent (re-issues included) */
@@ -145,7 +151,10 @@ struct dh_client_stats {
     double elapsed_s;      /* since the first next() */
 };
 
-#define DH_CLIENT_MISS_MS 1.0
+/* The default miss threshold: a ready batch's next() costs 0.05-0.3 ms
+ * here, which is no miss; the simulator's waits are exact, its default is
+ * 0. */
+#define DH_CLIENT_DDL_MS 1.0
 
 /*
  * Registers with the Coordinator and starts (or attaches to) the local

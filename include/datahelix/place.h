@@ -235,32 +235,62 @@ size_t dh_place_decision_format(const struct dh_place_decision *d,
                                 int64_t task, double decide_us, char *buf,
                                 size_t len);
 
-/* ---- the GPU window (DESIGN 3) ---- */
+/* ---- the GPU window and the deadline model (DESIGN 3) ----
+ *
+ * One model, called by the live client (client_io.c) and the simulator
+ * (sim.c) alike, so that "the simulator calls the same code" holds for D:
+ *
+ *   period   one next() return to the next: the compute window plus the
+ *            input wait of the following step.  Its EWMA is the model.
+ *   slack    of a request for the step `steps_ahead` steps after the one
+ *            being computed: steps_ahead x period - elapsed.  A request is
+ *            issued when next() returns (the client's I/O thread is woken
+ *            then; the simulator issues at begin_compute), so both pass
+ *            elapsed 0.  The Coordinator turns slack into a deadline on
+ *            its own clock (now + slack, less the time the request queued)
+ *            -- no cross-host clock sync.
+ *   step_deadline_ms  > 0: a fixed period replaces the EWMA (a user who
+ *            knows the step time; `consume --step-deadline-ms`,
+ *            DataLoader(step_deadline_ms=)).
+ *   hint_ms  the period assumed before the first sample (client default
+ *            100 ms); 0: no deadline is known until then (INFINITY).
+ *   ddl_ms   the miss threshold, and only that: a step is a DDL miss when
+ *            its input wait exceeds ddl_ms.
+ */
 
-/* Caller-owned: EWMA of the compute window between consecutive next()
- * calls.  Reentrant; one struct per iterator. */
+/* Caller-owned; reentrant; one struct per iterator (rank). */
 struct dh_window {
-    double alpha;   /* weight of a new sample */
-    double ewma_ms; /* 0 until the first sample */
+    double alpha;            /* weight of a new sample */
+    double ewma_ms;          /* of the period; 0 until the first sample */
     int64_t samples;
+    double hint_ms;          /* period before the first sample; 0: none */
+    double step_deadline_ms; /* > 0: fixed period, the EWMA unused */
 };
 
-/* alpha in (0, 1]; anything else gives the default 0.2. */
+/* alpha in (0, 1]; anything else gives the default DH_WINDOW_ALPHA.  No
+ * hint, no fixed step deadline. */
+#define DH_WINDOW_ALPHA 0.2
 void dh_window_init(struct dh_window *w, double alpha);
-/* Adds one measured window; negative or non-finite values are ignored.
+/* The period assumed before the first sample (negative or non-finite: 0,
+ * none) and a fixed step deadline (<= 0 or non-finite: none). */
+void dh_window_assume(struct dh_window *w, double hint_ms,
+                      double step_deadline_ms);
+/* Adds one measured period; negative or non-finite values are ignored.
  * The first sample sets the EWMA directly. */
-void dh_window_update(struct dh_window *w, double window_ms);
+void dh_window_update(struct dh_window *w, double period_ms);
+/* The period the model predicts now: the fixed step deadline, else the
+ * EWMA, else the hint; INFINITY when none is known. */
+double dh_window_period_ms(const struct dh_window *w);
 /*
  * Slack of a request for the batch consumed `steps_ahead` steps from now,
- * `elapsed_ms` into the current window: steps_ahead * window - elapsed
- * (may be negative: already late).  The Coordinator turns it into a
- * deadline on its own clock as now + slack — no cross-host clock sync —
- * and passes deadline - now at decision time as dh_place_req.deadline_ms.
- * With no sample yet it returns INFINITY (no deadline known).
+ * `elapsed_ms` into the current window: steps_ahead x period - elapsed
+ * (may be negative: already late).  The Coordinator passes deadline - now
+ * at decision time as dh_place_req.deadline_ms.  INFINITY when no period
+ * is known.
  */
 double dh_window_slack_ms(const struct dh_window *w, int steps_ahead,
                           double elapsed_ms);
-/* A step is a DDL miss when its input wait exceeds ddl_ms (default 0). */
+/* A step is a DDL miss when its input wait exceeds ddl_ms. */
 int dh_window_is_miss(double input_wait_ms, double ddl_ms);
 
 #endif

@@ -82,7 +82,8 @@ class DataLoader(Closing):
                  on_error="raise", *, microbatches=1, workers=2,
                  timeout=60.0, layout="THWC", dtype="uint8",
                  random_crop=False, telemetry=None, dataserver=None,
-                 listen=None, transport="shm", ablation=None, ddl_ms=0.0):
+                 listen=None, transport="shm", ablation=None, ddl_ms=1.0,
+                 step_deadline_ms=0.0):
         if ablation is not None:
             if ablation not in ABLATIONS:
                 raise ValueError(f"ablation={ablation!r}: one of "
@@ -122,7 +123,8 @@ class DataLoader(Closing):
                           random_crop=bool(random_crop),
                           telemetry=os.fspath(telemetry) if telemetry else None,
                           dataserver=dataserver, listen=listen,
-                          ddl_ms=float(ddl_ms))
+                          ddl_ms=float(ddl_ms),
+                          step_deadline_ms=float(step_deadline_ms))
         self._dtype = _DTYPES[dtype]
         self.transport = transport
         self._timeout_ms = int(timeout * 1000)

@@ -56,9 +56,11 @@ static void usage(FILE *f)
         "  --prefetch K         steps requested ahead (default 4)\n"
         "  --microbatches M     requests per step (default 1)\n"
         "  --window-ms MS       hold each batch MS ms, as a GPU step would\n"
-        "  --ddl-ms MS          a step's deadline, fixed (default: the\n"
-        "                       measured step time); requests carry it as\n"
+        "  --step-deadline-ms MS  a step's period, fixed (default: the\n"
+        "                       measured one); requests carry k x MS as\n"
         "                       slack for the deadline policy\n"
+        "  --ddl-ms MS          a step is a DDL miss when its input wait\n"
+        "                       exceeds MS (default 1)\n"
         "  --frames N           frames per sample (default 16)\n"
         "  --size WxH           output size (default 224x224)\n"
         "  --seed S             plan seed (default 0)\n"
@@ -116,6 +118,7 @@ static const struct option long_opts[] = {
     {"json", no_argument, NULL, 'J'},
     {"transport", required_argument, NULL, 'x'},
     {"ddl-ms", required_argument, NULL, 'D'},
+    {"step-deadline-ms", required_argument, NULL, 'P'},
     {"ablation", required_argument, NULL, 'A'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -217,10 +220,18 @@ static int parse_opt(struct args *a, int c)
         return 0;
     case 'A': return ablation(a, optarg);
     case 'D':
-        if (dh_cli_parse_double(optarg, 0, 86400000, &a->o.ddl_ms))
+        if (dh_cli_parse_double(optarg, 0, DH_CLIENT_MAX_STEP_MS,
+                                &a->o.ddl_ms))
             return dh_cli_usage_error(CMD, "--ddl-ms '%s': expected a "
                                       "number of ms in [0, 86400000]",
                                       optarg);
+        return 0;
+    case 'P':
+        if (dh_cli_parse_double(optarg, 0, DH_CLIENT_MAX_STEP_MS,
+                                &a->o.step_deadline_ms))
+            return dh_cli_usage_error(CMD, "--step-deadline-ms '%s': "
+                                      "expected a number of ms in [0, "
+                                      "86400000]", optarg);
         return 0;
     case 'h': a->help = 1; return 0;
     default: return dh_cli_usage_error(CMD, "bad option");

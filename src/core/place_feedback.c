@@ -118,31 +118,53 @@ int dh_place_heartbeat(struct dh_place *p, int32_t server,
     return 0;
 }
 
-/* ---- the GPU window ---- */
+/* ---- the GPU window and the deadline model (place.h) ---- */
 
 void dh_window_init(struct dh_window *w, double alpha)
 {
-    w->alpha = alpha > 0 && alpha <= 1 ? alpha : 0.2;
+    w->alpha = alpha > 0 && alpha <= 1 ? alpha : DH_WINDOW_ALPHA;
     w->ewma_ms = 0;
     w->samples = 0;
+    w->hint_ms = 0;
+    w->step_deadline_ms = 0;
 }
 
-void dh_window_update(struct dh_window *w, double window_ms)
+void dh_window_assume(struct dh_window *w, double hint_ms,
+                      double step_deadline_ms)
 {
-    if (!(window_ms >= 0) || !isfinite(window_ms))
+    w->hint_ms = hint_ms > 0 && isfinite(hint_ms) ? hint_ms : 0;
+    w->step_deadline_ms =
+        step_deadline_ms > 0 && isfinite(step_deadline_ms) ? step_deadline_ms
+                                                           : 0;
+}
+
+void dh_window_update(struct dh_window *w, double period_ms)
+{
+    if (!(period_ms >= 0) || !isfinite(period_ms))
         return;
     if (w->samples++ == 0)
-        w->ewma_ms = window_ms;
+        w->ewma_ms = period_ms;
     else
-        w->ewma_ms = (1 - w->alpha) * w->ewma_ms + w->alpha * window_ms;
+        w->ewma_ms = (1 - w->alpha) * w->ewma_ms + w->alpha * period_ms;
+}
+
+double dh_window_period_ms(const struct dh_window *w)
+{
+    if (w->step_deadline_ms > 0)
+        return w->step_deadline_ms;
+    if (w->samples > 0)
+        return w->ewma_ms;
+    return w->hint_ms > 0 ? w->hint_ms : INFINITY;
 }
 
 double dh_window_slack_ms(const struct dh_window *w, int steps_ahead,
                           double elapsed_ms)
 {
-    if (w->samples == 0)
+    double period = dh_window_period_ms(w);
+
+    if (isinf(period))
         return INFINITY;
-    return (double)steps_ahead * w->ewma_ms - elapsed_ms;
+    return (double)steps_ahead * period - elapsed_ms;
 }
 
 int dh_window_is_miss(double input_wait_ms, double ddl_ms)

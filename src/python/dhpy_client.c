@@ -260,7 +260,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
         "timeout_ms", "start_timeout_ms", "dataserver", "datahelix_bin",
         "workers", "max_batch", "listen", "seed", "telemetry",
         "max_restarts", "random_crop", "arena_bytes", "dataserver_args",
-        "ddl_ms", NULL};
+        "ddl_ms", "step_deadline_ms", NULL};
     struct dh_client_opts o;
     const char *layout = "THWC", *dtype = "uint8", *tel = NULL;
     unsigned long long seed = 0;
@@ -277,13 +277,13 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     }
     dh_client_opts_default(&o);
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "ss|IILiissIIiizzIIzKzipKOd", names, &o.coordinator,
+            args, kw, "ss|IILiissIIiizzIIzKzipKOdd", names, &o.coordinator,
             &o.index_path, &o.rank, &o.world_size, &frames, &w, &h, &layout,
             &dtype, &o.prefetch, &o.microbatches, &o.timeout_ms,
             &o.start_timeout_ms, &o.dataserver, &o.datahelix_bin,
             &o.ds_workers, &o.max_batch, &o.ds_listen, &seed, &tel,
             &o.max_restarts, &random_crop, &arena_bytes, &ds_args,
-            &o.ddl_ms))
+            &o.ddl_ms, &o.step_deadline_ms))
         return -1;
     o.arena_bytes = (size_t)arena_bytes;
     if (parse_enum(layout, "THWC", "TCHW", "layout", &lay) < 0 ||

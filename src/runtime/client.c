@@ -24,7 +24,6 @@
 
 #define MIN_ARENA ((size_t)64 << 20)
 #define DEFAULT_ARENA ((size_t)256 << 20)
-#define EWMA_ALPHA 0.2
 
 /* What a batch owns: its parts' slots and a reference on the client. */
 struct cl_batch {
@@ -46,6 +45,7 @@ void dh_client_opts_default(struct dh_client_opts *o)
     o->start_timeout_ms = 15000;
     o->max_restarts = 3;
     o->step_ms_hint = 100;
+    o->ddl_ms = DH_CLIENT_DDL_MS;
 }
 
 /* ---- create / destroy ---- */
@@ -71,9 +71,14 @@ static int check_opts(const struct dh_client_opts *o, struct dh_err *e)
                           DH_CLIENT_MAX_MICROBATCHES);
     if (o->timeout_ms < 1 || o->start_timeout_ms < 1 || o->max_restarts < 0 ||
         o->ds_workers < 1 || !(o->step_ms_hint >= 0) ||
-        !(o->ddl_ms >= 0 && o->ddl_ms <= 86400000.0))
+        !(o->step_ms_hint <= DH_CLIENT_MAX_STEP_MS) ||
+        !(o->step_deadline_ms >= 0 &&
+          o->step_deadline_ms <= DH_CLIENT_MAX_STEP_MS) ||
+        !(o->ddl_ms >= 0 && o->ddl_ms <= DH_CLIENT_MAX_STEP_MS))
         return dh_err_set(e, DH_EINVAL, "client: timeouts must be >= 1 ms, "
-                          "workers >= 1, restarts >= 0");
+                          "workers >= 1, restarts >= 0, and the step hint, "
+                          "step deadline and ddl_ms in [0, %.0f] ms",
+                          DH_CLIENT_MAX_STEP_MS);
     if (dh_media_plan_check(&o->plan, e) < 0)
         return DH_EINVAL;
     if (dh_batch_frames(&o->plan) <= 0)
@@ -95,7 +100,8 @@ static int copy_opts(struct dh_client *c, const struct dh_client_opts *o,
     c->timeout_ms = o->timeout_ms;
     c->start_timeout_ms = o->start_timeout_ms;
     c->max_restarts = o->max_restarts;
-    c->step_ms_hint = o->step_ms_hint;
+    dh_window_init(&c->win, DH_WINDOW_ALPHA);
+    dh_window_assume(&c->win, o->step_ms_hint, o->step_deadline_ms);
     c->ddl_ms = o->ddl_ms;
     c->telemetry = o->telemetry;
     c->link_fd = -1;
@@ -533,7 +539,7 @@ static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
             "\"ready_latency_ms\":%llu,\"samples\":%llu,\"servers\":[%s],"
             "\"cross_ds_bytes\":%llu}\n",
             c->rank, c->epoch, (unsigned long long)(c->first_step + k), wait,
-            window, (long long)slack, wait > DH_CLIENT_MISS_MS ? "true" : "false",
+            window, (long long)slack, dh_window_is_miss(wait, c->ddl_ms) ? "true" : "false",
             (unsigned long long)ready, (unsigned long long)samples, servers,
             (unsigned long long)cross);
     fflush(c->telemetry);
@@ -708,13 +714,10 @@ int dh_client_next_for(struct dh_client *c, int timeout_ms,
     if (push_meas(c, wait, window) < 0) {
         /* out of memory for statistics only: the batch is still good */
     }
-    if (wait > DH_CLIENT_MISS_MS)
+    if (dh_window_is_miss(wait, c->ddl_ms))
         c->st.misses++;
-    if (window > 0)
-        c->step_ms_ewma = c->step_ms_ewma == 0
-                              ? window + wait
-                              : (1 - EWMA_ALPHA) * c->step_ms_ewma +
-                                    EWMA_ALPHA * (window + wait);
+    if (window > 0) /* the first step has no window before it */
+        dh_window_update(&c->win, window + wait);
     c->next_consume++;
 out:
     pthread_mutex_unlock(&c->mu);

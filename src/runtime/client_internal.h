@@ -22,6 +22,7 @@
 #include "datahelix/arena.h"
 #include "datahelix/client.h"
 #include "datahelix/index.h"
+#include "datahelix/place.h"
 #include "datahelix/reorder.h"
 #include "datahelix/wire.h"
 #include "runtime/local_link.h"
@@ -71,7 +72,7 @@ struct dh_client {
     struct dh_media_plan plan;
     int64_t *plan_indices;
     int timeout_ms, start_timeout_ms, max_restarts;
-    double step_ms_hint, ddl_ms;
+    double ddl_ms; /* the miss threshold */
     FILE *telemetry;
 
     struct dh_index *ix;
@@ -107,7 +108,7 @@ struct dh_client {
     uint32_t n_taken;
     double *waits, *windows;
     size_t n_meas, cap_meas;
-    double step_ms_ewma;
+    struct dh_window win; /* the deadline model (place.h) */
     uint64_t *quar;
     size_t n_quar, cap_quar;
     struct dh_client_stats st; /* counters (mu) */
@@ -122,6 +123,9 @@ void *dh__cl_io_main(void *arg);
 void dh__cl_wake(struct dh_client *c);
 /* Task id of step position k, microbatch j of the current epoch. */
 uint64_t dh__cl_task_id(const struct dh_client *c, uint64_t k, uint32_t j);
+/* The slack of step position k's requests, from the deadline model
+ * (place.h), clamped to what the wire carries (mu held). */
+int64_t dh__cl_slack_ms(const struct dh_client *c, uint64_t k);
 
 /* ---- client_spawn.c ---- */
 /*

@@ -105,6 +105,18 @@ out:
     return rc;
 }
 
+int64_t dh__cl_slack_ms(const struct dh_client *c, uint64_t k)
+{
+    /* next_consume - 1 is the step being computed; issued at the start of
+     * its window (place.h), so elapsed is 0, as in the simulator. */
+    double s = dh_window_slack_ms(&c->win, (int)(k - c->next_consume + 1),
+                                  0);
+
+    if (!(s < DH_WIRE_MAX_SLACK_MS)) /* INFINITY: no deadline known */
+        return DH_WIRE_MAX_SLACK_MS;
+    return s > -DH_WIRE_MAX_SLACK_MS ? (int64_t)s : -DH_WIRE_MAX_SLACK_MS;
+}
+
 /* Requests steps until `prefetch` are outstanding (mu held). */
 static void issue(struct dh_client *c)
 {
@@ -113,10 +125,7 @@ static void issue(struct dh_client *c)
     while (!c->fatal && c->ids && c->next_issue < c->n_steps &&
            c->next_issue - c->next_consume < c->prefetch) {
         uint64_t k = c->next_issue;
-        double step = c->ddl_ms > 0         ? c->ddl_ms
-                      : c->step_ms_ewma > 0 ? c->step_ms_ewma
-                                            : c->step_ms_hint;
-        int64_t slack = (int64_t)(step * (double)(k - c->next_consume + 1));
+        int64_t slack = dh__cl_slack_ms(c, k);
 
         for (uint32_t j = 0; j < c->mb; j++) {
             struct cl_sent *s = &c->sent[(k % c->prefetch) * c->mb + j];

@@ -101,7 +101,7 @@ def test_len_iterate_twice_set_epoch_float_ablation(dataset, tmp_path):
         e1 = [b["ids"].tolist() for b in loader]
         assert e1 == [s[0] for s in plan(m, 1, 2, epoch=1)]
         assert e1 != first
-    with datahelix.DataLoader(m, ddl_ms=300, telemetry=tmp_path / "t.jsonl",
+    with datahelix.DataLoader(m, step_deadline_ms=300, telemetry=tmp_path / "t.jsonl",
                               ablation="base", **SMALL) as loader:
         b = next(iter(loader))  # base: copied out of the arena, not a view
         assert "memfd:datahelix-arena" not in arena_mapping(

@@ -163,15 +163,18 @@ def test_microbatches_and_telemetry(dataset, coordinator, tmp_path):
     for r in recs:
         assert r["samples"] == 4 and len(r["servers"]) == 2
         assert r["input_wait_ms"] >= 0 and isinstance(r["miss"], bool)
-    # --ddl-ms fixes a step's deadline: a request k steps ahead of the one
-    # being consumed carries (k + 1) x 250 ms of slack.
-    p = run_dh(*consume_args(coord, m, 0, 1, 2, "--ddl-ms", 250,
-                             "--prefetch", 3, "--telemetry", tel),
-               timeout=180)
+    # --step-deadline-ms fixes a step's period: a request for the step k
+    # steps after the one being computed carries k x 250 ms of slack;
+    # --ddl-ms is the miss threshold only (a day: no step is a miss).
+    p = run_dh(*consume_args(coord, m, 0, 1, 2, "--step-deadline-ms", 250,
+                             "--ddl-ms", 86400000, "--prefetch", 3,
+                             "--telemetry", tel), timeout=180)
     assert p.returncode == 0, p.stderr
     recs = [json.loads(x) for x in tel.read_text().splitlines()]
     assert recs[0]["deadline_ms"] == 250
     assert all(r["deadline_ms"] in (250, 500, 750) for r in recs), recs
+    assert not any(r["miss"] for r in recs)
+    assert json.loads(p.stdout.splitlines()[-1])["summary"]["misses"] == 0
 
 
 # ---- errors ----------------------------------------------------------------

@@ -32,6 +32,7 @@
 #include "datahelix/dataserver.h"
 #include "datahelix/gendata.h"
 #include "datahelix/index.h"
+#include "datahelix/place.h"
 
 #define NCLIPS 12 /* ids 0..11 good, id 12 = cut.mp4 (truncated) */
 
@@ -771,6 +772,140 @@ static void dataserver_going_away_is_an_error(void **state)
     dh_client_batch_release(kept);
 }
 
+/* ---- the deadline model (place.h): the live client's slack ---- */
+
+#define SLACK_STEPS 8
+
+struct tel_step {
+    double wait, window;
+    long long slack;
+};
+
+/* Reads the client's telemetry lines back (DESIGN 4.4 field order). */
+static void read_telemetry(FILE *f, struct tel_step *t, size_t n)
+{
+    char line[1024];
+    size_t got = 0;
+
+    rewind(f);
+    while (got < n && fgets(line, sizeof(line), f)) {
+        unsigned long long step;
+        struct tel_step x;
+
+        if (sscanf(line, "{\"rank\":%*u,\"epoch\":%*u,\"step\":%llu,"
+                   "\"input_wait_ms\":%lf,\"window_ms\":%lf,"
+                   "\"deadline_ms\":%lld", &step, &x.wait, &x.window,
+                   &x.slack) != 4)
+            fail_msg("telemetry line not understood: %s", line);
+        assert_int_equal(step, got);
+        t[got++] = x;
+    }
+    assert_int_equal(got, n);
+}
+
+/* The model's slack for step k issued when `consumed` steps had been
+ * returned: the periods of steps 1..consumed-1 (step 0 has no window
+ * before it) fed to a dh_window. */
+static double model_slack(const struct tel_step *t, uint64_t consumed,
+                          uint64_t k, double hint, double fixed)
+{
+    struct dh_window w;
+
+    dh_window_init(&w, DH_WINDOW_ALPHA);
+    dh_window_assume(&w, hint, fixed);
+    for (uint64_t i = 1; i < consumed; i++)
+        dh_window_update(&w, t[i].window + t[i].wait);
+    return dh_window_slack_ms(&w, (int)(k - consumed + 1), 0);
+}
+
+/* The I/O thread issues step k once step k - prefetch is consumed, or (on
+ * a slow machine) a step or so later: the slack must be the model's for
+ * one of those states -- within the telemetry's rounding (1 us per period,
+ * the slack truncated to whole ms). */
+static void assert_slack_is_the_models(const struct tel_step *t, uint64_t k,
+                                       unsigned prefetch, double hint,
+                                       double fixed)
+{
+    uint64_t lo = k >= prefetch ? k - prefetch + 1 : 0;
+
+    for (uint64_t c = lo; c <= k; c++) {
+        double m = model_slack(t, c, k, hint, fixed);
+
+        if ((double)t[k].slack <= m + 0.01 && (double)t[k].slack > m - 1.01)
+            return;
+    }
+    fail_msg("step %llu: slack %lld ms is not the model's (%.3f ms when "
+             "issued after step %llu)", (unsigned long long)k, t[k].slack,
+             model_slack(t, lo, k, hint, fixed), (unsigned long long)lo);
+}
+
+/* Windows of 5..60 ms between next() calls (a GPU step's compute: the
+ * sleep is the behaviour here), prefetch 2, a step hint of 37 ms: every
+ * request's slack is dh_window_slack_ms() of the periods the client
+ * measured (telemetry), the first prefetch steps' from the hint; with a
+ * fixed step deadline every slack is 2 x that once running.  The miss
+ * threshold is ddl_ms. */
+static void run_slack_steps(struct env *v, double fixed, double ddl_ms,
+                            struct dh_client_stats *st)
+{
+    static const int hold_ms[SLACK_STEPS] = {5, 40, 10, 60, 5, 30, 50, 0};
+    struct dh_client_opts o;
+    struct tel_step t[SLACK_STEPS];
+    uint64_t ids[SLACK_STEPS], offs[SLACK_STEPS + 1];
+    FILE *tel = tmpfile();
+    struct dh_err e;
+
+    assert_non_null(tel);
+    env_up(v, 4u << 20, WAIT_MS);
+    client_opts(v, &o);
+    o.step_ms_hint = 37;
+    o.step_deadline_ms = fixed;
+    o.ddl_ms = ddl_ms;
+    o.telemetry = tel;
+    client_up(v, &o);
+    for (uint64_t i = 0; i < SLACK_STEPS; i++)
+        ids[i] = i;
+    even_offsets(offs, SLACK_STEPS, 1);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, SLACK_STEPS, ids,
+                                           offs, &e), 0);
+    for (int k = 0; k < SLACK_STEPS; k++) {
+        struct dh_client_batch *b = next_ok(v->cl);
+        struct timespec ts = {0, hold_ms[k] * 1000000L};
+
+        nanosleep(&ts, NULL);
+        dh_client_batch_release(b);
+    }
+    dh_client_stats(v->cl, st);
+    dh_client_destroy(v->cl);
+    v->cl = NULL;
+    read_telemetry(tel, t, SLACK_STEPS);
+    fclose(tel);
+    for (uint64_t k = 0; k < SLACK_STEPS; k++)
+        assert_slack_is_the_models(t, k, o.prefetch, 37, fixed);
+    if (fixed > 0)
+        assert_int_equal(t[SLACK_STEPS - 1].slack, (long long)(2 * fixed));
+    else /* the measured periods, not the hint, once there are some */
+        assert_int_not_equal(t[SLACK_STEPS - 1].slack, 2 * 37);
+}
+
+/* The measured period; ddl_ms 0 counts the first step's decode wait. */
+static void slack_follows_the_measured_period(void **state)
+{
+    struct dh_client_stats st;
+
+    run_slack_steps(*state, 0, 0, &st);
+    assert_true(st.misses >= 1);
+}
+
+/* A fixed step deadline of 23 ms; ddl_ms 1e6 counts no step a miss. */
+static void slack_follows_a_fixed_step_deadline(void **state)
+{
+    struct dh_client_stats st;
+
+    run_slack_steps(*state, 23, 1e6, &st);
+    assert_int_equal(st.misses, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -781,6 +916,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(sample_error_at_its_step, env_setup,
                                         env_teardown),
         cmocka_unit_test_setup_teardown(full_arena_is_an_error_then_recovers,
+                                        env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(slack_follows_the_measured_period,
+                                        env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(slack_follows_a_fixed_step_deadline,
                                         env_setup, env_teardown),
         cmocka_unit_test(unreachable_coordinator_times_out),
         cmocka_unit_test(bad_options_are_einval),

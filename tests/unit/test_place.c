@@ -497,7 +497,23 @@ static void gpu_window_and_slack(void **state)
     assert_int_equal(dh_window_is_miss(0.1, 0), 1);
     assert_int_equal(dh_window_is_miss(4, 5), 0);
     dh_window_init(&w, 7); /* out of range: default */
-    assert_true(w.alpha == 0.2);
+    assert_true(w.alpha == DH_WINDOW_ALPHA);
+
+    /* The hint stands in before the first sample, then the EWMA. */
+    dh_window_assume(&w, 50, 0);
+    assert_true(fabs(dh_window_slack_ms(&w, 2, 10) - 90) < 1e-9);
+    dh_window_update(&w, 20);
+    assert_true(fabs(dh_window_period_ms(&w) - 20) < 1e-9);
+    assert_true(fabs(dh_window_slack_ms(&w, 2, 0) - 40) < 1e-9);
+    /* A fixed step deadline replaces both. */
+    dh_window_assume(&w, 50, 30);
+    assert_true(fabs(dh_window_slack_ms(&w, 3, 5) - 85) < 1e-9);
+    /* Nonsense assumptions are none. */
+    dh_window_init(&w, 0.2);
+    dh_window_assume(&w, -1, NAN);
+    assert_true(isinf(dh_window_period_ms(&w)));
+    dh_window_assume(&w, INFINITY, -3);
+    assert_true(isinf(dh_window_slack_ms(&w, 1, 0)));
 }
 
 static void request_from_descriptor(void **state)
