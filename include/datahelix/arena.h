@@ -81,7 +81,7 @@ struct dh_arena_stats {
     uint64_t allocs;       /* successful dh_arena_alloc() calls */
     uint64_t releases;     /* slots whose count dropped to 0 */
     uint64_t waits;        /* allocs that had to wait for space */
-    uint64_t timeouts;     /* allocs that gave up with DH_ETIMEOUT */
+    uint64_t timeouts;     /* allocs that gave up with DH_EARENA */
     uint64_t bad_releases; /* retains/releases refused (stale or bogus ref) */
     uint64_t recoveries;   /* lock owner died; state repaired */
 };
@@ -129,7 +129,7 @@ void dh_arena_destroy(struct dh_arena *a);
 /*
  * Allocates a slot of `len` bytes (reference count 1) and writes its ref
  * to *out.  Waits up to timeout_ms (0: do not wait) while the arena is
- * full; then DH_ETIMEOUT with "arena exhausted: N slots (X MiB) still held
+ * full; then DH_EARENA with "arena exhausted: N slots (X MiB) still held
  * by the consumer ...".  len > capacity is DH_ETOOBIG at once; len == 0 or
  * timeout_ms < 0 is DH_EINVAL.  DH_ETIMEOUT also if the lock cannot be
  * taken within DH_ARENA_LOCK_TIMEOUT_MS; DH_EFORMAT if the shared state is

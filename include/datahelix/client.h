@@ -184,11 +184,15 @@ int dh_client_start_epoch(struct dh_client *c, uint32_t epoch,
 
 /*
  * The next step's batch.  0: *out is set (release it).  DH_EEMPTY: the
- * epoch is done.  A sample error of this step: its code, `e` naming the
- * sample id, path and cause; the step is consumed.  DH_ETIMEOUT after
- * timeout_ms (the step stays next: calling again waits again).  DH_EIO /
- * DH_EPEERDEAD: the data plane failed (Coordinator shut down, local
- * server died and could not be restarted); every later call returns it.
+ * epoch is done.  The step failed and is consumed: DH_ESAMPLE (a sample
+ * could not be prepared: a decode or read error, its watchdog, a limit)
+ * or DH_EARENA (the arena stayed full: the consumer holds too many
+ * batches); `e` names the step, the sample id, path and cause, and
+ * dh_client_failure() has them as fields.  DH_ETIMEOUT only when this
+ * wait ran out (timeout_ms; the step stays next: calling again waits
+ * again).  DH_EIO / DH_EPEERDEAD: the data plane failed (Coordinator shut
+ * down, local server died and could not be restarted); every later call
+ * returns it.
  */
 int dh_client_next(struct dh_client *c, struct dh_client_batch **out,
                    struct dh_err *e) DH_MUST_CHECK;
@@ -206,10 +210,41 @@ void dh_client_batch_release(struct dh_client_batch *b);
 
 void dh_client_stats(struct dh_client *c, struct dh_client_stats *out);
 
-/* stats.errors alone, cheaply (stats() sorts every measured wait): a
- * caller compares it around next() to tell a sample error (the step was
- * consumed) from a failure of the data plane. */
+/* stats.errors alone, cheaply (stats() sorts every measured wait). */
 uint64_t dh_client_errors(struct dh_client *c);
+
+/* Where a failed step's error arose, derived from its cause code. */
+enum dh_stage {
+    DH_STAGE_PREPARE = 0, /* anything else on the server */
+    DH_STAGE_READ,        /* DH_EIO, DH_ENOTFOUND: opening, reading */
+    DH_STAGE_DECODE,      /* DH_EMEDIA, DH_EFORMAT, DH_EUNSUPPORTED */
+    DH_STAGE_WATCHDOG,    /* DH_ETIMEOUT: the sample's decode watchdog */
+    DH_STAGE_LIMIT,       /* DH_ETOOBIG: a size over its limit */
+    DH_STAGE_ARENA,       /* DH_EARENA: no room in the arena */
+    DH_STAGE_MEMORY,      /* DH_ENOMEM */
+};
+
+/* "prepare", "read", "decode", "watchdog", "limit", "arena", "memory". */
+const char *dh_stage_name(enum dh_stage s);
+
+#define DH_CLIENT_MAX_PATH 4096
+#define DH_CLIENT_MAX_CAUSE 512
+
+/* The last step next() returned DH_ESAMPLE or DH_EARENA for. */
+struct dh_client_failure {
+    uint32_t epoch;
+    uint64_t step;
+    uint64_t sample_id;  /* the sample the server named */
+    char path[DH_CLIENT_MAX_PATH + 1]; /* "" if the server had none */
+    int cause;           /* the server's DH_E* code */
+    enum dh_stage stage;
+    uint32_t server_id;  /* the DataServer that reported it */
+    char message[DH_CLIENT_MAX_CAUSE + 1]; /* the cause, in words */
+};
+
+/* Copies the last failure into *out: 0, or DH_ENOTFOUND if no step of
+ * this client has failed.  Any thread. */
+int dh_client_failure(struct dh_client *c, struct dh_client_failure *out);
 
 /* Per-server load: up to `cap` (server id, parts it prepared) pairs, the
  * servers the Coordinator routed this client's consumed parts to; returns

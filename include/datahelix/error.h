@@ -38,7 +38,9 @@
     X(EMPTY, 12, "nothing to do")                                           \
     X(UNSUPPORTED, 13, "unsupported")                                       \
     X(TIMEOUT, 14, "timed out")                                             \
-    X(PEERDEAD, 15, "peer closed the connection or died")
+    X(PEERDEAD, 15, "peer closed the connection or died")                  \
+    X(SAMPLE, 16, "a sample could not be prepared")                         \
+    X(ARENA, 17, "arena exhausted")
 
 enum dh_errno {
     DH_OK = 0,

@@ -12,7 +12,9 @@ view of the local DataServer's arena, whose slot returns when the last
 tensor made from it dies.  See docs/python.md.
 """
 from ._loader import DataLoader, DistributedDataLoader  # noqa: F401
-from ._C import DataError  # noqa: F401
+from ._C import (ArenaExhausted, DataError, SampleError,  # noqa: F401
+                 TimeoutError)
 
-__all__ = ["DataLoader", "DistributedDataLoader", "DataError"]
+__all__ = ["DataLoader", "DistributedDataLoader", "DataError", "SampleError",
+           "TimeoutError", "ArenaExhausted"]
 __version__ = "0.1.0"

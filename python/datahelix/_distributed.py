@@ -19,7 +19,6 @@ import itertools
 import math
 import os
 import pickle
-import re
 import shutil
 import sys
 import tempfile
@@ -30,7 +29,8 @@ from torch.utils.data import (BatchSampler, DistributedSampler,
 from torch.utils.data._utils.collate import default_collate, default_convert
 
 from . import _C, _slot
-from ._C import DataError
+from ._C import ArenaExhausted, DataError, SampleError
+from ._C import TimeoutError as DataTimeoutError
 from ._services import Closing, Coordinator, binary, coordinator_address
 
 _HDR = 1 << 63
@@ -44,9 +44,10 @@ _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _instances = itertools.count()
 
 
-class DataLoaderTimeout(DataError, TimeoutError):
+class DataLoaderTimeout(DataTimeoutError):
     """No batch within `timeout` seconds (torch raises RuntimeError: this
-    is a RuntimeError, a datahelix.DataError and a TimeoutError)."""
+    is a RuntimeError, a datahelix.DataError, a datahelix.TimeoutError and
+    a builtins.TimeoutError)."""
 
 
 def _mix(a, b):
@@ -106,10 +107,10 @@ _hybrids = {}
 
 
 def _hybrid(exc_type):
-    """A class that is both datahelix.DataError and `exc_type`, so that
-    `except ValueError` (torch's behaviour) and `except DataError` both
+    """A class that is both datahelix.SampleError and `exc_type`, so that
+    `except ValueError` (torch's behaviour) and `except SampleError` both
     catch a dataset's ValueError; None where that cannot be."""
-    if exc_type is None or issubclass(exc_type, DataError):
+    if exc_type is None or issubclass(exc_type, SampleError):
         return exc_type
     if issubclass(exc_type, (StopIteration, StopAsyncIteration,
                              GeneratorExit)):
@@ -117,7 +118,7 @@ def _hybrid(exc_type):
     if exc_type not in _hybrids:
         try:
             _hybrids[exc_type] = type(exc_type.__name__,
-                                      (DataError, exc_type),
+                                      (SampleError, exc_type),
                                       {"__module__": exc_type.__module__})
         except TypeError:
             _hybrids[exc_type] = None
@@ -127,7 +128,8 @@ def _hybrid(exc_type):
 def _raise_worker_error(err, rank, epoch, step):
     """Re-raises what a dataset / collate_fn raised in a worker, as torch
     does ("Caught X in ...", then the original traceback), with the type
-    combined with DataError."""
+    combined with SampleError (stage "dataset", or "collate" when no sample
+    is named)."""
     where = (f"{err['where']} (pid {err['pid']}) for rank {rank} epoch "
              f"{epoch} step {step}" +
              (f" sample {err['sample']}" if err["sample"] is not None
@@ -144,9 +146,14 @@ def _raise_worker_error(err, rank, epoch, step):
         except Exception:
             exc = None
     if exc is None:
-        exc = DataError(msg)
-    exc.sample_error = True
+        exc = SampleError(msg)
+    lines = err["traceback"].strip().splitlines()
     exc.sample_id = err["sample"]
+    exc.path = None
+    exc.stage = "dataset" if err["sample"] is not None else "collate"
+    exc.cause = lines[-1] if lines else err["name"]
+    exc.code = None
+    exc.server = None
     exc.worker_traceback = err["traceback"]
     exc.epoch, exc.step, exc.rank = epoch, step, rank
     raise exc
@@ -393,7 +400,7 @@ class DistributedDataLoader(Closing):
         extra = 0 if self._warm else int(_STARTUP_S * 1000)
         try:
             b = c.next(self._timeout_ms() + extra)
-        except TimeoutError:
+        except DataTimeoutError:
             raise DataLoaderTimeout(
                 f"DataLoader timed out after "
                 f"{(self._timeout_ms() + extra) / 1000:g} seconds (rank "
@@ -401,12 +408,14 @@ class DistributedDataLoader(Closing):
                 "DataServer's Python workers" +
                 ("" if self._warm else ", which were starting") + ")") \
                 from None
+        except (SampleError, ArenaExhausted) as e:
+            self._warm = True
+            it._k += 1  # the step is consumed
+            raise self._step_error(e, it, k) from None
         except DataError as e:
             self._warm = True
-            sample = getattr(e, "sample_error", False)
-            if sample:
-                it._k += 1
-            raise self._step_error(e, it, sample) from None
+            e.epoch, e.step, e.rank = it._epoch, k, self.rank
+            raise
         self._warm = True
         if b is None:  # cannot happen: steps are given before asked for
             raise DataError(f"rank {self.rank}: the client ended the epoch "
@@ -427,18 +436,14 @@ class DistributedDataLoader(Closing):
             obj = pin_memory(obj, self.pin_memory_device or None)
         return obj
 
-    def _step_error(self, e, it, sample):
-        """DataError for a failed step, with this rank's epoch and step
-        (not the wire's) in its message."""
-        msg = re.sub(r"^rank (\d+) epoch \d+ step (\d+): ",
-                     lambda m: f"rank {m.group(1)} epoch {it._epoch} step "
-                               f"{m.group(2)}: ", str(e))
-        err = DataError(msg)
-        err.sample_error = sample
-        err.code = getattr(e, "code", None)
-        m = re.search(r"sample (\d+) \(", msg)
-        err.sample_id = int(m.group(1)) if m else None
-        err.epoch, err.step, err.rank = it._epoch, it._k - sample, self.rank
+    def _step_error(self, e, it, k):
+        """The same kind of error for a failed step, with this rank's epoch
+        and step (not the wire's), from its fields."""
+        err = type(e)(f"rank {self.rank} epoch {it._epoch} step {k}: sample "
+                      f"{e.sample_id} ({e.path or 'no path'}): {e.cause}")
+        for f in ("sample_id", "path", "stage", "cause", "code", "server"):
+            setattr(err, f, getattr(e, f))
+        err.epoch, err.step, err.rank = it._epoch, k, self.rank
         return err
 
     # -- services -----------------------------------------------------------

@@ -231,9 +231,8 @@ class DataLoader(Closing):
         while True:
             try:
                 b = self._client.next(self._timeout_ms)
-            except _C.DataError as e:
-                if getattr(e, "sample_error", False) and \
-                        self.on_error == "skip":
+            except (_C.SampleError, _C.ArenaExhausted):
+                if self.on_error == "skip":  # the step is consumed
                     self._skipped += 1
                     self._step += 1
                     continue

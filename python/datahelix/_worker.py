@@ -179,7 +179,7 @@ class Worker:
         """Writes `plan` into a new slot and hands it over (DHPD)."""
         try:
             ref = self.arena.alloc(plan.nbytes, self.a.alloc_timeout_ms)
-        except Exception as e:  # arena exhausted (TimeoutError), too big
+        except Exception as e:  # ArenaExhausted, too big
             self.fail(task, self.failed_or_none(),
                       getattr(e, "code", -3), f"{_summary(e)} (a batch of "
                       f"{plan.nbytes} bytes)")

@@ -15,8 +15,13 @@
 
 #include "datahelix/error.h"
 
-/* datahelix._C.DataError: a sample failed, or the data plane did. */
-extern PyObject *dhpy_DataError;
+/* datahelix._C.DataError: a sample failed, or the data plane did; its
+ * subclasses SampleError (a step failed by a sample: fields sample_id,
+ * path, stage, cause, code, server, epoch, step, rank), ArenaExhausted
+ * (a step failed for want of arena room: the same fields) and
+ * TimeoutError (a wait ran out; also a builtins.TimeoutError). */
+extern PyObject *dhpy_DataError, *dhpy_SampleError, *dhpy_ArenaExhausted,
+    *dhpy_TimeoutError;
 
 /* Raises the Python exception for code `rc` with e's message: TimeoutError
  * for DH_ETIMEOUT, MemoryError, ValueError for DH_EINVAL, OSError for

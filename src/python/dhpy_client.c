@@ -202,6 +202,7 @@ typedef struct {
     struct dh_client *c;
     FILE *telemetry;
     int busy;
+    unsigned rank;
 } ClientObject;
 
 static int parse_enum(const char *s, const char *a, const char *b,
@@ -308,6 +309,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
         return -1;
     o.ds_args = ds_argv[0] ? ds_argv : NULL;
     Py_BEGIN_ALLOW_THREADS
+    self->rank = o.rank;
     rc = dh_client_create(&o, &self->c, &e);
     Py_END_ALLOW_THREADS
     for (int i = 0; i < 17; i++) /* the client copied them */
@@ -413,36 +415,72 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static uint64_t errors_of(struct dh_client *c)
+/* Sets `name` on `exc` to a new reference `v` (stolen); -1 if either
+ * failed. */
+static int set_field(PyObject *exc, const char *name, PyObject *v)
 {
-    return dh_client_errors(c);
+    int rc = v ? PyObject_SetAttrString(exc, name, v) : -1;
+
+    Py_XDECREF(v);
+    return rc;
+}
+
+/* SampleError / ArenaExhausted for a failed (consumed) step, its fields
+ * from dh_client_failure(). */
+static PyObject *raise_failure(ClientObject *self, int rc,
+                               const struct dh_err *e)
+{
+    PyObject *type = rc == DH_EARENA ? dhpy_ArenaExhausted : dhpy_SampleError;
+    struct dh_client_failure f;
+    PyObject *exc;
+
+    if (dh_client_failure(self->c, &f) < 0)
+        return dhpy_raise(rc, e);
+    if (!(exc = PyObject_CallFunction(type, "s", e->msg)))
+        return NULL;
+    if (set_field(exc, "sample_id", PyLong_FromUnsignedLongLong(f.sample_id))
+            < 0 ||
+        set_field(exc, "path", f.path[0] ? PyUnicode_DecodeFSDefault(f.path)
+                                         : Py_NewRef(Py_None)) < 0 ||
+        set_field(exc, "stage", PyUnicode_FromString(dh_stage_name(f.stage)))
+            < 0 ||
+        set_field(exc, "cause", PyUnicode_DecodeUTF8(f.message,
+                                                     strlen(f.message),
+                                                     "replace")) < 0 ||
+        set_field(exc, "code", PyLong_FromLong(f.cause)) < 0 ||
+        set_field(exc, "server", PyLong_FromUnsignedLong(f.server_id)) < 0 ||
+        set_field(exc, "epoch", PyLong_FromUnsignedLong(f.epoch)) < 0 ||
+        set_field(exc, "step", PyLong_FromUnsignedLongLong(f.step)) < 0 ||
+        set_field(exc, "rank", PyLong_FromUnsignedLong(self->rank)) < 0) {
+        Py_DECREF(exc);
+        return NULL;
+    }
+    PyErr_SetObject(type, exc);
+    Py_DECREF(exc);
+    return NULL;
 }
 
 /* next(timeout_ms=-1): a Batch, or None at the end of the epoch.  Raises
- * DataError (its `sample_error` attribute True when one sample failed and
- * the step was consumed, False when the data plane failed), TimeoutError,
- * or KeyboardInterrupt between slices. */
+ * SampleError or ArenaExhausted (the step failed and is consumed),
+ * datahelix.TimeoutError (the wait ran out; the step stays next),
+ * DataError (the data plane failed), or KeyboardInterrupt between
+ * slices. */
 static PyObject *client_next(ClientObject *self, PyObject *args)
 {
     int timeout_ms = -1, rc;
     struct dh_client_batch *b = NULL;
     struct dh_err e;
     double t0 = now_s();
-    uint64_t errs;
     BatchObject *bo;
 
     if (check_open(self) < 0 || !PyArg_ParseTuple(args, "|i", &timeout_ms))
         return NULL;
-    errs = errors_of(self->c);
     self->busy = 1;
     for (;;) {
         Py_BEGIN_ALLOW_THREADS
         rc = dh_client_next_for(self->c, SLICE_MS, &b, &e);
         Py_END_ALLOW_THREADS
-        /* DH_ETIMEOUT is also the code of a step that failed by a timeout
-         * (a sample watchdog, the arena exhausted): that step is consumed
-         * and counted, and must not be mistaken for an empty slice. */
-        if (rc != DH_ETIMEOUT || errors_of(self->c) > errs)
+        if (rc != DH_ETIMEOUT) /* only a slice that ran out */
             break;
         if (PyErr_CheckSignals() < 0) {
             self->busy = 0;
@@ -454,24 +492,24 @@ static PyObject *client_next(ClientObject *self, PyObject *args)
     self->busy = 0;
     if (rc == DH_EEMPTY)
         Py_RETURN_NONE;
-    if (rc == DH_ETIMEOUT && errors_of(self->c) == errs)
+    if (rc == DH_ESAMPLE || rc == DH_EARENA)
+        return raise_failure(self, rc, &e);
+    if (rc == DH_ETIMEOUT)
         return dhpy_raise(rc, &e);
     if (rc < 0) {
-        PyObject *exc, *val, *tb, *code;
-        int sample = errors_of(self->c) > errs;
+        PyObject *exc;
 
-        /* DataError: say which kind, and the code. */
-        PyErr_SetString(dhpy_DataError, e.msg[0] ? e.msg : dh_strerror(rc));
-        PyErr_Fetch(&exc, &val, &tb);
-        PyErr_NormalizeException(&exc, &val, &tb);
-        if (val && (code = PyLong_FromLong(rc))) {
-            if (PyObject_SetAttrString(val, "sample_error",
-                                       sample ? Py_True : Py_False) < 0 ||
-                PyObject_SetAttrString(val, "code", code) < 0)
-                PyErr_Clear();
-            Py_DECREF(code);
+        /* The data plane failed: DataError with the code. */
+        if (!(exc = PyObject_CallFunction(dhpy_DataError, "s",
+                                          e.msg[0] ? e.msg
+                                                   : dh_strerror(rc))))
+            return NULL;
+        if (set_field(exc, "code", PyLong_FromLong(rc)) < 0) {
+            Py_DECREF(exc);
+            return NULL;
         }
-        PyErr_Restore(exc, val, tb);
+        PyErr_SetObject(dhpy_DataError, exc);
+        Py_DECREF(exc);
         return NULL;
     }
     if (!(bo = PyObject_New(BatchObject, &BatchType))) {

@@ -14,7 +14,8 @@
 #include "datahelix/media.h"
 #include "datahelix/plan.h"
 
-PyObject *dhpy_DataError;
+PyObject *dhpy_DataError, *dhpy_SampleError, *dhpy_ArenaExhausted,
+    *dhpy_TimeoutError;
 
 PyObject *dhpy_raise(int rc, const struct dh_err *e)
 {
@@ -22,7 +23,9 @@ PyObject *dhpy_raise(int rc, const struct dh_err *e)
     PyObject *type;
 
     switch (rc) {
-    case DH_ETIMEOUT: type = PyExc_TimeoutError; break;
+    case DH_ETIMEOUT: type = dhpy_TimeoutError; break;
+    case DH_EARENA: type = dhpy_ArenaExhausted; break;
+    case DH_ESAMPLE: type = dhpy_SampleError; break;
     case DH_ENOMEM: return PyErr_NoMemory();
     case DH_EINVAL: type = PyExc_ValueError; break;
     case DH_ENOTFOUND: type = PyExc_FileNotFoundError; break;
@@ -369,6 +372,54 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
+/* The exception types (dhpy.h); the package re-exports them. */
+static int add_errors(PyObject *m)
+{
+    PyObject *both = NULL;
+    int rc = -1;
+
+    dhpy_DataError = PyErr_NewExceptionWithDoc(
+        "datahelix.DataError",
+        "A batch could not be delivered: a step failed (SampleError, "
+        "ArenaExhausted), a wait ran out (TimeoutError) or the data plane "
+        "failed.",
+        PyExc_RuntimeError, NULL);
+    if (!dhpy_DataError)
+        return -1;
+    dhpy_SampleError = PyErr_NewExceptionWithDoc(
+        "datahelix.SampleError",
+        "A step failed because a sample could not be prepared; the step is "
+        "consumed.  Fields: sample_id, path, stage ('read', 'decode', "
+        "'watchdog', 'limit', 'memory', 'prepare'; 'dataset' or 'collate' "
+        "for a Python dataset), cause (the server's words), code (its "
+        "error code), server (the DataServer's id), epoch, step, rank.",
+        dhpy_DataError, NULL);
+    dhpy_ArenaExhausted = PyErr_NewExceptionWithDoc(
+        "datahelix.ArenaExhausted",
+        "A step failed because the DataServer's arena stayed full (the "
+        "consumer holds too many batches); the step is consumed.  The "
+        "fields of SampleError.",
+        dhpy_DataError, NULL);
+    if (!dhpy_SampleError || !dhpy_ArenaExhausted)
+        return -1;
+    if (!(both = PyTuple_Pack(2, dhpy_DataError, PyExc_TimeoutError)))
+        return -1;
+    dhpy_TimeoutError = PyErr_NewExceptionWithDoc(
+        "datahelix.TimeoutError",
+        "A wait ran out (no batch within the timeout, a service that did "
+        "not answer); also a builtins.TimeoutError.",
+        both, NULL);
+    if (dhpy_TimeoutError &&
+        PyModule_AddObjectRef(m, "DataError", dhpy_DataError) == 0 &&
+        PyModule_AddObjectRef(m, "SampleError", dhpy_SampleError) == 0 &&
+        PyModule_AddObjectRef(m, "ArenaExhausted", dhpy_ArenaExhausted) ==
+            0 &&
+        PyModule_AddObjectRef(m, "TimeoutError", dhpy_TimeoutError) == 0)
+        rc = 0;
+    Py_DECREF(both);
+    return rc;
+}
+
 PyMODINIT_FUNC PyInit__C(void);
 
 PyMODINIT_FUNC PyInit__C(void)
@@ -380,13 +431,7 @@ PyMODINIT_FUNC PyInit__C(void)
     if (PyType_Ready(&IndexType) < 0 ||
         PyModule_AddObjectRef(m, "Index", (PyObject *)&IndexType) < 0)
         goto fail;
-    dhpy_DataError = PyErr_NewExceptionWithDoc(
-        "datahelix._C.DataError",
-        "A batch could not be delivered: a sample failed (the message names "
-        "its id, path and cause) or the data plane failed.",
-        PyExc_RuntimeError, NULL);
-    if (!dhpy_DataError ||
-        PyModule_AddObjectRef(m, "DataError", dhpy_DataError) < 0 ||
+    if (add_errors(m) < 0 ||
         PyModule_AddIntConstant(m, "BALANCE_FIXED", DH_BALANCE_FIXED) < 0 ||
         PyModule_AddIntConstant(m, "BALANCE_FREE", DH_BALANCE_FREE) < 0 ||
         PyModule_AddIntConstant(m, "BALANCE_NONE", DH_BALANCE_NONE) < 0 ||

@@ -182,8 +182,8 @@ static PyObject *arena_capacity(ArenaObject *self, void *unused)
 static PyMethodDef arena_methods[] = {
     {"alloc", (PyCFunction)arena_alloc, METH_VARARGS,
      "alloc(nbytes, timeout_ms) -> (offset, len, gen): a slot holding one "
-     "reference; waits for space up to timeout_ms (TimeoutError: arena "
-     "exhausted)"},
+     "reference; waits for space up to timeout_ms (datahelix.ArenaExhausted "
+     "after)"},
     {"view", (PyCFunction)arena_view, METH_VARARGS,
      "view(offset, len, gen) -> writable memoryview of a live slot"},
     {"release", (PyCFunction)arena_release, METH_VARARGS,

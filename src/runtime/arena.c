@@ -409,7 +409,7 @@ static int exhausted(struct dh_arena *a, uint64_t len, int timeout_ms,
     char held[32], need[32], cap[32];
 
     a->h->timeouts++;
-    return dh_err_set(e, DH_ETIMEOUT,
+    return dh_err_set(e, DH_EARENA,
                       "arena exhausted: %u slots (%s) "
                       "still held by the consumer after %d ms (need %s of %s)",
                       a->h->live,

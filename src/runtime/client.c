@@ -285,9 +285,7 @@ static void drop_pool(struct dh_client *c)
         if (!r->is_error &&
             dh_arena_release(c->arenas[r->arena].a, &r->ref, &e) < 0)
             fprintf(stderr, "datahelix: client %u: %s\n", c->rank, e.msg);
-        dh__free(r->ids);
-        dh__free(r->valid);
-        r->used = 0;
+        dh__cl_result_free(r);
     }
 }
 
@@ -568,6 +566,66 @@ static void count_load(struct dh_client *c, const size_t *idx)
     }
 }
 
+/* ---- typed failures ---- */
+
+enum dh_stage dh__stage_of(int cause)
+{
+    switch (cause) {
+    case DH_EIO: case DH_ENOTFOUND: return DH_STAGE_READ;
+    case DH_EMEDIA: case DH_EFORMAT: case DH_EUNSUPPORTED:
+        return DH_STAGE_DECODE;
+    case DH_ETIMEOUT: return DH_STAGE_WATCHDOG;
+    case DH_ETOOBIG: return DH_STAGE_LIMIT;
+    case DH_EARENA: return DH_STAGE_ARENA;
+    case DH_ENOMEM: return DH_STAGE_MEMORY;
+    default: return DH_STAGE_PREPARE;
+    }
+}
+
+const char *dh_stage_name(enum dh_stage s)
+{
+    static const char *const names[] = {
+        [DH_STAGE_PREPARE] = "prepare", [DH_STAGE_READ] = "read",
+        [DH_STAGE_DECODE] = "decode",   [DH_STAGE_WATCHDOG] = "watchdog",
+        [DH_STAGE_LIMIT] = "limit",     [DH_STAGE_ARENA] = "arena",
+        [DH_STAGE_MEMORY] = "memory"};
+
+    if ((unsigned)s >= sizeof(names) / sizeof(names[0]))
+        return "prepare";
+    return names[s];
+}
+
+/* Keeps the failure of step position k for dh_client_failure (mu held);
+ * without the server's fields (out of memory for them) the sample alone. */
+static void record_failure(struct dh_client *c, const struct cl_result *bad,
+                           uint64_t k)
+{
+    struct dh_client_failure *f = &c->last_fail;
+
+    if (bad->fail)
+        *f = *bad->fail;
+    else
+        *f = (struct dh_client_failure){.sample_id = bad->sample_id,
+                                        .cause = bad->code,
+                                        .stage = dh__stage_of(bad->code)};
+    f->epoch = c->epoch;
+    f->step = c->first_step + k;
+    c->has_fail = 1;
+}
+
+int dh_client_failure(struct dh_client *c, struct dh_client_failure *out)
+{
+    int rc = DH_ENOTFOUND;
+
+    pthread_mutex_lock(&c->mu);
+    if (c->has_fail) {
+        *out = c->last_fail;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 /* The step's parts are all in (mu held): builds the batch or the error,
  * empties the pool entries. */
 static int finish_step(struct dh_client *c, const size_t *idx, double wait,
@@ -595,13 +653,17 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
             bad = NULL, rc = dh_err_set(e, DH_ENOMEM, "out of memory");
     }
     if (bad) {
-        rc = dh_err_set(e, bad->code, "rank %u epoch %u step %llu: %s",
-                        c->rank, c->epoch,
+        /* The kind, not the server's cause, is the code: a caller must
+         * tell a consumed step from a wait that ran out (DH_ETIMEOUT is
+         * also a watchdog's cause). */
+        rc = dh_err_set(e, bad->code == DH_EARENA ? DH_EARENA : DH_ESAMPLE,
+                        "rank %u epoch %u step %llu: %s", c->rank, c->epoch,
                         (unsigned long long)(c->first_step + k), bad->msg);
+        record_failure(c, bad, k);
         /* Only a sample's own failure: resource errors (a full arena or
          * queue, memory) say nothing about the sample they name. */
         if (bad->code != DH_ETIMEOUT && bad->code != DH_ENOMEM &&
-            bad->code != DH_ETOOBIG)
+            bad->code != DH_ETOOBIG && bad->code != DH_EARENA)
             quarantine_add(c, bad->sample_id);
         c->st.errors++;
     }
@@ -644,9 +706,7 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
         if (!r->is_error &&
             dh_arena_release(c->arenas[r->arena].a, &r->ref, &re) < 0)
             fprintf(stderr, "datahelix: client %u: %s\n", c->rank, re.msg);
-        dh__free(r->ids);
-        dh__free(r->valid);
-        r->used = 0;
+        dh__cl_result_free(r);
     }
     return rc;
 }

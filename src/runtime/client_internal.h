@@ -51,6 +51,8 @@ struct cl_result {
     int code;        /* is_error */
     uint64_t sample_id;
     char msg[DH_ERR_MSG_MAX];
+    struct dh_client_failure *fail; /* owned, is_error from a server; NULL
+                                       when out of memory for it */
     uint64_t arrived_ms;
 };
 
@@ -112,10 +114,18 @@ struct dh_client {
     uint64_t *quar;
     size_t n_quar, cap_quar;
     struct dh_client_stats st; /* counters (mu) */
+    struct dh_client_failure last_fail; /* (mu) */
+    int has_fail;
     struct { uint32_t id; uint64_t parts; } load[CL_MAX_LOAD]; /* (mu) */
     size_t n_load;
 };
 
+
+/* Frees a pool entry's owned parts and marks it unused (mu held); its
+ * slot, if any, is the caller's to release first. */
+void dh__cl_result_free(struct cl_result *r);
+/* The stage a server's cause code points at. */
+enum dh_stage dh__stage_of(int cause);
 
 /* ---- client_io.c ---- */
 void *dh__cl_io_main(void *arg);

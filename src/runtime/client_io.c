@@ -221,8 +221,17 @@ static void file_result(struct dh_client *c, struct cl_result *r)
             fprintf(stderr, "datahelix: client %u: %s\n", c->rank, e.msg);
         c->st.late_released++;
     }
+    dh__cl_result_free(r);
+}
+
+void dh__cl_result_free(struct cl_result *r)
+{
     dh__free(r->ids);
     dh__free(r->valid);
+    dh__free(r->fail);
+    r->ids = NULL;
+    r->valid = NULL;
+    r->fail = NULL;
     r->used = 0;
 }
 
@@ -320,6 +329,15 @@ static void on_error(struct dh_client *c, const struct dh_wire_error *w)
         snprintf(r->msg, sizeof(r->msg), "sample %llu (%.200s): %.280s",
                  (unsigned long long)w->sample_id,
                  w->path[0] ? w->path : "no path", cause_of(w));
+        if ((r->fail = dh__calloc(1, sizeof(*r->fail)))) {
+            r->fail->sample_id = w->sample_id;
+            snprintf(r->fail->path, sizeof(r->fail->path), "%s", w->path);
+            r->fail->cause = w->cause;
+            r->fail->stage = dh__stage_of(w->cause);
+            r->fail->server_id = w->server_id;
+            snprintf(r->fail->message, sizeof(r->fail->message), "%s",
+                     cause_of(w));
+        }
         file_result(c, r);
     }
     pthread_mutex_unlock(&c->mu);

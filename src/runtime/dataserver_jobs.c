@@ -162,7 +162,7 @@ static void quarantine_add(struct dh_dataserver *s, uint64_t id, int code,
     struct ds_quarantine *q;
 
     if (code == DH_ETIMEOUT || code == DH_ENOMEM || code == DH_ETOOBIG ||
-        code >= 0)
+        code == DH_EARENA || code >= 0)
         return;
     for (size_t i = 0; i < DS_QUARANTINE; i++)
         if (s->quar[i].code && s->quar[i].id == id)

@@ -310,9 +310,9 @@ static int try_place(struct dh_dataserver *s)
     if (nothing_freed(s, now))
         return 0;
     rc = dh_arena_alloc(s->arena, in->hdr.u.result.length, 0, &ref, &e);
-    if (rc == DH_ETIMEOUT && now < in->give_up_ms)
+    if (rc == DH_EARENA && now < in->give_up_ms)
         return 0;
-    if (rc == DH_ETIMEOUT) {
+    if (rc == DH_EARENA) {
         size_t n = strlen(e.msg);
 
         snprintf(e.msg + n, sizeof(e.msg) - n, "; the payload waited %d ms",

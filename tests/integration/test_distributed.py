@@ -376,22 +376,23 @@ def test_estimate_cost_feeds_the_index(ours):
 def test_errors_are_data_errors_naming_the_sample(ours):
     it = iter(ours(dd.Failing(6, 3), batch_size=2))
     next(it)
-    with pytest.raises(datahelix.DataError) as ei:
+    with pytest.raises(datahelix.SampleError) as ei:
         next(it)
     e = ei.value
-    assert isinstance(e, ValueError) and e.sample_error is True
+    assert isinstance(e, ValueError) and isinstance(e, datahelix.DataError)
     assert e.sample_id == 3 and (e.epoch, e.step, e.rank) == (0, 1, 0)
+    assert e.stage == "dataset" and "ValueError" in e.cause
     assert "sample 3" in str(e) and "raise self.exc" in e.worker_traceback
 
 
 def test_a_killed_worker_fails_its_batch_and_is_replaced(ours):
     it = iter(ours(dd.Suicidal(10, bad=4), batch_size=2, num_workers=1))
     assert [next(it).tolist() for _ in range(2)] == [[0, 1], [2, 3]]
-    with pytest.raises(datahelix.DataError) as ei:
+    with pytest.raises(datahelix.SampleError) as ei:
         next(it)
     msg = str(ei.value)
     assert "sample 4" in msg and "killed by signal 9" in msg, msg
-    assert ei.value.sample_error is True and ei.value.sample_id == 4
+    assert ei.value.sample_id == 4 and ei.value.server >= 1
     assert [b.tolist() for b in it] == [[6, 7], [8, 9]]
 
 
@@ -400,9 +401,10 @@ def test_a_hung_worker_is_killed_by_the_watchdog(ours):
     it = iter(ours(dd.Sleepy(5, slow=2, secs=60), batch_size=1,
                    num_workers=1, worker_timeout=2, timeout=30))
     assert [next(it).tolist() for _ in range(2)] == [[0], [1]]
-    with pytest.raises(datahelix.DataError,
-                       match="sample 2.*still busy after 2000 ms"):
+    with pytest.raises(datahelix.SampleError,
+                       match="sample 2.*still busy after 2000 ms") as ei:
         next(it)
+    assert ei.value.stage == "watchdog" and ei.value.sample_id == 2
     assert [b.tolist() for b in it] == [[3], [4]]
     assert time.monotonic() - t0 < 30
 

@@ -183,12 +183,17 @@ def test_corrupt_clip_raises_at_its_step_or_is_skipped(dataset, tmp_path):
     bad = next(k for k, s in enumerate(steps) if 3 in s[0])
     with datahelix.DataLoader(d / "m.jsonl", **SMALL) as loader:
         seen = []
-        with pytest.raises(datahelix.DataError) as ei:
+        with pytest.raises(datahelix.SampleError) as ei:
             for b in loader:
                 seen.append(b["step"])
         assert seen == list(range(bad))
-        assert victim in str(ei.value) and "sample 3" in str(ei.value)
-        assert ei.value.sample_error is True
+        e = ei.value
+        assert victim in str(e) and "sample 3" in str(e)
+        assert isinstance(e, datahelix.DataError)
+        assert not isinstance(e, (TimeoutError, datahelix.ArenaExhausted))
+        assert (e.sample_id, e.path, e.step, e.rank) == (3, victim, bad, 0)
+        assert e.stage in ("decode", "read") and e.cause and e.cause in str(e)
+        assert e.code < 0 and e.server >= 1
     with datahelix.DataLoader(d / "m.jsonl", on_error="skip",
                               **SMALL) as loader:
         got = [b["step"] for b in loader]

@@ -431,6 +431,7 @@ static void sample_error_at_its_step(void **state)
     struct dh_client_batch *b;
     uint64_t ids[8] = {0, 1, 2, 3, 4, NCLIPS, 5, 6}, offs[5], q[4] = {0};
     char want[800];
+    struct dh_client_failure f;
     struct dh_err e;
     int rc;
 
@@ -445,18 +446,26 @@ static void sample_error_at_its_step(void **state)
         check_batch(b, 0, k, ids + 2 * k, 2, 1);
         dh_client_batch_release(b);
     }
+    assert_int_equal(dh_client_failure(v->cl, &f), DH_ENOTFOUND);
     b = (struct dh_client_batch *)&b;
     dh_err_clear(&e);
     rc = dh_client_next(v->cl, &b, &e);
     assert_null(b);
-    assert_true(rc < 0);
-    assert_int_not_equal(rc, DH_ETIMEOUT);
-    assert_int_not_equal(rc, DH_EEMPTY);
-    assert_int_not_equal(rc, DH_EPEERDEAD);
+    assert_int_equal(rc, DH_ESAMPLE); /* its kind, not the server's cause */
     assert_int_equal(e.code, rc);
     snprintf(want, sizeof(want), "sample %d (%s)", NCLIPS, paths[NCLIPS]);
     if (!strstr(e.msg, want) || !strstr(e.msg, "step 2"))
         fail_msg("error does not name '%s' at step 2: %s", want, e.msg);
+    assert_int_equal(dh_client_failure(v->cl, &f), 0);
+    assert_int_equal(f.epoch, 0);
+    assert_int_equal(f.step, 2);
+    assert_int_equal(f.sample_id, NCLIPS);
+    assert_string_equal(f.path, paths[NCLIPS]);
+    assert_true(f.cause < 0 && f.cause != DH_ESAMPLE);
+    assert_int_equal(f.stage, DH_STAGE_DECODE); /* a truncated clip */
+    assert_string_equal(dh_stage_name(f.stage), "decode");
+    assert_int_equal(f.server_id, dh_dataserver_id(v->ds.s));
+    assert_true(f.message[0] && strstr(e.msg, f.message));
     b = next_ok(v->cl);
     check_batch(b, 0, 3, ids + 6, 2, 1);
     dh_client_batch_release(b);
@@ -483,6 +492,7 @@ static void full_arena_is_an_error_then_recovers(void **state)
     struct dh_arena_stats as;
     struct dh_client_batch *b;
     uint64_t ids[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, offs[7];
+    struct dh_client_failure f;
     struct dh_err e;
     int rc;
 
@@ -510,10 +520,13 @@ static void full_arena_is_an_error_then_recovers(void **state)
      * worker waits only 300 ms for space. */
     release_held(v);
     assert_null(b);
-    assert_true(rc < 0);
-    assert_int_not_equal(rc, DH_EEMPTY);
-    if (!strstr(e.msg, "arena exhausted") || !strstr(e.msg, "step 2"))
-        fail_msg("want 'arena exhausted' at step 2, got %d: %s", rc, e.msg);
+    if (rc != DH_EARENA || !strstr(e.msg, "arena exhausted") ||
+        !strstr(e.msg, "step 2"))
+        fail_msg("want DH_EARENA at step 2, got %d: %s", rc, e.msg);
+    assert_int_equal(dh_client_failure(v->cl, &f), 0);
+    assert_int_equal(f.step, 2);
+    assert_int_equal(f.cause, DH_EARENA);
+    assert_int_equal(f.stage, DH_STAGE_ARENA);
     as = arena_stats(v);
     assert_true(as.timeouts >= 1); /* gave up, and never over capacity: */
     assert_true(as.capacity < 3 * slot);

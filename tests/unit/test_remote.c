@@ -600,7 +600,7 @@ static void payload_waits_for_arena_space(void **state)
     assert_int_equal(m.type, DH_WIRE_ERROR_NOTICE);
     assert_int_equal(m.u.error.task.step, 4);
     assert_int_equal(m.u.error.server_id, LOCAL_ID);
-    assert_int_equal(m.u.error.cause, DH_ETIMEOUT);
+    assert_int_equal(m.u.error.cause, DH_EARENA);
     assert_non_null(strstr(m.u.error.message, "arena exhausted"));
     assert_true(now_ms() - t0 >= 1500);
     dh_wire_msg_fini(&m);

@@ -248,7 +248,7 @@ static void held_arena_gives_exhausted_not_hang(void **state)
             continue;
         }
         timedout++;
-        assert_int_equal(d[i].code, DH_ETIMEOUT);
+        assert_int_equal(d[i].code, DH_EARENA);
         if (!strstr(d[i].msg, "arena exhausted"))
             fail_msg("not an arena message: %s", d[i].msg);
         assert_int_equal(d[i].failed_at, DH_WORK_NO_SAMPLE);
