@@ -2,10 +2,11 @@
 """`make bench`: issue 7's evaluation matrix, sized for this 2-core machine
 (<= 15 minutes).
 
-Runs `datahelix bench` (bench_live.py: every system side by side under one
-CPU budget, the paper's metrics) on each (workload, model) cell, then
-aggregates across cells in the paper's Table 2 form -- geometric mean of
-throughput, arithmetic means of the rest -- and adds the simulator's
+Runs `datahelix bench` (bench/datahelix_bench: every system side by side
+under one CPU budget, the paper's metrics) on each (workload, model)
+cell, then aggregates across cells in the paper's Table 2 form --
+geometric mean of throughput, arithmetic means of the rest -- and adds
+the simulator's
 Table 2 at the paper's scale (`datahelix sim --workload paper`).  Every
 cell also runs `--validate` (the same configuration simulated).
 
@@ -21,7 +22,10 @@ import subprocess
 import sys
 import time
 
-from bench_live import dask_available, fmt, handover_arg  # same folder
+# bench/datahelix_bench, beside this script
+from datahelix_bench.report import fmt
+from datahelix_bench.sources import dask_available
+from datahelix_bench.validate import handover_arg
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -4,9 +4,10 @@
 simulator's hand-over model (`datahelix sim --handover`, docs/sim.md
 "Hand-over").
 
-The live sources of bench_live.py (TorchSource for native, DaskSource for
-dask-pool) run exactly as in a bench rank, except that their decode is
-bench_live.NULL_CLIP: a zeroed payload of the run's size, no decode.  So
+The live sources of datahelix_bench/sources.py (TorchSource for native,
+DaskSource for dask-pool) run exactly as in a bench rank, except that
+their decode is sources.NULL_CLIP: a zeroed payload of the run's size, no
+decode.  So
 what is left is the system's own work around a sample, which decode speed
 cannot explain:
 
@@ -60,7 +61,7 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "python"), str(HERE)]
-import bench_live  # noqa: E402 - the live sources and helpers
+from datahelix_bench import cli, processes, sources  # noqa: E402
 
 SYSTEMS = ("native", "dask-pool", "dh-ddl")
 CLK = os.sysconf("SC_CLK_TCK")
@@ -70,7 +71,7 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(prog="calibrate_handover.py",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--frames", type=int, required=True)
-    ap.add_argument("--size", type=bench_live.size_arg, required=True)
+    ap.add_argument("--size", type=cli.size_arg, required=True)
     ap.add_argument("--batch-size", type=int, required=True)
     ap.add_argument("--workers-per-rank", type=int, required=True)
     ap.add_argument("--workers-total", type=int, required=True)
@@ -120,7 +121,7 @@ def cpu_s(pids):
     """utime + stime of the live pids, all threads (s)."""
     t = 0
     for p in pids:
-        f = bench_live.proc_stat(p)
+        f = processes.proc_stat(p)
         if f is not None:
             t += int(f[11]) + int(f[12])
     return t / CLK
@@ -168,7 +169,7 @@ def dask_load(a, addr):
         futs = []
         while not stop.is_set():
             while len(futs) < n:
-                futs.append(client.submit(bench_live.dask_decode,
+                futs.append(client.submit(sources.dask_decode,
                                           next(clips), T, w, h, pure=False))
             futs.pop(0).result(timeout=120)
         for f in futs:
@@ -195,7 +196,7 @@ def measure_cpu(src, a):
     """Two warm-up batches, then the CPU per sample of this process and its
     descendants over --batches chained next() calls."""
     warm_up(src)
-    pids = [os.getpid(), *bench_live.descendants(os.getpid())]
+    pids = [os.getpid(), *processes.descendants(os.getpid())]
     c0 = cpu_s(pids)
     for _ in range(a.batches):
         src.next()
@@ -218,9 +219,9 @@ def timed_next(src, a, barrier, sleep_ms):
 
 def make_source(a, system, rank, addr=None):
     if system == "native":
-        return bench_live.TorchSource(cfg_for(a, "native", rank=rank),
+        return sources.TorchSource(cfg_for(a, "native", rank=rank),
                                       null_rows(a))
-    return bench_live.DaskSource(cfg_for(a, "dask-pool", rank=rank,
+    return sources.DaskSource(cfg_for(a, "dask-pool", rank=rank,
                                          dask=addr), null_rows(a))
 
 
@@ -285,7 +286,7 @@ def measure(a, system, load, addr=None):
 def measure_dh(a, load):
     """datahelix: next() on a ready batch of one real DataLoader rank."""
     os.environ["DATAHELIX_BIN"] = a.bin
-    src = bench_live.DatahelixSource(
+    src = sources.DatahelixSource(
         cfg_for(a, "dh-ddl", world=1, index=a.index, coordinator=None,
                 telemetry=None), None)
     try:
@@ -308,7 +309,7 @@ def cfg_for(a, system, rank=0, world=None, **kw):
 
 def null_rows(a):
     n = (2 + a.batches + 6 + a.prefetch + 2) * a.batch_size * a.ranks
-    return [{"path": bench_live.NULL_CLIP, "est_tokens": 1}
+    return [{"path": sources.NULL_CLIP, "est_tokens": 1}
             for _ in range(n)]
 
 
@@ -316,7 +317,7 @@ def calibrate(a, system):
     if system == "native":
         return measure(a, system, process_load(a))
     if system == "dask-pool":
-        services = bench_live.Services()
+        services = processes.Services()
         try:
             addr = services.dask(a.workers_total)
             return measure(a, system, dask_load(a, addr), addr)

@@ -82,10 +82,30 @@ def test_gpu_model_step_replaces_the_emulated_window(tmp_path):
 
 
 def test_missing_harness_is_a_clear_error(tmp_path):
-    env = dict(os.environ, DATAHELIX_BENCH_SCRIPT=str(tmp_path / "nope.py"))
+    env = dict(os.environ, DATAHELIX_BENCH_DIR=str(tmp_path / "nope"))
     p = run_dh("bench", "--steps", "1", timeout=30, env=env)
     assert p.returncode == 1
-    assert "nope.py" in p.stderr and "DATAHELIX_BENCH_SCRIPT" in p.stderr
+    assert "nope/datahelix_bench" in p.stderr
+    assert "DATAHELIX_BENCH_DIR" in p.stderr
+
+
+def test_the_harness_checks_the_arguments_handed_over_unparsed():
+    """cmd_bench.c passes argv on as it came; the package's cli.py is the
+    one that checks it: the same line from `datahelix bench` and from
+    `python3 -m datahelix_bench`, abbreviations included."""
+    env = dict(os.environ, PYTHONPATH=str(BENCH))
+    direct = subprocess.run(
+        [sys.executable, "-m", "datahelix_bench", "--sys", "native,ray"],
+        capture_output=True, text=True, timeout=30, env=env)
+    via = run_dh("bench", "--sys", "native,ray", timeout=30)
+    assert direct.returncode == via.returncode == 2
+    assert direct.stderr == via.stderr
+    assert "unknown system 'ray'" in via.stderr
+    helps = [subprocess.run([sys.executable, "-m", "datahelix_bench", "-h"],
+                            capture_output=True, text=True, timeout=30,
+                            env=env).stdout,
+             run_dh("bench", "--help", check=True).stdout]
+    assert helps[0] == helps[1] and "DATAHELIX_BENCH_DIR" in helps[0]
 
 
 def processes_naming(text):
@@ -193,8 +213,12 @@ def bench_module(name):
     return mod
 
 
-def bench_live():
-    return bench_module("bench_live")
+def bench_live(module):
+    """bench/datahelix_bench/MODULE, imported as the harness imports it."""
+    import importlib
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    return importlib.import_module(f"datahelix_bench.{module}")
 
 
 def test_handover_calibration_measures_the_payload_work():
@@ -239,7 +263,7 @@ def test_paper_handover_fit_is_the_line_through_two_sizes():
 
 
 def test_the_failing_rank_is_named_not_its_peers():
-    b = bench_live()
+    b = bench_live("processes")
     gloo = ("RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection "
             "closed by peer [127.0.0.1]:31874")
     logs = {0: gloo, 1: "datahelix._C.DataError: /v/x.mp4: decoding near "
@@ -256,7 +280,7 @@ def test_undecodable_clips_are_left_out_with_the_reason(tmp_path, capsys):
     bad, good = videos / "decord__corrupted.mp4", videos / "decord__video_0.mov"
     if not bad.exists() or not good.exists():
         pytest.fail(f"{videos}: the shared clips are missing")
-    b = bench_live()
+    b = bench_live("data")
 
     class A:
         bin, frames, size, systems = _binary(), 4, (64, 64), ()

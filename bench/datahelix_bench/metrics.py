@@ -1,0 +1,163 @@
+"""The paper's metrics (5.1), over the measured steps of all ranks:
+throughput (samples/s), input-wait p50/p95, batch-ready p95 (request ->
+ready: datahelix from its client telemetry; torch from the batch
+sampler's hand-out to the worker's collate end; Dask from submit to the
+last task's completion), DDL miss rate (the share of rank-steps whose
+input wait exceeds --ddl-ms, default 1 ms: the batch was not ready when
+the step began), cross-DS GB per 100 steps (datahelix telemetry
+cross_ds_bytes; payload bytes a pool ships from its workers; 0 for
+rank-local loaders), scheduler overhead (datahelix: the Coordinator's
+decide_us per decision from its telemetry; n/a for the others); and
+dh-ddl's ratios to native and dask-pool against the issue's targets.
+"""
+import json
+import math
+
+
+def read_jsonl(path):
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return out
+
+
+def pct(values, q):
+    v = sorted(x for x in values if x is not None)
+    if not v:
+        return None
+    if len(v) == 1:
+        return v[0]
+    k = (len(v) - 1) * q / 100.0
+    lo = int(math.floor(k))
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+def metrics(name, results, a, sysdir, wall, split):
+    W, N = a.warmup, a.steps
+    recs = []
+    for res in results:
+        r = res["rank"]
+        tel = {}
+        if name.startswith("dh-"):
+            for t in read_jsonl(sysdir / f"telemetry-rank{r}.jsonl"):
+                tel[t.get("step")] = t
+        for s in res["steps"]:
+            if s["step"] < W:
+                continue
+            s = dict(s, rank=r)
+            t = tel.get(s["step"])
+            if t is not None:
+                s["ready_ms"] = t.get("ready_latency_ms")
+                s["cross_bytes"] = t.get("cross_ds_bytes", 0)
+            else:
+                s["cross_bytes"] = s.get("payload_bytes", 0)
+            recs.append(s)
+    if not recs:
+        return {"status": "failed", "reason": "no measured steps"}
+    t0 = min(s["t0"] for s in recs)
+    t1 = max(s["t_end"] for s in recs)
+    samples = sum(s["samples"] for s in recs)
+    waits = [s["wait_ms"] for s in recs]
+    ready = [s["ready_ms"] for s in recs if s.get("ready_ms") is not None]
+    cross = sum(s["cross_bytes"] or 0 for s in recs)
+    m = {
+        "status": "ok",
+        "throughput_samples_per_s": samples / (t1 - t0),
+        "input_wait_p50_ms": pct(waits, 50),
+        "input_wait_p95_ms": pct(waits, 95),
+        "batch_ready_p95_ms": pct(ready, 95) if ready else None,
+        "ddl_miss_rate": sum(1 for w in waits if w > a.ddl_ms) / len(waits),
+        "miss_rate_over_10ms": sum(1 for w in waits if w > 10) / len(waits),
+        "step_miss_rate": None,
+        "cross_ds_gb_per_100_steps": cross / 1e9 / N * 100,
+        "scheduler_overhead_us": None,
+        "scheduler_decisions": None,
+        "step_ms_p50": pct([s["step_ms"] for s in recs], 50),
+        "sync_wait_p95_ms": pct([s["sync_ms"] for s in recs], 95),
+        "window_ms_mean": sum(s["window_ms"] for s in recs) / len(recs),
+        "measured_steps": N, "ranks": a.ranks, "samples": samples,
+        "decode_workers": sum(split), "wall_s": wall,
+    }
+    # A global step missed if any rank waited.
+    by_step = {}
+    for s in recs:
+        by_step[s["step"]] = by_step.get(s["step"], False) or \
+            s["wait_ms"] > a.ddl_ms
+    m["step_miss_rate"] = sum(by_step.values()) / len(by_step)
+    gm = [r["gpu"] for r in results if r.get("gpu")]
+    if gm:
+        m["gpu_model"] = gm[0]
+    if name.startswith("dh-"):
+        dec = [d["decide_us"] for d in read_jsonl(sysdir / "coordinator.jsonl")
+               if "decide_us" in d]
+        if dec:
+            m["scheduler_overhead_us"] = sum(dec) / len(dec)
+            m["scheduler_decisions"] = len(dec)
+            m["scheduler_overhead_us_p95"] = pct(dec, 95)
+    m["per_rank_wait"] = {str(r): [(s["step"], s["wait_ms"]) for s in recs
+                                   if s["rank"] == r]
+                          for r in range(a.ranks)}
+    return m
+
+
+def ratio(x, y):
+    if x is None or y is None or y == 0:
+        return None
+    return x / y
+
+
+def comparisons(systems):
+    """dh-ddl against native and dask-pool, and the issue's targets."""
+    dh = systems.get("dh-ddl", {})
+    out = {}
+    for peer in ("native", "dask-pool"):
+        p = systems.get(peer, {})
+        if dh.get("status") != "ok" or p.get("status") != "ok":
+            continue
+        c = {
+            "throughput_x": ratio(dh["throughput_samples_per_s"],
+                                  p["throughput_samples_per_s"]),
+            "input_wait_p95_change": change(dh["input_wait_p95_ms"],
+                                            p["input_wait_p95_ms"]),
+            "ddl_miss_change": change(dh["ddl_miss_rate"],
+                                      p["ddl_miss_rate"]),
+            "batch_ready_p95_change": change(dh["batch_ready_p95_ms"],
+                                             p["batch_ready_p95_ms"]),
+        }
+        if peer == "native":
+            c["targets"] = {
+                "ddl_miss_-70%": met(c["ddl_miss_change"], lambda v: v <= -0.70),
+                "input_wait_p95_-90%": met(c["input_wait_p95_change"],
+                                           lambda v: v <= -0.90),
+                "throughput_1.3x": met(c["throughput_x"], lambda v: v >= 1.3),
+            }
+        else:
+            c["targets"] = {
+                "throughput_1.2x": met(c["throughput_x"], lambda v: v >= 1.2),
+                "lower_ddl_miss": dh["ddl_miss_rate"] < p["ddl_miss_rate"],
+            }
+        out[f"dh-ddl_vs_{peer}"] = c
+    return out
+
+
+def change(x, y):
+    """Relative change of x against y (-0.7 = 70 % lower)."""
+    if x is None or y is None:
+        return None
+    if y == 0:
+        return 0.0 if x == 0 else None
+    return x / y - 1.0
+
+
+def met(v, test):
+    return None if v is None else bool(test(v))
