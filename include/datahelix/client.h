@@ -6,7 +6,8 @@
  *
  * Design notes:
  *   - The caller gives the client an epoch's schedule: for each step the
- *     sample ids this rank consumes (from the planner, plan.h).  An I/O
+ *     sample ids this rank consumes (any schedule; the datahelix tools
+ *     use the Tier-1 planner, an internal module).  An I/O
  *     thread (the paper's sender and fetcher in one, since a ZeroMQ socket
  *     belongs to one thread) keeps up to `prefetch` steps requested ahead
  *     of consumption, each as `microbatches` DescriptorRequests (task id
@@ -54,6 +55,8 @@
 #define DH_CLIENT_MAX_PREFETCH 256u
 #define DH_CLIENT_MAX_MICROBATCHES 255u
 #define DH_CLIENT_MAX_PARTS DH_CLIENT_MAX_MICROBATCHES
+/* Most sample ids of one step (the wire's cap on a request). */
+#define DH_CLIENT_MAX_STEP_SAMPLES 65536u
 
 struct dh_client; /* opaque */
 
@@ -162,9 +165,9 @@ int dh_client_create(const struct dh_client_opts *o, struct dh_client **out,
  * Starts an epoch: n_steps steps, numbered first_step.. (the global step
  * within the epoch; first_step > 0 resumes mid-epoch), step k consuming
  * ids[offsets[k] .. offsets[k+1]) (offsets has n_steps + 1 entries; each
- * step 1..DH_WIRE_MAX_SAMPLES ids, at least `microbatches`).  Copied.
- * Steps of a previous epoch not consumed yet are abandoned: their results
- * are released as they come.  A task id names its content: the same
+ * step 1..DH_CLIENT_MAX_STEP_SAMPLES ids, at least `microbatches`).
+ * Copied.  Steps of a previous epoch not consumed yet are abandoned: their
+ * results are released as they come.  A task id names its content: the same
  * (epoch, step) must mean the same ids.  DH_EINVAL / DH_ETOOBIG for a bad
  * schedule, DH_ENOMEM.
  */
