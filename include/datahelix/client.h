@@ -103,7 +103,7 @@ struct dh_client_opts {
 
 /* Fills the defaults above (pointers NULL, rank 0, world 1, plan from
  * dh_media_plan_init()). */
-void dh_client_opts_default(struct dh_client_opts *o);
+DH_API void dh_client_opts_default(struct dh_client_opts *o);
 
 /* One microbatch's tensor in the arena. */
 struct dh_client_part {
@@ -158,8 +158,9 @@ struct dh_client_stats {
  * DH_EIO (cannot start or reach the local DataServer, with its exit
  * status), the index's codes, DH_ENOMEM.
  */
-int dh_client_create(const struct dh_client_opts *o, struct dh_client **out,
-                     struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_client_create(const struct dh_client_opts *o,
+                            struct dh_client **out,
+                            struct dh_err *e) DH_MUST_CHECK;
 
 /*
  * Starts an epoch: n_steps steps, numbered first_step.. (the global step
@@ -171,10 +172,10 @@ int dh_client_create(const struct dh_client_opts *o, struct dh_client **out,
  * (epoch, step) must mean the same ids.  DH_EINVAL / DH_ETOOBIG for a bad
  * schedule, DH_ENOMEM.
  */
-int dh_client_start_epoch(struct dh_client *c, uint32_t epoch,
-                          uint64_t first_step, uint64_t n_steps,
-                          const uint64_t *ids, const uint64_t *offsets,
-                          struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_client_start_epoch(struct dh_client *c, uint32_t epoch,
+                                 uint64_t first_step, uint64_t n_steps,
+                                 const uint64_t *ids, const uint64_t *offsets,
+                                 struct dh_err *e) DH_MUST_CHECK;
 
 /*
  * The next step's batch.  0: *out is set (release it).  DH_EEMPTY: the
@@ -184,41 +185,42 @@ int dh_client_start_epoch(struct dh_client *c, uint32_t epoch,
  * DH_EPEERDEAD: the data plane failed (Coordinator shut down, local
  * server died and could not be restarted); every later call returns it.
  */
-int dh_client_next(struct dh_client *c, struct dh_client_batch **out,
-                   struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_client_next(struct dh_client *c, struct dh_client_batch **out,
+                          struct dh_err *e) DH_MUST_CHECK;
 
 /* next() with its own bound (>= 0 ms) instead of timeout_ms: call it in
  * short slices to stay responsive to signals.  A step's input wait is
  * measured from the first call that asked for it. */
-int dh_client_next_for(struct dh_client *c, int timeout_ms,
-                       struct dh_client_batch **out,
-                       struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_client_next_for(struct dh_client *c, int timeout_ms,
+                              struct dh_client_batch **out,
+                              struct dh_err *e) DH_MUST_CHECK;
 
 /* Gives the batch's slots back to the arena and frees it.  Any thread.
  * Accepts NULL. */
-void dh_client_batch_release(struct dh_client_batch *b);
+DH_API void dh_client_batch_release(struct dh_client_batch *b);
 
-void dh_client_stats(struct dh_client *c, struct dh_client_stats *out);
+DH_API void dh_client_stats(struct dh_client *c, struct dh_client_stats *out);
 
 /* stats.errors alone, cheaply (stats() sorts every measured wait): a
  * caller compares it around next() to tell a sample error (the step was
  * consumed) from a failure of the data plane. */
-uint64_t dh_client_errors(struct dh_client *c);
+DH_API uint64_t dh_client_errors(struct dh_client *c);
 
 /* Per-server load: up to `cap` (server id, parts it prepared) pairs, the
  * servers the Coordinator routed this client's consumed parts to; returns
  * how many servers there are in all. */
-size_t dh_client_server_load(struct dh_client *c, uint32_t *ids,
-                             uint64_t *parts, size_t cap);
+DH_API size_t dh_client_server_load(struct dh_client *c, uint32_t *ids,
+                                    uint64_t *parts, size_t cap);
 
 /* Up to `cap` sample ids that failed so far (distinct, in order of
  * failure); returns how many there are in all. */
-size_t dh_client_quarantine(struct dh_client *c, uint64_t *out, size_t cap);
+DH_API size_t dh_client_quarantine(struct dh_client *c, uint64_t *out,
+                                   size_t cap);
 
 /*
  * Stops the I/O thread, stops the embedded server (bounded: SIGKILL after
  * 2 s) and frees the client once every batch is released.  Accepts NULL.
  */
-void dh_client_destroy(struct dh_client *c);
+DH_API void dh_client_destroy(struct dh_client *c);
 
 #endif
