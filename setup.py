@@ -50,12 +50,13 @@ setup(
         "datahelix._C",
         sources=["src/python/dhpy_module.c", "src/python/dhpy_client.c",
                  "src/python/dhpy_pyds.c"],
-        include_dirs=["include", "src"],
+        include_dirs=["include", "src/include", "src"],
         define_macros=[("_GNU_SOURCE", None)],
         extra_compile_args=["-std=c11"],
         extra_objects=[os.path.join(built(), "libdatahelix.a")],
         # Rebuilt when a header or the library changes, not only a source.
         depends=sorted(glob.glob("include/datahelix/*.h") +
+                       glob.glob("src/include/datahelix/*.h") +
                        glob.glob("src/python/*.h")) +
         [os.path.join(BUILD, "libdatahelix.a")],
         extra_link_args=pkg_libs() + ["-lm", "-lpthread"])],

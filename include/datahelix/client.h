@@ -6,7 +6,8 @@
  *
  * Design notes:
  *   - The caller gives the client an epoch's schedule: for each step the
- *     sample ids this rank consumes (from the planner, plan.h).  An I/O
+ *     sample ids this rank consumes (any schedule; the datahelix tools
+ *     use the Tier-1 planner, an internal module).  An I/O
  *     thread (the paper's sender and fetcher in one, since a ZeroMQ socket
  *     belongs to one thread) keeps up to `prefetch` steps requested ahead
  *     of consumption, each as `microbatches` DescriptorRequests (task id
@@ -56,6 +57,8 @@
 #define DH_CLIENT_MAX_STEP_MS 86400000.0
 #define DH_CLIENT_MAX_MICROBATCHES 255u
 #define DH_CLIENT_MAX_PARTS DH_CLIENT_MAX_MICROBATCHES
+/* Most sample ids of one step (the wire's cap on a request). */
+#define DH_CLIENT_MAX_STEP_SAMPLES 65536u
 
 struct dh_client; /* opaque */
 
@@ -106,7 +109,7 @@ struct dh_client_opts {
 
 /* Fills the defaults above (pointers NULL, rank 0, world 1, plan from
  * dh_media_plan_init()). */
-void dh_client_opts_default(struct dh_client_opts *o);
+DH_API void dh_client_opts_default(struct dh_client_opts *o);
 
 /* One microbatch's tensor in the arena. */
 struct dh_client_part {
@@ -164,23 +167,24 @@ struct dh_client_stats {
  * DH_EIO (cannot start or reach the local DataServer, with its exit
  * status), the index's codes, DH_ENOMEM.
  */
-int dh_client_create(const struct dh_client_opts *o, struct dh_client **out,
-                     struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_client_create(const struct dh_client_opts *o,
+                            struct dh_client **out,
+                            struct dh_err *e) DH_MUST_CHECK;
 
 /*
  * Starts an epoch: n_steps steps, numbered first_step.. (the global step
  * within the epoch; first_step > 0 resumes mid-epoch), step k consuming
  * ids[offsets[k] .. offsets[k+1]) (offsets has n_steps + 1 entries; each
- * step 1..DH_WIRE_MAX_SAMPLES ids, at least `microbatches`).  Copied.
- * Steps of a previous epoch not consumed yet are abandoned: their results
- * are released as they come.  A task id names its content: the same
+ * step 1..DH_CLIENT_MAX_STEP_SAMPLES ids, at least `microbatches`).
+ * Copied.  Steps of a previous epoch not consumed yet are abandoned: their
+ * results are released as they come.  A task id names its content: the same
  * (epoch, step) must mean the same ids.  DH_EINVAL / DH_ETOOBIG for a bad
  * schedule, DH_ENOMEM.
  */
-int dh_client_start_epoch(struct dh_client *c, uint32_t epoch,
-                          uint64_t first_step, uint64_t n_steps,
-                          const uint64_t *ids, const uint64_t *offsets,
-                          struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_client_start_epoch(struct dh_client *c, uint32_t epoch,
+                                 uint64_t first_step, uint64_t n_steps,
+                                 const uint64_t *ids, const uint64_t *offsets,
+                                 struct dh_err *e) DH_MUST_CHECK;
 
 /*
  * The next step's batch.  0: *out is set (release it).  DH_EEMPTY: the
@@ -194,24 +198,24 @@ int dh_client_start_epoch(struct dh_client *c, uint32_t epoch,
  * down, local server died and could not be restarted); every later call
  * returns it.
  */
-int dh_client_next(struct dh_client *c, struct dh_client_batch **out,
-                   struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_client_next(struct dh_client *c, struct dh_client_batch **out,
+                          struct dh_err *e) DH_MUST_CHECK;
 
 /* next() with its own bound (>= 0 ms) instead of timeout_ms: call it in
  * short slices to stay responsive to signals.  A step's input wait is
  * measured from the first call that asked for it. */
-int dh_client_next_for(struct dh_client *c, int timeout_ms,
-                       struct dh_client_batch **out,
-                       struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_client_next_for(struct dh_client *c, int timeout_ms,
+                              struct dh_client_batch **out,
+                              struct dh_err *e) DH_MUST_CHECK;
 
 /* Gives the batch's slots back to the arena and frees it.  Any thread.
  * Accepts NULL. */
-void dh_client_batch_release(struct dh_client_batch *b);
+DH_API void dh_client_batch_release(struct dh_client_batch *b);
 
-void dh_client_stats(struct dh_client *c, struct dh_client_stats *out);
+DH_API void dh_client_stats(struct dh_client *c, struct dh_client_stats *out);
 
 /* stats.errors alone, cheaply (stats() sorts every measured wait). */
-uint64_t dh_client_errors(struct dh_client *c);
+DH_API uint64_t dh_client_errors(struct dh_client *c);
 
 /* Where a failed step's error arose, derived from its cause code. */
 enum dh_stage {
@@ -225,7 +229,7 @@ enum dh_stage {
 };
 
 /* "prepare", "read", "decode", "watchdog", "limit", "arena", "memory". */
-const char *dh_stage_name(enum dh_stage s);
+DH_API const char *dh_stage_name(enum dh_stage s);
 
 #define DH_CLIENT_MAX_PATH 4096
 #define DH_CLIENT_MAX_CAUSE 512
@@ -244,22 +248,24 @@ struct dh_client_failure {
 
 /* Copies the last failure into *out: 0, or DH_ENOTFOUND if no step of
  * this client has failed.  Any thread. */
-int dh_client_failure(struct dh_client *c, struct dh_client_failure *out);
+DH_API int dh_client_failure(struct dh_client *c,
+                             struct dh_client_failure *out);
 
 /* Per-server load: up to `cap` (server id, parts it prepared) pairs, the
  * servers the Coordinator routed this client's consumed parts to; returns
  * how many servers there are in all. */
-size_t dh_client_server_load(struct dh_client *c, uint32_t *ids,
-                             uint64_t *parts, size_t cap);
+DH_API size_t dh_client_server_load(struct dh_client *c, uint32_t *ids,
+                                    uint64_t *parts, size_t cap);
 
 /* Up to `cap` sample ids that failed so far (distinct, in order of
  * failure); returns how many there are in all. */
-size_t dh_client_quarantine(struct dh_client *c, uint64_t *out, size_t cap);
+DH_API size_t dh_client_quarantine(struct dh_client *c, uint64_t *out,
+                                   size_t cap);
 
 /*
  * Stops the I/O thread, stops the embedded server (bounded: SIGKILL after
  * 2 s) and frees the client once every batch is released.  Accepts NULL.
  */
-void dh_client_destroy(struct dh_client *c);
+DH_API void dh_client_destroy(struct dh_client *c);
 
 #endif

@@ -14,6 +14,8 @@
 
 #include <stddef.h>
 
+#include "datahelix/export.h"
+
 #if defined(__GNUC__)
 #define DH_MUST_CHECK __attribute__((warn_unused_result))
 #define DH_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -50,7 +52,7 @@ enum dh_errno {
 };
 
 /* Static text for a code; never NULL, unknown codes give "unknown error". */
-const char *dh_strerror(int code);
+DH_API const char *dh_strerror(int code);
 
 #define DH_ERR_MSG_MAX 512
 
@@ -61,14 +63,14 @@ struct dh_err {
 };
 
 /* Clears `e` (code 0, empty message).  Accepts NULL. */
-void dh_err_clear(struct dh_err *e);
+DH_API void dh_err_clear(struct dh_err *e);
 
 /*
  * Records `code` and a printf-style message into `e` (truncated to fit) and
  * returns `code`, so that error paths read `return dh_err_set(e, DH_EIO, ...)`.
  * Accepts e == NULL.
  */
-int dh_err_set(struct dh_err *e, int code, const char *fmt, ...)
+DH_API int dh_err_set(struct dh_err *e, int code, const char *fmt, ...)
     DH_PRINTF(3, 4);
 
 #endif

@@ -48,16 +48,16 @@
 struct dh_index_builder;
 
 /* Creates an empty builder; *out owned by the caller (destroy). */
-int dh_index_builder_create(struct dh_index_builder **out,
-                            struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_index_builder_create(struct dh_index_builder **out,
+                                   struct dh_err *e) DH_MUST_CHECK;
 
 /*
  * Stores the table's header record (a JSON object text, copied) in the
  * index, where dh_index_header() returns it.  Optional.
  */
-int dh_index_builder_set_header(struct dh_index_builder *b,
-                                const char *header_json,
-                                struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_index_builder_set_header(struct dh_index_builder *b,
+                                       const char *header_json,
+                                       struct dh_err *e) DH_MUST_CHECK;
 
 /*
  * Adds sample `d` as row d->id (rows may arrive in any order; values are
@@ -65,11 +65,12 @@ int dh_index_builder_set_header(struct dh_index_builder *b,
  * kind, DH_ETOOBIG past DH_INDEX_PROFILE_MAX profiles, DH_ENOMEM.  On error
  * the builder is unchanged.
  */
-int dh_index_builder_add(struct dh_index_builder *b, const struct dh_desc *d,
-                         struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_index_builder_add(struct dh_index_builder *b,
+                                const struct dh_desc *d,
+                                struct dh_err *e) DH_MUST_CHECK;
 
 /* Number of samples added so far. */
-uint64_t dh_index_builder_count(const struct dh_index_builder *b);
+DH_API uint64_t dh_index_builder_count(const struct dh_index_builder *b);
 
 /*
  * Checks that ids are dense (DH_EFORMAT "ids are not dense: id N is
@@ -77,15 +78,16 @@ uint64_t dh_index_builder_count(const struct dh_index_builder *b);
  * (PATH.tmp.<pid>, fsync, rename).  The builder stays valid and must still
  * be destroyed.
  */
-int dh_index_builder_finish(struct dh_index_builder *b, const char *path,
-                            struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_index_builder_finish(struct dh_index_builder *b, const char *path,
+                                   struct dh_err *e) DH_MUST_CHECK;
 
 /* Frees the builder.  Accepts NULL. */
-void dh_index_builder_destroy(struct dh_index_builder *b);
+DH_API void dh_index_builder_destroy(struct dh_index_builder *b);
 
 /* Reads a JSONL table (dh_table_reader rules) and writes its index. */
-int dh_index_build_from_table(const char *jsonl_path, const char *dhx_path,
-                              struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_index_build_from_table(const char *jsonl_path,
+                                     const char *dhx_path,
+                                     struct dh_err *e) DH_MUST_CHECK;
 
 /* dh_index_build() flags. */
 #define DH_INDEX_BUILD_RENUMBER 1u /* row i = the i-th sample in file order */
@@ -103,9 +105,9 @@ struct dh_index_build_info {
  * paths stay the samples' stable key, ids may name other samples than in
  * the table.  `info` (may be NULL) is written on success only.
  */
-int dh_index_build(const char *jsonl_path, const char *dhx_path,
-                   unsigned flags, struct dh_index_build_info *info,
-                   struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_index_build(const char *jsonl_path, const char *dhx_path,
+                          unsigned flags, struct dh_index_build_info *info,
+                          struct dh_err *e) DH_MUST_CHECK;
 
 /* ---- reading ---- */
 struct dh_index;
@@ -118,22 +120,23 @@ struct dh_index;
  * version or unknown required flags), DH_ECHECKSUM (header, or body with
  * DH_INDEX_VERIFY), DH_ENOMEM.  On success *out is owned by the caller.
  */
-int dh_index_open(const char *path, unsigned flags, struct dh_index **out,
-                  struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_index_open(const char *path, unsigned flags,
+                         struct dh_index **out, struct dh_err *e) DH_MUST_CHECK;
 
 /*
  * Same over `size` bytes at `data`, which the caller keeps alive and
  * unchanged until dh_index_close().  `data` must be 8-byte aligned.
  */
-int dh_index_open_mem(const void *data, size_t size, unsigned flags,
-                      struct dh_index **out, struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_index_open_mem(const void *data, size_t size, unsigned flags,
+                             struct dh_index **out,
+                             struct dh_err *e) DH_MUST_CHECK;
 
 /* Unmaps and frees.  Accepts NULL.  Invalidates every borrowed pointer. */
-void dh_index_close(struct dh_index *ix);
+DH_API void dh_index_close(struct dh_index *ix);
 
-uint64_t dh_index_count(const struct dh_index *ix);
+DH_API uint64_t dh_index_count(const struct dh_index *ix);
 /* Size in bytes of the mapped file. */
-uint64_t dh_index_size(const struct dh_index *ix);
+DH_API uint64_t dh_index_size(const struct dh_index *ix);
 
 /* Column pointers, each `count` long, borrowed until dh_index_close(). */
 struct dh_index_columns {
@@ -147,21 +150,22 @@ struct dh_index_columns {
     const uint16_t *height;
     const uint8_t *kind;     /* enum dh_kind values */
 };
-void dh_index_columns(const struct dh_index *ix, struct dh_index_columns *out);
+DH_API void dh_index_columns(const struct dh_index *ix,
+                             struct dh_index_columns *out);
 
 /*
  * Strings borrowed until dh_index_close().  dh_index_path() is NULL for an
  * id out of range, a sample without a path (inline text) or a corrupt
  * offset; dh_index_text() is NULL when the sample has no text.
  */
-const char *dh_index_path(const struct dh_index *ix, uint64_t id);
-const char *dh_index_text(const struct dh_index *ix, uint64_t id);
+DH_API const char *dh_index_path(const struct dh_index *ix, uint64_t id);
+DH_API const char *dh_index_text(const struct dh_index *ix, uint64_t id);
 
-unsigned dh_index_profile_count(const struct dh_index *ix);
+DH_API unsigned dh_index_profile_count(const struct dh_index *ix);
 /* Profile name `p` ("" allowed), NULL if p is out of range. */
-const char *dh_index_profile_name(const struct dh_index *ix, unsigned p);
+DH_API const char *dh_index_profile_name(const struct dh_index *ix, unsigned p);
 /* Header record JSON stored by the builder, or NULL. */
-const char *dh_index_header(const struct dh_index *ix);
+DH_API const char *dh_index_header(const struct dh_index *ix);
 
 /*
  * A 64-bit digest of what a plan over this index, and a position in that
@@ -172,14 +176,14 @@ const char *dh_index_header(const struct dh_index *ix);
  * re-probing or recalibrating the same files keeps it, while removing or
  * renumbering a sample changes it.  O(n); thread-safe.
  */
-uint64_t dh_index_digest(const struct dh_index *ix);
+DH_API uint64_t dh_index_digest(const struct dh_index *ix);
 
 /*
  * Fills `out` (init'ed by the caller; fini'ed first) with sample `id`.
  * Fields the index does not store are 0 / empty.  DH_EINVAL for an id out
  * of range, DH_EFORMAT for a corrupt row, DH_ENOMEM.
  */
-int dh_index_get(const struct dh_index *ix, uint64_t id, struct dh_desc *out,
-                 struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_index_get(const struct dh_index *ix, uint64_t id,
+                        struct dh_desc *out, struct dh_err *e) DH_MUST_CHECK;
 
 #endif

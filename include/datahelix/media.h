@@ -90,48 +90,51 @@ struct dh_media_plan {
 
 /* uniform 16 frames, 224x224, crop, THWC, uint8, exact, repeat-pad,
  * ImageNet mean/std for the float option. */
-void dh_media_plan_init(struct dh_media_plan *p);
+DH_API void dh_media_plan_init(struct dh_media_plan *p);
 
 /* Checks a plan's fields (sizes, counts, enums); 0 or DH_EINVAL, and
  * DH_ETOOBIG when a plan of a fixed frame count (uniform, jitter, indices)
  * is over its pixel cap.  fps and all plans are held to it on select. */
-int dh_media_plan_check(const struct dh_media_plan *p,
-                        struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_media_plan_check(const struct dh_media_plan *p,
+                               struct dh_err *e) DH_MUST_CHECK;
 
 /* The cap on `frames` frames of plan `p`: 0 when frames x width x height is
  * within p->max_pixels (or the default), else DH_ETOOBIG saying so. */
-int dh_media_plan_check_pixels(const struct dh_media_plan *p, int64_t frames,
-                               struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_media_plan_check_pixels(const struct dh_media_plan *p,
+                                      int64_t frames,
+                                      struct dh_err *e) DH_MUST_CHECK;
 
 /* Bytes of output for `frames` frames under `p` (without DH_MEDIA_DST_PAD). */
-size_t dh_media_plan_bytes(const struct dh_media_plan *p, int64_t frames);
+DH_API size_t dh_media_plan_bytes(const struct dh_media_plan *p,
+                                  int64_t frames);
 
 struct dh_media;
 
-int dh_media_create(struct dh_media **out, struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_media_create(struct dh_media **out,
+                           struct dh_err *e) DH_MUST_CHECK;
 /* Closes any open file and frees everything.  Accepts NULL. */
-void dh_media_destroy(struct dh_media *m);
+DH_API void dh_media_destroy(struct dh_media *m);
 
 /* Decoder threads for the files opened from now on (default 1: the
  * scheduler runs one sample per core; 0 = FFmpeg's choice). */
-void dh_media_set_threads(struct dh_media *m, int threads);
+DH_API void dh_media_set_threads(struct dh_media *m, int threads);
 
 /* The per-sample watchdog: from each dh_media_open*() on, reading and
  * decoding that file stop with DH_ETIMEOUT ("... abandoned after N ms:
  * per-sample watchdog") once `ms` have passed.  Checked before every packet
  * and inside blocking reads (FFmpeg's interrupt callback); a single packet
  * whose decode never returns cannot be interrupted.  0 (default): off. */
-void dh_media_set_watchdog(struct dh_media *m, int ms);
+DH_API void dh_media_set_watchdog(struct dh_media *m, int ms);
 
 /* Opens a video or image file (closing the previous one) and reads its
  * frame table: container index where there is one, else a packet scan. */
-int dh_media_open(struct dh_media *m, const char *path,
-                  struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_media_open(struct dh_media *m, const char *path,
+                         struct dh_err *e) DH_MUST_CHECK;
 /* The same from memory (`data` must outlive the open file); `name` is used
  * in messages.  For payloads received over the network and for fuzzing. */
-int dh_media_open_mem(struct dh_media *m, const void *data, size_t len,
-                      const char *name, struct dh_err *e) DH_MUST_CHECK;
-void dh_media_close(struct dh_media *m);
+DH_API int dh_media_open_mem(struct dh_media *m, const void *data, size_t len,
+                             const char *name, struct dh_err *e) DH_MUST_CHECK;
+DH_API void dh_media_close(struct dh_media *m);
 
 struct dh_media_info {
     enum dh_kind kind;     /* video or image */
@@ -146,13 +149,13 @@ struct dh_media_info {
 };
 
 /* Facts about the open file.  DH_EINVAL when nothing is open. */
-int dh_media_info(const struct dh_media *m,
-                  struct dh_media_info *out) DH_MUST_CHECK;
+DH_API int dh_media_info(const struct dh_media *m,
+                         struct dh_media_info *out) DH_MUST_CHECK;
 
 /* Chooses the frames of `p` for the open file; *out_frames is how many
  * frames dh_media_decode() will write (padding included). */
-int dh_media_select(struct dh_media *m, const struct dh_media_plan *p,
-                    int64_t *out_frames, struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_media_select(struct dh_media *m, const struct dh_media_plan *p,
+                           int64_t *out_frames, struct dh_err *e) DH_MUST_CHECK;
 
 struct dh_media_result {
     int64_t frames;         /* frames written (padding included) */
@@ -172,9 +175,10 @@ struct dh_media_result {
  * with the same plan.  On error dst holds partial output and `e` names the
  * file, the frame and the cause.
  */
-int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
-                    void *dst, size_t dst_len, struct dh_media_result *res,
-                    struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
+                           void *dst, size_t dst_len,
+                           struct dh_media_result *res,
+                           struct dh_err *e) DH_MUST_CHECK;
 
 /* What a full decode of the open file found (dh_media_verify). */
 struct dh_media_verify {
@@ -194,11 +198,11 @@ struct dh_media_verify {
  * otherwise (DH_ETIMEOUT from the watchdog).  Leaves the file open and
  * positioned for dh_media_decode().
  */
-int dh_media_verify(struct dh_media *m, struct dh_media_verify *res,
-                    struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_media_verify(struct dh_media *m, struct dh_media_verify *res,
+                           struct dh_err *e) DH_MUST_CHECK;
 
 /* Source frame index of each output frame of the last select/decode
  * (-1 for zero padding); valid until the next select, open or close. */
-const int64_t *dh_media_indices(const struct dh_media *m);
+DH_API const int64_t *dh_media_indices(const struct dh_media *m);
 
 #endif

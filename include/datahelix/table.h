@@ -27,9 +27,9 @@
 enum dh_kind { DH_KIND_VIDEO = 0, DH_KIND_IMAGE = 1, DH_KIND_TEXT = 2 };
 
 /* "video" / "image" / "text"; NULL for an unknown value. */
-const char *dh_kind_name(enum dh_kind k);
+DH_API const char *dh_kind_name(enum dh_kind k);
 /* Parses a kind name; returns 0 or DH_EINVAL. */
-int dh_kind_parse(const char *s, enum dh_kind *out) DH_MUST_CHECK;
+DH_API int dh_kind_parse(const char *s, enum dh_kind *out) DH_MUST_CHECK;
 
 #define DH_CODEC_MAX 32
 #define DH_PROFILE_MAX 32
@@ -56,9 +56,9 @@ struct dh_desc {
                                      NULL if none */
 };
 
-void dh_desc_init(struct dh_desc *d);
+DH_API void dh_desc_init(struct dh_desc *d);
 /* Frees what `d` owns and re-inits it.  Accepts NULL. */
-void dh_desc_fini(struct dh_desc *d);
+DH_API void dh_desc_fini(struct dh_desc *d);
 
 /*
  * Parses one JSON line into `d` (which must be init'ed; it is fini'ed first).
@@ -66,21 +66,21 @@ void dh_desc_fini(struct dh_desc *d);
  * prefix; the reader adds it).  Required: id, path (or text for kind text),
  * kind.  Wrong types are errors; unknown fields go to extra_json.
  */
-int dh_desc_from_json(const char *line, size_t len, struct dh_desc *d,
-                      struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_desc_from_json(const char *line, size_t len, struct dh_desc *d,
+                             struct dh_err *e) DH_MUST_CHECK;
 
 /*
  * Serialises `d` as one compact JSON object (no newline) into a new string
  * (*out, caller frees with free()).  Returns 0, DH_ENOMEM or DH_EINVAL.
  */
-int dh_desc_to_json(const struct dh_desc *d, char **out) DH_MUST_CHECK;
+DH_API int dh_desc_to_json(const struct dh_desc *d, char **out) DH_MUST_CHECK;
 
 /* ---- streaming reader ---- */
 struct dh_table_reader;
 
 /* Opens `path` ("-" for stdin).  On success *out is the reader. */
-int dh_table_reader_open(const char *path, struct dh_table_reader **out,
-                         struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_table_reader_open(const char *path, struct dh_table_reader **out,
+                                struct dh_err *e) DH_MUST_CHECK;
 
 /*
  * Reads the next sample into `d` (init'ed by the caller; fini'ed first).
@@ -91,8 +91,8 @@ int dh_table_reader_open(const char *path, struct dh_table_reader **out,
  * (DH_EFORMAT "FILE: ids are not dense: id N is missing (...)", which says
  * how to renumber).  Blank lines are skipped.
  */
-int dh_table_reader_next(struct dh_table_reader *r, struct dh_desc *d,
-                         struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_table_reader_next(struct dh_table_reader *r, struct dh_desc *d,
+                                struct dh_err *e) DH_MUST_CHECK;
 
 /*
  * Renumbering (on != 0): every sample read from now on gets as its id its
@@ -103,16 +103,16 @@ int dh_table_reader_next(struct dh_table_reader *r, struct dh_desc *d,
  * the id, is then a sample's stable key.  Call before the first
  * dh_table_reader_next().
  */
-void dh_table_reader_set_renumber(struct dh_table_reader *r, int on);
+DH_API void dh_table_reader_set_renumber(struct dh_table_reader *r, int on);
 /* Samples read so far whose id differs from their `id` field (0 unless
  * renumbering). */
-uint64_t dh_table_reader_renumbered(const struct dh_table_reader *r);
+DH_API uint64_t dh_table_reader_renumbered(const struct dh_table_reader *r);
 
 /* JSON object text of the header record, or NULL; valid until destroy. */
-const char *dh_table_reader_header(const struct dh_table_reader *r);
+DH_API const char *dh_table_reader_header(const struct dh_table_reader *r);
 /* 1-based number of the line last read. */
-long dh_table_reader_line(const struct dh_table_reader *r);
-void dh_table_reader_destroy(struct dh_table_reader *r);
+DH_API long dh_table_reader_line(const struct dh_table_reader *r);
+DH_API void dh_table_reader_destroy(struct dh_table_reader *r);
 
 /* ---- streaming writer ---- */
 struct dh_table_writer;
@@ -123,15 +123,16 @@ struct dh_table_writer;
  * crash never leaves a half-written table under the final name.
  * `header_json`, if not NULL, is a JSON object written as the header record.
  */
-int dh_table_writer_open(const char *path, const char *header_json,
-                         struct dh_table_writer **out,
-                         struct dh_err *e) DH_MUST_CHECK;
-int dh_table_writer_write(struct dh_table_writer *w, const struct dh_desc *d,
-                          struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_table_writer_open(const char *path, const char *header_json,
+                                struct dh_table_writer **out,
+                                struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_table_writer_write(struct dh_table_writer *w,
+                                 const struct dh_desc *d,
+                                 struct dh_err *e) DH_MUST_CHECK;
 /* Flushes, renames into place and frees `w` (also on error). */
-int dh_table_writer_close(struct dh_table_writer *w,
-                          struct dh_err *e) DH_MUST_CHECK;
+DH_API int dh_table_writer_close(struct dh_table_writer *w,
+                                 struct dh_err *e) DH_MUST_CHECK;
 /* Frees `w` and removes its temporary file.  Accepts NULL. */
-void dh_table_writer_abort(struct dh_table_writer *w);
+DH_API void dh_table_writer_abort(struct dh_table_writer *w);
 
 #endif

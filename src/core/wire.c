@@ -215,7 +215,7 @@ int dh__wire_copy_array(void **out, const void *src, size_t n, size_t size,
 int dh_wire_set_samples(struct dh_wire_request *r, const uint64_t *ids,
                         size_t n, struct dh_err *e)
 {
-    void *p;
+    void *p = NULL; /* GCC, inlining the copy, cannot tell rc < 0 */
     int rc = dh__wire_copy_array(&p, ids, n, sizeof(*ids), DH_WIRE_MAX_SAMPLES,
                                  "descriptor_request.sample_ids", e);
 
@@ -230,7 +230,7 @@ int dh_wire_set_samples(struct dh_wire_request *r, const uint64_t *ids,
 int dh_wire_set_indices(struct dh_wire_plan *w, const int64_t *idx, size_t n,
                         struct dh_err *e)
 {
-    void *p;
+    void *p = NULL; /* GCC, inlining the copy, cannot tell rc < 0 */
     int rc = dh__wire_copy_array(&p, idx, n, sizeof(*idx), DH_WIRE_MAX_FRAMES,
                                  "plan.indices", e);
 
@@ -246,7 +246,7 @@ int dh_wire_set_links(struct dh_wire_heartbeat *h,
                       const struct dh_wire_link *links, size_t n,
                       struct dh_err *e)
 {
-    void *p;
+    void *p = NULL; /* GCC, inlining the copy, cannot tell rc < 0 */
     int rc = dh__wire_copy_array(&p, links, n, sizeof(*links),
                                  DH_WIRE_MAX_PEERS, "heartbeat.links", e);
 

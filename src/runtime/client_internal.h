@@ -27,6 +27,10 @@
 #include "datahelix/wire.h"
 #include "runtime/local_link.h"
 
+/* The public header states the step cap without the (internal) wire codec. */
+_Static_assert(DH_CLIENT_MAX_STEP_SAMPLES == DH_WIRE_MAX_SAMPLES,
+               "client.h's step cap is the wire's request cap");
+
 #define CL_MAX_ARENAS 64 /* the first server and its restarts */
 #define CL_MAX_LOAD 256  /* servers tracked in the per-server load */
 
