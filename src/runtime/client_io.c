@@ -37,8 +37,13 @@ void dh__cl_wake(struct dh_client *c)
 
 uint64_t dh__cl_task_id(const struct dh_client *c, uint64_t k, uint32_t j)
 {
-    return (uint64_t)c->epoch << 48 | (c->first_step + k) << 24 |
-           (uint64_t)c->rank << 8 | j;
+    uint64_t id;
+
+    /* Cannot fail: send_request() made this task from the same fields. */
+    if (dh_wire_task_id(c->epoch, c->first_step + k, c->rank, j, &id,
+                        NULL) < 0)
+        return UINT64_MAX;
+    return id;
 }
 
 /* Sets the fatal error (mu held) and wakes next(). */

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/idmap.h"
 #include "datahelix/coordinator.h"
 #include "datahelix/inflight.h"
 #include "datahelix/place.h"
@@ -83,9 +84,8 @@ struct dh_coordinator {
     int32_t *rank_local; /* rank -> slot of its local server, or -1 */
     uint64_t next_gen;
 
-    struct co_task **tasks; /* hash by task id (linear probing) */
-    size_t tasks_cap;       /* power of two, >= 2 x (inflight + pending) */
-    size_t n_tasks;
+    struct dh_idmap tasks;  /* task id -> struct co_task *, all but the
+                               cancelled ones; limit inflight + pending */
     struct co_task **fifo;  /* ring of waiting tasks */
     size_t fifo_cap, fifo_head, fifo_len, pending_new, max_pending;
     uint64_t *dead_buf;

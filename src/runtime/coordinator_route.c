@@ -4,14 +4,15 @@
  * Routes to servers and acks to clients, first-result-wins completion
  * (inflight.h) and re-routing the tasks of a dead server (DESIGN.md 3, 8).
  *
- * Design: every task the Coordinator knows is one struct co_task in a hash
- * keyed by task id (linear probing, backward-shift deletion), from arrival
- * until its first completion.  The in-flight table says where a running
- * task runs; the co_task keeps what re-routing needs (the request and the
- * client's routing id).  Waiting tasks sit in a ring, oldest first,
- * re-routes in front of new requests; only the head is tried, so a request
- * that meets backpressure waits with everything behind it (simple and
- * fair; head-of-line blocking across ranks is accepted for now).
+ * Design: every task the Coordinator knows is one struct co_task in a map
+ * keyed by task id (core/idmap.h; it holds pointers, since the FIFO points
+ * at the same co_task), from arrival until its first completion.  The
+ * in-flight table says where a running task runs; the co_task keeps what
+ * re-routing needs (the request and the client's routing id).  Waiting
+ * tasks sit in a ring, oldest first, re-routes in front of new requests;
+ * only the head is tried, so a request that meets backpressure waits with
+ * everything behind it (simple and fair; head-of-line blocking across
+ * ranks is accepted for now).
  * A request whose rank's local server takes no payloads (registered as
  * "local:...") or that says local_only is decided among that local server
  * alone: a remote server could not deliver its batch.
@@ -23,57 +24,20 @@
 #include <time.h>
 
 #include "core/alloc.h"
-#include "core/hash.h"
 #include "runtime/coordinator_internal.h"
 
-/* ---- the task hash ---- */
-
-static size_t home(const struct dh_coordinator *c, uint64_t id)
-{
-    return (size_t)dh__mix64(id) & (c->tasks_cap - 1);
-}
+/* ---- the task map ---- */
 
 static struct co_task *task_find(const struct dh_coordinator *c, uint64_t id)
 {
-    for (size_t i = home(c, id);; i = (i + 1) & (c->tasks_cap - 1)) {
-        if (!c->tasks[i])
-            return NULL;
-        if (c->tasks[i]->req.task.id == id)
-            return c->tasks[i];
-    }
-}
+    struct co_task **p = dh__idmap_get(&c->tasks, id);
 
-/* The table is sized so that it never fills (see dh__co_tasks_init). */
-static void task_insert(struct dh_coordinator *c, struct co_task *t)
-{
-    size_t i = home(c, t->req.task.id);
-
-    while (c->tasks[i])
-        i = (i + 1) & (c->tasks_cap - 1);
-    c->tasks[i] = t;
-    c->n_tasks++;
+    return p ? *p : NULL;
 }
 
 static void task_remove(struct dh_coordinator *c, uint64_t id)
 {
-    size_t mask = c->tasks_cap - 1, i = home(c, id), j;
-
-    while (c->tasks[i] && c->tasks[i]->req.task.id != id)
-        i = (i + 1) & mask;
-    if (!c->tasks[i])
-        return;
-    c->tasks[i] = NULL;
-    c->n_tasks--;
-    /* Backward shift: move up every entry whose home is not in (i, j]. */
-    for (j = (i + 1) & mask; c->tasks[j]; j = (j + 1) & mask) {
-        size_t h = home(c, c->tasks[j]->req.task.id);
-
-        if ((j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j))) {
-            c->tasks[i] = c->tasks[j];
-            c->tasks[j] = NULL;
-            i = j;
-        }
-    }
+    (void)dh__idmap_del(&c->tasks, id);
 }
 
 /* Frees what the decoder allocated for the request (as dh_wire_msg_fini()
@@ -89,35 +53,39 @@ static void task_free(struct dh_coordinator *c, struct co_task *t)
 int dh__co_tasks_init(struct dh_coordinator *c, size_t max_inflight,
                       size_t max_pending, struct dh_err *e)
 {
-    size_t need = 2 * (max_inflight + max_pending);
+    /* Reserved at its limit, so a put never allocates; and never meets a
+     * full map: the tasks in it are in the in-flight table (running or
+     * waiting for a re-route, <= max_inflight) or new ones in the FIFO
+     * (admit() keeps them < max_pending). */
+    size_t limit = max_inflight + max_pending;
 
-    c->tasks_cap = 16;
-    while (c->tasks_cap < need)
-        c->tasks_cap <<= 1;
+    if (dh__idmap_init(&c->tasks, sizeof(struct co_task *), limit, limit) < 0)
+        return dh_err_set(e, DH_ENOMEM, "coordinator: out of memory");
     c->fifo_cap = max_inflight + max_pending;
     c->max_pending = max_pending;
     c->dead_cap = 1024;
-    c->tasks = dh__calloc(c->tasks_cap, sizeof(*c->tasks));
     c->fifo = dh__calloc(c->fifo_cap, sizeof(*c->fifo));
     c->dead_buf = dh__calloc(c->dead_cap, sizeof(*c->dead_buf));
-    if (!c->tasks || !c->fifo || !c->dead_buf)
+    if (!c->fifo || !c->dead_buf)
         return dh_err_set(e, DH_ENOMEM, "coordinator: out of memory");
     return 0;
 }
 
 void dh__co_tasks_fini(struct dh_coordinator *c)
 {
-    /* Cancelled tasks live only in the FIFO, all others in the hash. */
+    struct co_task **p;
+    size_t pos = 0;
+
+    /* Cancelled tasks live only in the FIFO, all others in the map. */
     for (size_t k = 0; c->fifo && k < c->fifo_len; k++) {
         struct co_task *t = c->fifo[(c->fifo_head + k) % c->fifo_cap];
 
         if (t->cancelled)
             task_free(c, t);
     }
-    for (size_t i = 0; c->tasks && i < c->tasks_cap; i++)
-        if (c->tasks[i])
-            task_free(c, c->tasks[i]);
-    dh__free(c->tasks);
+    while ((p = dh__idmap_next(&c->tasks, &pos, NULL)))
+        task_free(c, *p);
+    dh__idmap_fini(&c->tasks);
     dh__free(c->fifo);
     dh__free(c->dead_buf);
 }
@@ -395,6 +363,23 @@ void dh__co_drain(struct dh_coordinator *c, uint64_t now)
 
 /* ---- requests ---- */
 
+/* Puts a new task in the map and the FIFO, or in neither (queue full).
+ * The map cannot be full (see dh__co_tasks_init). */
+static int admit(struct dh_coordinator *c, struct co_task *t)
+{
+    void *v;
+
+    if (c->pending_new >= c->max_pending ||
+        dh__idmap_put(&c->tasks, t->req.task.id, &v) < 0)
+        return DH_ETOOBIG;
+    *(struct co_task **)v = t;
+    if (fifo_push(c, t, 0) < 0) {
+        task_remove(c, t->req.task.id);
+        return DH_ETOOBIG;
+    }
+    return 0;
+}
+
 void dh__co_on_request(struct dh_coordinator *c, const struct co_peer *from,
                        struct dh_wire_msg *m, uint64_t now)
 {
@@ -417,13 +402,12 @@ void dh__co_on_request(struct dh_coordinator *c, const struct co_peer *from,
     t->state = CO_PENDING_NEW;
     t->server = -1;
     t->arrived_ms = now;
-    if (c->pending_new >= c->max_pending || fifo_push(c, t, 0) < 0) {
+    if (admit(c, t) < 0) {
         CO_INC(c, queue_full);
         send_error(c, t, DH_ETOOBIG, "request queue full");
         task_free(c, t);
         return;
     }
-    task_insert(c, t);
     CO_INC(c, requests);
     dh__co_drain(c, now);
 }
@@ -493,9 +477,12 @@ void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
 void dh__co_client_moved(struct dh_coordinator *c, uint32_t rank,
                          const struct co_peer *to)
 {
-    for (size_t i = 0; i < c->tasks_cap; i++)
-        if (c->tasks[i] && c->tasks[i]->req.requester_rank == rank)
-            c->tasks[i]->client = *to;
+    struct co_task **p;
+    size_t pos = 0;
+
+    while ((p = dh__idmap_next(&c->tasks, &pos, NULL)))
+        if ((*p)->req.requester_rank == rank)
+            (*p)->client = *to;
 }
 
 /* ---- dead servers ---- */
