@@ -274,14 +274,11 @@ static int parse_args(struct args *a, int argc, char **argv)
 
 /* This rank's schedule of one epoch, from the same plan every rank makes. */
 static int schedule(const struct args *a, const struct dh_index *ix,
-                    uint32_t epoch, uint64_t **ids, uint64_t **offs,
-                    uint64_t *n_steps, struct dh_err *e)
+                    uint32_t epoch, struct dh_plan_schedule *out,
+                    struct dh_err *e)
 {
     struct dh_index_columns col;
     struct dh_plan_opts po;
-    struct dh_plan *p = NULL;
-    uint64_t steps, total = 0;
-    int rc;
 
     dh_index_columns(ix, &col);
     dh_plan_opts_init(&po);
@@ -290,36 +287,10 @@ static int schedule(const struct args *a, const struct dh_index *ix,
     po.seed = a->seed;
     po.epoch = epoch;
     po.balance = a->balance;
-    if ((rc = dh_plan_create(col.est_tokens, col.profile, col.count, &po, &p,
-                             e)) < 0)
-        return rc;
-    steps = dh_plan_steps(p);
-    if (a->max_steps > 0 && (uint64_t)a->max_steps < steps)
-        steps = (uint64_t)a->max_steps;
-    *offs = dh__malloc((steps + 1) * sizeof(**offs));
-    *ids = dh__malloc(((uint64_t)a->batch * steps + 1) * sizeof(**ids) * 2);
-    if (!*offs || !*ids) {
-        rc = dh_err_set(e, DH_ENOMEM, "out of memory");
-        goto out;
-    }
-    for (uint64_t k = 0; k < steps; k++) {
-        uint64_t n = 0;
-        const uint64_t *r = dh_plan_rank_ids(p, k, a->o.rank, &n);
-
-        (*offs)[k] = total;
-        if (total + n > (uint64_t)a->batch * steps * 2) {
-            rc = dh_err_set(e, DH_ETOOBIG, "plan gave rank %u more samples "
-                            "than expected", a->o.rank);
-            goto out;
-        }
-        memcpy(*ids + total, r, n * sizeof(*r));
-        total += n;
-    }
-    (*offs)[steps] = total;
-    *n_steps = steps;
-out:
-    dh_plan_destroy(p);
-    return rc;
+    return dh_plan_schedule(col.est_tokens, col.profile, col.count, NULL, 0,
+                            &po, a->o.rank,
+                            a->max_steps > 0 ? (uint64_t)a->max_steps : 0,
+                            out, e);
 }
 
 struct run {
@@ -425,13 +396,13 @@ static int run_epochs(struct run *r, const struct dh_index *ix,
     int rc = 0;
 
     for (uint32_t ep = 0; ep < r->a->epochs && !*r->stop; ep++) {
-        uint64_t *ids = NULL, *offs = NULL, n = 0;
+        struct dh_plan_schedule sc = {0};
 
-        rc = schedule(r->a, ix, ep, &ids, &offs, &n, e);
+        rc = schedule(r->a, ix, ep, &sc, e);
         if (rc == 0)
-            rc = dh_client_start_epoch(r->c, ep, 0, n, ids, offs, e);
-        dh__free(ids);
-        dh__free(offs);
+            rc = dh_client_start_epoch(r->c, ep, 0, sc.n_steps, sc.ids,
+                                       sc.offs, e);
+        dh_plan_schedule_free(&sc);
         while (rc == 0 && !*r->stop && (rc = one_step(r, e)) == 1)
             rc = 0;
         if (rc < 0)

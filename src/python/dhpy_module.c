@@ -48,36 +48,22 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
     unsigned long long epoch = 0, seed = 0;
     int balance = DH_BALANCE_FIXED, drop_last = 1, rc;
     struct dh_index *ix = NULL;
-    struct dh_plan *p = NULL;
+    struct dh_plan_schedule sc = {0};
     struct dh_plan_opts po;
     struct dh_index_columns col;
     struct dh_err e;
-    PyObject *ids = NULL, *offs = NULL, *out = NULL;
-    uint64_t steps, total = 0;
+    PyObject *out = NULL;
     Py_buffer sub = {0};
-    const uint64_t *subset = NULL;
-    uint32_t *stok = NULL;
-    uint16_t *sprof = NULL;
-    uint64_t nsub = 0;
 
     (void)self;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "sIII|KKipy*", names, &path,
                                      &world, &batch, &rank, &epoch, &seed,
                                      &balance, &drop_last, &sub))
         return NULL;
-    if (sub.buf) {
-        if (sub.len % 8) {
-            PyBuffer_Release(&sub);
-            return PyErr_Format(PyExc_ValueError, "subset: native uint64 "
-                                "bytes expected");
-        }
-        subset = sub.buf;
-        nsub = (uint64_t)sub.len / 8;
-    }
-    if (rank >= world) {
+    if (sub.buf && sub.len % 8) {
         PyBuffer_Release(&sub);
-        return PyErr_Format(PyExc_ValueError, "rank %u of world size %u",
-                            rank, world);
+        return PyErr_Format(PyExc_ValueError, "subset: native uint64 "
+                            "bytes expected");
     }
     dh_plan_opts_init(&po);
     po.world_size = world;
@@ -88,67 +74,19 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
     po.drop_last = drop_last;
     Py_BEGIN_ALLOW_THREADS
     rc = dh_index_open(path, 0, &ix, &e);
-    if (rc == 0)
+    if (rc == 0) {
         dh_index_columns(ix, &col);
-    /* A subset (the rest of an epoch re-planned for another world size):
-     * plan its positions 0..n-1, then map them back to its ids. */
-    for (uint64_t i = 0; rc == 0 && i < nsub; i++)
-        if (subset[i] >= col.count)
-            rc = dh_err_set(&e, DH_EINVAL, "subset id %llu is not in the "
-                            "index (%llu samples)",
-                            (unsigned long long)subset[i],
-                            (unsigned long long)col.count);
-    if (rc == 0 && subset) {
-        stok = malloc((nsub + 1) * sizeof(*stok));
-        sprof = malloc((nsub + 1) * sizeof(*sprof));
-        if (!stok || !sprof)
-            rc = dh_err_set(&e, DH_ENOMEM, "out of memory");
-        for (uint64_t i = 0; rc == 0 && i < nsub; i++) {
-            stok[i] = col.est_tokens[subset[i]];
-            sprof[i] = col.profile[subset[i]];
-        }
+        rc = dh_plan_schedule(col.est_tokens, col.profile, col.count,
+                              sub.buf, (uint64_t)sub.len / 8, &po, rank, 0,
+                              &sc, &e);
     }
-    if (rc == 0)
-        rc = subset ? dh_plan_create(stok, sprof, nsub, &po, &p, &e)
-                    : dh_plan_create(col.est_tokens, col.profile, col.count,
-                                     &po, &p, &e);
     Py_END_ALLOW_THREADS
-    if (rc < 0)
-        goto out;
-    steps = dh_plan_steps(p);
-    for (uint64_t k = 0; k < steps; k++) {
-        uint64_t n = 0;
-
-        dh_plan_rank_ids(p, k, rank, &n);
-        total += n;
-    }
-    ids = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(total * 8));
-    offs = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((steps + 1) * 8));
-    if (!ids || !offs)
-        goto out;
-    {
-        uint64_t *di = (uint64_t *)PyBytes_AS_STRING(ids);
-        uint64_t *dof = (uint64_t *)PyBytes_AS_STRING(offs), at = 0;
-
-        for (uint64_t k = 0; k < steps; k++) {
-            uint64_t n = 0;
-            const uint64_t *r = dh_plan_rank_ids(p, k, rank, &n);
-
-            dof[k] = at;
-            for (uint64_t i = 0; i < n; i++)
-                di[at + i] = subset ? subset[r[i]] : r[i];
-            at += n;
-        }
-        dof[steps] = at;
-    }
-    out = Py_BuildValue("(OO)", ids, offs);
-out:
-    Py_XDECREF(ids);
-    Py_XDECREF(offs);
-    free(stok);
-    free(sprof);
+    if (rc == 0)
+        out = Py_BuildValue(
+            "(y#y#)", (const char *)sc.ids, (Py_ssize_t)(sc.n_ids * 8),
+            (const char *)sc.offs, (Py_ssize_t)((sc.n_steps + 1) * 8));
+    dh_plan_schedule_free(&sc);
     PyBuffer_Release(&sub);
-    dh_plan_destroy(p);
     dh_index_close(ix);
     if (rc < 0)
         return dhpy_raise(rc, &e);

@@ -123,6 +123,35 @@ double dh_plan_step_ratio(const struct dh_plan *p, uint64_t step);
 void dh_plan_balance(const struct dh_plan *p, double *mean_ratio,
                      double *worst_ratio);
 
+/* ---- one rank's schedule (plan_schedule.c) ---- */
+
+/* A rank's share of a plan, flattened: step k's ids are
+ * ids[offs[k] .. offs[k + 1]) for k < n_steps.  Owned by the caller, freed
+ * with dh_plan_schedule_free(). */
+struct dh_plan_schedule {
+    uint64_t *ids;   /* n_ids (at least 1 allocated) */
+    uint64_t *offs;  /* n_steps + 1 */
+    uint64_t n_steps, n_ids;
+};
+
+/*
+ * Plans the n samples of (tokens, profile) -- or, with `subset`, only the
+ * n_subset samples whose ids it lists (the rest of an epoch re-planned for
+ * another world size; every id < n, else DH_EINVAL naming it) -- and
+ * flattens `rank`'s share of the first max_steps steps (0: all) into *out,
+ * naming the samples by their ids either way.  The loaders' one way from
+ * a plan to what dh_client_start_epoch() takes.  Errors as
+ * dh_plan_create(), DH_EINVAL for rank >= world_size; *out is written only
+ * on success.  Reentrant.
+ */
+int dh_plan_schedule(const uint32_t *tokens, const uint16_t *profile,
+                     uint64_t n, const uint64_t *subset, uint64_t n_subset,
+                     const struct dh_plan_opts *o, uint32_t rank,
+                     uint64_t max_steps, struct dh_plan_schedule *out,
+                     struct dh_err *e) DH_MUST_CHECK;
+/* Frees what *s owns and zeroes it.  Accepts NULL. */
+void dh_plan_schedule_free(struct dh_plan_schedule *s);
+
 /*
  * The epoch permutation itself: out[k] for k in [0, n) is a permutation of
  * [0, n), a Fisher-Yates shuffle driven by xoshiro256** seeded through
