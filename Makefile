@@ -81,8 +81,12 @@ bench-live: build
 	@$(LIVE) --model videomae --out bench/out/live/videomae
 	@$(LIVE) --model qwen-vl --out bench/out/live/qwen-vl
 
+# Token balance of the plans, then how long planning a large epoch takes
+# (PLAN_N samples, the median of 3).
+PLAN_N ?= 10000000
 bench-plan: build
 	@build/bench_plan_balance
+	@build/bench_plan_time $(PLAN_N) 3
 
 bench-index: build
 	@build/bench_index
