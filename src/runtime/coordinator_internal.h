@@ -61,7 +61,7 @@ struct co_task {
 #define CO_STATS(X)                                                         \
     X(malformed) X(requests) X(routed) X(rerouted) X(results)               \
     X(duplicates) X(dead_servers) X(queue_full) X(send_failures)            \
-    X(servers) X(clients) X(inflight) X(pending)
+    X(heartbeats) X(servers) X(clients) X(inflight) X(pending)
 
 struct dh_coordinator {
     void *ctx, *sock;
