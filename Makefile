@@ -54,7 +54,7 @@ bench: build
 	@$(PY) bench/bench_matrix.py --bin build/datahelix
 
 # Every benchmark, one after the other (well over 15 minutes).
-bench-all: bench-probe bench-verify bench-index bench-decode bench-arena bench-handover bench-python bench-plan bench-place bench-route bench-live bench
+bench-all: bench-probe bench-verify bench-index bench-decode bench-arena bench-handover bench-python bench-plan bench-coschedule bench-place bench-route bench-live bench
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
@@ -80,6 +80,12 @@ bench-live: build
 	@scripts/setup-deps.sh bench
 	@$(LIVE) --model videomae --out bench/out/live/videomae
 	@$(LIVE) --model qwen-vl --out bench/out/live/qwen-vl
+
+# Co-scheduling live: deadline + fixed plans vs least-request + no balance,
+# DDL miss and input-wait p95 (medians of 3 rounds) beside the simulator's.
+.PHONY: bench-coschedule
+bench-coschedule: build
+	@$(PY) bench/bench_coschedule.py --bin build/datahelix
 
 # Token balance of the plans, then how long planning a large epoch takes
 # (PLAN_N samples, the median of 3).
