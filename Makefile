@@ -6,7 +6,8 @@ CTEST   := ctest --timeout 300 --output-on-failure
 # Keep the recursive make chatter of CMake's generated Makefiles out of the output.
 CMAKE_BUILD := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build
 
-.PHONY: all deps build build-asan test test-c test-asan test-py test-fuzz demo install \
+.PHONY: all deps build build-asan test test-c test-asan test-py test-fuzz lint format \
+        demo install \
         bench bench-all bench-probe bench-verify bench-index bench-decode bench-plan fuzz clean
 
 all: build
@@ -23,8 +24,20 @@ build-asan:
 	@$(CMAKE_BUILD) --preset asan -j$(JOBS)
 
 test: deps
+	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory build build-asan
 	@$(MAKE) --no-print-directory test-c test-asan test-py test-fuzz
+
+# checksrc (banned calls, unchecked allocations, whitespace) always; the
+# clang-format check fails lint only with FORMAT_CHECK=on, which becomes
+# the default once the tree has been reformatted (`make format`, once).
+FORMAT_CHECK ?= off
+lint:
+	@FORMAT_CHECK=$(FORMAT_CHECK) scripts/lint.sh
+
+# Reformats every C file of the tree in place with .clang-format.
+format:
+	@scripts/lint.sh --files | xargs clang-format -i
 
 test-c:
 	@echo "== C unit tests" && cd build && $(CTEST)

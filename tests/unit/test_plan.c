@@ -159,6 +159,8 @@ static void properties_hold_over_random_inputs(void **state)
         uint32_t *tok = malloc(n * sizeof(*tok));
         uint16_t *prof = malloc(n * sizeof(*prof));
 
+        assert_non_null(tok);
+        assert_non_null(prof);
         random_opts(&s, &o);
         random_manifest(&s, n, tok, prof);
         if (o.drop_last && n < (uint64_t)o.world_size * o.batch_size)
@@ -343,6 +345,8 @@ static void heavy_tailed_mix_is_balanced(void **state)
     double none, greedy, win, wn, wg, ww;
 
     (void)state;
+    assert_non_null(tok);
+    assert_non_null(prof);
     heavy_mix(11, MIX_N, tok, prof);
     none = mix_balance(tok, prof, DH_BALANCE_NONE, 0, &wn);
     greedy = mix_balance(tok, prof, DH_BALANCE_FIXED, 1, &wg);
