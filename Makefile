@@ -6,7 +6,8 @@ CTEST   := ctest --timeout 300 --output-on-failure
 # Keep the recursive make chatter of CMake's generated Makefiles out of the output.
 CMAKE_BUILD := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build
 
-.PHONY: all deps build build-asan test test-c test-asan test-py test-fuzz demo install \
+.PHONY: all deps build build-asan test test-c test-asan test-py test-fuzz lint format \
+        demo install \
         bench bench-all bench-probe bench-verify bench-index bench-decode bench-plan fuzz clean
 
 all: build
@@ -23,8 +24,20 @@ build-asan:
 	@$(CMAKE_BUILD) --preset asan -j$(JOBS)
 
 test: deps
+	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory build build-asan
 	@$(MAKE) --no-print-directory test-c test-asan test-py test-fuzz
+
+# checksrc (banned calls, unchecked allocations, whitespace) always; the
+# clang-format check fails lint only with FORMAT_CHECK=on, which becomes
+# the default once the tree has been reformatted (`make format`, once).
+FORMAT_CHECK ?= off
+lint:
+	@FORMAT_CHECK=$(FORMAT_CHECK) scripts/lint.sh
+
+# Reformats every C file of the tree in place with .clang-format.
+format:
+	@scripts/lint.sh --files | xargs clang-format -i
 
 test-c:
 	@echo "== C unit tests" && cd build && $(CTEST)
@@ -54,7 +67,7 @@ bench: build
 	@$(PY) bench/bench_matrix.py --bin build/datahelix
 
 # Every benchmark, one after the other (well over 15 minutes).
-bench-all: bench-probe bench-verify bench-index bench-decode bench-arena bench-handover bench-python bench-plan bench-place bench-route bench-live bench
+bench-all: bench-probe bench-verify bench-index bench-decode bench-arena bench-handover bench-python bench-plan bench-coschedule bench-place bench-route bench-live bench
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
@@ -81,8 +94,18 @@ bench-live: build
 	@$(LIVE) --model videomae --out bench/out/live/videomae
 	@$(LIVE) --model qwen-vl --out bench/out/live/qwen-vl
 
+# Co-scheduling live: deadline + fixed plans vs least-request + no balance,
+# DDL miss and input-wait p95 (medians of 3 rounds) beside the simulator's.
+.PHONY: bench-coschedule
+bench-coschedule: build
+	@$(PY) bench/bench_coschedule.py --bin build/datahelix
+
+# Token balance of the plans, then how long planning a large epoch takes
+# (PLAN_N samples, the median of 3).
+PLAN_N ?= 10000000
 bench-plan: build
 	@build/bench_plan_balance
+	@build/bench_plan_time $(PLAN_N) 3
 
 bench-index: build
 	@build/bench_index

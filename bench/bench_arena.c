@@ -220,7 +220,12 @@ int main(int argc, char **argv)
 
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = atoi(argv[++i]);
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+
+            /* not a number in range: the default, below */
+            reps = *end || end == argv[i] || v < 1 || v > MAX_REPS ? 0
+                                                                   : (int)v;
         } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else {

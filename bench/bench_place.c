@@ -62,6 +62,24 @@ static void die(int rc, const char *what)
     }
 }
 
+/* $name as a number, or `def` when unset; a value that is not a number
+ * ends the run. */
+static double env_num(const char *name, double def)
+{
+    const char *s = getenv(name);
+    char *end;
+    double v;
+
+    if (!s)
+        return def;
+    v = strtod(s, &end);
+    if (end == s || *end) {
+        fprintf(stderr, "bench_place: %s=%s is not a number\n", name, s);
+        exit(2);
+    }
+    return v;
+}
+
 static void world_init(struct world *w, int32_t n, int full)
 {
     struct dh_place_opts o;
@@ -73,10 +91,9 @@ static void world_init(struct world *w, int32_t n, int full)
     o.full_scan = full;
     /* The index's reference request: this mix's mean (the coordinator
      * takes it from the manifest: mean est_cpu_ms and est_out_bytes). */
-    o.key_cpu_ms = getenv("KEY_CPU") ? atof(getenv("KEY_CPU")) : 126;
-    o.key_bytes = getenv("KEY_BYTES") ? atof(getenv("KEY_BYTES")) : 52.5e6;
-    if (getenv("K_BEST"))
-        o.k_best = atoi(getenv("K_BEST"));
+    o.key_cpu_ms = env_num("KEY_CPU", 126);
+    o.key_bytes = env_num("KEY_BYTES", 52.5e6);
+    o.k_best = (int)env_num("K_BEST", o.k_best);
     die(dh_place_create(n, &o, &w->p, NULL), "create");
     w->speed = calloc((size_t)n, sizeof(double));
     w->ring_cap = 2 * n;

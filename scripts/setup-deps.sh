@@ -13,7 +13,7 @@ libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
 libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
 libjansson-dev libcmocka-dev python3-pytest python3-av python3-numpy
 python3-cloudpickle
-clang libclang-rt-dev python3-dev python3-torch iproute2
+clang libclang-rt-dev clang-format python3-dev python3-torch iproute2
 python3-pip python3-setuptools"
 if [ "${1:-}" = bench ]; then
     PKGS="$PKGS python3-torchvision python3-distributed python3-matplotlib"

@@ -107,7 +107,7 @@ static void decode(struct vpass *p, struct dh_media *m, size_t i,
     it->v.frames = r.frames;
     it->v.media_s = r.media_s;
     it->keep = rc == 0 || is_verdict(rc);
-    if (rc)
+    if (rc) /* checksrc: ok alloc - say() reports NULL as "out of memory" */
         it->v.reason = dh__strdup(reason_of(path, e.msg));
     else if (r.media_s > 0 && p->descs[i].kind == DH_KIND_VIDEO)
         atomic_fetch_add(&p->media_us, (uint64_t)(r.media_s * 1e6));

@@ -292,6 +292,7 @@ static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
             break;
     }
     dh__co_drain(c, now);
+    CO_INC(c, heartbeats); /* after: a test waiting on it sees the drain */
 }
 
 /* ---- heartbeat timeouts ---- */

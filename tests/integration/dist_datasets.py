@@ -78,7 +78,7 @@ class Sleepy(Dataset):
 
     def __getitem__(self, i):
         if i == self.slow:
-            time.sleep(self.secs)
+            time.sleep(self.secs)  # the slow sample under test, not a wait
         return i
 
 

@@ -15,6 +15,7 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -43,12 +44,19 @@ def summary_of(stdout):
 
 
 class Proc:
-    """A daemon started for one test, ended by pid (SIGTERM, then SIGKILL)."""
+    """A daemon started for one test, ended by pid (SIGTERM, then SIGKILL).
+    Its stderr goes to a file, so that a test can wait for a line in it
+    while it runs (err_so_far()) without a pipe filling up."""
 
     def __init__(self, *args, **kw):
+        self.errf = tempfile.TemporaryFile(mode="w+")
         self.p = subprocess.Popen([_binary(), *map(str, args)],
                                   stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, **kw)
+                                  stderr=self.errf, text=True, **kw)
+
+    def err_so_far(self):
+        self.errf.seek(0)
+        return self.errf.read()
 
     def stop(self):
         if hasattr(self, "result"):
@@ -60,8 +68,9 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self.p.kill()
                 self.p.wait(timeout=5)
-        out, err = self.p.communicate(timeout=5)
-        self.result = (self.p.returncode, out, err)
+        out, _ = self.p.communicate(timeout=5)
+        self.result = (self.p.returncode, out, self.err_so_far())
+        self.errf.close()
         return self.result
 
 
@@ -143,7 +152,9 @@ def test_two_ranks_two_epochs_exactly_once_in_plan_order(dataset,
     # The ranks' servers said goodbye: none is taken for dead.
     _, c = coordinator
     assert wait_until(lambda: c.p.poll() is None, 1)
-    time.sleep(0.5)
+    # Each consumer's server says goodbye as it ends; the Coordinator logs
+    # it a moment later: wait (bounded) for both lines.
+    wait_until(lambda: c.err_so_far().count(" left") >= 2, 10)
     _, _, cerr = c.stop()
     assert cerr.count(" left") == 2, cerr
     assert "declared dead" not in cerr, cerr

@@ -555,6 +555,9 @@ static void backpressure_wakes_waiter(void **state)
     (void)state;
     assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
     await_waits(a, 1);
+    /* A fixed sleep on purpose: what is asserted is that nothing happens
+     * (the waiter stays blocked while the arena is full), which no
+     * condition can signal; 50 ms is the window it is watched. */
     sleep_ms(50);
     assert_int_equal(atomic_load(&w.done), 0); /* blocked: arena full */
     must_release(a, &r1);                      /* the oldest: the tail moves */

@@ -37,9 +37,12 @@ static void make_desc(struct dh_desc *d, int64_t id)
     if (d->kind != DH_KIND_TEXT) {
         snprintf(p, sizeof(p), "videos/%09lld.mp4", (long long)id);
         d->path = dh__strdup(p);
+        assert_non_null(d->path);
     }
-    if (id % 2 == 0 || d->kind == DH_KIND_TEXT)
+    if (id % 2 == 0 || d->kind == DH_KIND_TEXT) {
         d->text = dh__strdup(id % 4 ? "caption \"é\"\nline" : "");
+        assert_non_null(d->text);
+    }
     d->width = id == 7 ? 65535 : (int32_t)(100 + id);
     d->height = (int32_t)(50 + id);
     d->frames = id == 8 ? (int64_t)UINT32_MAX : id;

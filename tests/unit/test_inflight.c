@@ -344,8 +344,10 @@ static void push_exec(struct sim *s, uint64_t id, uint32_t server)
 {
     if (s->nex == s->capex) {
         s->capex = s->capex ? 2 * s->capex : 64;
-        s->ex = realloc(s->ex, s->capex * sizeof(*s->ex));
-        assert_non_null(s->ex);
+        void *p = realloc(s->ex, s->capex * sizeof(*s->ex));
+
+        assert_non_null(p);
+        s->ex = p;
     }
     s->ex[s->nex++] = (struct exec){id, server};
 }
@@ -354,8 +356,10 @@ static uint64_t new_payload(struct sim *s)
 {
     if (s->npay == s->cappay) {
         s->cappay = s->cappay ? 2 * s->cappay : 256;
-        s->pay = realloc(s->pay, s->cappay);
-        assert_non_null(s->pay);
+        void *p = realloc(s->pay, s->cappay);
+
+        assert_non_null(p);
+        s->pay = p;
     }
     s->pay[s->npay] = P_HELD;
     return s->npay++;

@@ -45,9 +45,12 @@ static void make_desc(struct dh_desc *d, int64_t id)
         char p[64];
         snprintf(p, sizeof(p), "videos/%09lld.mp4", (long long)id);
         d->path = dh__strdup(p);
+        assert_non_null(d->path);
     }
-    if (d->kind == DH_KIND_TEXT || id % 4 == 1)
+    if (d->kind == DH_KIND_TEXT || id % 4 == 1) {
         d->text = dh__strdup(captions[id % 5]);
+        assert_non_null(d->text);
+    }
     d->bytes = id * 1000003;
     snprintf(d->codec, sizeof(d->codec), "%s", id % 2 ? "h264" : "mpeg4");
     d->width = (int32_t)(320 + id);
@@ -60,8 +63,10 @@ static void make_desc(struct dh_desc *d, int64_t id)
     d->est_cpu_ms = 1e-300 + (double)id / 7.0;
     d->est_out_bytes = id << 20;
     d->est_tokens = id * 17;
-    if (id % 3 == 1)
+    if (id % 3 == 1) {
         d->extra_json = dh__strdup("{\"foo\":[1,2,{\"x\":null}],\"bar\":\"é\"}");
+        assert_non_null(d->extra_json);
+    }
 }
 
 static void assert_desc_equal(const struct dh_desc *a, const struct dh_desc *b)
@@ -162,6 +167,7 @@ static void desc_json_rules(void **state)
     assert_non_null(strstr(s, "\"fps\":0.1,"));
     free(s);
     d.extra_json = dh__strdup("{\"id\":9}"); /* would shadow a field */
+    assert_non_null(d.extra_json);
     assert_int_equal(dh_desc_to_json(&d, &s), DH_EINVAL);
     dh_desc_fini(&d);
     dh_desc_fini(&back);

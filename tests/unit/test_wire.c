@@ -41,6 +41,7 @@ static void fill_request(struct dh_wire_request *r, size_t n)
     uint64_t *ids = calloc(n, sizeof(*ids));
     const int64_t idx[3] = {0, 7, INT64_MAX};
 
+    assert_non_null(ids);
     for (size_t i = 0; i < n; i++)
         ids[i] = i == 0 ? UINT64_MAX : i * 977;
     task_max(&r->task);
@@ -73,6 +74,7 @@ static void fill_heartbeat(struct dh_wire_heartbeat *h)
 {
     struct dh_wire_link *l = calloc(DH_WIRE_MAX_PEERS, sizeof(*l));
 
+    assert_non_null(l);
     for (uint32_t i = 0; i < DH_WIRE_MAX_PEERS; i++) {
         l[i].peer_server_id = i == 0 ? UINT32_MAX : i;
         l[i].bytes_per_s = i == 1 ? DH_WIRE_MAX_BYTES : i * 1000u;
@@ -125,7 +127,8 @@ static void fill_msg(struct dh_wire_msg *m, int i)
         break;
     case DH_WIRE_REGISTER_SERVER:
         m->u.register_server.server_id = 1;
-        strcpy(m->u.register_server.addr, "tcp://127.0.0.1:7501");
+        snprintf(m->u.register_server.addr, sizeof(m->u.register_server.addr),
+                 "%s", "tcp://127.0.0.1:7501");
         m->u.register_server.role = DH_WIRE_ROLE_LOCAL;
         m->u.register_server.rank = DH_WIRE_MAX_RANKS - 1;
         m->u.register_server.workers = DH_WIRE_MAX_WORKERS;
@@ -142,7 +145,8 @@ static void fill_msg(struct dh_wire_msg *m, int i)
         m->u.route.server_id = UINT32_MAX;
         m->u.route.target_server_id = 1;
         if (i == 9) {
-            strcpy(m->u.route.target_addr, "ipc:///run/dh/0");
+            snprintf(m->u.route.target_addr,
+                     sizeof(m->u.route.target_addr), "%s", "ipc:///run/dh/0");
             m->u.route.has_request = 1;
             fill_request(&m->u.route.request, 2);
         }
@@ -164,7 +168,8 @@ static void fill_msg(struct dh_wire_msg *m, int i)
         m->u.release.generation = UINT32_MAX;
         break;
     default:
-        strcpy(m->u.shutdown.reason, "SIGTERM \xc3\xa9");
+        snprintf(m->u.shutdown.reason, sizeof(m->u.shutdown.reason), "%s",
+                 "SIGTERM \xc3\xa9");
         break;
     }
 }
@@ -539,6 +544,7 @@ static int pb_decode(struct pb *p, struct dh_err *e)
     struct dh_wire_msg m;
     int rc;
 
+    assert_non_null(buf);
     protobuf_c_message_pack(&p->env.base, buf);
     dh_err_clear(e);
     rc = dh_wire_decode(buf, n, &m, e);
@@ -1005,6 +1011,7 @@ static void oversized_and_expanding_messages(void **state)
     size_t i = 0;
 
     (void)state;
+    assert_non_null(buf);
     assert_int_equal(dh_wire_decode(buf, n + 1, &m, &e), DH_ETOOBIG);
     assert_non_null(strstr(e.msg, "over the cap of 1048576"));
     /* A heartbeat of ~262,000 empty peer links fits in 1 MiB but would make
@@ -1055,6 +1062,7 @@ static void truncated_at_every_length(void **state)
         for (size_t n = 0; n < len; n++) {
             /* Copy so ASan sees any read past the cut. */
             uint8_t *cut = malloc(n ? n : 1);
+            assert_non_null(cut);
             memcpy(cut, buf, n);
             int rc = dh_wire_decode(n ? cut : NULL, n, &m, &e);
             if (rc == 0)
@@ -1146,6 +1154,7 @@ static void task_id_injective_and_ordered(void **state)
     struct dh_wire_task t;
 
     (void)state;
+    assert_non_null(ids);
     /* Nested in tuple order: ids must come out strictly increasing. */
     for (int a = 0; a < 6; a++)
         for (int b = 0; b < 6; b++)

@@ -103,6 +103,7 @@ struct dh_coordinator_stats {
     uint64_t dead_servers;  /* servers declared dead */
     uint64_t queue_full;    /* requests refused: FIFO full */
     uint64_t send_failures; /* sends ZeroMQ refused (peer gone, HWM) */
+    uint64_t heartbeats;    /* heartbeats of registered servers applied */
     uint64_t servers, clients, inflight, pending; /* current sizes */
 };
 
