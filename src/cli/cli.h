@@ -36,6 +36,34 @@ void dh_cli_error(const char *what, const char *fmt, ...) DH_PRINTF(2, 3);
 /* Reports a usage error for `cmd` and returns DH_EXIT_USAGE. */
 int dh_cli_usage_error(const char *cmd, const char *fmt, ...) DH_PRINTF(2, 3);
 
+/* ---- one subcommand's command line, table-driven ---- */
+struct option;
+
+struct dh_cli_cmd {
+    const char *name;              /* "consume": the error lines' <what> */
+    const char *optstring;         /* getopt_long's, with ':' first (after
+                                      a '+' to stop at the first operand) */
+    const struct option *longopts; /* {"help", ..., 'h'} included */
+    int (*opt)(void *ctx, int c);  /* one option (its value in optarg): 0,
+                                      or DH_EXIT_USAGE with its line */
+    int max_args;                  /* operands accepted; -1: any */
+    void (*usage)(FILE *f);
+};
+
+/* What dh_cli_getopt() returns when the command should run. */
+#define DH_CLI_RUN (-1)
+
+/*
+ * Parses argv[1..] by `cmd`: every option goes to cmd->opt (except 'h',
+ * which is --help / -h), an unknown option, a missing value or an operand
+ * past max_args is one usage line.  DH_CLI_RUN with *first (may be NULL)
+ * = the index of the first operand; else the exit code to return now:
+ * DH_EXIT_OK once usage went to stdout for --help, DH_EXIT_USAGE after an
+ * error line.  Resets getopt's state first.
+ */
+int dh_cli_getopt(const struct dh_cli_cmd *cmd, int argc, char **argv,
+                  void *ctx, int *first);
+
 /* For getopt_long() with a leading ':' in its option string: the usage
  * error for c == ':' (missing value) or '?' (unknown option); 0 for any
  * other c.  Call it right after getopt_long(). */

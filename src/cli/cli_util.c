@@ -50,6 +50,34 @@ int dh_cli_getopt_error(const char *cmd, int c, char **argv)
     return 0;
 }
 
+int dh_cli_getopt(const struct dh_cli_cmd *cmd, int argc, char **argv,
+                  void *ctx, int *first)
+{
+    int c, r, help = 0;
+
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, cmd->optstring, cmd->longopts,
+                            NULL)) != -1) {
+        if ((r = dh_cli_getopt_error(cmd->name, c, argv)) != 0)
+            return r;
+        if (c == 'h')
+            help = 1;
+        else if ((r = cmd->opt(ctx, c)) != 0)
+            return r;
+    }
+    if (help) {
+        cmd->usage(stdout);
+        return DH_EXIT_OK;
+    }
+    if (cmd->max_args >= 0 && argc - optind > cmd->max_args)
+        return dh_cli_usage_error(cmd->name, "unexpected argument '%s'",
+                                  argv[optind + cmd->max_args]);
+    if (first)
+        *first = optind;
+    return DH_CLI_RUN;
+}
+
 int dh_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
     char *end;

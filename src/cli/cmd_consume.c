@@ -33,7 +33,7 @@ struct args {
     uint32_t batch, epochs;
     int64_t window_ms, max_steps;
     uint64_t seed;
-    int balance, json, skip, help, have_rank, have_world;
+    int balance, json, skip, have_rank, have_world;
     int copy; /* --transport copy: each batch copied out (ablation base) */
 };
 
@@ -233,30 +233,27 @@ static int parse_opt(struct args *a, int c)
                                       "expected a number of ms in [0, "
                                       "86400000]", optarg);
         return 0;
-    case 'h': a->help = 1; return 0;
     default: return dh_cli_usage_error(CMD, "bad option");
     }
 }
 
+static int on_opt(void *a, int c)
+{
+    return parse_opt(a, c);
+}
+
+static const struct dh_cli_cmd cli_cmd = {
+    .name = CMD, .optstring = ":h", .longopts = long_opts, .opt = on_opt,
+    .max_args = 0, .usage = usage};
+
 static int parse_args(struct args *a, int argc, char **argv)
 {
-    int c, r;
+    int r;
 
     dh_client_opts_default(&a->o);
     a->epochs = 1;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
-        if ((r = dh_cli_getopt_error(CMD, c, argv)) != 0)
-            return r;
-        if ((r = parse_opt(a, c)) != 0)
-            return r;
-    }
-    if (a->help)
-        return 0;
-    if (optind < argc)
-        return dh_cli_usage_error(CMD, "unexpected argument '%s'",
-                                  argv[optind]);
+    if ((r = dh_cli_getopt(&cli_cmd, argc, argv, a, NULL)) != DH_CLI_RUN)
+        return r;
     if (!a->o.coordinator || !a->manifest || !a->have_rank ||
         !a->have_world || !a->batch)
         return dh_cli_usage_error(CMD, "--coordinator, --manifest, --rank, "
@@ -269,7 +266,7 @@ static int parse_args(struct args *a, int argc, char **argv)
         return dh_cli_usage_error(CMD, "--batch-size %u is smaller than "
                                   "--microbatches %u", a->batch,
                                   a->o.microbatches);
-    return 0;
+    return DH_CLI_RUN;
 }
 
 /* This rank's schedule of one epoch, from the same plan every rank makes. */
@@ -490,11 +487,7 @@ int dh_cmd_consume(int argc, char **argv)
     int r;
 
     memset(&a, 0, sizeof(a));
-    if ((r = parse_args(&a, argc, argv)) != 0)
+    if ((r = parse_args(&a, argc, argv)) != DH_CLI_RUN)
         return r;
-    if (a.help) {
-        usage(stdout);
-        return DH_EXIT_OK;
-    }
     return consume(&a);
 }

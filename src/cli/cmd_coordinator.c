@@ -23,7 +23,7 @@
 struct args {
     struct dh_coordinator_opts o;
     const char *telemetry_path;
-    int help, with_parent;
+    int with_parent;
 };
 
 static void usage(FILE *f)
@@ -93,28 +93,27 @@ static int parse_opt(struct args *a, int c)
                                       optarg);
         a->o.exit_when_unused_ms = (int)v;
         return 0;
-    case 'h': a->help = 1; return 0;
     default: return dh_cli_usage_error(CMD, "bad option");
     }
 }
 
+static int on_opt(void *a, int c)
+{
+    return parse_opt(a, c);
+}
+
+static const struct dh_cli_cmd cli_cmd = {
+    .name = CMD, .optstring = ":h", .longopts = long_opts, .opt = on_opt,
+    .max_args = 0, .usage = usage};
+
 static int parse_args(struct args *a, int argc, char **argv)
 {
-    int c, r;
+    int r;
 
     dh_coordinator_opts_default(&a->o);
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
-        if ((r = dh_cli_getopt_error(CMD, c, argv)) != 0)
-            return r;
-        if ((r = parse_opt(a, c)) != 0)
-            return r;
-    }
-    if (!a->help && optind < argc)
-        return dh_cli_usage_error(CMD, "unexpected argument '%s'",
-                                  argv[optind]);
-    return 0;
+    if ((r = dh_cli_getopt(&cli_cmd, argc, argv, a, NULL)) != DH_CLI_RUN)
+        return r;
+    return DH_CLI_RUN;
 }
 
 static int serve(struct args *a)
@@ -160,11 +159,7 @@ int dh_cmd_coordinator(int argc, char **argv)
     int r;
 
     memset(&a, 0, sizeof(a));
-    if ((r = parse_args(&a, argc, argv)) != 0)
+    if ((r = parse_args(&a, argc, argv)) != DH_CLI_RUN)
         return r;
-    if (a.help) {
-        usage(stdout);
-        return DH_EXIT_OK;
-    }
     return serve(&a);
 }

@@ -22,7 +22,7 @@
 
 struct args {
     struct dh_dataserver_opts o;
-    int have_rank, help;
+    int have_rank;
 };
 
 static void usage(FILE *f)
@@ -200,7 +200,6 @@ static int parse_opt(struct args *a, int c)
             a->o.client_fd = (int)v;
         return r;
     case 'R': a->o.remote = 1; return 0;
-    case 'h': a->help = 1; return 0;
     default: return parse_python_opt(a, c);
     }
 }
@@ -218,24 +217,22 @@ static int check_remote(const struct args *a)
     return 0;
 }
 
+static int on_opt(void *a, int c)
+{
+    return parse_opt(a, c);
+}
+
+static const struct dh_cli_cmd cli_cmd = {
+    .name = CMD, .optstring = ":h", .longopts = long_opts, .opt = on_opt,
+    .max_args = 0, .usage = usage};
+
 static int parse_args(struct args *a, int argc, char **argv)
 {
-    int c, r;
+    int r;
 
     dh_dataserver_opts_default(&a->o);
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
-        if ((r = dh_cli_getopt_error(CMD, c, argv)) != 0)
-            return r;
-        if ((r = parse_opt(a, c)) != 0)
-            return r;
-    }
-    if (a->help)
-        return 0;
-    if (optind < argc)
-        return dh_cli_usage_error(CMD, "unexpected argument '%s'",
-                                  argv[optind]);
+    if ((r = dh_cli_getopt(&cli_cmd, argc, argv, a, NULL)) != DH_CLI_RUN)
+        return r;
     if (!a->o.coordinator || !a->o.index_path ||
         (!a->have_rank && !a->o.remote))
         return dh_cli_usage_error(CMD, "--coordinator, --index and --rank "
@@ -249,7 +246,9 @@ static int parse_args(struct args *a, int argc, char **argv)
         return dh_cli_usage_error(CMD, "--python-dataset needs --client-fd: "
                                   "a dataset is accepted only from the "
                                   "client that started this server");
-    return a->o.remote ? check_remote(a) : 0;
+    if (a->o.remote && (r = check_remote(a)) != 0)
+        return r;
+    return DH_CLI_RUN;
 }
 
 static void announce(const struct args *a, const struct dh_dataserver *s)
@@ -294,11 +293,7 @@ int dh_cmd_dataserver(int argc, char **argv)
     int r;
 
     memset(&a, 0, sizeof(a));
-    if ((r = parse_args(&a, argc, argv)) != 0)
+    if ((r = parse_args(&a, argc, argv)) != DH_CLI_RUN)
         return r;
-    if (a.help) {
-        usage(stdout);
-        return DH_EXIT_OK;
-    }
     return serve(&a);
 }

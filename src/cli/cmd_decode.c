@@ -306,28 +306,26 @@ static int check_opts(struct decode_opts *o, int npaths)
     return 0;
 }
 
+static int on_opt(void *o, int c)
+{
+    return parse_opt(c, o);
+}
+
+static const struct dh_cli_cmd cli_cmd = {
+    .name = "decode", .optstring = ":n:p:s:t:r:o:h", .longopts = longopts,
+    .opt = on_opt, .max_args = -1, .usage = usage};
+
 static int parse_args(int argc, char **argv, struct decode_opts *o)
 {
-    int c, rc;
+    int rc;
 
     memset(o, 0, sizeof(*o));
     dh_media_plan_init(&o->plan);
     o->threads = 1;
     o->repeat = 1;
-    optind = 1;
-    opterr = 0;
-    /* The leading ':' makes a missing value ':' rather than '?'. */
-    while ((c = getopt_long(argc, argv, ":n:p:s:t:r:o:h", longopts, NULL)) !=
-           -1) {
-        if (c == 'h') {
-            usage(stdout);
-            return -1;
-        }
-        if ((rc = dh_cli_getopt_error("decode", c, argv)))
-            return rc;
-        if ((rc = parse_opt(c, o)))
-            return rc;
-    }
+    /* -1 tells the caller --help was shown */
+    if ((rc = dh_cli_getopt(&cli_cmd, argc, argv, o, NULL)) != DH_CLI_RUN)
+        return rc == DH_EXIT_OK ? -1 : rc;
     return check_opts(o, argc - optind);
 }
 

@@ -19,7 +19,6 @@
 
 struct args {
     struct dh_gen_opts o;
-    int help;
 };
 
 static void usage(FILE *f)
@@ -73,21 +72,11 @@ static const struct option long_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
-static int bad_option(int argc, char **argv)
-{
-    const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
-
-    if (optopt && strchr("opns", optopt))
-        return dh_cli_usage_error(CMD, "option %s needs a value", arg);
-    if (optopt)
-        return dh_cli_usage_error(CMD, "unknown option -%c", optopt);
-    return dh_cli_usage_error(CMD, "unknown option or missing value: %s",
-                              arg);
-}
-
 /* One option; 0 to go on, or an exit code. */
-static int take_option(struct args *a, int c, int argc, char **argv)
+static int take_option(void *ctx, int c)
 {
+    struct args *a = ctx;
+
     switch (c) {
     case 'o':
         a->o.out_dir = optarg;
@@ -112,37 +101,28 @@ static int take_option(struct args *a, int c, int argc, char **argv)
     case 'S':
         a->o.stamp = 1;
         return 0;
-    case 'h':
-        a->help = 1;
-        return 0;
     default:
-        return bad_option(argc, argv);
+        return dh_cli_usage_error(CMD, "bad option");
     }
 }
+
+static const struct dh_cli_cmd cli_cmd = {
+    .name = CMD, .optstring = "+:o:p:n:s:h", .longopts = long_opts,
+    .opt = take_option, .max_args = 0, .usage = usage};
 
 static int parse_args(struct args *a, int argc, char **argv)
 {
     struct dh_gen_profile_list l;
     struct dh_err e;
-    int c, r;
+    int r;
 
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "+o:p:n:s:h", long_opts, NULL)) != -1) {
-        r = take_option(a, c, argc, argv);
-        if (r)
-            return r;
-    }
-    if (a->help)
-        return 0;
-    if (optind < argc)
-        return dh_cli_usage_error(CMD, "unexpected argument '%s'",
-                                  argv[optind]);
+    if ((r = dh_cli_getopt(&cli_cmd, argc, argv, a, NULL)) != DH_CLI_RUN)
+        return r;
     if (!a->o.out_dir || !*a->o.out_dir)
         return dh_cli_usage_error(CMD, "--out DIR is required");
     if (dh_gen_profiles_parse(a->o.profiles, &l, &e) < 0)
         return dh_cli_usage_error(CMD, "--profiles: %s", e.msg);
-    return 0;
+    return DH_CLI_RUN;
 }
 
 static void on_progress(void *ctx, int64_t done, int64_t total)
@@ -159,13 +139,8 @@ int dh_cmd_gen_data(int argc, char **argv)
     struct dh_err e;
     int r;
 
-    r = parse_args(&a, argc, argv);
-    if (r)
+    if ((r = parse_args(&a, argc, argv)) != DH_CLI_RUN)
         return r;
-    if (a.help) {
-        usage(stdout);
-        return DH_EXIT_OK;
-    }
     dh_err_clear(&e);
     dh_progress_start(&bar, CMD, (uint64_t)a.o.count);
     a.o.progress = on_progress;

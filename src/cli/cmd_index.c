@@ -22,7 +22,6 @@ struct args {
     const char *out;
     const char *verify;
     int renumber;
-    int help;
 };
 
 static void usage(FILE *f)
@@ -54,25 +53,10 @@ static const struct option long_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
-static int bad_option(int argc, char **argv)
-{
-    const char *arg = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
-
-    if (optopt == 'o' || optopt == 'V')
-        return dh_cli_usage_error(CMD, "option %s needs a value", arg);
-    if (optopt)
-        return dh_cli_usage_error(CMD, "unknown option -%c", optopt);
-    return dh_cli_usage_error(CMD, "unknown option or missing value: %s",
-                              arg);
-}
-
 static int check_args(struct args *a, int argc, char **argv)
 {
-    if (optind < argc)
-        a->in = argv[optind++];
-    if (optind < argc)
-        return dh_cli_usage_error(CMD, "unexpected argument '%s'",
-                                  argv[optind]);
+    if (optind < argc) /* dh_cli_getopt() let one operand through */
+        a->in = argv[optind];
     if (a->in && (!a->out || !*a->out))
         return dh_cli_usage_error(CMD, "-o FILE.dhx is required");
     if (!a->in && a->out)
@@ -83,28 +67,35 @@ static int check_args(struct args *a, int argc, char **argv)
     if (!a->in && !a->verify)
         return dh_cli_usage_error(CMD, "an input table or --verify FILE is "
                                   "required");
+    return DH_CLI_RUN;
+}
+
+static int take_option(void *ctx, int c)
+{
+    struct args *a = ctx;
+
+    if (c == 'o')
+        a->out = optarg;
+    else if (c == 'V')
+        a->verify = optarg;
+    else if (c == 'R')
+        a->renumber = 1;
+    else
+        return dh_cli_usage_error(CMD, "bad option");
     return 0;
 }
 
+static const struct dh_cli_cmd cli_cmd = {
+    .name = CMD, .optstring = ":o:h", .longopts = long_opts,
+    .opt = take_option, .max_args = 1, .usage = usage};
+
 static int parse_args(struct args *a, int argc, char **argv)
 {
-    int c;
+    int r;
 
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "o:h", long_opts, NULL)) != -1) {
-        if (c == 'o')
-            a->out = optarg;
-        else if (c == 'V')
-            a->verify = optarg;
-        else if (c == 'R')
-            a->renumber = 1;
-        else if (c == 'h')
-            a->help = 1;
-        else
-            return bad_option(argc, argv);
-    }
-    return a->help ? 0 : check_args(a, argc, argv);
+    if ((r = dh_cli_getopt(&cli_cmd, argc, argv, a, NULL)) != DH_CLI_RUN)
+        return r;
+    return check_args(a, argc, argv);
 }
 
 static int build(const struct args *a)
@@ -165,12 +156,8 @@ int dh_cmd_index(int argc, char **argv)
     struct args a = {0};
     int r = parse_args(&a, argc, argv);
 
-    if (r)
+    if (r != DH_CLI_RUN)
         return r;
-    if (a.help) {
-        usage(stdout);
-        return DH_EXIT_OK;
-    }
     if (a.in && (r = build(&a)) != 0)
         return r;
     return a.verify ? verify(a.verify) : DH_EXIT_OK;

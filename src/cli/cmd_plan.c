@@ -29,7 +29,7 @@
 struct args {
     const char *manifest;
     struct dh_plan_opts o;
-    int json, renumber, help;
+    int json, renumber, have_world, have_batch;
 };
 
 /* The planning columns, borrowed from an index or owned (JSONL). */
@@ -106,9 +106,9 @@ static int parse_opt(struct args *a, int c)
     switch (c) {
     case 'm': a->manifest = optarg; break;
     case 'w': r = dh_cli_opt_i64(CMD, "--world-size", optarg, 1, DH_PLAN_WORLD_MAX, &v);
-              a->o.world_size = (uint32_t)v; break;
+              a->o.world_size = (uint32_t)v; a->have_world = 1; break;
     case 'b': r = dh_cli_opt_i64(CMD, "--batch-size", optarg, 1, DH_PLAN_BATCH_MAX, &v);
-              a->o.batch_size = (uint32_t)v; break;
+              a->o.batch_size = (uint32_t)v; a->have_batch = 1; break;
     case 's': r = dh_cli_opt_i64(CMD, "--seed", optarg, 0, INT64_MAX, &v);
               a->o.seed = (uint64_t)v; break;
     case 'e': r = dh_cli_opt_i64(CMD, "--epoch", optarg, 0, INT64_MAX, &v);
@@ -119,39 +119,33 @@ static int parse_opt(struct args *a, int c)
     case 'D': a->o.drop_last = 0; break;
     case 'j': a->json = 1; break;
     case 'R': a->renumber = 1; break;
-    case 'h': a->help = 1; break;
     default: r = dh_cli_usage_error(CMD, "bad option");
     }
     return r;
 }
 
+static int on_opt(void *a, int c)
+{
+    return parse_opt(a, c);
+}
+
+static const struct dh_cli_cmd cli_cmd = {
+    .name = CMD, .optstring = ":h", .longopts = long_opts, .opt = on_opt,
+    .max_args = 0, .usage = usage};
+
 static int parse_args(struct args *a, int argc, char **argv)
 {
-    int c, r;
-    int have_world = 0, have_batch = 0;
+    int r;
 
     dh_plan_opts_init(&a->o);
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
-        if ((r = dh_cli_getopt_error(CMD, c, argv)) != 0)
-            return r;
-        have_world |= c == 'w';
-        have_batch |= c == 'b';
-        if ((r = parse_opt(a, c)) != 0)
-            return r;
-    }
-    if (a->help)
-        return 0;
-    if (optind < argc)
-        return dh_cli_usage_error(CMD, "unexpected argument '%s'",
-                                  argv[optind]);
+    if ((r = dh_cli_getopt(&cli_cmd, argc, argv, a, NULL)) != DH_CLI_RUN)
+        return r;
     if (!a->manifest || !*a->manifest)
         return dh_cli_usage_error(CMD, "--manifest M is required");
-    if (!have_world || !have_batch)
+    if (!a->have_world || !a->have_batch)
         return dh_cli_usage_error(CMD, "--world-size and --batch-size are "
                                   "required");
-    return 0;
+    return DH_CLI_RUN;
 }
 
 /* ---- manifests ---- */
@@ -411,11 +405,7 @@ int dh_cmd_plan(int argc, char **argv)
     struct args a = {0};
     int r = parse_args(&a, argc, argv);
 
-    if (r)
+    if (r != DH_CLI_RUN)
         return r;
-    if (a.help) {
-        usage(stdout);
-        return DH_EXIT_OK;
-    }
     return run(&a);
 }

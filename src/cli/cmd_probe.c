@@ -193,11 +193,20 @@ static int check_output(const char *path)
     return ok ? 0 : DH_EXIT_FAIL;
 }
 
+static int on_opt(void *o, int c)
+{
+    return parse_opt(c, o);
+}
+
+static const struct dh_cli_cmd cli_cmd = {
+    .name = "probe", .optstring = ":o:j:qh", .longopts = longopts,
+    .opt = on_opt, .max_args = -1, .usage = usage};
+
 static int parse_args(int argc, char **argv, struct probe_opts *o)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     struct dh_err e;
-    int c, rc;
+    int rc;
 
     memset(o, 0, sizeof(*o));
     o->keep_going = 1;
@@ -206,18 +215,9 @@ static int parse_args(int argc, char **argv, struct probe_opts *o)
     if (dh_token_model_parse("qwen-vl", &o->est.tokens, &e))
         return DH_EXIT_FAIL;
     dh_cost_model_default(&o->est.cost);
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":o:j:qh", longopts, NULL)) != -1) {
-        if (c == 'h') {
-            usage(stdout);
-            return -1;
-        }
-        if ((rc = dh_cli_getopt_error("probe", c, argv)))
-            return rc;
-        if ((rc = parse_opt(c, o)))
-            return rc;
-    }
+    /* -1 tells the caller --help was shown */
+    if ((rc = dh_cli_getopt(&cli_cmd, argc, argv, o, NULL)) != DH_CLI_RUN)
+        return rc == DH_EXIT_OK ? -1 : rc;
     if (!o->out)
         return dh_cli_usage_error("probe", "--out is required");
     if (optind >= argc)

@@ -24,7 +24,7 @@ struct args {
     const char *workload, *manifest;
     enum dh_sim_model model;
     int systems[DH_SIM_NSYSTEMS], nsys;
-    int json, help, have_local, have_gpu;
+    int json, have_local, have_gpu;
     double gpu[3]; /* --gpu-ms A,B,C: A + B t + C t^2 per sample */
 };
 
@@ -232,7 +232,6 @@ static int parse_opt(struct args *a, int c)
         k->seed = seed;
         return 0;
     case 'j': a->json = 1; return 0;
-    case 'h': a->help = 1; return 0;
     case O_PREFETCH: return opt_u32("--prefetch", 1, 64, &k->prefetch);
     case O_GBPS: return opt_dbl("--link-gbps", 1e-3, 1e6, &k->link_gbps);
     case O_LAT: return opt_dbl("--link-latency-ms", 0, 1e6, &k->link_lat_ms);
@@ -249,28 +248,26 @@ static int parse_opt(struct args *a, int c)
     return dh_cli_usage_error(CMD, "bad option");
 }
 
+static int on_opt(void *a, int c)
+{
+    return parse_opt(a, c);
+}
+
+static const struct dh_cli_cmd cli_cmd = {
+    .name = CMD, .optstring = ":h", .longopts = long_opts, .opt = on_opt,
+    .max_args = 0, .usage = usage};
+
 static int parse_args(struct args *a, int argc, char **argv)
 {
-    int c, r;
+    int r;
 
     memset(a, 0, sizeof(*a));
     dh_sim_config_default(&a->c);
     a->nsys = DH_SIM_NSYSTEMS;
     for (int i = 0; i < DH_SIM_NSYSTEMS; i++)
         a->systems[i] = 1;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
-        if ((r = dh_cli_getopt_error(CMD, c, argv)) != 0)
-            return r;
-        if ((r = parse_opt(a, c)) != 0)
-            return r;
-    }
-    if (a->help)
-        return 0;
-    if (optind < argc)
-        return dh_cli_usage_error(CMD, "unexpected argument '%s'",
-                                  argv[optind]);
+    if ((r = dh_cli_getopt(&cli_cmd, argc, argv, a, NULL)) != DH_CLI_RUN)
+        return r;
     if (a->workload && a->manifest)
         return dh_cli_usage_error(CMD, "--workload and --manifest exclude "
                                   "each other");
@@ -288,7 +285,7 @@ static int parse_args(struct args *a, int argc, char **argv)
                                   "order (a profile mix has none)");
     if (!a->manifest && !a->workload)
         a->workload = "kinetics-mixed";
-    return 0;
+    return DH_CLI_RUN;
 }
 
 /* ---- running ---- */
@@ -475,12 +472,8 @@ int dh_cmd_sim(int argc, char **argv)
     struct args a;
     int paper, n, rc = parse_args(&a, argc, argv);
 
-    if (rc)
+    if (rc != DH_CLI_RUN)
         return rc;
-    if (a.help) {
-        usage(stdout);
-        return DH_EXIT_OK;
-    }
     memset(res, 0, sizeof(res));
     paper = a.workload && !strcmp(a.workload, "paper");
     n = paper ? DH_SIM_PAPER_N : 1;

@@ -89,6 +89,32 @@ def test_every_subcommand_has_help_and_unknown_ones_fail():
     assert p.returncode == 2 and "unknown command" in p.stderr
 
 
+# One option a value must follow, per subcommand (dh_cli_getopt: one parser
+# for all of them).
+VALUE_OPT = {"gen-data": "--out", "probe": "--out", "index": "-o",
+             "decode": "--frames", "plan": "--manifest", "sim": "--ranks",
+             "coordinator": "--listen", "dataserver": "--coordinator",
+             "consume": "--coordinator"}
+
+
+def test_every_subcommand_parses_its_command_line_the_same_way():
+    for cmd, opt in VALUE_OPT.items():
+        h = run_dh(cmd, "--help", check=True)
+        assert f"datahelix {cmd}" in h.stdout and not h.stderr, cmd
+        p = run_dh(cmd, "--frobnicate")
+        assert p.returncode == 2, (cmd, p.stderr)
+        assert p.stderr.splitlines() == [
+            f"datahelix: {cmd}: bad option '--frobnicate' (see datahelix "
+            f"{cmd} --help)"], (cmd, p.stderr)
+        p = run_dh(cmd, opt)
+        assert p.returncode == 2, (cmd, p.stderr)
+        assert p.stderr.startswith(f"datahelix: {cmd}: option '{opt}' needs "
+                                   "a value"), (cmd, p.stderr)
+        # --help after an error still reports the error
+        p = run_dh(cmd, "--frobnicate", "--help")
+        assert p.returncode == 2 and not p.stdout, (cmd, p.stdout)
+
+
 def drop_line(table, k):
     """The table without its k-th sample (a bad file removed by hand)."""
     lines = open(table).read().splitlines(keepends=True)
