@@ -21,6 +21,7 @@
 #include "core/clock.h"
 #include "datahelix/batch.h"
 #include "runtime/client_internal.h"
+#include "runtime/transport.h"
 
 #define MIN_ARENA ((size_t)64 << 20)
 #define DEFAULT_ARENA ((size_t)256 << 20)
@@ -169,22 +170,19 @@ static int alloc_state(struct dh_client *c, struct dh_err *e)
 /* Sends RegisterClient and waits (bounded) for its echo. */
 static int do_register(struct dh_client *c, struct dh_err *e)
 {
+    struct dh_tp_opts o = {.kind = DH_TP_CLIENT_CTL, .addr = c->coord,
+                           .who = "client", .peer = "coordinator"};
     struct dh_wire_msg m;
-    uint8_t *buf = NULL;
-    size_t len = 0;
+    char peer[DH_WIRE_MAX_ADDR + 16];
     uint64_t end = dh__mono_ms() + (uint64_t)c->start_timeout_ms, t;
-    int rc, zero = 0;
-    int64_t maxmsg = DH_WIRE_MAX_MSG;
+    int rc;
 
-    if (!(c->ctx = zmq_ctx_new()) ||
-        !(c->sock = zmq_socket(c->ctx, ZMQ_DEALER)))
+    if (!(c->ctx = zmq_ctx_new()))
         return dh_err_set(e, DH_EIO, "client: zmq: %s",
                           zmq_strerror(zmq_errno()));
-    zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
-    if (zmq_connect(c->sock, c->coord) < 0)
-        return dh_err_set(e, DH_EINVAL, "cannot connect to coordinator %s: "
-                          "%s", c->coord, zmq_strerror(zmq_errno()));
+    if ((rc = dh__tp_open(c->ctx, &o, &c->sock, NULL, 0, e)) < 0)
+        return rc;
+    snprintf(peer, sizeof(peer), "coordinator %s", c->coord);
     dh_wire_msg_init(&m, DH_WIRE_REGISTER_CLIENT);
     m.u.register_client.rank = c->rank;
     m.u.register_client.world_size = c->world;
@@ -192,30 +190,15 @@ static int do_register(struct dh_client *c, struct dh_err *e)
     if (gethostname(m.u.register_client.host,
                     sizeof(m.u.register_client.host) - 1) < 0)
         m.u.register_client.host[0] = 0;
-    rc = dh_wire_encode(&m, &buf, &len, e);
+    rc = dh__tp_send(c->sock, NULL, &m, peer, e);
     dh_wire_msg_fini(&m);
     if (rc < 0)
         return rc;
-    rc = zmq_send(c->sock, buf, len, ZMQ_DONTWAIT);
-    dh_wire_free(buf);
-    if (rc < 0)
-        return dh_err_set(e, DH_EIO, "sending to coordinator %s: %s",
-                          c->coord, zmq_strerror(zmq_errno()));
     while ((t = dh__mono_ms()) < end) {
-        zmq_pollitem_t it = {.socket = c->sock, .events = ZMQ_POLLIN};
-        zmq_msg_t msg;
         struct dh_err de;
 
-        if (zmq_poll(&it, 1, (long)(end - t)) <= 0)
-            continue;
-        zmq_msg_init(&msg);
-        if (zmq_msg_recv(&msg, c->sock, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&msg);
-            continue;
-        }
-        rc = dh_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), &m, &de);
-        zmq_msg_close(&msg);
-        if (rc < 0)
+        if (dh__tp_wait(c->sock, (long)(end - t), &de) <= 0 ||
+            dh__tp_recv(c->sock, NULL, &m, peer, &de) <= 0)
             continue;
         if (m.type == DH_WIRE_REGISTER_CLIENT &&
             m.u.register_client.rank == c->rank)
@@ -305,11 +288,10 @@ void dh_client_destroy(struct dh_client *c)
         c->link_fd = -1;
     }
     dh__cl_reap(c, 2000, why, sizeof(why));
-    if (c->sock)
-        zmq_close(c->sock);
+    dh__tp_close(&c->sock, 0);
     if (c->ctx)
         zmq_ctx_term(c->ctx);
-    c->sock = c->ctx = NULL;
+    c->ctx = NULL;
     drop_pool(c);
     unref(c);
 }

@@ -23,6 +23,7 @@
 #include "core/clock.h"
 #include "datahelix/batch.h"
 #include "runtime/client_internal.h"
+#include "runtime/transport.h"
 
 #define POLL_MS 100
 
@@ -77,8 +78,6 @@ static int send_request(struct dh_client *c, uint64_t k, uint32_t j,
     struct dh_wire_request *r;
     struct dh_index_columns col;
     uint64_t lo, hi;
-    uint8_t *buf = NULL;
-    size_t len = 0;
     double cpu = 0;
     int rc;
 
@@ -96,16 +95,11 @@ static int send_request(struct dh_client *c, uint64_t k, uint32_t j,
     if ((rc = dh_wire_task_make(&r->task, c->epoch, c->first_step + k,
                                 c->rank, j, e)) < 0 ||
         (rc = dh_wire_set_samples(r, c->ids + lo, hi - lo, e)) < 0 ||
-        (rc = dh_wire_plan_from_media(&r->plan, &c->plan, e)) < 0 ||
-        (rc = dh_wire_encode(&m, &buf, &len, e)) < 0)
+        (rc = dh_wire_plan_from_media(&r->plan, &c->plan, e)) < 0)
         goto out;
-    if (zmq_send(c->sock, buf, len, ZMQ_DONTWAIT) < 0)
-        rc = dh_err_set(e, DH_EIO, "sending a request to coordinator %s: %s",
-                        c->coord, zmq_strerror(zmq_errno()));
-    else
+    if ((rc = dh__tp_send(c->sock, NULL, &m, c->coord, e)) == 0)
         c->st.requests++;
 out:
-    dh_wire_free(buf);
     dh_wire_msg_fini(&m);
     return rc;
 }
@@ -383,34 +377,19 @@ static void dispatch(struct dh_client *c, const struct dh_wire_msg *m)
 static int drain(struct dh_client *c)
 {
     for (int i = 0; i < 256; i++) {
-        zmq_msg_t msg;
         struct dh_wire_msg m;
         struct dh_err e;
-        int more = 0;
-        size_t sz = sizeof(more);
+        int rc = dh__tp_recv(c->sock, NULL, &m, c->coord, &e);
 
-        zmq_msg_init(&msg);
-        if (zmq_msg_recv(&msg, c->sock, ZMQ_DONTWAIT) < 0) {
-            int err = zmq_errno();
-
-            zmq_msg_close(&msg);
-            return err == EAGAIN || err == EINTR ? 0 : -1;
-        }
-        if (zmq_getsockopt(c->sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
-            fprintf(stderr, "datahelix: client %u: multipart message from "
-                    "the coordinator ignored\n", c->rank);
-            while (more && zmq_msg_recv(&msg, c->sock, ZMQ_DONTWAIT) >= 0 &&
-                   zmq_getsockopt(c->sock, ZMQ_RCVMORE, &more, &sz) == 0)
-                ;
-        } else if (dh_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), &m,
-                                  &e) < 0) {
+        if (rc == 0 || rc == DH_EIO)
+            return rc == 0 ? 0 : -1;
+        if (rc < 0) {
             fprintf(stderr, "datahelix: client %u: malformed message from "
                     "the coordinator: %s\n", c->rank, e.msg);
         } else {
             dispatch(c, &m);
             dh_wire_msg_fini(&m);
         }
-        zmq_msg_close(&msg);
     }
     return 0;
 }

@@ -8,8 +8,9 @@
  * without blocking, then checks heartbeats.  Sends never block
  * (ZMQ_DONTWAIT, ZMQ_ROUTER_MANDATORY so an unknown peer is an error, not a
  * silent drop).  Messages over DH_WIRE_MAX_MSG are refused by ZeroMQ itself
- * (ZMQ_MAXMSGSIZE: the peer is disconnected).  Placement, the task table
- * and completions live in coordinator_route.c.
+ * (ZMQ_MAXMSGSIZE: the peer is disconnected).  Socket setup, framing and
+ * the codec calls are the transport's (transport.h).  Placement, the task
+ * table and completions live in coordinator_route.c.
  *
  * Locking: none; the thread in dh_coordinator_run() owns all state, other
  * threads only read the atomic counters.
@@ -26,6 +27,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "runtime/coordinator_internal.h"
+#include "runtime/transport.h"
 
 #define POLL_MS 50
 #define BURST 256
@@ -44,16 +46,13 @@ void dh_coordinator_opts_default(struct dh_coordinator_opts *o)
 /* ---- logging ---- */
 
 /* "127.0.0.1 id 0080000001": the transport address when ZeroMQ knows it
- * (frame: a received message of that peer, or NULL) and the routing id. */
-static void peer_name(void *frame, const struct co_peer *p, char *buf,
+ * (addr: of the message being handled, or NULL) and the routing id. */
+static void peer_name(const char *addr, const struct co_peer *p, char *buf,
                       size_t len)
 {
-    const char *addr = NULL;
     size_t n = 0;
 
-    if (frame)
-        addr = zmq_msg_gets((zmq_msg_t *)frame, "Peer-Address");
-    n = (size_t)snprintf(buf, len, "%s id ", addr ? addr : "peer");
+    n = (size_t)snprintf(buf, len, "%s id ", addr && addr[0] ? addr : "peer");
     for (size_t i = 0; p && i < p->len && i < 32 && n + 3 < len; i++)
         n += (size_t)snprintf(buf + n, len - n, "%02x", p->id[i]);
 }
@@ -68,7 +67,7 @@ void dh__co_malformed(struct dh_coordinator *c, const struct co_peer *from,
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    peer_name(c->cur_frame, from, who, sizeof(who));
+    peer_name(c->cur_addr, from, who, sizeof(who));
     fprintf(stderr, "datahelix: coordinator: malformed message from %s: %s\n",
             who, why);
 }
@@ -78,17 +77,13 @@ void dh__co_malformed(struct dh_coordinator *c, const struct co_peer *from,
 int dh__co_send(struct dh_coordinator *c, const struct co_peer *to,
                 const struct dh_wire_msg *m)
 {
+    struct dh_tp_from dst;
     struct dh_err e;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int rc = dh_wire_encode(m, &buf, &len, &e);
+    int rc;
 
-    if (rc == 0) {
-        if (zmq_send(c->sock, to->id, to->len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0
-            || zmq_send(c->sock, buf, len, ZMQ_DONTWAIT) < 0)
-            rc = dh_err_set(&e, DH_EIO, "%s", zmq_strerror(zmq_errno()));
-        dh_wire_free(buf);
-    }
+    dst.id_len = to->len;
+    memcpy(dst.id, to->id, to->len);
+    rc = dh__tp_send(c->sock, &dst, m, NULL, &e);
     if (rc < 0)
         CO_INC(c, send_failures);
     if (rc < 0 && !c->quiet) {
@@ -365,71 +360,31 @@ static void dispatch(struct dh_coordinator *c, const struct co_peer *from,
     }
 }
 
-/* Reads the rest of a multipart message; returns how many frames. */
-static int drain_frames(void *sock, zmq_msg_t *extra)
-{
-    int n = 0, more = 0;
-    size_t sz = sizeof(more);
-
-    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
-        if (zmq_msg_recv(extra, sock, ZMQ_DONTWAIT) < 0)
-            break;
-        n++;
-    }
-    return n;
-}
-
-static void handle_frames(struct dh_coordinator *c, zmq_msg_t *idf,
-                          zmq_msg_t *body, int extra)
-{
-    struct co_peer from = {0};
-    struct dh_err e;
-    size_t idlen = zmq_msg_size(idf);
-
-    from.len = (uint8_t)(idlen > sizeof(from.id) ? sizeof(from.id) : idlen);
-    memcpy(from.id, zmq_msg_data(idf), from.len);
-    c->cur_frame = body;
-    if (extra > 0)
-        dh__co_malformed(c, &from, "%d frames, expected one envelope",
-                         extra + 1);
-    else if (dh_wire_decode(zmq_msg_data(body), zmq_msg_size(body), &c->in,
-                            &e) < 0)
-        dh__co_malformed(c, &from, "%s", e.msg);
-    else {
-        dispatch(c, &from, dh__mono_ms());
-        dh_wire_msg_fini(&c->in);
-    }
-    c->cur_frame = NULL;
-}
-
-/* 1: a message was handled, 0: none waiting, <0: socket error. */
+/* 1: a message was handled (or a bad one dropped), 0: none waiting, <0:
+ * socket error. */
 static int recv_one(struct dh_coordinator *c, struct dh_err *e)
 {
-    zmq_msg_t idf, body, extra;
-    int rc = 1, more = 0, n = 0;
-    size_t sz = sizeof(more);
+    struct dh_tp_from from;
+    struct co_peer peer = {0};
+    struct dh_err de;
+    int rc = dh__tp_recv(c->sock, &from, &c->in, NULL, &de);
 
-    zmq_msg_init(&idf);
-    zmq_msg_init(&body);
-    zmq_msg_init(&extra);
-    if (zmq_msg_recv(&idf, c->sock, ZMQ_DONTWAIT) < 0) {
-        rc = (zmq_errno() == EAGAIN || zmq_errno() == EINTR)
-                 ? 0 : dh_err_set(e, DH_EIO, "coordinator %s: receive: %s",
-                                  c->endpoint, zmq_strerror(zmq_errno()));
-        goto out;
+    if (rc == 0)
+        return 0;
+    if (!dh__tp_dropped(rc) && rc < 0)
+        return dh_err_set(e, DH_EIO, "coordinator %s: %s", c->endpoint,
+                          de.msg);
+    peer.len = from.id_len;
+    memcpy(peer.id, from.id, peer.len);
+    c->cur_addr = from.addr;
+    if (rc < 0) {
+        dh__co_malformed(c, &peer, "%s", de.msg);
+    } else {
+        dispatch(c, &peer, dh__mono_ms());
+        dh_wire_msg_fini(&c->in);
     }
-    if (zmq_getsockopt(c->sock, ZMQ_RCVMORE, &more, &sz) == 0 && more &&
-        zmq_msg_recv(&body, c->sock, ZMQ_DONTWAIT) >= 0)
-        n = drain_frames(c->sock, &extra);
-    else
-        n = -1; /* a routing id alone: ROUTER never delivers that */
-    if (n >= 0)
-        handle_frames(c, &idf, &body, n);
-out:
-    zmq_msg_close(&extra);
-    zmq_msg_close(&body);
-    zmq_msg_close(&idf);
-    return rc;
+    c->cur_addr = NULL;
+    return 1;
 }
 
 static void broadcast_shutdown(struct dh_coordinator *c)
@@ -529,28 +484,16 @@ static int check_opts(const struct dh_coordinator_opts *o,
 static int bind_socket(struct dh_coordinator *c, const char *addr,
                        struct dh_err *e)
 {
-    int zero = 0, one = 1, to = 100;
-    int64_t maxmsg = DH_WIRE_MAX_MSG;
-    size_t len = sizeof(c->endpoint);
+    struct dh_tp_opts o = {.kind = DH_TP_COORD, .addr = addr,
+                           .who = "coordinator"};
+    int rc;
 
-    if (!(c->ctx = zmq_ctx_new()) ||
-        !(c->sock = zmq_socket(c->ctx, ZMQ_ROUTER)))
+    if (!(c->ctx = zmq_ctx_new()))
         return dh_err_set(e, DH_ENOMEM, "coordinator: zmq: %s",
                           zmq_strerror(zmq_errno()));
-    zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(c->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
-    zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &to, sizeof(to));
-    zmq_setsockopt(c->sock, ZMQ_RCVTIMEO, &to, sizeof(to));
-    zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
-    if (zmq_bind(c->sock, addr) < 0) {
-        int err = zmq_errno();
-
-        return dh_err_set(e, err == EADDRINUSE || err == EADDRNOTAVAIL ||
-                                     err == EACCES ? DH_EIO : DH_EINVAL,
-                          "cannot listen on %s: %s", addr, zmq_strerror(err));
-    }
-    if (zmq_getsockopt(c->sock, ZMQ_LAST_ENDPOINT, c->endpoint, &len) < 0)
-        snprintf(c->endpoint, sizeof(c->endpoint), "%s", addr);
+    if ((rc = dh__tp_open(c->ctx, &o, &c->sock, c->endpoint,
+                          sizeof(c->endpoint), e)) < 0)
+        return rc;
     c->bound = 1;
     return 0;
 }
@@ -633,8 +576,7 @@ void dh_coordinator_destroy(struct dh_coordinator *c)
 {
     if (!c)
         return;
-    if (c->sock)
-        zmq_close(c->sock);
+    dh__tp_close(&c->sock, 0);
     if (c->ctx)
         zmq_ctx_term(c->ctx);
     /* ZeroMQ leaves the socket file of an ipc:// endpoint we bound. */

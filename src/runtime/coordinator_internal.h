@@ -95,7 +95,7 @@ struct dh_coordinator {
     uint64_t *dead_buf;
     size_t dead_cap;
 
-    void *cur_frame; /* zmq_msg_t * of the message being handled */
+    const char *cur_addr; /* Peer-Address of the message being handled */
     struct dh_wire_msg in, out;
 
 #define CO_STAT_FIELD_(n) _Atomic uint64_t st_##n;

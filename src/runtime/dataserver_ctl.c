@@ -9,7 +9,6 @@
  *
  * Locking: none (dataserver_internal.h).
  */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 
 #include "core/clock.h"
 #include "runtime/dataserver_internal.h"
+#include "runtime/transport.h"
 
 void dh__ds_malformed(struct dh_dataserver *s, const char *from,
                       const char *fmt, ...)
@@ -38,18 +38,7 @@ void dh__ds_malformed(struct dh_dataserver *s, const char *from,
 int dh__ds_send_msg(struct dh_dataserver *s, const struct dh_wire_msg *m,
                     struct dh_err *e)
 {
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int rc = dh_wire_encode(m, &buf, &len, e);
-
-    if (rc < 0)
-        return rc;
-    if (zmq_send(s->sock, buf, len, ZMQ_DONTWAIT) < 0)
-        rc = dh_err_set(e, DH_EIO, "sending %s to coordinator %s: %s",
-                        dh_wire_type_name(m->type), s->coord,
-                        zmq_strerror(zmq_errno()));
-    dh_wire_free(buf);
-    return rc;
+    return dh__tp_send(s->sock, NULL, m, s->coord_peer, e);
 }
 
 /* Sends s->out; a failure is logged, not fatal (the peer may come back). */
@@ -118,8 +107,6 @@ void dh__ds_heartbeat(struct dh_dataserver *s)
 
 void dh__ds_leave(struct dh_dataserver *s)
 {
-    int linger = 200;
-
     if (!s->sock || !s->registered || s->coord_stopped)
         return;
     dh_wire_msg_fini(&s->out);
@@ -128,7 +115,7 @@ void dh__ds_leave(struct dh_dataserver *s)
     s->out.u.heartbeat.seq = ++s->hb_seq;
     s->out.u.heartbeat.leaving = 1;
     send_out(s);
-    zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof(linger));
+    dh__tp_linger(s->sock, 200);
 }
 
 /* ---- receiving ---- */
@@ -155,34 +142,18 @@ static void dispatch(struct dh_dataserver *s)
  * 1: got one, 0: none waiting, < 0: socket error. */
 static int recv_one(struct dh_dataserver *s, struct dh_err *e)
 {
-    zmq_msg_t msg;
-    int more = 0;
-    size_t sz = sizeof(more);
     struct dh_err de;
+    int rc;
 
-    zmq_msg_init(&msg);
-    if (zmq_msg_recv(&msg, s->sock, ZMQ_DONTWAIT) < 0) {
-        int err = zmq_errno();
-
-        zmq_msg_close(&msg);
-        if (err == EAGAIN || err == EINTR)
-            return 0;
-        return dh_err_set(e, DH_EIO, "receiving from coordinator %s: %s",
-                          s->coord, zmq_strerror(err));
-    }
     dh_wire_msg_fini(&s->in);
-    if (zmq_getsockopt(s->sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
-        dh__ds_malformed(s, "the coordinator", "a multipart message");
-        while (more && zmq_msg_recv(&msg, s->sock, ZMQ_DONTWAIT) >= 0 &&
-               zmq_getsockopt(s->sock, ZMQ_RCVMORE, &more, &sz) == 0)
-            ;
-    } else if (dh_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), &s->in,
-                              &de) < 0) {
+    rc = dh__tp_recv(s->sock, NULL, &s->in, s->coord_peer, &de);
+    if (dh__tp_dropped(rc)) {
         dh__ds_malformed(s, "the coordinator", "%s", de.msg);
-        dh_wire_msg_init(&s->in, DH_WIRE_NONE);
+        return 1; /* s->in is DH_WIRE_NONE */
     }
-    zmq_msg_close(&msg);
-    return 1;
+    if (rc < 0)
+        return dh_err_set(e, rc, "%s", de.msg);
+    return rc;
 }
 
 int dh__ds_recv_ctl(struct dh_dataserver *s, struct dh_err *e)
@@ -203,20 +174,12 @@ int dh__ds_recv_ctl(struct dh_dataserver *s, struct dh_err *e)
 
 int dh__ds_open_ctl(struct dh_dataserver *s, struct dh_err *e)
 {
-    int zero = 0, to = 1000;
-    int64_t maxmsg = DH_WIRE_MAX_MSG;
+    struct dh_tp_opts o = {.kind = DH_TP_SERVER_CTL, .addr = s->coord,
+                           .who = "dataserver", .peer = "coordinator"};
 
-    if (!(s->sock = zmq_socket(s->ctx, ZMQ_DEALER)))
-        return dh_err_set(e, DH_EIO, "dataserver: zmq: %s",
-                          zmq_strerror(zmq_errno()));
-    zmq_setsockopt(s->sock, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(s->sock, ZMQ_SNDTIMEO, &to, sizeof(to));
-    zmq_setsockopt(s->sock, ZMQ_RCVTIMEO, &to, sizeof(to));
-    zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
-    if (zmq_connect(s->sock, s->coord) < 0)
-        return dh_err_set(e, DH_EINVAL, "cannot connect to coordinator %s: "
-                          "%s", s->coord, zmq_strerror(zmq_errno()));
-    return 0;
+    snprintf(s->coord_peer, sizeof(s->coord_peer), "coordinator %s",
+             s->coord);
+    return dh__tp_open(s->ctx, &o, &s->sock, NULL, 0, e);
 }
 
 /* The address a server announces: its payload endpoint (local with
@@ -278,9 +241,7 @@ int dh__ds_register(struct dh_dataserver *s,
     if ((rc = dh__ds_send_msg(s, &s->out, e)) < 0)
         return rc;
     while ((t = dh__mono_ms()) < end) {
-        zmq_pollitem_t it = {.socket = s->sock, .events = ZMQ_POLLIN};
-
-        if (zmq_poll(&it, 1, (long)(end - t)) < 0 && zmq_errno() != EINTR)
+        if (dh__tp_wait(s->sock, (long)(end - t), e) < 0)
             break;
         if ((rc = recv_one(s, e)) < 0)
             return rc;

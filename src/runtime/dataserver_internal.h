@@ -89,7 +89,7 @@ struct ds_inbox {
     int n_frames;
     uint64_t give_up_ms;
     uint64_t tries, releases_seen; /* arena releases at the last try */
-    char from[64]; /* the sender, for logs */
+    char from[96]; /* the sender, for logs */
 };
 
 /* Several entries a line, which clang-format 14 re-breaks by one more on
@@ -112,6 +112,7 @@ struct ds_quarantine {
 
 struct dh_dataserver {
     char coord[DH_WIRE_MAX_ADDR + 1];
+    char coord_peer[DH_WIRE_MAX_ADDR + 16]; /* "coordinator ADDR" */
     char endpoint[DH_WIRE_MAX_ADDR + 1]; /* announced payload address */
     char bound[DH_WIRE_MAX_ADDR + 1];    /* what the payload socket bound */
     uint32_t server_id, rank;

@@ -28,15 +28,13 @@
  *
  * Locking: none (dataserver_internal.h).
  */
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/clock.h"
 #include "runtime/dataserver_internal.h"
-
-#define RCV_HWM 8 /* payload messages queued before senders wait */
+#include "runtime/transport.h"
 
 /* ---- the socket ---- */
 
@@ -52,31 +50,18 @@ static int is_wildcard(const char *ep)
     return 0;
 }
 
+/* The receive HWM (payload messages queued before senders wait) is the
+ * DH_TP_PAYLOAD_IN kind's; every frame is capped at the arena's size. */
 static int bind_payload(struct dh_dataserver *s, const char *addr,
                         struct dh_err *e)
 {
-    int zero = 0, hwm = RCV_HWM;
-    int64_t maxmsg = s->arena_cap > DH_WIRE_MAX_MSG ? (int64_t)s->arena_cap
-                                                    : DH_WIRE_MAX_MSG;
-    size_t len = sizeof(s->bound);
+    struct dh_tp_opts o = {
+        .kind = DH_TP_PAYLOAD_IN, .addr = addr, .who = "dataserver",
+        .max_msg = s->arena_cap > DH_WIRE_MAX_MSG ? (int64_t)s->arena_cap
+                                                  : DH_WIRE_MAX_MSG};
 
-    if (!(s->psock = zmq_socket(s->ctx, ZMQ_ROUTER)))
-        return dh_err_set(e, DH_EIO, "dataserver: zmq: %s",
-                          zmq_strerror(zmq_errno()));
-    zmq_setsockopt(s->psock, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(s->psock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
-    zmq_setsockopt(s->psock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
-    if (zmq_bind(s->psock, addr) < 0) {
-        int err = zmq_errno();
-
-        return dh_err_set(e, err == EADDRINUSE || err == EADDRNOTAVAIL ||
-                                     err == EACCES ? DH_EIO : DH_EINVAL,
-                          "dataserver: cannot listen on %s: %s", addr,
-                          zmq_strerror(err));
-    }
-    if (zmq_getsockopt(s->psock, ZMQ_LAST_ENDPOINT, s->bound, &len) < 0)
-        snprintf(s->bound, sizeof(s->bound), "%s", addr);
-    return 0;
+    return dh__tp_open(s->ctx, &o, &s->psock, s->bound, sizeof(s->bound),
+                       e);
 }
 
 int dh__ds_payload_open(struct dh_dataserver *s,
@@ -101,8 +86,7 @@ int dh__ds_payload_open(struct dh_dataserver *s,
 
 static void inbox_clear(struct ds_inbox *in)
 {
-    for (int i = 0; i < in->n_frames; i++)
-        zmq_msg_close(&in->frames[i]);
+    dh__tp_frames_close(in->frames, in->n_frames);
     in->n_frames = 0;
     dh_wire_msg_fini(&in->hdr);
     in->held = 0;
@@ -114,8 +98,7 @@ void dh__ds_payload_close(struct dh_dataserver *s)
     inbox_clear(&s->inbox);
     if (!s->psock)
         return;
-    zmq_close(s->psock);
-    s->psock = NULL;
+    dh__tp_close(&s->psock, 0);
     /* ZeroMQ leaves the socket file of an ipc:// endpoint it bound. */
     if (!strncmp(s->bound, "ipc://", 6) && s->bound[6] != '@' &&
         s->bound[6] != '\0')
@@ -131,46 +114,18 @@ int dh__ds_payload_wants_input(const struct dh_dataserver *s)
 
 /* Reads one whole message into the inbox: the routing id is dropped, at
  * most DS_MAX_FRAMES frames are kept, *extra counts the rest (read and
- * dropped).  1: got one, 0: none waiting. */
+ * dropped).  1: got one, 0: none waiting (or the socket failed: the
+ * loop's poll reports that). */
 static int recv_message(struct dh_dataserver *s, int *extra)
 {
     struct ds_inbox *in = &s->inbox;
-    int more = 1;
-    size_t sz = sizeof(more);
-    zmq_msg_t id, junk;
-    const char *who;
+    struct dh_tp_from from;
 
-    zmq_msg_init(&id);
-    if (zmq_msg_recv(&id, s->psock, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&id);
+    if (dh__tp_recv_frames(s->psock, &from, in->frames, DS_MAX_FRAMES,
+                           &in->n_frames, extra, NULL) <= 0)
         return 0;
-    }
-    zmq_msg_close(&id);
-    zmq_msg_init(&junk);
-    *extra = 0;
-    while (zmq_getsockopt(s->psock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
-        zmq_msg_t *f = &junk;
-
-        if (in->n_frames < DS_MAX_FRAMES) {
-            f = &in->frames[in->n_frames];
-            zmq_msg_init(f);
-        }
-        if (zmq_msg_recv(f, s->psock, ZMQ_DONTWAIT) < 0) {
-            if (f != &junk)
-                zmq_msg_close(f);
-            break;
-        }
-        if (f == &junk)
-            (*extra)++;
-        else
-            in->n_frames++;
-    }
-    zmq_msg_close(&junk);
-    /* Frames from the wire carry the connection's metadata. */
-    who = in->n_frames > 0 ? zmq_msg_gets(&in->frames[0], "Peer-Address")
-                           : NULL;
     snprintf(in->from, sizeof(in->from), "payload sender %s",
-             who && who[0] ? who : "(address unknown)");
+             from.addr[0] ? from.addr : "(address unknown)");
     return 1;
 }
 
@@ -212,8 +167,7 @@ static int check_payload(struct dh_dataserver *s, int extra,
         return dh_err_set(e, DH_EFORMAT, "%d frames: a payload is a header "
                           "and 1..%d data frames", in->n_frames + extra,
                           DS_MAX_FRAMES - 1);
-    if ((rc = dh_wire_decode(zmq_msg_data(&in->frames[0]),
-                             zmq_msg_size(&in->frames[0]), &in->hdr, e)) < 0)
+    if ((rc = dh__tp_decode(&in->frames[0], &in->hdr, e)) < 0)
         return rc;
     if (in->hdr.type != DH_WIRE_RESULT_NOTICE)
         return dh_err_set(e, DH_EFORMAT, "a %s header, not a result_notice",

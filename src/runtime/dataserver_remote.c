@@ -30,7 +30,6 @@
  *
  * Locking: none (dataserver_internal.h); see above for the free callback.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,8 +37,8 @@
 #include "core/clock.h"
 #include "datahelix/batch.h"
 #include "runtime/dataserver_internal.h"
+#include "runtime/transport.h"
 
-#define PEER_HWM 8            /* batches queued per target */
 #define EVICT_LINGER_MS 1000  /* an evicted target may still flush */
 #define LINK_ALPHA 0.3
 
@@ -71,10 +70,7 @@ int dh__ds_remote_init(struct dh_dataserver *s, struct dh_err *e)
 
 static void peer_close(struct ds_peer *p, int linger_ms)
 {
-    if (p->sock) {
-        zmq_setsockopt(p->sock, ZMQ_LINGER, &linger_ms, sizeof(linger_ms));
-        zmq_close(p->sock);
-    }
+    dh__tp_close(&p->sock, linger_ms);
     memset(p, 0, sizeof(*p));
 }
 
@@ -107,24 +103,20 @@ static struct ds_peer *peer_victim(struct dh_dataserver *s)
     return v;
 }
 
+/* The socket's options (ZMQ_IMMEDIATE, send HWM 8, no send timeout) are
+ * the DH_TP_PAYLOAD_OUT kind's (transport.c). */
 static int peer_open(struct dh_dataserver *s, struct ds_peer *p, uint32_t id,
                      const char *addr, struct dh_err *e)
 {
-    int zero = 0, one = 1, hwm = PEER_HWM;
+    char peer[64];
+    struct dh_tp_opts o = {.kind = DH_TP_PAYLOAD_OUT, .addr = addr,
+                           .who = "dataserver", .peer = peer};
+    int rc;
 
-    if (!(p->sock = zmq_socket(s->ctx, ZMQ_DEALER)))
-        return dh_err_set(e, DH_EIO, "zmq: %s", zmq_strerror(zmq_errno()));
-    zmq_setsockopt(p->sock, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(p->sock, ZMQ_IMMEDIATE, &one, sizeof(one));
-    zmq_setsockopt(p->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-    zmq_setsockopt(p->sock, ZMQ_SNDTIMEO, &zero, sizeof(zero));
-    if (zmq_connect(p->sock, addr) < 0) {
-        int err = zmq_errno();
-
+    snprintf(peer, sizeof(peer), "the delivery target, server %u at", id);
+    if ((rc = dh__tp_open(s->ctx, &o, &p->sock, NULL, 0, e)) < 0) {
         peer_close(p, 0);
-        return dh_err_set(e, DH_EINVAL, "cannot connect to the delivery "
-                          "target, server %u at '%s': %s", id, addr,
-                          zmq_strerror(err));
+        return rc;
     }
     p->used = 1;
     p->server_id = id;
@@ -171,27 +163,27 @@ static int send_payload(struct dh_dataserver *s, struct ds_job *j,
 {
     void *data = dh_arena_ptr(s->arena, &j->slot);
     struct staging *st = data ? dh__malloc(sizeof(*st)) : NULL;
-    zmq_msg_t msg;
+    struct dh_err se;
+    int rc = DH_ENOMEM;
 
-    if (st)
+    if (st) {
         *st = (struct staging){s->arena, j->slot, s->server_id};
-    if (!st || zmq_msg_init_data(&msg, data, j->payload_len, free_staging,
-                                 st) < 0) {
+        rc = dh__tp_send_zc(p->sock, data, j->payload_len, free_staging, st,
+                            &se);
+    }
+    if (rc == DH_ENOMEM) { /* nothing sent: the job still owns the slot */
         dh__free(st);
         peer_close(p, 0);
         return dh_err_set(e, data ? DH_ENOMEM : DH_EFORMAT, "task %llu: %s",
                           (unsigned long long)j->task.id,
                           data ? "out of memory" : "staging slot lost");
     }
-    j->parked = 0; /* the message owns the slot now */
-    if (zmq_msg_send(&msg, p->sock, ZMQ_DONTWAIT) < 0) {
-        int err = zmq_errno();
-
-        zmq_msg_close(&msg); /* releases the slot */
+    j->parked = 0; /* the message owned the slot: sent or released */
+    if (rc < 0) {
         peer_close(p, 0);
         return dh_err_set(e, DH_EIO, "sending task %llu to server %u at "
                           "%s: %s", (unsigned long long)j->task.id,
-                          j->target_id, j->target_addr, zmq_strerror(err));
+                          j->target_id, j->target_addr, se.msg);
     }
     p->bytes += j->payload_len;
     DS_INC(s, forwarded);
@@ -204,6 +196,8 @@ static int try_deliver(struct dh_dataserver *s, struct ds_job *j,
                        struct dh_err *e)
 {
     struct ds_peer *p;
+    struct dh_err se;
+    int rc;
 
     if (j->target_id == s->server_id)
         return dh_err_set(e, DH_EINVAL, "remote dataserver %u has no "
@@ -213,16 +207,12 @@ static int try_deliver(struct dh_dataserver *s, struct ds_job *j,
     if (!(p = peer_get(s, j->target_id, j->target_addr, e)))
         return e->code;
     p->last_use_ms = dh__mono_ms();
-    if (zmq_send(p->sock, j->hdr, j->hdr_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) <
-        0) {
-        int err = zmq_errno();
-
-        if (err == EAGAIN || err == EINTR)
-            return 0; /* not connected yet, or its queue is full */
+    if ((rc = dh__tp_send_more(p->sock, j->hdr, j->hdr_len, &se)) == 0)
+        return 0; /* not connected yet, or its queue is full */
+    if (rc < 0)
         return dh_err_set(e, DH_EIO, "sending task %llu to server %u at "
                           "%s: %s", (unsigned long long)j->task.id,
-                          j->target_id, j->target_addr, zmq_strerror(err));
-    }
+                          j->target_id, j->target_addr, se.msg);
     return send_payload(s, j, p, e);
 }
 

@@ -1,0 +1,131 @@
+/*
+ * transport.h - the control plane's thin transport over ZeroMQ, used alike
+ * by the client, the Coordinator and the DataServer (docs/wire-protocol.md
+ * "Framing"): socket setup per role, multipart framing (routing ids,
+ * payload frames), encode + send of a wire message, receive + decode with
+ * the size caps, and the one seam where issue "trust" adds CURVE.
+ *
+ * Internal (not under include/).  All functions take the raw ZeroMQ socket
+ * (`void *`) their caller owns; a socket is used by one thread at a time,
+ * like any ZeroMQ socket, and nothing here keeps state of its own.
+ */
+#ifndef DH_RUNTIME_TRANSPORT_H
+#define DH_RUNTIME_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <zmq.h>
+
+#include "datahelix/error.h"
+#include "datahelix/wire.h"
+
+/* The roles a socket plays.  Each fixes its ZeroMQ type, bind or connect,
+ * and options (transport.c, `kinds[]`); the values are today's. */
+enum dh_tp_kind {
+    DH_TP_CLIENT_CTL,  /* a client's DEALER to the Coordinator */
+    DH_TP_COORD,       /* the Coordinator's ROUTER, bound */
+    DH_TP_SERVER_CTL,  /* a DataServer's DEALER to the Coordinator */
+    DH_TP_PAYLOAD_IN,  /* a local DataServer's payload ROUTER, bound */
+    DH_TP_PAYLOAD_OUT, /* a remote DataServer's DEALER to a target */
+};
+
+/* Issue "trust" (DESIGN.md 9): the job's CURVE keys and ZAP domain.  Not
+ * defined yet; dh_tp_opts.auth is always NULL today. */
+struct dh_tp_auth;
+
+struct dh_tp_opts {
+    enum dh_tp_kind kind;
+    const char *addr; /* the endpoint to bind or connect */
+    const char *who;  /* this process, for messages ("coordinator") */
+    const char *peer; /* the far end, for connect messages ("coordinator",
+                         "the delivery target, server 7 at") */
+    int64_t max_msg;  /* DH_TP_PAYLOAD_IN: ZMQ_MAXMSGSIZE (0: the kind's) */
+    const struct dh_tp_auth *auth; /* the security seam: NULL */
+};
+
+/* A ROUTER peer: its routing id and, for messages, the transport address
+ * ZeroMQ reports for it ("Peer-Address"; "" if unknown). */
+#define DH_TP_MAX_ID 255
+struct dh_tp_from {
+    uint8_t id_len;
+    uint8_t id[DH_TP_MAX_ID];
+    char addr[64];
+};
+
+/*
+ * Creates a socket of o->kind in `ctx`, sets the kind's options, applies
+ * the security seam, then binds or connects to o->addr.  For a bound kind,
+ * `bound` (if not NULL) gets the endpoint actually bound (port 0 resolved),
+ * or o->addr if ZeroMQ cannot say.  On success *out is the socket (the
+ * caller closes it with dh__tp_close()); on error nothing is left open.
+ * Errors: DH_EIO (no socket; bind: address in use, not available or not
+ * permitted), DH_EINVAL (a bad endpoint).
+ */
+int dh__tp_open(void *ctx, const struct dh_tp_opts *o, void **out,
+                char *bound, size_t bound_len, struct dh_err *e) DH_MUST_CHECK;
+/* Sets the linger (ms) and closes *sock; *sock becomes NULL.  NULL ok. */
+void dh__tp_close(void **sock, int linger_ms);
+/* Lets messages still queued go out for up to `ms` when the socket closes. */
+void dh__tp_linger(void *sock, int ms);
+
+/* 1: `sock` is readable within `ms`, 0: not (or EINTR), DH_EIO: failed. */
+int dh__tp_wait(void *sock, long ms, struct dh_err *e) DH_MUST_CHECK;
+
+/*
+ * Encodes `m` and sends it without blocking, as one frame; with a routing
+ * id (`to`, a ROUTER socket), as [id][envelope].  `peer` names the far end
+ * in the message ("coordinator tcp://..."), or NULL.  0, or: the encoder's
+ * DH_EINVAL / DH_ENOMEM, or DH_EIO (ZeroMQ refused it: full, gone).
+ */
+int dh__tp_send(void *sock, const struct dh_tp_from *to,
+                const struct dh_wire_msg *m, const char *peer,
+                struct dh_err *e) DH_MUST_CHECK;
+/* Sends one frame of bytes already encoded, copied by ZeroMQ, more frames
+ * to follow.  1: queued, 0: would block (not connected, HWM), DH_EIO. */
+int dh__tp_send_more(void *sock, const void *buf, size_t len,
+                     struct dh_err *e) DH_MUST_CHECK;
+/* Sends the last frame zero-copy: ZeroMQ calls free_fn(data, hint) once
+ * it is written.  0: sent; DH_ENOMEM: nothing was sent and the caller
+ * still owns `data`; DH_EIO: not sent, and `data` was already freed. */
+int dh__tp_send_zc(void *sock, void *data, size_t len,
+                   void (*free_fn)(void *data, void *hint), void *hint,
+                   struct dh_err *e) DH_MUST_CHECK;
+
+/*
+ * Reads one whole message without blocking.  On a ROUTER socket the first
+ * frame is the routing id, copied into from->id.  Up to `cap` frames go to
+ * f[0..*n) (initialised here; the caller closes them with
+ * dh__tp_frames_close()); *extra counts the frames past `cap`, read and
+ * dropped.  from->addr: the first kept frame's Peer-Address.  `from` may be
+ * NULL.  1: a message, 0: none waiting, DH_EIO: the socket failed.
+ */
+int dh__tp_recv_frames(void *sock, struct dh_tp_from *from, zmq_msg_t *f,
+                       int cap, int *n, int *extra,
+                       struct dh_err *e) DH_MUST_CHECK;
+void dh__tp_frames_close(zmq_msg_t *f, int n);
+/* Decodes one frame as an Envelope (dh_wire_decode(): its caps, codes). */
+int dh__tp_decode(const zmq_msg_t *f, struct dh_wire_msg *m,
+                  struct dh_err *e) DH_MUST_CHECK;
+
+/*
+ * Reads one message that must be a single Envelope (after the routing id on
+ * a ROUTER socket) and decodes it into `m` (which must own nothing: it is
+ * initialised here).  1: `m` holds it (the caller
+ * calls dh_wire_msg_fini()); 0: none waiting; DH_EIO: the socket failed;
+ * any other code: one message was read and dropped, `m` is empty, e says
+ * why: DH_EFORMAT (several frames, not an envelope), DH_ETOOBIG,
+ * DH_EVERSION, or DH_ENOMEM (not the peer's fault).  `peer` names the far
+ * end in a DH_EIO message, or NULL.
+ */
+int dh__tp_recv(void *sock, struct dh_tp_from *from, struct dh_wire_msg *m,
+                const char *peer, struct dh_err *e) DH_MUST_CHECK;
+
+/* 1 if a dh__tp_recv() result means a bad message was dropped (the caller
+ * counts it and keeps serving), not a socket failure. */
+static inline int dh__tp_dropped(int rc)
+{
+    return rc < 0 && rc != DH_EIO;
+}
+
+#endif
