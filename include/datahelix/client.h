@@ -152,6 +152,8 @@ struct dh_client_stats {
                                 than the one whose arena holds them */
     uint64_t batch_bytes;  /* bytes of every part delivered */
     double elapsed_s;      /* since the first next() */
+    uint64_t arena_bytes;  /* the local arena's data area (0: none yet) */
+    uint64_t held_bytes;   /* arena slots of batches not released */
 };
 
 /* The default miss threshold: a ready batch's next() costs 0.05-0.3 ms
@@ -192,7 +194,10 @@ DH_API int dh_client_start_epoch(struct dh_client *c, uint32_t epoch,
  * could not be prepared: a decode or read error, its watchdog, a limit)
  * or DH_EARENA (the arena stayed full: the consumer holds too many
  * batches); `e` names the step, the sample id, path and cause, and
- * dh_client_failure() has them as fields.  DH_ETIMEOUT only when this
+ * dh_client_failure() has them as fields.  DH_EARENA also comes at once,
+ * the step not consumed, when a server waits for room in an arena that
+ * holds nothing but this consumer's unreleased batches and results (no
+ * batch could come before one is released).  DH_ETIMEOUT only when this
  * wait ran out (timeout_ms; the step stays next: calling again waits
  * again).  DH_EIO / DH_EPEERDEAD: the data plane failed (Coordinator shut
  * down, local server died and could not be restarted); every later call
@@ -234,11 +239,18 @@ DH_API const char *dh_stage_name(enum dh_stage s);
 #define DH_CLIENT_MAX_PATH 4096
 #define DH_CLIENT_MAX_CAUSE 512
 
+/* No sample is to blame (dh_client_failure.sample_id). */
+#define DH_CLIENT_NO_SAMPLE UINT64_MAX
+
 /* The last step next() returned DH_ESAMPLE or DH_EARENA for. */
 struct dh_client_failure {
     uint32_t epoch;
     uint64_t step;
-    uint64_t sample_id;  /* the sample the server named */
+    int consumed;        /* 1: the step failed and is gone; 0: it is
+                            still next (DH_EARENA at once: the consumer
+                            holds the arena; release and call again) */
+    uint64_t sample_id;  /* the sample the server named, or
+                            DH_CLIENT_NO_SAMPLE */
     char path[DH_CLIENT_MAX_PATH + 1]; /* "" if the server had none */
     int cause;           /* the server's DH_E* code */
     enum dh_stage stage;

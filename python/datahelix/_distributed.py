@@ -410,7 +410,8 @@ class DistributedDataLoader(Closing):
                 from None
         except (SampleError, ArenaExhausted) as e:
             self._warm = True
-            it._k += 1  # the step is consumed
+            if e.consumed:
+                it._k += 1
             raise self._step_error(e, it, k) from None
         except DataError as e:
             self._warm = True
@@ -439,9 +440,12 @@ class DistributedDataLoader(Closing):
     def _step_error(self, e, it, k):
         """The same kind of error for a failed step, with this rank's epoch
         and step (not the wire's), from its fields."""
-        err = type(e)(f"rank {self.rank} epoch {it._epoch} step {k}: sample "
-                      f"{e.sample_id} ({e.path or 'no path'}): {e.cause}")
-        for f in ("sample_id", "path", "stage", "cause", "code", "server"):
+        who = ("" if e.sample_id is None else
+               f"sample {e.sample_id} ({e.path or 'no path'}): ")
+        err = type(e)(f"rank {self.rank} epoch {it._epoch} step {k}: {who}"
+                      f"{e.cause}")
+        for f in ("sample_id", "path", "stage", "cause", "code", "server",
+                  "consumed"):
             setattr(err, f, getattr(e, f))
         err.epoch, err.step, err.rank = it._epoch, k, self.rank
         return err

@@ -52,6 +52,16 @@ def _rank_world(rank, world_size):
     return rank, world_size
 
 
+def _arena_bytes(arena_mb):
+    """arena_mb in bytes for the binding (0: the client's default)."""
+    if arena_mb is None:
+        return 0
+    if not (isinstance(arena_mb, (int, float)) and 0 < arena_mb <= 1 << 20):
+        raise ValueError(f"arena_mb={arena_mb!r}: a number of MiB in "
+                         "(0, 1048576]")
+    return int(arena_mb * (1 << 20))
+
+
 class DataLoader(Closing):
     """Batches of video clips for one training rank.
 
@@ -72,8 +82,11 @@ class DataLoader(Closing):
     coordinator: None starts one for this job (one rank: private; several:
     rank 0 serves it on MASTER_ADDR:MASTER_PORT+1, or $DATAHELIX_COORDINATOR
     names a running one); or a ZeroMQ address.
-    on_error: "raise" (DataError naming sample, path and cause, at the step
-    it belongs to) or "skip" (the step is dropped, counted in stats()).
+    on_error: "raise" (SampleError naming sample, path and cause, at the
+    step it belongs to) or "skip" (the step is dropped, counted in stats()).
+    arena_mb: the local DataServer's arena (None: (prefetch + 2) batches,
+    at least 64 MiB).  Holding more batches than it has raises
+    ArenaExhausted at once, the step still next.
     """
 
     def __init__(self, manifest, batch_size=4, frames=16, size=(224, 224),
@@ -83,7 +96,7 @@ class DataLoader(Closing):
                  timeout=60.0, layout="THWC", dtype="uint8",
                  random_crop=False, telemetry=None, dataserver=None,
                  listen=None, transport="shm", ablation=None, ddl_ms=1.0,
-                 step_deadline_ms=0.0):
+                 step_deadline_ms=0.0, arena_mb=None):
         if ablation is not None:
             if ablation not in ABLATIONS:
                 raise ValueError(f"ablation={ablation!r}: one of "
@@ -124,7 +137,8 @@ class DataLoader(Closing):
                           telemetry=os.fspath(telemetry) if telemetry else None,
                           dataserver=dataserver, listen=listen,
                           ddl_ms=float(ddl_ms),
-                          step_deadline_ms=float(step_deadline_ms))
+                          step_deadline_ms=float(step_deadline_ms),
+                          arena_bytes=_arena_bytes(arena_mb))
         self._dtype = _DTYPES[dtype]
         self.transport = transport
         self._timeout_ms = int(timeout * 1000)
@@ -231,7 +245,7 @@ class DataLoader(Closing):
         while True:
             try:
                 b = self._client.next(self._timeout_ms)
-            except (_C.SampleError, _C.ArenaExhausted):
+            except _C.SampleError:
                 if self.on_error == "skip":  # the step is consumed
                     self._skipped += 1
                     self._step += 1

@@ -365,7 +365,7 @@ static int one_step(struct run *r, struct dh_err *e)
         return dh_err_set(e, DH_EIO, "interrupted");
     if (rc < 0) {
         /* A failed step is consumed; anything else is fatal. */
-        if (r->a->skip && (rc == DH_ESAMPLE || rc == DH_EARENA)) {
+        if (r->a->skip && rc == DH_ESAMPLE) {
             fprintf(stderr, "datahelix: consume: skipped: %s\n", e->msg);
             r->skipped++;
             return 1;

@@ -38,4 +38,12 @@ static inline void dh__mono_deadline(struct timespec *d, int ms)
     }
 }
 
+/* a < b (CLOCK_MONOTONIC deadlines). */
+static inline int dh__ts_before(const struct timespec *a,
+                                const struct timespec *b)
+{
+    return a->tv_sec < b->tv_sec ||
+           (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
 #endif

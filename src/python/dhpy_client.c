@@ -438,8 +438,11 @@ static PyObject *raise_failure(ClientObject *self, int rc,
         return dhpy_raise(rc, e);
     if (!(exc = PyObject_CallFunction(type, "s", e->msg)))
         return NULL;
-    if (set_field(exc, "sample_id", PyLong_FromUnsignedLongLong(f.sample_id))
-            < 0 ||
+    if (set_field(exc, "sample_id",
+                  f.sample_id == DH_CLIENT_NO_SAMPLE
+                      ? Py_NewRef(Py_None)
+                      : PyLong_FromUnsignedLongLong(f.sample_id)) < 0 ||
+        set_field(exc, "consumed", PyBool_FromLong(f.consumed)) < 0 ||
         set_field(exc, "path", f.path[0] ? PyUnicode_DecodeFSDefault(f.path)
                                          : Py_NewRef(Py_None)) < 0 ||
         set_field(exc, "stage", PyUnicode_FromString(dh_stage_name(f.stage)))
@@ -535,14 +538,15 @@ static PyObject *client_stats(ClientObject *self, PyObject *unused)
     }
     dh_client_stats(self->c, &s);
     d = Py_BuildValue(
-        "{sKsKsKsdsdsdsdsKsKsKsKsKsdsKsK}", "steps", s.steps, "errors",
+        "{sKsKsKsdsdsdsdsKsKsKsKsKsdsKsKsKsK}", "steps", s.steps, "errors",
         s.errors, "misses", s.misses, "input_wait_p50_ms",
         s.input_wait_p50_ms, "input_wait_p95_ms", s.input_wait_p95_ms,
         "input_wait_max_ms", s.input_wait_max_ms, "window_p50_ms",
         s.window_p50_ms, "requests", s.requests, "reissued", s.reissued,
         "restarts", s.restarts, "late_released", s.late_released,
         "quarantined", s.quarantined, "elapsed_s", s.elapsed_s,
-        "cross_ds_bytes", s.cross_ds_bytes, "batch_bytes", s.batch_bytes);
+        "cross_ds_bytes", s.cross_ds_bytes, "batch_bytes", s.batch_bytes,
+        "arena_bytes", s.arena_bytes, "held_bytes", s.held_bytes);
     if (!d || !(load = PyDict_New()))
         goto fail;
     n = dh_client_server_load(self->c, ids, parts, 256);

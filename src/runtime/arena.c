@@ -99,6 +99,9 @@ struct shm_hdr {
     uint64_t head, tail, used, live_bytes;
     uint32_t live;
     uint32_t corrupt; /* sticky: the state failed a check */
+    uint32_t waiting; /* allocs blocked for room now (atomic: read without
+                         the lock by a consumer deciding it holds them up) */
+    uint32_t pad_;
     /* counters */
     uint64_t allocs, releases, waits, timeouts, bad_releases, recoveries;
     struct shm_slot slot[DH_ARENA_MAX_SLOTS];
@@ -729,7 +732,7 @@ int dh_arena_alloc(struct dh_arena *a, size_t len, int timeout_ms,
 {
     struct timespec d;
     uint64_t off = 0, charge = 0, span;
-    int rc, waited = 0;
+    int rc, waited = 0, werr = 0;
 
     if (!a || !out || len == 0 || timeout_ms < 0)
         return dh_err_set(e, DH_EINVAL,
@@ -749,12 +752,18 @@ int dh_arena_alloc(struct dh_arena *a, size_t len, int timeout_ms,
     if (rc)
         return rc;
     while ((rc = place(a, span, &off, &charge)) == 0 && !passed(&d)) {
-        a->h->waits += !waited;
+        if (!waited) {
+            a->h->waits++;
+            __atomic_add_fetch(&a->h->waiting, 1, __ATOMIC_SEQ_CST);
+        }
         waited = 1;
-        rc = wait_arena(a, &d, e);
-        if (rc)
-            return rc;
+        if ((werr = wait_arena(a, &d, e)) != 0)
+            break;
     }
+    if (waited)
+        __atomic_sub_fetch(&a->h->waiting, 1, __ATOMIC_SEQ_CST);
+    if (werr) /* the lock is not held */
+        return werr;
     if (rc < 0) {
         a->h->corrupt = 1;
         unlock_arena(a);
@@ -856,6 +865,7 @@ int dh_arena_stats(struct dh_arena *a, struct dh_arena_stats *out)
     out->releases = h->releases;
     out->waits = h->waits;
     out->timeouts = h->timeouts;
+    out->waiting = __atomic_load_n(&h->waiting, __ATOMIC_SEQ_CST);
     out->bad_releases = h->bad_releases;
     out->recoveries = h->recoveries;
     unlock_arena(a);

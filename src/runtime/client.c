@@ -445,12 +445,71 @@ static void quarantine_add(struct dh_client *c, uint64_t id)
     c->st.quarantined = c->n_quar;
 }
 
+/* Slot bytes of arena i in the pool: results not consumed yet (mu). */
+static uint64_t pooled_bytes(const struct dh_client *c, int i)
+{
+    uint64_t n = 0;
+
+    for (size_t k = 0; k < c->pool_n; k++) {
+        const struct cl_result *r = &c->pool[k];
+
+        if (r->used && !r->is_error && r->arena == i)
+            n += r->ref.len;
+    }
+    return n;
+}
+
+/*
+ * The consumer holds the arena up (mu held): a server waits for room in
+ * an arena whose every live byte is a batch this client has not released
+ * or a result waiting in its pool -- no batch can come before the
+ * consumer releases one, so waiting out the server's allocation timeout
+ * would only delay the same answer.  DH_EARENA naming what is held, the
+ * step left next; 0 otherwise.
+ */
+static int arena_held_up(struct dh_client *c, struct dh_err *e)
+{
+    int n = atomic_load(&c->n_arenas);
+
+    for (int i = 0; i < n; i++) {
+        struct cl_arena *a = &c->arenas[i];
+        struct dh_arena_stats st;
+        uint64_t held = atomic_load(&a->held_bytes);
+        uint32_t parts = atomic_load(&a->held);
+
+        if (dh_arena_stats(a->a, &st) < 0 || st.waiting == 0 || parts == 0 ||
+            st.live_bytes > held + pooled_bytes(c, i))
+            continue;
+        c->last_fail = (struct dh_client_failure){
+            .epoch = c->epoch, .step = c->first_step + c->next_consume,
+            .sample_id = DH_CLIENT_NO_SAMPLE, .cause = DH_EARENA,
+            .stage = DH_STAGE_ARENA, .server_id = a->server_id};
+        snprintf(c->last_fail.message, sizeof(c->last_fail.message),
+                 "arena exhausted: %u batch parts (%.1f MiB) still held by "
+                 "the consumer, the arena holds %.1f MiB: release batches "
+                 "(keep copies of what you keep) or give a bigger arena",
+                 parts, (double)held / (1 << 20),
+                 (double)st.capacity / (1 << 20));
+        c->has_fail = 1;
+        return dh_err_set(e, DH_EARENA, "rank %u epoch %u step %llu: %s",
+                          c->rank, c->epoch,
+                          (unsigned long long)c->last_fail.step,
+                          c->last_fail.message);
+    }
+    return 0;
+}
+
+/* How often a wait for the next outcome looks at the arenas. */
+#define HELD_UP_CHECK_MS 100
+
 /* Waits (mu held) until the reorder buffer yields the next outcome;
- * its pool index into *idx.  0, DH_ETIMEOUT or the fatal code. */
+ * its pool index into *idx.  0, DH_ETIMEOUT, DH_EARENA (held up by the
+ * consumer) or the fatal code. */
 static int take_one(struct dh_client *c, const struct timespec *deadline,
                     size_t *idx, struct dh_err *e)
 {
     for (;;) {
+        struct timespec check;
         uint64_t tid, payload;
         int rc;
 
@@ -464,7 +523,13 @@ static int take_one(struct dh_client *c, const struct timespec *deadline,
         if (rc != DH_EEMPTY)
             return dh_err_set(e, rc, "rank %u: task %llu failed", c->rank,
                               (unsigned long long)tid);
-        if (pthread_cond_timedwait(&c->cv, &c->mu, deadline) == ETIMEDOUT)
+        if ((rc = arena_held_up(c, e)) < 0)
+            return rc;
+        dh__mono_deadline(&check, HELD_UP_CHECK_MS);
+        if (dh__ts_before(deadline, &check))
+            check = *deadline;
+        if (pthread_cond_timedwait(&c->cv, &c->mu, &check) == ETIMEDOUT &&
+            !dh__ts_before(&check, deadline))
             return DH_ETIMEOUT;
     }
 }
@@ -592,6 +657,7 @@ static void record_failure(struct dh_client *c, const struct cl_result *bad,
                                         .stage = dh__stage_of(bad->code)};
     f->epoch = c->epoch;
     f->step = c->first_step + k;
+    f->consumed = 1;
     c->has_fail = 1;
 }
 
@@ -674,6 +740,8 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
             at += r->n;
             b->arena[j] = r->arena;
             b->ref[j] = r->ref;
+            atomic_fetch_add(&a->held_bytes, r->ref.len);
+            atomic_fetch_add(&a->held, 1);
             r->is_error = 1; /* the batch owns the slot now */
         }
         atomic_fetch_add(&c->refs, 1);
@@ -779,10 +847,15 @@ void dh_client_batch_release(struct dh_client_batch *pub)
     if (!b)
         return;
     c = b->c;
-    for (uint32_t j = 0; j < pub->n_parts; j++)
-        if (dh_arena_release(c->arenas[b->arena[j]].a, &b->ref[j], &e) < 0)
+    for (uint32_t j = 0; j < pub->n_parts; j++) {
+        struct cl_arena *a = &c->arenas[b->arena[j]];
+
+        if (dh_arena_release(a->a, &b->ref[j], &e) < 0)
             fprintf(stderr, "datahelix: client %u: releasing step %llu: %s\n",
                     c->rank, (unsigned long long)pub->step, e.msg);
+        atomic_fetch_sub(&a->held_bytes, b->ref[j].len);
+        atomic_fetch_sub(&a->held, 1);
+    }
     dh__free(b);
     unref(c);
 }
@@ -816,6 +889,13 @@ void dh_client_stats(struct dh_client *c, struct dh_client_stats *out)
     n = c->n_meas;
     if (c->t0_ms)
         out->elapsed_s = (double)(dh__mono_ms() - c->t0_ms) / 1e3;
+    for (int i = 0; i < atomic_load(&c->n_arenas); i++) {
+        struct dh_arena_stats as;
+
+        if (dh_arena_stats(c->arenas[i].a, &as) == 0)
+            out->arena_bytes += as.capacity;
+        out->held_bytes += atomic_load(&c->arenas[i].held_bytes);
+    }
     if (n && (tmp = dh__malloc(n * sizeof(*tmp)))) {
         memcpy(tmp, c->waits, n * sizeof(*tmp));
         out->input_wait_p50_ms = pct(tmp, n, 50);

@@ -37,6 +37,8 @@ _Static_assert(DH_CLIENT_MAX_STEP_SAMPLES == DH_WIRE_MAX_SAMPLES,
 struct cl_arena {
     uint32_t server_id;
     struct dh_arena *a;
+    _Atomic uint64_t held_bytes; /* slots of unreleased batches */
+    _Atomic uint32_t held;       /* parts of unreleased batches */
 };
 
 /* An outcome waiting in the reorder buffer (the payload is its index). */

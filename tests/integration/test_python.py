@@ -7,6 +7,7 @@ sample once; state_dict() resumes mid-epoch exactly; a corrupt clip raises
 at its step or is skipped; len / set_epoch / iterating twice behave as in
 torch; nothing outlives the training process, even after SIGKILL.
 """
+import gc
 import json
 import os
 import pathlib
@@ -458,3 +459,35 @@ def test_pip_install_offline_gives_a_working_package(dataset, tmp_path,
                        cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "12"
+
+
+def test_holding_the_whole_arena_raises_at_once(dataset):
+    """Batches kept past the arena (arena_mb): ArenaExhausted at once
+    (not the server's 30 s wait, not a sample error), the step still
+    next; once they are dropped, every step comes exactly once."""
+    m = dataset / "m.jsonl"
+    want = [s[0] for s in plan(m, 1, 2)]
+    # 2 x 8 x 128 x 128 x 3 = 768 KiB a batch: 2 MiB hold two
+    with datahelix.DataLoader(m, batch_size=2, frames=8, size=(128, 128),
+                              prefetch=2, arena_mb=2) as loader:
+        held, steps = [], []
+        it = iter(loader)
+        t0 = time.monotonic()
+        with pytest.raises(datahelix.ArenaExhausted) as ei:
+            for _ in range(len(want)):
+                b = next(it)
+                held.append(b)
+                steps.append(b["step"])
+        e = ei.value
+        assert time.monotonic() - t0 < 15
+        assert not isinstance(e, datahelix.SampleError)
+        assert e.consumed is False and e.sample_id is None
+        assert e.stage == "arena" and "still held by the consumer" in str(e)
+        st = loader.stats()
+        assert 0 < st["held_bytes"] <= st["arena_bytes"] <= 2 << 20
+        del held, b, e, ei  # the traceback's frames hold a batch too
+        gc.collect()
+        # The step was not consumed: what comes next starts at it.
+        rest = [(b["step"], b["ids"].tolist()) for b in loader]
+        assert steps + [k for k, _ in rest] == list(range(len(want)))
+        assert [ids for _, ids in rest] == want[len(steps):]

@@ -560,9 +560,11 @@ static void backpressure_wakes_waiter(void **state)
      * condition can signal; 50 ms is the window it is watched. */
     sleep_ms(50);
     assert_int_equal(atomic_load(&w.done), 0); /* blocked: arena full */
+    assert_int_equal(stats_of(a).waiting, 1);  /* and says so */
     must_release(a, &r1);                      /* the oldest: the tail moves */
     pthread_join(t, NULL); /* bounded: the waiter's own timeout */
     assert_int_equal(w.rc, 0);
+    assert_int_equal(stats_of(a).waiting, 0);
     assert_true(w.took < WAIT_MS / 1000.0 - 1.0);
     assert_int_equal(w.ref.offset, r1.offset);
     must_release(a, &w.ref);
@@ -584,6 +586,7 @@ static void backpressure_times_out(void **state)
     assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
     pthread_join(t, NULL);
     assert_int_equal(w.rc, DH_EARENA);
+    assert_int_equal(stats_of(a).waiting, 0); /* gave up: no longer waiting */
     assert_true(w.took >= 0.19 && w.took < 2.0);
     if (strncmp(w.e.msg, want, strlen(want)) != 0)
         fail_msg("message: %s", w.e.msg);

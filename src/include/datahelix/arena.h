@@ -49,7 +49,7 @@
 
 #include "datahelix/error.h"
 
-#define DH_ARENA_VERSION 1u
+#define DH_ARENA_VERSION 2u
 /* Slot data offsets are multiples of this (cache line, AVX-512 loads). */
 #define DH_ARENA_ALIGN 64u
 /* Most slots allocated and not yet returned to the ring at once. */
@@ -82,6 +82,7 @@ struct dh_arena_stats {
     uint64_t releases;     /* slots whose count dropped to 0 */
     uint64_t waits;        /* allocs that had to wait for space */
     uint64_t timeouts;     /* allocs that gave up with DH_EARENA */
+    uint32_t waiting;      /* allocs waiting for room right now */
     uint64_t bad_releases; /* retains/releases refused (stale or bogus ref) */
     uint64_t recoveries;   /* lock owner died; state repaired */
 };
