@@ -101,6 +101,10 @@ static void on_done(void *arg, const struct ds_done *d)
         } else {
             dh__ds_slot_remember(&s->slots, &s->env, &d->res.slot);
             DS_INC(&s->env, results);
+            if (!d->job) { /* a payload from a remote server */
+                DS_INC(&s->env, payloads);
+                DS_ADD(&s->env, cross_ds_bytes, d->res.slot.len);
+            }
         }
     }
     if (d->job)

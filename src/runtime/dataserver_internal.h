@@ -136,7 +136,8 @@ enum ds_done_kind {
 struct ds_done {
     enum ds_done_kind kind;
     struct ds_job *job; /* the job it ends (the core frees it); NULL for
-                           a payload from a remote server */
+                           a payload from a remote server (the core
+                           counts it in payloads / cross_ds_bytes) */
     struct dh_wire_task task;
     struct ds_result res; /* RESULT: its slot reference passes to the
                              core, which hands it to the client */
