@@ -1,18 +1,36 @@
 /*
  * dataserver.c - a DataServer (include/datahelix/dataserver.h), local to
- * one rank or a remote sidecar: options, create / destroy and the serving
- * loop.  The parts live in their own files (dataserver_internal.h lists
- * them): the Coordinator link, the job table, the client link, the payload
- * inbox (local --listen) and forwarding (remote).
+ * one rank or a remote sidecar: the core loop, options, create / destroy.
  *
- * Design: single-threaded loop; the worker pool (workers.h) decodes on its
- * own threads.  Each turn: zmq_poll() for at most DS_POLL_MS over the
- * Coordinator socket, the client link, and (local --listen) the payload
- * socket; then control messages, payloads, worker completions (which do
- * not wake the poll), batches waiting for their target (remote), and a
- * heartbeat when one is due.  Local and remote run the same loop; only
- * what a completion turns into differs.
- * Locking: none of its own; counters are atomics for stats().
+ * Design notes:
+ *   - What it owns: the loop, the dispatch of control messages, the job
+ *     table, the slots handed to the client and the quarantine
+ *     (dataserver_jobs.c), the latency EWMA, and the order in which the
+ *     parts start and stop.  The parts (dataserver_internal.h) each own
+ *     their state: the sender (dataserver_ctl.c, the only code that
+ *     writes to the Coordinator), the payload inbox, the client link, and
+ *     one executor that runs the jobs - the C decode pool, the Python
+ *     workers, or forwarding (a pool whose batches go to their target).
+ *   - Flow: a Route passes the quarantine and the job table, then goes to
+ *     the executor's submit(); every completion comes back through the
+ *     sink (on_done()), the one place that turns completions - the
+ *     executor's and the inbox's - into ResultNotices (the slot passes to
+ *     the client), ErrorNotices, or nothing (forwarded).  Nothing calls
+ *     back into this file but through that function pointer.
+ *   - Each turn: zmq_poll() for at most DS_POLL_MS over the Coordinator
+ *     socket, the client link, the payload socket (local --listen, unless
+ *     a payload waits for space) and the executor's descriptors; then
+ *     control messages, payloads, the executor's drain() (completions,
+ *     which need not wake the poll, retries, watchdogs), and a heartbeat
+ *     when one is due.  Local and remote run the same loop; only the
+ *     executor differs.
+ *   - Invariants: a job is in the table from admission until its
+ *     completion is reported, so a request is admitted or answered at
+ *     once, never dropped; every slot reference is with exactly one part
+ *     (an executor, the inbox, the client through a notice, or released).
+ *
+ * Threading: single-threaded loop; the decode pool has its own threads
+ * behind workers.h.  Counters are atomics for stats().
  */
 #include <errno.h>
 #include <stdio.h>
@@ -23,6 +41,26 @@
 #include "core/clock.h"
 #include "runtime/dataserver_internal.h"
 #include "runtime/local_link.h"
+
+#define EWMA_ALPHA 0.2
+
+struct dh_dataserver {
+    struct ds_env env;
+    struct ds_stats st;
+    char coord[DH_WIRE_MAX_ADDR + 1];
+    int heartbeat_ms;
+    void *ctx;
+    struct ds_ctl *ctl;
+    struct ds_inbox *inbox; /* local --listen, or NULL */
+    struct ds_exec *exec;
+    struct ds_link link;
+    struct ds_jobs jobs;
+    struct ds_slots slots;
+    struct ds_quarantines quar;
+    double latency_ms;
+    uint64_t next_hb_ms;
+    int shutdown;
+};
 
 void dh_dataserver_opts_default(struct dh_dataserver_opts *o)
 {
@@ -39,41 +77,187 @@ void dh_dataserver_opts_default(struct dh_dataserver_opts *o)
     o->python_job_timeout_ms = 600000;
 }
 
+/* ---- completions ---- */
+
+/* The sink of the executor and the inbox. */
+static void on_done(void *arg, const struct ds_done *d)
+{
+    struct dh_dataserver *s = arg;
+    struct dh_err e;
+
+    if (d->latency_ms >= 0)
+        s->latency_ms = s->latency_ms == 0 ? d->latency_ms
+                        : (1 - EWMA_ALPHA) * s->latency_ms +
+                          EWMA_ALPHA * d->latency_ms;
+    if (d->kind == DS_DONE_ERROR) {
+        if (d->quarantine)
+            dh__ds_quarantine_add(&s->quar, &s->env, d->sample, d->code,
+                                  d->msg);
+        dh__ds_ctl_error(s->ctl, &d->task, d->sample, d->code, d->msg);
+    } else if (d->kind == DS_DONE_RESULT) {
+        if (dh__ds_ctl_result(s->ctl, &d->task, &d->res, &e) < 0) {
+            dh__ds_release(&s->env, &d->res.slot);
+            dh__ds_ctl_error(s->ctl, &d->task, d->res.ids[0], e.code, e.msg);
+        } else {
+            dh__ds_slot_remember(&s->slots, &s->env, &d->res.slot);
+            DS_INC(&s->env, results);
+            if (!d->job) { /* a payload from a remote server */
+                DS_INC(&s->env, payloads);
+                DS_ADD(&s->env, cross_ds_bytes, d->res.slot.len);
+            }
+        }
+    }
+    if (d->job)
+        dh__ds_job_clear(d->job);
+}
+
+static struct ds_sink sink_of(struct dh_dataserver *s)
+{
+    return (struct ds_sink){on_done, s};
+}
+
+/* ---- control messages ---- */
+
+/* A job for the Route's request: 0, or an error for the ErrorNotice. */
+static int admit(struct dh_dataserver *s, const struct dh_wire_route *r,
+                 struct dh_err *e)
+{
+    const struct dh_wire_request *rq = &r->request;
+    struct ds_job *j = dh__ds_job_new(&s->jobs);
+    int rc;
+
+    if (!j)
+        return dh_err_set(e, DH_ETOOBIG, "dataserver %u busy: %zu jobs in "
+                          "flight", s->env.server_id, s->jobs.n);
+    if (!(j->ids = dh__malloc(rq->n_samples * sizeof(*j->ids))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    memcpy(j->ids, rq->sample_ids, rq->n_samples * sizeof(*j->ids));
+    j->n = rq->n_samples;
+    j->task = rq->task;
+    j->target_id = r->target_server_id;
+    memcpy(j->target_addr, r->target_addr, sizeof(j->target_addr));
+    dh_wire_plan_to_media(&rq->plan, &j->plan);
+    j->used = 1;
+    if ((rc = s->exec->ops->submit(s->exec, j, e)) < 0) {
+        dh__ds_job_clear(j);
+        return rc;
+    }
+    if (j->used) /* (it may have ended already) */
+        j->plan.indices = NULL; /* borrowed from rq: executors copied it */
+    return 0;
+}
+
+static void on_route(struct dh_dataserver *s, const struct dh_wire_route *r)
+{
+    const struct dh_wire_request *rq = &r->request;
+    const struct ds_quarantine *q;
+    struct dh_err e;
+
+    if (!r->has_request) {
+        dh__ds_malformed(&s->env, "the coordinator", "route without a "
+                         "request");
+        return;
+    }
+    if ((q = dh__ds_quarantine_find(&s->quar, rq))) {
+        char msg[DH_WIRE_MAX_TEXT];
+
+        DS_INC(&s->env, quarantine_hits);
+        snprintf(msg, sizeof(msg), "%s (failed before; quarantined)", q->msg);
+        dh__ds_ctl_error(s->ctl, &rq->task, q->id, q->code, msg);
+        return;
+    }
+    dh_err_clear(&e);
+    if (admit(s, r, &e) == 0) {
+        DS_INC(&s->env, routes);
+        return;
+    }
+    dh__ds_ctl_error(s->ctl, &rq->task, rq->sample_ids[0], e.code, e.msg);
+}
+
+static void dispatch(struct dh_dataserver *s, const struct dh_wire_msg *m)
+{
+    switch (m->type) {
+    case DH_WIRE_ROUTE: on_route(s, &m->u.route); break;
+    case DH_WIRE_RELEASE:
+        dh__ds_slot_release(&s->slots, &s->env, &m->u.release);
+        break;
+    case DH_WIRE_REGISTER_SERVER: break; /* a repeated ack */
+    case DH_WIRE_SHUTDOWN:
+        fprintf(stderr, "datahelix: dataserver %u: shutdown requested: %s\n",
+                s->env.server_id, m->u.shutdown.reason);
+        s->shutdown = 1;
+        break;
+    default:
+        dh__ds_malformed(&s->env, "the coordinator", "the coordinator may "
+                         "not send %s", dh_wire_type_name(m->type));
+    }
+}
+
+/* Handles up to DS_BURST control messages; < 0 if the socket failed. */
+static int recv_ctl(struct dh_dataserver *s, struct dh_err *e)
+{
+    int rc = 0;
+
+    for (int i = 0; i < DS_BURST && !s->shutdown; i++) {
+        struct dh_wire_msg m;
+
+        if ((rc = dh__ds_ctl_recv(s->ctl, &m, e)) <= 0)
+            break;
+        if (m.type != DH_WIRE_NONE)
+            dispatch(s, &m);
+        dh_wire_msg_fini(&m);
+    }
+    return rc < 0 ? rc : 0;
+}
+
 /* ---- the loop ---- */
+
+static void heartbeat(struct dh_dataserver *s)
+{
+    struct dh_wire_link links[DS_MAX_PEERS];
+    const struct ds_exec_ops *ops = s->exec->ops;
+    uint64_t queued = 0, busy = 0;
+    uint32_t n = ops->links ? ops->links(s->exec, links, DS_MAX_PEERS) : 0;
+
+    ops->load(s->exec, &queued, &busy);
+    dh__ds_ctl_heartbeat(s->ctl, queued, busy, s->latency_ms, links, n);
+}
 
 static int serve_once(struct dh_dataserver *s, struct dh_err *e)
 {
     zmq_pollitem_t it[4 + DS_PY_MAX_WORKERS] = {
-        {.socket = s->sock, .events = ZMQ_POLLIN}};
+        {.socket = dh__ds_ctl_socket(s->ctl), .events = ZMQ_POLLIN}};
+    void *psock = s->inbox ? dh__ds_inbox_socket(s->inbox) : NULL;
     int n = 1, li = -1, ai = -1, rc;
 
-    if (s->link_fd >= 0) {
+    if (s->link.fd >= 0) {
         li = n;
-        it[n++] = (zmq_pollitem_t){.fd = s->link_fd, .events = ZMQ_POLLIN};
+        it[n++] = (zmq_pollitem_t){.fd = s->link.fd, .events = ZMQ_POLLIN};
     }
-    if (s->listen_fd >= 0) {
+    if (s->link.listen_fd >= 0) {
         ai = n;
-        it[n++] = (zmq_pollitem_t){.fd = s->listen_fd, .events = ZMQ_POLLIN};
+        it[n++] = (zmq_pollitem_t){.fd = s->link.listen_fd,
+                                   .events = ZMQ_POLLIN};
     }
-    if (dh__ds_payload_wants_input(s))
-        it[n++] = (zmq_pollitem_t){.socket = s->psock, .events = ZMQ_POLLIN};
-    if (s->py) /* a worker's message wakes the loop (dh__ds_collect) */
-        n += dh__ds_py_pollitems(s, it + n);
+    if (psock)
+        it[n++] = (zmq_pollitem_t){.socket = psock, .events = ZMQ_POLLIN};
+    n += s->exec->ops->pollitems(s->exec, it + n, DS_PY_MAX_WORKERS);
     if (zmq_poll(it, n, DS_POLL_MS) < 0 && zmq_errno() != EINTR)
         return dh_err_set(e, DH_EIO, "polling coordinator %s: %s", s->coord,
                           zmq_strerror(zmq_errno()));
-    if (li >= 0 && (it[li].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
-        dh__ds_on_link(s);
+    if (li >= 0 && (it[li].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) &&
+        dh__ds_link_gone(&s->link, &s->env)) {
+        s->env.client_gone = 1;
+        s->shutdown = 1;
+    }
     if (ai >= 0 && (it[ai].revents & ZMQ_POLLIN))
-        dh__ds_on_accept(s);
-    if ((rc = dh__ds_recv_ctl(s, e)) < 0)
+        dh__ds_link_accept(&s->link, &s->env);
+    if ((rc = recv_ctl(s, e)) < 0)
         return rc;
-    dh__ds_payload_serve(s);
-    dh__ds_collect(s);
-    if (s->remote)
-        dh__ds_forward_retry(s);
+    dh__ds_inbox_serve(s->inbox, sink_of(s));
+    s->exec->ops->drain(s->exec);
     if (dh__mono_ms() >= s->next_hb_ms) {
-        dh__ds_heartbeat(s);
+        heartbeat(s);
         s->next_hb_ms = dh__mono_ms() + (uint64_t)s->heartbeat_ms;
     }
     return 0;
@@ -163,10 +347,10 @@ static int arena_capacity(struct dh_dataserver *s, struct dh_err *e)
 {
     struct dh_arena_stats st;
 
-    if (dh_arena_stats(s->arena, &st) < 0)
+    if (dh_arena_stats(s->env.arena, &st) < 0)
         return dh_err_set(e, DH_ETIMEOUT, "dataserver %u: arena lock stuck",
-                          s->server_id);
-    s->arena_cap = st.capacity;
+                          s->env.server_id);
+    s->env.arena_cap = st.capacity;
     return 0;
 }
 
@@ -178,41 +362,54 @@ static int open_sockets(struct dh_dataserver *s,
     if (!(s->ctx = zmq_ctx_new()))
         return dh_err_set(e, DH_EIO, "dataserver: zmq: %s",
                           zmq_strerror(zmq_errno()));
-    if ((rc = dh__ds_open_ctl(s, e)) < 0)
+    if ((rc = dh__ds_ctl_open(&s->env, s->ctx, s->coord, &s->ctl, e)) < 0)
         return rc;
-    if (o->listen && (rc = dh__ds_payload_open(s, o, e)) < 0)
-        return rc;
-    if (s->remote && (rc = dh__ds_remote_init(s, e)) < 0)
+    if (o->listen &&
+        (rc = dh__ds_inbox_open(&s->env, s->ctx, o, &s->inbox, e)) < 0)
         return rc;
     return 0;
+}
+
+/* The executor for this mode: Python workers, forwarding, or the pool. */
+static int open_exec(struct dh_dataserver *s,
+                     const struct dh_dataserver_opts *o, struct dh_err *e)
+{
+    unsigned queue = o->workers * DS_QUEUE_PER_THREAD;
+
+    if (o->python_dataset)
+        return dh__ds_py_create(&s->env, o, s->jobs.n, sink_of(s), &s->exec,
+                                e);
+    if (s->env.remote)
+        return dh__ds_fwd_create(&s->env, s->ctx, o->workers, queue,
+                                 s->jobs.n, sink_of(s), &s->exec, e);
+    return dh__ds_pool_create(&s->env, o->workers, queue, s->jobs.n,
+                              sink_of(s), &s->exec, e);
 }
 
 static int open_parts(struct dh_dataserver *s,
                       const struct dh_dataserver_opts *o, struct dh_err *e)
 {
-    int rc;
-
     size_t jobs = (size_t)o->workers * (DS_QUEUE_PER_THREAD + 1);
+    int rc;
 
     if (o->python_dataset && jobs < DS_PY_JOBS)
         jobs = DS_PY_JOBS;
-    if ((rc = dh__ds_jobs_init(s, jobs, e)) < 0 ||
-        (rc = dh_index_open(o->index_path, 0, &s->ix, e)) < 0 ||
-        (rc = dh_arena_create(o->arena_bytes, &s->arena, e)) < 0 ||
+    if ((rc = dh__ds_jobs_init(&s->jobs, jobs, e)) < 0 ||
+        (rc = dh_index_open(o->index_path, 0, &s->env.ix, e)) < 0 ||
+        (rc = dh_arena_create(o->arena_bytes, &s->env.arena, e)) < 0 ||
         (rc = arena_capacity(s, e)) < 0 ||
-        (rc = dh_workers_create(o->workers, s->ix, s->arena,
-                                o->workers * DS_QUEUE_PER_THREAD, &s->pool,
-                                e)) < 0 ||
         (rc = open_sockets(s, o, e)) < 0 ||
-        (o->python_dataset && (rc = dh__ds_py_create(s, o, e)) < 0))
+        (rc = open_exec(s, o, e)) < 0)
         return rc;
     if (o->client_socket &&
-        (s->listen_fd = dh__link_listen(o->client_socket, e)) < 0)
-        return s->listen_fd;
-    if ((rc = dh__ds_register(s, o, e)) < 0)
+        (s->link.listen_fd = dh__link_listen(o->client_socket, e)) < 0)
+        return s->link.listen_fd;
+    if ((rc = dh__ds_ctl_register(s->ctl, o,
+                                  s->inbox ? dh__ds_inbox_endpoint(s->inbox)
+                                           : NULL, e)) < 0)
         return rc;
-    s->registered = 1;
-    if (s->link_fd >= 0 && (rc = dh__ds_send_hello(s, s->link_fd, e)) < 0)
+    if (s->link.fd >= 0 &&
+        (rc = dh__ds_link_hello(&s->env, s->link.fd, e)) < 0)
         return rc;
     return 0;
 }
@@ -220,25 +417,25 @@ static int open_parts(struct dh_dataserver *s,
 static struct dh_dataserver *alloc_server(const struct dh_dataserver_opts *o)
 {
     struct dh_dataserver *s = dh__calloc(1, sizeof(*s));
+    struct ds_env *env;
 
     if (!s)
         return NULL;
-    s->link_fd = o->client_fd;
-    s->listen_fd = -1;
-    s->remote = o->remote ? 1 : 0;
-    s->rank = o->remote ? 0 : o->rank;
+    env = &s->env;
+    s->link.fd = o->client_fd;
+    s->link.listen_fd = -1;
+    env->st = &s->st;
+    env->remote = o->remote ? 1 : 0;
+    env->rank = o->remote ? 0 : o->rank;
     snprintf(s->coord, sizeof(s->coord), "%s", o->coordinator);
-    s->server_id = o->server_id ? o->server_id
-                   : o->remote  ? default_remote_id()
-                                : o->rank + 1;
+    env->server_id = o->server_id ? o->server_id
+                     : o->remote  ? default_remote_id()
+                                  : o->rank + 1;
     s->heartbeat_ms = o->heartbeat_ms;
-    s->alloc_timeout_ms = o->alloc_timeout_ms;
-    s->sample_timeout_ms = o->sample_timeout_ms < 0 ? 0
-                                                    : o->sample_timeout_ms;
-    s->deliver_timeout_ms = o->deliver_timeout_ms;
-    dh_wire_msg_init(&s->in, DH_WIRE_NONE);
-    dh_wire_msg_init(&s->out, DH_WIRE_NONE);
-    dh_wire_msg_init(&s->inbox.hdr, DH_WIRE_NONE);
+    env->alloc_timeout_ms = o->alloc_timeout_ms;
+    env->sample_timeout_ms = o->sample_timeout_ms < 0
+                                 ? 0 : o->sample_timeout_ms;
+    env->deliver_timeout_ms = o->deliver_timeout_ms;
     return s;
 }
 
@@ -268,17 +465,19 @@ int dh_dataserver_create(const struct dh_dataserver_opts *o,
 
 int dh_dataserver_arena_fd(const struct dh_dataserver *s)
 {
-    return dh_arena_fd(s->arena);
+    return dh_arena_fd(s->env.arena);
 }
 
 const char *dh_dataserver_endpoint(const struct dh_dataserver *s)
 {
-    return s->endpoint[0] ? s->endpoint : NULL;
+    const char *ep = s->inbox ? dh__ds_inbox_endpoint(s->inbox) : NULL;
+
+    return ep && ep[0] ? ep : NULL;
 }
 
 uint32_t dh_dataserver_id(const struct dh_dataserver *s)
 {
-    return s->server_id;
+    return s->env.server_id;
 }
 
 void dh_dataserver_stats(const struct dh_dataserver *s,
@@ -286,37 +485,35 @@ void dh_dataserver_stats(const struct dh_dataserver *s,
 {
     struct dh_dataserver *m = (struct dh_dataserver *)s;
 
-#define DS_LOAD_(n) out->n = atomic_load_explicit(&m->st_##n, \
+#define DS_LOAD_(n) out->n = atomic_load_explicit(&m->st.st_##n, \
                                                   memory_order_relaxed);
     DS_STATS(DS_LOAD_)
 #undef DS_LOAD_
 }
 
-/* Sockets close before the context ends, and the context ends before the
- * arena goes: ZeroMQ's free callbacks of staging slots still queued
- * (remote) run inside zmq_ctx_term(). */
+/* The Coordinator hears first that this server leaves; then the executor
+ * stops (its workers use the arena; python: whether the client went away
+ * decides if the dataset files go), then the link, the inbox and the
+ * sender close, then the context ends - ZeroMQ's free callbacks of staging
+ * slots still queued (remote) run inside zmq_ctx_term() - and only then
+ * the arena goes. */
 void dh_dataserver_destroy(struct dh_dataserver *s)
 {
     if (!s)
         return;
-    dh__ds_py_destroy(s); /* its workers use the arena; link_fd says
-                             whether the client went away */
-    if (s->link_fd >= 0)
-        close(s->link_fd);
-    if (s->listen_fd >= 0)
-        close(s->listen_fd);
-    dh__ds_payload_close(s);
-    dh__ds_remote_fini(s);
-    dh__ds_leave(s);
-    if (s->sock)
-        zmq_close(s->sock);
+    dh__ds_ctl_leave(s->ctl);
+    if (s->exec)
+        s->exec->ops->destroy(s->exec);
+    if (s->link.fd >= 0)
+        close(s->link.fd);
+    if (s->link.listen_fd >= 0)
+        close(s->link.listen_fd);
+    dh__ds_inbox_close(s->inbox);
+    dh__ds_ctl_close(s->ctl);
     if (s->ctx)
         zmq_ctx_term(s->ctx);
-    dh_workers_destroy(s->pool); /* releases uncollected completions */
-    dh__ds_jobs_fini(s);         /* and parked batches' staging slots */
-    dh_arena_destroy(s->arena);
-    dh_index_close(s->ix);
-    dh_wire_msg_fini(&s->in);
-    dh_wire_msg_fini(&s->out);
+    dh__ds_jobs_fini(&s->jobs);
+    dh_arena_destroy(s->env.arena);
+    dh_index_close(s->env.ix);
     dh__free(s);
 }

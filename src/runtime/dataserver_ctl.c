@@ -1,11 +1,16 @@
 /*
- * dataserver_ctl.c - a DataServer's link to the Coordinator
- * (include/datahelix/dataserver.h, docs/wire-protocol.md): the DEALER
+ * dataserver_ctl.c - the DataServer's sender: its link to the Coordinator
+ * (include/datahelix/dataserver.h, docs/wire-protocol.md).  The DEALER
  * socket, registration (role local or remote) with its bounded wait for
  * the ack, heartbeats (queue depth, busy workers, decode latency EWMA and,
- * for a remote server, the bytes/s EWMA of each delivery target), error
- * notices, and receiving / dispatching control messages.  Local and
- * remote servers share all of it.
+ * for a remote server, the bytes/s EWMA of each delivery target), result
+ * and error notices, the last `leaving` heartbeat, and reading control
+ * messages for the core loop, which dispatches them.
+ *
+ * Design: the only code of the DataServer that builds a message for the
+ * Coordinator; its scratch message is its own.  It calls nothing of the
+ * core or the executors.  A send failure is returned or logged, never
+ * fatal (the Coordinator may come back).
  *
  * Locking: none (dataserver_internal.h).
  */
@@ -15,201 +20,240 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "runtime/dataserver_internal.h"
 #include "runtime/transport.h"
 
-void dh__ds_malformed(struct dh_dataserver *s, const char *from,
+struct ds_ctl {
+    const struct ds_env *env;
+    void *sock;
+    char coord[DH_WIRE_MAX_ADDR + 1];
+    char peer[DH_WIRE_MAX_ADDR + 16]; /* "coordinator ADDR", for logs */
+    struct dh_wire_msg out;
+    uint64_t hb_seq;
+    int registered;    /* the Coordinator acknowledged us */
+    int coord_stopped; /* it told us to stop: no goodbye to send */
+    int left;          /* the goodbye went */
+};
+
+void dh__ds_malformed(const struct ds_env *env, const char *from,
                       const char *fmt, ...)
 {
     char why[DH_ERR_MSG_MAX];
     va_list ap;
 
-    DS_INC(s, malformed);
+    DS_INC(env, malformed);
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     fprintf(stderr, "datahelix: dataserver %u: malformed message from %s: "
-            "%s\n", s->server_id, from, why);
+            "%s\n", env->server_id, from, why);
 }
 
 /* ---- sending ---- */
 
-int dh__ds_send_msg(struct dh_dataserver *s, const struct dh_wire_msg *m,
+static int send_msg(struct ds_ctl *c, const struct dh_wire_msg *m,
                     struct dh_err *e)
 {
-    return dh__tp_send(s->sock, NULL, m, s->coord_peer, e);
+    return dh__tp_send(c->sock, NULL, m, c->peer, e);
 }
 
-/* Sends s->out; a failure is logged, not fatal (the peer may come back). */
-static void send_out(struct dh_dataserver *s)
+/* Sends c->out; a failure is logged, not fatal (the peer may come back). */
+static void send_out(struct ds_ctl *c)
 {
     struct dh_err e;
 
-    if (dh__ds_send_msg(s, &s->out, &e) < 0)
-        fprintf(stderr, "datahelix: dataserver %u: %s\n", s->server_id,
+    if (send_msg(c, &c->out, &e) < 0)
+        fprintf(stderr, "datahelix: dataserver %u: %s\n", c->env->server_id,
                 e.msg);
 }
 
-void dh__ds_send_error(struct dh_dataserver *s, const struct dh_wire_task *t,
-                       uint64_t sample, int cause, const char *msg)
+int dh__ds_notice_fill(struct dh_wire_msg *m, uint32_t server_id,
+                       const struct dh_wire_task *t,
+                       const struct ds_result *r, struct dh_err *e)
+{
+    struct dh_wire_result *n;
+
+    dh_wire_msg_fini(m);
+    dh_wire_msg_init(m, DH_WIRE_RESULT_NOTICE);
+    n = &m->u.result;
+    n->task = *t;
+    n->server_id = server_id;
+    n->arena_offset = r->slot.offset;
+    n->length = r->slot.len;
+    n->slot_generation = r->slot.gen;
+    n->ndims = r->ndims;
+    memcpy(n->dims, r->dims, sizeof(n->dims));
+    n->dtype = r->dtype;
+    n->layout = r->layout;
+    n->service_ms = r->service_ms > 0 &&
+                            r->service_ms < DH_WIRE_MAX_LATENCY_MS
+                        ? r->service_ms : 0;
+    return dh_wire_set_result_samples(n, r->ids, r->valid, r->n, e);
+}
+
+int dh__ds_ctl_result(struct ds_ctl *c, const struct dh_wire_task *t,
+                      const struct ds_result *r, struct dh_err *e)
+{
+    int rc = dh__ds_notice_fill(&c->out, c->env->server_id, t, r, e);
+
+    return rc < 0 ? rc : send_msg(c, &c->out, e);
+}
+
+void dh__ds_ctl_error(struct ds_ctl *c, const struct dh_wire_task *t,
+                      uint64_t sample, int cause, const char *msg)
 {
     struct dh_wire_error *er;
-    const char *path = dh_index_path(s->ix, sample);
+    const char *path = dh_index_path(c->env->ix, sample);
 
-    dh_wire_msg_fini(&s->out);
-    dh_wire_msg_init(&s->out, DH_WIRE_ERROR_NOTICE);
-    er = &s->out.u.error;
+    dh_wire_msg_fini(&c->out);
+    dh_wire_msg_init(&c->out, DH_WIRE_ERROR_NOTICE);
+    er = &c->out.u.error;
     er->task = *t;
-    er->server_id = s->server_id;
+    er->server_id = c->env->server_id;
     er->sample_id = sample;
     er->cause = cause < 0 ? cause : DH_EIO;
     snprintf(er->path, sizeof(er->path), "%s", path ? path : "");
     snprintf(er->message, sizeof(er->message), "%s", msg);
-    send_out(s);
-    DS_INC(s, errors);
+    send_out(c);
+    DS_INC(c->env, errors);
 }
 
-void dh__ds_heartbeat(struct dh_dataserver *s)
+void dh__ds_ctl_heartbeat(struct ds_ctl *c, uint64_t queued, uint64_t busy,
+                          double latency_ms, const struct dh_wire_link *links,
+                          uint32_t n_links)
 {
-    struct dh_workers_stats ws;
     struct dh_wire_heartbeat *h;
-    struct dh_wire_link links[DS_MAX_PEERS];
-    uint32_t n = s->remote ? dh__ds_links(s, links, DS_MAX_PEERS) : 0;
-    uint64_t depth;
+    uint64_t depth = queued + busy;
     struct dh_err e;
 
-    dh_workers_stats(s->pool, &ws);
-    if (s->py) { /* the Python workers do the jobs, not the C pool */
-        uint64_t q, b;
-
-        dh__ds_py_load(s, &q, &b);
-        ws.queued = q;
-        ws.running = b;
-    }
-    depth = ws.queued + ws.running;
-    dh_wire_msg_fini(&s->out);
-    dh_wire_msg_init(&s->out, DH_WIRE_HEARTBEAT);
-    h = &s->out.u.heartbeat;
-    h->server_id = s->server_id;
-    h->seq = ++s->hb_seq;
+    dh_wire_msg_fini(&c->out);
+    dh_wire_msg_init(&c->out, DH_WIRE_HEARTBEAT);
+    h = &c->out.u.heartbeat;
+    h->server_id = c->env->server_id;
+    h->seq = ++c->hb_seq;
     h->queue_depth = (uint32_t)(depth > DH_WIRE_MAX_QUEUE ? DH_WIRE_MAX_QUEUE
                                                           : depth);
-    h->busy_workers = (uint32_t)ws.running;
-    h->latency_ms = s->latency_ms > DH_WIRE_MAX_LATENCY_MS
-                        ? DH_WIRE_MAX_LATENCY_MS : s->latency_ms;
-    if (n > 0 && dh_wire_set_links(h, links, n, &e) < 0)
+    h->busy_workers = (uint32_t)busy;
+    h->latency_ms = latency_ms > DH_WIRE_MAX_LATENCY_MS
+                        ? DH_WIRE_MAX_LATENCY_MS : latency_ms;
+    if (n_links > 0 && dh_wire_set_links(h, links, n_links, &e) < 0)
         fprintf(stderr, "datahelix: dataserver %u: heartbeat links: %s\n",
-                s->server_id, e.msg); /* sent without them */
-    send_out(s);
-    DS_INC(s, heartbeats);
+                c->env->server_id, e.msg); /* sent without them */
+    send_out(c);
+    DS_INC(c->env, heartbeats);
 }
 
-void dh__ds_leave(struct dh_dataserver *s)
+void dh__ds_ctl_leave(struct ds_ctl *c)
 {
-    if (!s->sock || !s->registered || s->coord_stopped)
+    if (!c || !c->sock || !c->registered || c->coord_stopped || c->left)
         return;
-    dh_wire_msg_fini(&s->out);
-    dh_wire_msg_init(&s->out, DH_WIRE_HEARTBEAT);
-    s->out.u.heartbeat.server_id = s->server_id;
-    s->out.u.heartbeat.seq = ++s->hb_seq;
-    s->out.u.heartbeat.leaving = 1;
-    send_out(s);
-    dh__tp_linger(s->sock, 200);
+    c->left = 1;
+    dh_wire_msg_fini(&c->out);
+    dh_wire_msg_init(&c->out, DH_WIRE_HEARTBEAT);
+    c->out.u.heartbeat.server_id = c->env->server_id;
+    c->out.u.heartbeat.seq = ++c->hb_seq;
+    c->out.u.heartbeat.leaving = 1;
+    send_out(c);
+    dh__tp_linger(c->sock, 200);
 }
 
 /* ---- receiving ---- */
 
-static void dispatch(struct dh_dataserver *s)
-{
-    switch (s->in.type) {
-    case DH_WIRE_ROUTE: dh__ds_on_route(s, &s->in.u.route); break;
-    case DH_WIRE_RELEASE: dh__ds_on_release(s, &s->in.u.release); break;
-    case DH_WIRE_REGISTER_SERVER: break; /* a repeated ack */
-    case DH_WIRE_SHUTDOWN:
-        fprintf(stderr, "datahelix: dataserver %u: shutdown requested: %s\n",
-                s->server_id, s->in.u.shutdown.reason);
-        s->shutdown = 1;
-        s->coord_stopped = 1;
-        break;
-    default:
-        dh__ds_malformed(s, "the coordinator", "the coordinator may not "
-                         "send %s", dh_wire_type_name(s->in.type));
-    }
-}
-
-/* Receives one message into s->in (type DH_WIRE_NONE if it was bad).
+/* Receives one message into m (type DH_WIRE_NONE if it was bad).
  * 1: got one, 0: none waiting, < 0: socket error. */
-static int recv_one(struct dh_dataserver *s, struct dh_err *e)
+static int recv_one(struct ds_ctl *c, struct dh_wire_msg *m,
+                    struct dh_err *e)
 {
     struct dh_err de;
-    int rc;
+    int rc = dh__tp_recv(c->sock, NULL, m, c->peer, &de);
 
-    dh_wire_msg_fini(&s->in);
-    rc = dh__tp_recv(s->sock, NULL, &s->in, s->coord_peer, &de);
     if (dh__tp_dropped(rc)) {
-        dh__ds_malformed(s, "the coordinator", "%s", de.msg);
-        return 1; /* s->in is DH_WIRE_NONE */
+        dh__ds_malformed(c->env, "the coordinator", "%s", de.msg);
+        return 1; /* m is DH_WIRE_NONE */
     }
     if (rc < 0)
         return dh_err_set(e, rc, "%s", de.msg);
+    if (m->type == DH_WIRE_SHUTDOWN)
+        c->coord_stopped = 1;
     return rc;
 }
 
-int dh__ds_recv_ctl(struct dh_dataserver *s, struct dh_err *e)
+int dh__ds_ctl_recv(struct ds_ctl *c, struct dh_wire_msg *m,
+                    struct dh_err *e)
 {
-    int rc = 0;
-
-    for (int i = 0; i < DS_BURST && !s->shutdown; i++) {
-        if ((rc = recv_one(s, e)) <= 0)
-            break;
-        if (s->in.type != DH_WIRE_NONE)
-            dispatch(s);
-        dh_wire_msg_fini(&s->in);
-    }
-    return rc < 0 ? rc : 0;
+    return recv_one(c, m, e);
 }
 
 /* ---- socket and registration ---- */
 
-int dh__ds_open_ctl(struct dh_dataserver *s, struct dh_err *e)
+int dh__ds_ctl_open(const struct ds_env *env, void *zmq_ctx,
+                    const char *coord, struct ds_ctl **out, struct dh_err *e)
 {
-    struct dh_tp_opts o = {.kind = DH_TP_SERVER_CTL, .addr = s->coord,
+    struct dh_tp_opts o = {.kind = DH_TP_SERVER_CTL, .addr = coord,
                            .who = "dataserver", .peer = "coordinator"};
+    struct ds_ctl *c = dh__calloc(1, sizeof(*c));
+    int rc;
 
-    snprintf(s->coord_peer, sizeof(s->coord_peer), "coordinator %s",
-             s->coord);
-    return dh__tp_open(s->ctx, &o, &s->sock, NULL, 0, e);
+    if (!c)
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    c->env = env;
+    dh_wire_msg_init(&c->out, DH_WIRE_NONE);
+    snprintf(c->coord, sizeof(c->coord), "%s", coord);
+    snprintf(c->peer, sizeof(c->peer), "coordinator %s", coord);
+    if ((rc = dh__tp_open(zmq_ctx, &o, &c->sock, NULL, 0, e)) < 0) {
+        dh__ds_ctl_close(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void dh__ds_ctl_close(struct ds_ctl *c)
+{
+    if (!c)
+        return;
+    dh__ds_ctl_leave(c);
+    if (c->sock)
+        zmq_close(c->sock); /* with the linger leave set */
+    dh_wire_msg_fini(&c->out);
+    dh__free(c);
+}
+
+void *dh__ds_ctl_socket(const struct ds_ctl *c)
+{
+    return c->sock;
 }
 
 /* The address a server announces: its payload endpoint (local with
  * --listen), o->addr, or a name that says it takes no payloads. */
-static void announced_addr(const struct dh_dataserver *s,
-                           const struct dh_dataserver_opts *o, char *buf,
-                           size_t len)
+static void announced_addr(const struct ds_ctl *c,
+                           const struct dh_dataserver_opts *o,
+                           const char *endpoint, char *buf, size_t len)
 {
-    if (s->endpoint[0])
-        snprintf(buf, len, "%s", s->endpoint);
+    if (endpoint && endpoint[0])
+        snprintf(buf, len, "%s", endpoint);
     else if (o->addr)
         snprintf(buf, len, "%s", o->addr);
-    else if (s->remote)
-        snprintf(buf, len, "remote:server-%u", s->server_id);
+    else if (c->env->remote)
+        snprintf(buf, len, "remote:server-%u", c->env->server_id);
     else
         snprintf(buf, len, "local:rank-%u", o->rank);
 }
 
-static void fill_register(struct dh_dataserver *s,
-                          const struct dh_dataserver_opts *o)
+static void fill_register(struct ds_ctl *c, const struct dh_dataserver_opts *o,
+                          const char *endpoint)
 {
     struct dh_wire_register_server *r;
 
-    dh_wire_msg_fini(&s->out);
-    dh_wire_msg_init(&s->out, DH_WIRE_REGISTER_SERVER);
-    r = &s->out.u.register_server;
-    r->server_id = s->server_id;
-    announced_addr(s, o, r->addr, sizeof(r->addr));
-    r->role = s->remote ? DH_WIRE_ROLE_REMOTE : DH_WIRE_ROLE_LOCAL;
-    r->rank = s->remote ? 0 : o->rank;
+    dh_wire_msg_fini(&c->out);
+    dh_wire_msg_init(&c->out, DH_WIRE_REGISTER_SERVER);
+    r = &c->out.u.register_server;
+    r->server_id = c->env->server_id;
+    announced_addr(c, o, endpoint, r->addr, sizeof(r->addr));
+    r->role = c->env->remote ? DH_WIRE_ROLE_REMOTE : DH_WIRE_ROLE_LOCAL;
+    r->rank = c->env->remote ? 0 : o->rank;
     r->workers = o->workers;
     r->arena_bytes = o->arena_bytes; /* remote: staging bytes */
     if (gethostname(r->host, sizeof(r->host) - 1) < 0)
@@ -217,41 +261,45 @@ static void fill_register(struct dh_dataserver *s,
 }
 
 /* 1: the ack, 0: keep waiting, < 0: refused. */
-static int check_ack(struct dh_dataserver *s, struct dh_err *e)
+static int check_ack(struct ds_ctl *c, const struct dh_wire_msg *m,
+                     struct dh_err *e)
 {
-    if (s->in.type == DH_WIRE_REGISTER_SERVER &&
-        s->in.u.register_server.server_id == s->server_id)
+    if (m->type == DH_WIRE_REGISTER_SERVER &&
+        m->u.register_server.server_id == c->env->server_id)
         return 1;
-    if (s->in.type == DH_WIRE_SHUTDOWN)
+    if (m->type == DH_WIRE_SHUTDOWN)
         return dh_err_set(e, DH_EIO, "coordinator %s refused server %u: %s",
-                          s->coord, s->server_id, s->in.u.shutdown.reason);
-    if (s->in.type != DH_WIRE_NONE)
-        dh__ds_malformed(s, "the coordinator", "%s before the registration "
-                         "ack", dh_wire_type_name(s->in.type));
+                          c->coord, c->env->server_id, m->u.shutdown.reason);
+    if (m->type != DH_WIRE_NONE)
+        dh__ds_malformed(c->env, "the coordinator", "%s before the "
+                         "registration ack", dh_wire_type_name(m->type));
     return 0;
 }
 
-int dh__ds_register(struct dh_dataserver *s,
-                    const struct dh_dataserver_opts *o, struct dh_err *e)
+int dh__ds_ctl_register(struct ds_ctl *c, const struct dh_dataserver_opts *o,
+                        const char *endpoint, struct dh_err *e)
 {
     uint64_t end = dh__mono_ms() + (uint64_t)o->register_timeout_ms, t;
+    struct dh_wire_msg in;
     int rc;
 
-    fill_register(s, o);
-    if ((rc = dh__ds_send_msg(s, &s->out, e)) < 0)
+    fill_register(c, o, endpoint);
+    if ((rc = send_msg(c, &c->out, e)) < 0)
         return rc;
     while ((t = dh__mono_ms()) < end) {
-        if (dh__tp_wait(s->sock, (long)(end - t), e) < 0)
+        if (dh__tp_wait(c->sock, (long)(end - t), e) < 0)
             break;
-        if ((rc = recv_one(s, e)) < 0)
+        if ((rc = recv_one(c, &in, e)) < 0)
             return rc;
         if (rc == 0)
             continue;
-        rc = check_ack(s, e);
-        dh_wire_msg_fini(&s->in);
-        if (rc != 0)
+        rc = check_ack(c, &in, e);
+        dh_wire_msg_fini(&in);
+        if (rc != 0) {
+            c->registered = rc > 0;
             return rc < 0 ? rc : 0;
+        }
     }
     return dh_err_set(e, DH_ETIMEOUT, "coordinator %s did not answer within "
-                      "%d ms", s->coord, o->register_timeout_ms);
+                      "%d ms", c->coord, o->register_timeout_ms);
 }

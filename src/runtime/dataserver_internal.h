@@ -1,19 +1,30 @@
 /*
- * dataserver_internal.h - state shared by the files of a DataServer
- * (include/datahelix/dataserver.h), local or remote:
+ * dataserver_internal.h - the parts of a DataServer
+ * (include/datahelix/dataserver.h), local or remote, and the one small
+ * interface between its core loop and the executors that run its jobs:
  *
- *   dataserver.c          options, create / destroy, the serving loop
- *   dataserver_ctl.c      the Coordinator link: registration, heartbeats,
- *                         notices, receiving and dispatching control messages
- *   dataserver_jobs.c     the job table (Routes -> worker pool ->
- *                         completions) and the slots handed to the client
+ *   dataserver.c          the core: options, create / destroy, the loop,
+ *                         dispatch of control messages, completions
+ *   dataserver_jobs.c     the core's tables: admitted jobs, the slots
+ *                         handed to the client, the quarantine
+ *   dataserver_ctl.c      the sender: the Coordinator link, the only code
+ *                         that builds and sends a control message
  *   dataserver_link.c     the local link that hands the arena to the client
  *   dataserver_payload.c  local --listen: payloads from remote servers into
  *                         the arena (DESIGN.md 8: the one copy on arrival)
- *   dataserver_remote.c   remote mode: batches sent zero-copy from the
- *                         private staging arena to their delivery target
- *   dataserver_python.c   Python-dataset mode: jobs run by Python worker
- *                         processes this server starts (DistributedDataLoader)
+ *   executors (struct ds_exec_ops):
+ *   dataserver_pool.c     the C decode pool (workers.h)
+ *   dataserver_python.c   Python worker processes (DistributedDataLoader)
+ *   dataserver_remote.c   remote forwarding: the pool's batches sent
+ *                         zero-copy from the private staging arena to their
+ *                         delivery target
+ *
+ * Calls go one way: the core calls the sender, the inbox, the link, its
+ * tables and the executors (through ops); an executor reports completions
+ * to the sink it was given (a function pointer the core set), never by
+ * calling a file of the core; the forwarding executor drives a pool
+ * executor the same way.  Every part keeps its own state; what all may
+ * read is struct ds_env, fixed at create (the counters in it are atomics).
  *
  * Locking: none.  Everything is owned by the thread in dh_dataserver_run()
  * (create / destroy by the same caller); only the atomic counters are read
@@ -25,6 +36,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <zmq.h>
 
@@ -41,56 +53,9 @@
 #define DS_MAX_PEERS 256 /* delivery targets with a cached socket */
 #define DS_MAX_FRAMES 64 /* payload frames in one message */
 #define DS_BURST 64      /* messages read per socket per loop turn */
-
-/* A job in the pool: what its completion needs to become a notice, and
- * (remote) where the batch goes and its state while it waits for the
- * target to take it. */
-struct ds_job {
-    int used;
-    struct dh_wire_task task;
-    uint64_t *ids; /* owned */
-    uint32_t n;
-    struct dh_media_plan plan; /* indices never set (refused by the pool) */
-    uint32_t target_id;        /* Route.target_server_id */
-    char target_addr[DH_WIRE_MAX_ADDR + 1];
-    /* remote, completed, waiting for the target (job->parked): */
-    int parked;
-    struct dh_slot_ref slot; /* staging slot, one reference held */
-    size_t payload_len;      /* tensor bytes at the start of the slot */
-    uint8_t *hdr;            /* the encoded ResultNotice (dh_wire_free) */
-    size_t hdr_len;
-    uint64_t give_up_ms;
-};
-
-/* A slot handed to the client with a ResultNotice. */
-struct ds_sent {
-    int used;
-    struct dh_slot_ref ref;
-};
-
-/* Remote: a cached DEALER socket to one delivery target. */
-struct ds_peer {
-    int used;
-    uint32_t server_id;
-    char addr[DH_WIRE_MAX_ADDR + 1];
-    void *sock;
-    uint64_t last_use_ms;
-    uint64_t bytes;       /* payload bytes handed to ZeroMQ for it */
-    uint64_t bytes_at_hb; /* ... as of the last heartbeat */
-    double bps;           /* EWMA of bytes/s over heartbeat periods that
-                             carried traffic */
-};
-
-/* Local: one payload message waiting for arena space. */
-struct ds_inbox {
-    int held;
-    struct dh_wire_msg hdr; /* its decoded ResultNotice */
-    zmq_msg_t frames[DS_MAX_FRAMES];
-    int n_frames;
-    uint64_t give_up_ms;
-    uint64_t tries, releases_seen; /* arena releases at the last try */
-    char from[96]; /* the sender, for logs */
-};
+#define DS_PY_JOBS 512   /* jobs in Python mode (the client's prefetch
+                            window is at most 256 steps) */
+#define DS_PY_MAX_WORKERS 64
 
 /* Several entries a line, which clang-format 14 re-breaks by one more on
  * every run: kept out of its reach. */
@@ -101,6 +66,210 @@ struct ds_inbox {
     X(quarantined) X(quarantine_hits)
 /* clang-format on */
 
+struct ds_stats {
+#define DS_STAT_FIELD_(n) _Atomic uint64_t st_##n;
+    DS_STATS(DS_STAT_FIELD_)
+#undef DS_STAT_FIELD_
+};
+
+#define DS_ADD(env, n, v) atomic_fetch_add_explicit(&(env)->st->st_##n,   \
+                                                    (uint64_t)(v),        \
+                                                    memory_order_relaxed)
+#define DS_INC(env, n) DS_ADD(env, n, 1)
+
+/* What every part may read: set by the core at create, then fixed (but
+ * client_gone, which the core sets when the client's link closes). */
+struct ds_env {
+    uint32_t server_id, rank;
+    int remote;
+    struct dh_index *ix;
+    struct dh_arena *arena; /* local: shared with the client; remote:
+                               private staging, never handed to anyone */
+    uint64_t arena_cap;
+    int alloc_timeout_ms, sample_timeout_ms, deliver_timeout_ms;
+    int client_gone;
+    struct ds_stats *st;
+};
+
+/* Releases a slot no notice carries; a failure is only logged. */
+static inline void dh__ds_release(const struct ds_env *env,
+                                  const struct dh_slot_ref *r)
+{
+    struct dh_err e;
+
+    if (dh_arena_release(env->arena, r, &e) < 0)
+        fprintf(stderr, "datahelix: dataserver %u: %s\n", env->server_id,
+                e.msg);
+}
+
+/* A Route the core admitted.  The core's job table owns it (ids, plan)
+ * from admission until its completion has been reported; an executor holds
+ * a pointer meanwhile and never frees it. */
+struct ds_job {
+    int used;
+    struct dh_wire_task task;
+    uint64_t *ids; /* owned */
+    uint32_t n;
+    struct dh_media_plan plan; /* .indices borrowed from the Route until
+                                  submit() returns, NULL after */
+    uint32_t target_id;        /* Route.target_server_id */
+    char target_addr[DH_WIRE_MAX_ADDR + 1];
+};
+
+/* A tensor in an arena slot, as a ResultNotice describes it. */
+struct ds_result {
+    struct dh_slot_ref slot; /* arena_offset, length, slot_generation */
+    uint32_t ndims;
+    uint64_t dims[DH_WIRE_MAX_DIMS];
+    enum dh_dtype dtype;
+    enum dh_layout layout;
+    const uint64_t *ids;   /* borrowed: n sample ids */
+    const uint32_t *valid; /* borrowed: n valid-frame counts */
+    uint32_t n;
+    double service_ms; /* 0: unknown */
+};
+
+enum ds_done_kind {
+    DS_DONE_RESULT,    /* res is in this server's arena: notify */
+    DS_DONE_ERROR,     /* the task failed: an ErrorNotice */
+    DS_DONE_FORWARDED, /* the batch went to its target: nothing to send */
+};
+
+/* One completion, as an executor (or the inbox) reports it.  Everything it
+ * points to is borrowed for the duration of the sink call. */
+struct ds_done {
+    enum ds_done_kind kind;
+    struct ds_job *job; /* the job it ends (the core frees it); NULL for
+                           a payload from a remote server (the core
+                           counts it in payloads / cross_ds_bytes) */
+    struct dh_wire_task task;
+    struct ds_result res; /* RESULT: its slot reference passes to the
+                             core, which hands it to the client */
+    int code;             /* ERROR: a DH_E* code */
+    uint64_t sample;      /* ERROR: the sample it names */
+    const char *msg;      /* ERROR: one line */
+    int quarantine;       /* ERROR: the sample's own failure: remember it */
+    double latency_ms;    /* the work's time, for the EWMA; < 0: none */
+};
+
+struct ds_sink {
+    void (*done)(void *arg, const struct ds_done *d);
+    void *arg;
+};
+
+/* ---- the executor interface ----
+ * A way this server runs jobs.  Each implementation embeds struct ds_exec
+ * first; all calls are from the loop's thread. */
+struct ds_exec;
+struct ds_exec_ops {
+    const char *name;
+    /* Takes job j.  0: taken, and its completion goes to the sink later,
+     * or before submit() returns; < 0: refused, nothing reported, j not
+     * kept, e says why. */
+    int (*submit)(struct ds_exec *x, struct ds_job *j, struct dh_err *e);
+    /* Reports every completion that is ready and does the executor's
+     * periodic work (retries, watchdogs).  Called every loop turn. */
+    void (*drain)(struct ds_exec *x);
+    /* POLLIN items whose readiness means work for drain() (at most cap);
+     * returns how many. */
+    int (*pollitems)(struct ds_exec *x, zmq_pollitem_t *it, int cap);
+    /* Jobs waiting and jobs running, for the heartbeat. */
+    void (*load)(struct ds_exec *x, uint64_t *queued, uint64_t *busy);
+    /* Heartbeat links (bytes/s per delivery target); NULL: none. */
+    uint32_t (*links)(struct ds_exec *x, struct dh_wire_link *out,
+                      uint32_t cap);
+    /* Stops, releases every slot it holds and frees itself; jobs it has
+     * not reported are not reported (the core frees them).  NULL ok. */
+    void (*destroy)(struct ds_exec *x);
+};
+struct ds_exec {
+    const struct ds_exec_ops *ops;
+};
+
+/* dataserver_pool.c: `workers` threads, up to `queue` jobs waiting. */
+int dh__ds_pool_create(const struct ds_env *env, unsigned workers,
+                       unsigned queue, size_t max_jobs, struct ds_sink sink,
+                       struct ds_exec **out, struct dh_err *e) DH_MUST_CHECK;
+/* dataserver_python.c: checks the python_* options and starts the workers
+ * (they get ready in the background; jobs wait for them). */
+int dh__ds_py_create(const struct ds_env *env,
+                     const struct dh_dataserver_opts *o, size_t max_jobs,
+                     struct ds_sink sink, struct ds_exec **out,
+                     struct dh_err *e) DH_MUST_CHECK;
+/* dataserver_remote.c: a pool (as above) whose batches are forwarded. */
+int dh__ds_fwd_create(const struct ds_env *env, void *zmq_ctx,
+                      unsigned workers, unsigned queue, size_t max_jobs,
+                      struct ds_sink sink, struct ds_exec **out,
+                      struct dh_err *e) DH_MUST_CHECK;
+
+/* ---- dataserver_ctl.c: the sender (and the Coordinator link) ---- */
+struct ds_ctl;
+/* Counts one malformed message and logs it on one line naming `from`. */
+void dh__ds_malformed(const struct ds_env *env, const char *from,
+                      const char *fmt, ...) DH_PRINTF(3, 4);
+int dh__ds_ctl_open(const struct ds_env *env, void *zmq_ctx,
+                    const char *coord, struct ds_ctl **out,
+                    struct dh_err *e) DH_MUST_CHECK;
+/* Sends, once, a last heartbeat marked `leaving` if registered and not
+ * told to stop, so the Coordinator drops this server at once (best effort:
+ * the socket lingers briefly to send it).  NULL ok. */
+void dh__ds_ctl_leave(struct ds_ctl *c);
+/* Leaves (above), closes, frees.  NULL ok. */
+void dh__ds_ctl_close(struct ds_ctl *c);
+void *dh__ds_ctl_socket(const struct ds_ctl *c);
+/* Sends RegisterServer (role, address: `endpoint`, else o->addr, else a
+ * name that says it takes no payloads) and waits, bounded by
+ * o->register_timeout_ms, for its echo. */
+int dh__ds_ctl_register(struct ds_ctl *c, const struct dh_dataserver_opts *o,
+                        const char *endpoint, struct dh_err *e) DH_MUST_CHECK;
+/* Reads one control message for the core into m (which must own nothing).
+ * 1: m holds it (the caller finis it; DH_WIRE_NONE: it was bad, already
+ * counted and logged), 0: none waiting, < 0: the socket failed. */
+int dh__ds_ctl_recv(struct ds_ctl *c, struct dh_wire_msg *m,
+                    struct dh_err *e) DH_MUST_CHECK;
+/* A ResultNotice for task t from this server (not counted). */
+int dh__ds_ctl_result(struct ds_ctl *c, const struct dh_wire_task *t,
+                      const struct ds_result *r,
+                      struct dh_err *e) DH_MUST_CHECK;
+/* An ErrorNotice from this server (counted); a send failure is logged. */
+void dh__ds_ctl_error(struct ds_ctl *c, const struct dh_wire_task *t,
+                      uint64_t sample, int cause, const char *msg);
+void dh__ds_ctl_heartbeat(struct ds_ctl *c, uint64_t queued, uint64_t busy,
+                          double latency_ms, const struct dh_wire_link *links,
+                          uint32_t n_links);
+/* Fills m with a ResultNotice for task t from `server_id` (also the
+ * payload header a remote sends). */
+int dh__ds_notice_fill(struct dh_wire_msg *m, uint32_t server_id,
+                       const struct dh_wire_task *t,
+                       const struct ds_result *r,
+                       struct dh_err *e) DH_MUST_CHECK;
+
+/* ---- dataserver_jobs.c: the core's tables ---- */
+struct ds_jobs {
+    struct ds_job *v;
+    size_t n;
+};
+int dh__ds_jobs_init(struct ds_jobs *t, size_t n,
+                     struct dh_err *e) DH_MUST_CHECK;
+void dh__ds_jobs_fini(struct ds_jobs *t);
+/* A free entry, or NULL. */
+struct ds_job *dh__ds_job_new(struct ds_jobs *t);
+/* Frees what the job owns and marks it free. */
+void dh__ds_job_clear(struct ds_job *j);
+
+/* Slots handed to the client with a ResultNotice (a Release names one). */
+struct ds_sent {
+    int used;
+    struct dh_slot_ref ref;
+};
+struct ds_slots {
+    struct ds_sent v[DS_N_SENT];
+};
+void dh__ds_slot_remember(struct ds_slots *t, const struct ds_env *env,
+                          const struct dh_slot_ref *r);
+void dh__ds_slot_release(struct ds_slots *t, const struct ds_env *env,
+                         const struct dh_wire_release *r);
+
 /* Samples that failed here, so a request naming one again fails at once
  * instead of paying for the decode twice (a ring: the oldest go first). */
 #define DS_QUARANTINE 256
@@ -109,153 +278,39 @@ struct ds_quarantine {
     int code; /* 0: empty entry */
     char msg[256];
 };
-
-struct dh_dataserver {
-    char coord[DH_WIRE_MAX_ADDR + 1];
-    char coord_peer[DH_WIRE_MAX_ADDR + 16]; /* "coordinator ADDR" */
-    char endpoint[DH_WIRE_MAX_ADDR + 1]; /* announced payload address */
-    char bound[DH_WIRE_MAX_ADDR + 1];    /* what the payload socket bound */
-    uint32_t server_id, rank;
-    int remote;
-    int heartbeat_ms, alloc_timeout_ms, deliver_timeout_ms;
-    int sample_timeout_ms;
-    int link_fd;   /* the client's end of the local link, or -1 */
-    int listen_fd; /* external mode: the abstract socket, or -1 */
-    struct dh_index *ix;
-    struct dh_arena *arena; /* local: shared with the client; remote:
-                               private staging, never handed to anyone */
-    uint64_t arena_cap;
-    struct dh_workers *pool;
-    void *ctx, *sock; /* DEALER to the Coordinator */
-    void *psock;      /* local --listen: ROUTER for payloads, or NULL */
-    struct ds_job *jobs;
-    size_t n_jobs;
-    struct ds_py *py; /* Python-dataset mode (dataserver_python.c), or NULL */
-    struct ds_sent sent[DS_N_SENT];
-    struct ds_peer *peers; /* remote: DS_MAX_PEERS */
-    struct ds_inbox inbox;
-    struct ds_quarantine quar[DS_QUARANTINE];
-    size_t quar_next;
-    struct dh_wire_msg in, out;
-    uint64_t hb_seq, next_hb_ms, last_hb_ms;
-    double latency_ms;
-    int shutdown;
-    int registered;    /* the Coordinator acknowledged us */
-    int coord_stopped; /* it told us to stop: no goodbye to send */
-
-#define DS_STAT_FIELD_(n) _Atomic uint64_t st_##n;
-    DS_STATS(DS_STAT_FIELD_)
-#undef DS_STAT_FIELD_
+struct ds_quarantines {
+    struct ds_quarantine v[DS_QUARANTINE];
+    size_t next;
 };
-
-#define DS_ADD(s, n, v) atomic_fetch_add_explicit(&(s)->st_##n, (uint64_t)(v), \
-                                                  memory_order_relaxed)
-#define DS_INC(s, n) DS_ADD(s, n, 1)
-
-/* ---- dataserver_ctl.c: the Coordinator link ---- */
-/* Counts one malformed message and logs it on one line naming `from`. */
-void dh__ds_malformed(struct dh_dataserver *s, const char *from,
-                      const char *fmt, ...) DH_PRINTF(3, 4);
-int dh__ds_open_ctl(struct dh_dataserver *s, struct dh_err *e) DH_MUST_CHECK;
-/* Sends RegisterServer (role, address from `o` and s) and waits, bounded
- * by o->register_timeout_ms, for its echo. */
-int dh__ds_register(struct dh_dataserver *s,
-                    const struct dh_dataserver_opts *o,
-                    struct dh_err *e) DH_MUST_CHECK;
-/* Encodes and sends `m` to the Coordinator without blocking. */
-int dh__ds_send_msg(struct dh_dataserver *s, const struct dh_wire_msg *m,
-                    struct dh_err *e) DH_MUST_CHECK;
-/* An ErrorNotice from this server (counted); a send failure is logged. */
-void dh__ds_send_error(struct dh_dataserver *s, const struct dh_wire_task *t,
-                       uint64_t sample, int cause, const char *msg);
-void dh__ds_heartbeat(struct dh_dataserver *s);
-/* A last heartbeat marked `leaving`, so the Coordinator drops this server
- * at once; best effort (the socket lingers briefly to send it). */
-void dh__ds_leave(struct dh_dataserver *s);
-/* Handles up to DS_BURST control messages; < 0 if the socket failed. */
-int dh__ds_recv_ctl(struct dh_dataserver *s, struct dh_err *e) DH_MUST_CHECK;
-
-/* ---- dataserver_jobs.c: jobs and client slots ---- */
-int dh__ds_jobs_init(struct dh_dataserver *s, size_t n,
-                     struct dh_err *e) DH_MUST_CHECK;
-void dh__ds_jobs_fini(struct dh_dataserver *s);
-/* Frees what the job owns (a parked job's staging slot included). */
-void dh__ds_job_clear(struct dh_dataserver *s, struct ds_job *j);
-void dh__ds_on_route(struct dh_dataserver *s, const struct dh_wire_route *r);
-void dh__ds_on_release(struct dh_dataserver *s,
-                       const struct dh_wire_release *r);
-/* Turns every worker completion waiting into a notice or a forward. */
-void dh__ds_collect(struct dh_dataserver *s);
-/* A slot the client now holds (a Release may name it later). */
-void dh__ds_remember_slot(struct dh_dataserver *s,
-                          const struct dh_slot_ref *r);
-/* Releases a slot no notice carries; a failure is only logged. */
-void dh__ds_drop_slot(struct dh_dataserver *s, const struct dh_slot_ref *r);
-/* A ResultNotice for job j's completion d from `server_id`: task, dims,
- * dtype, layout, sample ids and valid frames (slot fields left 0). */
-int dh__ds_result_fill(struct dh_wire_msg *m, const struct ds_job *j,
-                       const struct dh_work_done *d, uint32_t server_id,
-                       struct dh_err *e) DH_MUST_CHECK;
-
-/* ---- dataserver_python.c: Python-dataset mode ---- */
-/* Jobs the table holds in Python mode (the client's prefetch window is at
- * most 256 steps, so a request is never turned away as "busy"). */
-#define DS_PY_JOBS 512
-#define DS_PY_MAX_WORKERS 64
-struct ds_py;
-/* Checks the python_* options and starts the workers (they get ready in
- * the background; jobs wait for them). */
-int dh__ds_py_create(struct dh_dataserver *s,
-                     const struct dh_dataserver_opts *o,
-                     struct dh_err *e) DH_MUST_CHECK;
-/* Closes the workers' sockets, waits a moment, SIGKILLs the rest and
- * reaps them all; releases slots they held.  Before the arena goes. */
-void dh__ds_py_destroy(struct dh_dataserver *s);
-/* Queues job j (ids, task set) for a worker; a job that cannot run (the
- * workers cannot start) is answered with an ErrorNotice and cleared. */
-void dh__ds_py_submit(struct dh_dataserver *s, struct ds_job *j);
-/* One turn: worker messages -> notices, deaths and the watchdog ->
- * ErrorNotices and replacements, queued jobs -> idle workers. */
-void dh__ds_py_serve(struct dh_dataserver *s);
-/* Adds a POLLIN item per live worker socket (at most DS_PY_MAX_WORKERS);
- * returns how many. */
-int dh__ds_py_pollitems(const struct dh_dataserver *s, zmq_pollitem_t *it);
-/* Jobs waiting for a Python worker and workers busy on one (heartbeat). */
-void dh__ds_py_load(const struct dh_dataserver *s, uint64_t *queued,
-                    uint64_t *busy);
+void dh__ds_quarantine_add(struct ds_quarantines *q, const struct ds_env *env,
+                           uint64_t id, int code, const char *msg);
+const struct ds_quarantine *dh__ds_quarantine_find(
+    const struct ds_quarantines *q, const struct dh_wire_request *rq);
 
 /* ---- dataserver_link.c: handing the arena to the client ---- */
-int dh__ds_send_hello(struct dh_dataserver *s, int fd,
+struct ds_link {
+    int fd;        /* the client's end of the local link, or -1 */
+    int listen_fd; /* external mode: the abstract socket, or -1 */
+};
+int dh__ds_link_hello(const struct ds_env *env, int fd,
                       struct dh_err *e) DH_MUST_CHECK;
-void dh__ds_on_accept(struct dh_dataserver *s);
-void dh__ds_on_link(struct dh_dataserver *s);
+void dh__ds_link_accept(struct ds_link *l, const struct ds_env *env);
+/* The link is readable: 1 if the client went away (the link is closed). */
+int dh__ds_link_gone(struct ds_link *l, const struct ds_env *env);
 
 /* ---- dataserver_payload.c: local --listen ---- */
-/* Binds o->listen and fills s->endpoint (o->advertise or the bound
- * endpoint).  DH_EINVAL for a wildcard bind without advertise. */
-int dh__ds_payload_open(struct dh_dataserver *s,
-                        const struct dh_dataserver_opts *o,
-                        struct dh_err *e) DH_MUST_CHECK;
-void dh__ds_payload_close(struct dh_dataserver *s);
-/* 1 if the loop should poll the payload socket (no payload is waiting
- * for arena space). */
-int dh__ds_payload_wants_input(const struct dh_dataserver *s);
-/* Reads payload messages (up to DS_BURST) and retries a waiting one. */
-void dh__ds_payload_serve(struct dh_dataserver *s);
-
-/* ---- dataserver_remote.c: remote mode ---- */
-int dh__ds_remote_init(struct dh_dataserver *s,
-                       struct dh_err *e) DH_MUST_CHECK;
-void dh__ds_remote_fini(struct dh_dataserver *s);
-/* Job j completed with d (code 0): sends its batch to the target, or
- * parks j until the target takes it.  Takes d's slot; clears j when
- * done (an ErrorNotice goes to the Coordinator if it cannot deliver). */
-void dh__ds_forward(struct dh_dataserver *s, struct ds_job *j,
-                    const struct dh_work_done *d);
-/* Retries parked jobs; gives up (ErrorNotice) past their deadline. */
-void dh__ds_forward_retry(struct dh_dataserver *s);
-/* Heartbeat links: updates the EWMAs and writes up to `cap` links. */
-uint32_t dh__ds_links(struct dh_dataserver *s, struct dh_wire_link *out,
-                      uint32_t cap);
+struct ds_inbox;
+/* Binds o->listen.  DH_EINVAL for a wildcard bind without advertise. */
+int dh__ds_inbox_open(const struct ds_env *env, void *zmq_ctx,
+                      const struct dh_dataserver_opts *o,
+                      struct ds_inbox **out, struct dh_err *e) DH_MUST_CHECK;
+void dh__ds_inbox_close(struct ds_inbox *in);
+/* The announced address: o->advertise or the endpoint bound. */
+const char *dh__ds_inbox_endpoint(const struct ds_inbox *in);
+/* The socket to poll, or NULL while a payload waits for arena space. */
+void *dh__ds_inbox_socket(const struct ds_inbox *in);
+/* Reads payloads (up to DS_BURST) and retries a waiting one; each placed
+ * (RESULT, job NULL) or refused (ERROR) goes to the sink. */
+void dh__ds_inbox_serve(struct ds_inbox *in, struct ds_sink sink);
 
 #endif

@@ -17,53 +17,53 @@
 #include "runtime/fdpass.h"
 #include "runtime/local_link.h"
 
-int dh__ds_send_hello(struct dh_dataserver *s, int fd, struct dh_err *e)
+int dh__ds_link_hello(const struct ds_env *env, int fd, struct dh_err *e)
 {
     unsigned char buf[DH_LINK_HELLO_BYTES];
-    struct dh_link_hello h = {.server_id = s->server_id, .rank = s->rank,
-                              .capacity = s->arena_cap};
+    struct dh_link_hello h = {.server_id = env->server_id, .rank = env->rank,
+                              .capacity = env->arena_cap};
 
     dh__link_hello_pack(buf, &h);
-    return dh__fd_send(fd, dh_arena_fd(s->arena), buf, sizeof(buf), e);
+    return dh__fd_send(fd, dh_arena_fd(env->arena), buf, sizeof(buf), e);
 }
 
 /* A client connects (external mode): the first one gets the arena; while
  * it is connected, another is turned away (it sees EOF, no hello). */
-void dh__ds_on_accept(struct dh_dataserver *s)
+void dh__ds_link_accept(struct ds_link *l, const struct ds_env *env)
 {
     struct dh_err e;
-    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    int fd = accept4(l->listen_fd, NULL, NULL, SOCK_CLOEXEC);
 
     if (fd < 0)
         return;
-    if (s->link_fd >= 0) {
+    if (l->fd >= 0) {
         fprintf(stderr, "datahelix: dataserver %u: a second client tried to "
                 "attach while rank %u's is connected; refused\n",
-                s->server_id, s->rank);
+                env->server_id, env->rank);
         close(fd);
         return;
     }
-    if (dh__ds_send_hello(s, fd, &e) < 0) {
+    if (dh__ds_link_hello(env, fd, &e) < 0) {
         fprintf(stderr, "datahelix: dataserver %u: handing the arena to the "
-                "client: %s\n", s->server_id, e.msg);
+                "client: %s\n", env->server_id, e.msg);
         close(fd);
         return;
     }
-    s->link_fd = fd;
+    l->fd = fd;
 }
 
 /* The client never sends on the link: readable means it went away (EOF
  * or an error). */
-void dh__ds_on_link(struct dh_dataserver *s)
+int dh__ds_link_gone(struct ds_link *l, const struct ds_env *env)
 {
     char b[64];
-    ssize_t n = recv(s->link_fd, b, sizeof(b), MSG_DONTWAIT);
+    ssize_t n = recv(l->fd, b, sizeof(b), MSG_DONTWAIT);
 
     if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
-        return;
+        return 0;
     fprintf(stderr, "datahelix: dataserver %u: the client of rank %u went "
-            "away; stopping\n", s->server_id, s->rank);
-    close(s->link_fd);
-    s->link_fd = -1;
-    s->shutdown = 1;
+            "away; stopping\n", env->server_id, env->rank);
+    close(l->fd);
+    l->fd = -1;
+    return 1;
 }

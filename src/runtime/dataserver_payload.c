@@ -22,6 +22,10 @@
  *     backpressure reaches the senders through the HWM) and is retried
  *     every loop turn until alloc_timeout_ms; then the Coordinator gets an
  *     ErrorNotice for the task with the arena's "exhausted" message.
+ *   - A placed payload is reported to the core's sink as a RESULT with no
+ *     job (the core sends the notice and remembers the slot, as for a
+ *     local completion); a refused one as an ERROR.  This file sends
+ *     nothing itself.
  *   - The announced address is --advertise, else the endpoint actually
  *     bound (ZMQ_LAST_ENDPOINT: port 0 resolved); a wildcard bind without
  *     --advertise is refused, since nobody could reach "0.0.0.0".
@@ -32,9 +36,25 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "runtime/dataserver_internal.h"
 #include "runtime/transport.h"
+
+/* One payload message waiting for arena space. */
+struct ds_inbox {
+    const struct ds_env *env;
+    void *sock; /* ROUTER */
+    char endpoint[DH_WIRE_MAX_ADDR + 1]; /* announced payload address */
+    char bound[DH_WIRE_MAX_ADDR + 1];    /* what the socket bound */
+    int held;
+    struct dh_wire_msg hdr; /* its decoded ResultNotice */
+    zmq_msg_t frames[DS_MAX_FRAMES];
+    int n_frames;
+    uint64_t give_up_ms;
+    uint64_t tries, releases_seen; /* arena releases at the last try */
+    char from[96]; /* the sender, for logs */
+};
 
 /* ---- the socket ---- */
 
@@ -52,20 +72,19 @@ static int is_wildcard(const char *ep)
 
 /* The receive HWM (payload messages queued before senders wait) is the
  * DH_TP_PAYLOAD_IN kind's; every frame is capped at the arena's size. */
-static int bind_payload(struct dh_dataserver *s, const char *addr,
+static int bind_payload(struct ds_inbox *in, void *ctx, const char *addr,
                         struct dh_err *e)
 {
+    uint64_t cap = in->env->arena_cap;
     struct dh_tp_opts o = {
         .kind = DH_TP_PAYLOAD_IN, .addr = addr, .who = "dataserver",
-        .max_msg = s->arena_cap > DH_WIRE_MAX_MSG ? (int64_t)s->arena_cap
-                                                  : DH_WIRE_MAX_MSG};
+        .max_msg = cap > DH_WIRE_MAX_MSG ? (int64_t)cap : DH_WIRE_MAX_MSG};
 
-    return dh__tp_open(s->ctx, &o, &s->psock, s->bound, sizeof(s->bound),
-                       e);
+    return dh__tp_open(ctx, &o, &in->sock, in->bound, sizeof(in->bound), e);
 }
 
-int dh__ds_payload_open(struct dh_dataserver *s,
-                        const struct dh_dataserver_opts *o, struct dh_err *e)
+static int inbox_bind(struct ds_inbox *in, void *ctx,
+                      const struct dh_dataserver_opts *o, struct dh_err *e)
 {
     int rc;
 
@@ -73,14 +92,33 @@ int dh__ds_payload_open(struct dh_dataserver *s,
         return dh_err_set(e, DH_EINVAL, "dataserver: --listen %s binds "
                           "every interface: --advertise ADDR must say where "
                           "remote servers reach it", o->listen);
-    if ((rc = bind_payload(s, o->listen, e)) < 0)
+    if ((rc = bind_payload(in, ctx, o->listen, e)) < 0)
         return rc;
-    if (!o->advertise && is_wildcard(s->bound))
+    if (!o->advertise && is_wildcard(in->bound))
         return dh_err_set(e, DH_EINVAL, "dataserver: --listen %s bound %s: "
                           "--advertise ADDR is required", o->listen,
-                          s->bound);
-    snprintf(s->endpoint, sizeof(s->endpoint), "%s",
-             o->advertise ? o->advertise : s->bound);
+                          in->bound);
+    snprintf(in->endpoint, sizeof(in->endpoint), "%s",
+             o->advertise ? o->advertise : in->bound);
+    return 0;
+}
+
+int dh__ds_inbox_open(const struct ds_env *env, void *zmq_ctx,
+                      const struct dh_dataserver_opts *o,
+                      struct ds_inbox **out, struct dh_err *e)
+{
+    struct ds_inbox *in = dh__calloc(1, sizeof(*in));
+    int rc;
+
+    if (!in)
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    in->env = env;
+    dh_wire_msg_init(&in->hdr, DH_WIRE_NONE);
+    if ((rc = inbox_bind(in, zmq_ctx, o, e)) < 0) {
+        dh__ds_inbox_close(in);
+        return rc;
+    }
+    *out = in;
     return 0;
 }
 
@@ -93,21 +131,29 @@ static void inbox_clear(struct ds_inbox *in)
     in->tries = 0;
 }
 
-void dh__ds_payload_close(struct dh_dataserver *s)
+void dh__ds_inbox_close(struct ds_inbox *in)
 {
-    inbox_clear(&s->inbox);
-    if (!s->psock)
+    if (!in)
         return;
-    dh__tp_close(&s->psock, 0);
-    /* ZeroMQ leaves the socket file of an ipc:// endpoint it bound. */
-    if (!strncmp(s->bound, "ipc://", 6) && s->bound[6] != '@' &&
-        s->bound[6] != '\0')
-        unlink(s->bound + 6);
+    inbox_clear(in);
+    if (in->sock) {
+        dh__tp_close(&in->sock, 0);
+        /* ZeroMQ leaves the socket file of an ipc:// endpoint it bound. */
+        if (!strncmp(in->bound, "ipc://", 6) && in->bound[6] != '@' &&
+            in->bound[6] != '\0')
+            unlink(in->bound + 6);
+    }
+    dh__free(in);
 }
 
-int dh__ds_payload_wants_input(const struct dh_dataserver *s)
+const char *dh__ds_inbox_endpoint(const struct ds_inbox *in)
 {
-    return s->psock && !s->inbox.held;
+    return in->endpoint;
+}
+
+void *dh__ds_inbox_socket(const struct ds_inbox *in)
+{
+    return in->held ? NULL : in->sock;
 }
 
 /* ---- receiving ---- */
@@ -116,12 +162,11 @@ int dh__ds_payload_wants_input(const struct dh_dataserver *s)
  * most DS_MAX_FRAMES frames are kept, *extra counts the rest (read and
  * dropped).  1: got one, 0: none waiting (or the socket failed: the
  * loop's poll reports that). */
-static int recv_message(struct dh_dataserver *s, int *extra)
+static int recv_message(struct ds_inbox *in, int *extra)
 {
-    struct ds_inbox *in = &s->inbox;
     struct dh_tp_from from;
 
-    if (dh__tp_recv_frames(s->psock, &from, in->frames, DS_MAX_FRAMES,
+    if (dh__tp_recv_frames(in->sock, &from, in->frames, DS_MAX_FRAMES,
                            &in->n_frames, extra, NULL) <= 0)
         return 0;
     snprintf(in->from, sizeof(in->from), "payload sender %s",
@@ -130,17 +175,18 @@ static int recv_message(struct dh_dataserver *s, int *extra)
 }
 
 /* The header's tensor: dims consistent with length and the samples. */
-static int check_shape(const struct dh_dataserver *s,
+static int check_shape(const struct ds_inbox *in,
                        const struct dh_wire_result *r, struct dh_err *e)
 {
+    uint64_t cap = in->env->arena_cap;
     uint64_t bytes = r->dtype == DH_DTYPE_F32 ? 4 : 1;
 
-    if (r->length == 0 || r->length > s->arena_cap)
+    if (r->length == 0 || r->length > cap)
         return dh_err_set(e, DH_ETOOBIG, "task %llu: length %llu is not in "
                           "1..%llu (the arena)",
                           (unsigned long long)r->task.id,
                           (unsigned long long)r->length,
-                          (unsigned long long)s->arena_cap);
+                          (unsigned long long)cap);
     for (uint32_t i = 0; i < r->ndims; i++) /* <= length: the codec */
         bytes *= r->dims[i];
     if (bytes != r->length)
@@ -155,10 +201,8 @@ static int check_shape(const struct dh_dataserver *s,
     return 0;
 }
 
-static int check_payload(struct dh_dataserver *s, int extra,
-                         struct dh_err *e)
+static int check_payload(struct ds_inbox *in, int extra, struct dh_err *e)
 {
-    struct ds_inbox *in = &s->inbox;
     const struct dh_wire_result *r = &in->hdr.u.result;
     uint64_t sum = 0;
     int rc;
@@ -172,12 +216,12 @@ static int check_payload(struct dh_dataserver *s, int extra,
     if (in->hdr.type != DH_WIRE_RESULT_NOTICE)
         return dh_err_set(e, DH_EFORMAT, "a %s header, not a result_notice",
                           dh_wire_type_name(in->hdr.type));
-    if (r->task.rank != s->rank)
+    if (r->task.rank != in->env->rank)
         return dh_err_set(e, DH_EFORMAT, "task %llu is rank %u's; this "
                           "server serves rank %u",
                           (unsigned long long)r->task.id, r->task.rank,
-                          s->rank);
-    if ((rc = check_shape(s, r, e)) < 0)
+                          in->env->rank);
+    if ((rc = check_shape(in, r, e)) < 0)
         return rc;
     for (int i = 1; i < in->n_frames; i++)
         sum += zmq_msg_size(&in->frames[i]);
@@ -194,24 +238,28 @@ static int check_payload(struct dh_dataserver *s, int extra,
 
 /* The payload could not be placed: the Coordinator hears it for the task
  * (never a silent drop). */
-static void refuse(struct dh_dataserver *s, int rc, const char *why)
+static void refuse(struct ds_inbox *in, struct ds_sink sink, int rc,
+                   const char *why)
 {
-    const struct dh_wire_result *r = &s->inbox.hdr.u.result;
+    const struct dh_wire_result *r = &in->hdr.u.result;
     char msg[DH_ERR_MSG_MAX + 64];
 
     snprintf(msg, sizeof(msg), "payload from remote server %u: %s",
              r->server_id, why);
-    fprintf(stderr, "datahelix: dataserver %u: %s\n", s->server_id, msg);
-    dh__ds_send_error(s, &r->task, r->sample_ids[0], rc, msg);
+    fprintf(stderr, "datahelix: dataserver %u: %s\n", in->env->server_id,
+            msg);
+    sink.done(sink.arg, &(struct ds_done){
+        .kind = DS_DONE_ERROR, .task = r->task, .code = rc,
+        .sample = r->sample_ids[0], .msg = msg, .latency_ms = -1});
 }
 
-/* Copies the data frames into `ref` and sends the notice. */
-static void deliver(struct dh_dataserver *s, const struct dh_slot_ref *ref,
-                    uint8_t *dst)
+/* Copies the data frames into `ref` and reports the result. */
+static void deliver(struct ds_inbox *in, struct ds_sink sink,
+                    const struct dh_slot_ref *ref, uint8_t *dst)
 {
-    struct ds_inbox *in = &s->inbox;
-    struct dh_wire_result *r = &in->hdr.u.result;
-    struct dh_err e;
+    const struct dh_wire_result *r = &in->hdr.u.result;
+    struct ds_done d = {.kind = DS_DONE_RESULT, .task = r->task,
+                        .latency_ms = -1};
     size_t off = 0;
 
     for (int i = 1; i < in->n_frames; i++) {
@@ -219,29 +267,22 @@ static void deliver(struct dh_dataserver *s, const struct dh_slot_ref *ref,
                zmq_msg_size(&in->frames[i]));
         off += zmq_msg_size(&in->frames[i]);
     }
-    r->server_id = s->server_id; /* the arena the client must map */
-    r->arena_offset = ref->offset;
-    r->length = ref->len;
-    r->slot_generation = ref->gen;
-    if (dh__ds_send_msg(s, &in->hdr, &e) < 0) {
-        dh__ds_drop_slot(s, ref);
-        refuse(s, e.code, e.msg);
-        return;
-    }
-    dh__ds_remember_slot(s, ref);
-    DS_INC(s, results);
-    DS_INC(s, payloads);
-    DS_ADD(s, cross_ds_bytes, ref->len);
+    d.res = (struct ds_result){.slot = *ref, .ndims = r->ndims,
+                               .dtype = r->dtype, .layout = r->layout,
+                               .ids = r->sample_ids, .valid = r->valid_frames,
+                               .n = r->n_samples,
+                               .service_ms = r->service_ms};
+    memcpy(d.res.dims, r->dims, sizeof(d.res.dims));
+    sink.done(sink.arg, &d); /* the slot's reference goes with it */
 }
 
 /* 1 if nothing was released since the last try (no point asking the
  * arena again, which would count one more timeout in its stats). */
-static int nothing_freed(struct dh_dataserver *s, uint64_t now)
+static int nothing_freed(struct ds_inbox *in, uint64_t now)
 {
-    struct ds_inbox *in = &s->inbox;
     struct dh_arena_stats st;
 
-    if (dh_arena_stats(s->arena, &st) < 0)
+    if (dh_arena_stats(in->env->arena, &st) < 0)
         return now < in->give_up_ms;
     if (in->tries > 0 && st.releases == in->releases_seen &&
         now < in->give_up_ms)
@@ -252,58 +293,57 @@ static int nothing_freed(struct dh_dataserver *s, uint64_t now)
 }
 
 /* 1: done with the inbox (placed or refused), 0: still waiting. */
-static int try_place(struct dh_dataserver *s)
+static int try_place(struct ds_inbox *in, struct ds_sink sink)
 {
-    struct ds_inbox *in = &s->inbox;
     uint64_t now = dh__mono_ms();
     struct dh_slot_ref ref;
     struct dh_err e;
     uint8_t *dst;
     int rc;
 
-    if (nothing_freed(s, now))
+    if (nothing_freed(in, now))
         return 0;
-    rc = dh_arena_alloc(s->arena, in->hdr.u.result.length, 0, &ref, &e);
+    rc = dh_arena_alloc(in->env->arena, in->hdr.u.result.length, 0, &ref,
+                        &e);
     if (rc == DH_EARENA && now < in->give_up_ms)
         return 0;
     if (rc == DH_EARENA) {
         size_t n = strlen(e.msg);
 
         snprintf(e.msg + n, sizeof(e.msg) - n, "; the payload waited %d ms",
-                 s->alloc_timeout_ms);
+                 in->env->alloc_timeout_ms);
     }
     if (rc < 0)
-        refuse(s, rc, e.msg);
-    else if (!(dst = dh_arena_ptr(s->arena, &ref))) {
-        dh__ds_drop_slot(s, &ref);
-        refuse(s, DH_EIO, "arena slot lost");
+        refuse(in, sink, rc, e.msg);
+    else if (!(dst = dh_arena_ptr(in->env->arena, &ref))) {
+        dh__ds_release(in->env, &ref);
+        refuse(in, sink, DH_EIO, "arena slot lost");
     } else {
-        deliver(s, &ref, dst);
+        deliver(in, sink, &ref, dst);
     }
     inbox_clear(in);
     return 1;
 }
 
-void dh__ds_payload_serve(struct dh_dataserver *s)
+void dh__ds_inbox_serve(struct ds_inbox *in, struct ds_sink sink)
 {
-    struct ds_inbox *in = &s->inbox;
     struct dh_err e;
     int extra = 0;
 
-    if (!s->psock || (in->held && !try_place(s)))
+    if (!in || (in->held && !try_place(in, sink)))
         return;
     for (int i = 0; i < DS_BURST; i++) {
-        if (!recv_message(s, &extra))
+        if (!recv_message(in, &extra))
             break;
         dh_err_clear(&e);
-        if (check_payload(s, extra, &e) < 0) {
-            dh__ds_malformed(s, in->from, "%s", e.msg);
+        if (check_payload(in, extra, &e) < 0) {
+            dh__ds_malformed(in->env, in->from, "%s", e.msg);
             inbox_clear(in);
             continue;
         }
         in->held = 1;
-        in->give_up_ms = dh__mono_ms() + (uint64_t)s->alloc_timeout_ms;
-        if (!try_place(s))
+        in->give_up_ms = dh__mono_ms() + (uint64_t)in->env->alloc_timeout_ms;
+        if (!try_place(in, sink))
             break;
     }
 }

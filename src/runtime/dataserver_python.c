@@ -36,8 +36,11 @@
  *     cannot load the dataset, or PY_MAX_START_FAILS starts in a row that
  *     end before "ready", make the mode `broken`: every job then fails at
  *     once with that reason.
- *   - Everything runs in the serving loop's turn (dh__ds_collect; the
- *     workers' sockets are in the loop's poll, so a message wakes it), with
+ *   - An executor (dataserver_internal.h): submit() queues a job, drain()
+ *     does the work of a loop turn and reports each job's end to the sink
+ *     (a RESULT: one uint8 tensor of the slot's bytes; or an ERROR).
+ *   - Everything runs in the serving loop's turn (drain(); the workers'
+ *     sockets are in the loop's poll, so a message wakes it), with
  *     non-blocking reads; the only blocking calls are job sends to an idle
  *     worker (bounded by DH_FD_SEND_TIMEOUT_MS) and destroy's bounded
  *     reaping.
@@ -94,6 +97,9 @@ struct ds_pyw {
 };
 
 struct ds_py {
+    struct ds_exec x; /* first */
+    const struct ds_env *env;
+    struct ds_sink sink;
     char *python, *dataset, *index, *pythonpath_env;
     char **envp;
     unsigned n;
@@ -161,7 +167,7 @@ static int build_env(struct ds_py *py, const char *python_path,
 
 /* ---- workers: start, stop ---- */
 
-static void set_broken(struct dh_dataserver *s, const char *why);
+static void set_broken(struct ds_py *py, const char *why);
 
 /* In the child between fork and exec: async-signal-safe calls only. */
 static void child_exec(int sock, int arena_fd, pid_t parent,
@@ -185,9 +191,8 @@ static void child_exec(int sock, int arena_fd, pid_t parent,
     _exit(127);
 }
 
-static void spawn(struct dh_dataserver *s, struct ds_pyw *w)
+static void spawn(struct ds_py *py, struct ds_pyw *w)
 {
-    struct ds_py *py = s->py;
     int sv[2];
     char id[16], nw[16], seed[24], at[16], sid[16];
     char *argv[] = {py->python, "-m", "datahelix._worker", "--fd", "3",
@@ -199,25 +204,25 @@ static void spawn(struct dh_dataserver *s, struct ds_pyw *w)
     snprintf(id, sizeof(id), "%u", w->id);
     snprintf(nw, sizeof(nw), "%u", py->n);
     snprintf(seed, sizeof(seed), "%llu", (unsigned long long)py->seed);
-    snprintf(at, sizeof(at), "%d", s->alloc_timeout_ms);
-    snprintf(sid, sizeof(sid), "%u", s->server_id);
+    snprintf(at, sizeof(at), "%d", py->env->alloc_timeout_ms);
+    snprintf(sid, sizeof(sid), "%u", py->env->server_id);
     w->st = PYW_EMPTY;
     w->respawn_ms = dh__mono_ms() + PY_RESPAWN_MS;
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
         fprintf(stderr, "datahelix: dataserver %u: python worker %u: "
-                "socketpair: %s\n", s->server_id, w->id, strerror(errno));
+                "socketpair: %s\n", py->env->server_id, w->id, strerror(errno));
         return;
     }
     pid = fork();
     if (pid == 0)
-        child_exec(sv[1], dh_arena_fd(s->arena), parent, argv, py->envp);
+        child_exec(sv[1], dh_arena_fd(py->env->arena), parent, argv, py->envp);
     close(sv[1]);
     if (pid < 0) {
         fprintf(stderr, "datahelix: dataserver %u: python worker %u: "
-                "fork: %s\n", s->server_id, w->id, strerror(errno));
+                "fork: %s\n", py->env->server_id, w->id, strerror(errno));
         close(sv[0]);
         if (++py->start_fails >= PY_MAX_START_FAILS)
-            set_broken(s, "python workers cannot be started: fork failed");
+            set_broken(py, "python workers cannot be started: fork failed");
         return;
     }
     if (fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK) < 0) {
@@ -269,40 +274,41 @@ static uint64_t first_index(const struct ds_job *j)
     return j->n > 1 && (j->ids[0] & PY_HDR_BIT) ? j->ids[1] : j->ids[0];
 }
 
-static void job_fail(struct dh_dataserver *s, struct ds_job *j,
+/* The job ends with an ErrorNotice (the core frees it). */
+static void job_fail(struct ds_py *py, struct ds_job *j,
                      uint64_t sample, int code, const char *msg)
 {
-    dh__ds_send_error(s, &j->task, sample == PY_NO_SAMPLE ? first_index(j)
-                                                          : sample,
-                      code, msg);
-    dh__ds_job_clear(s, j);
+    struct ds_done d = {.kind = DS_DONE_ERROR, .job = j, .task = j->task,
+                        .code = code, .msg = msg, .latency_ms = -1,
+                        .sample = sample == PY_NO_SAMPLE ? first_index(j)
+                                                         : sample};
+
+    py->sink.done(py->sink.arg, &d);
 }
 
-static void set_broken(struct dh_dataserver *s, const char *why)
+static void set_broken(struct ds_py *py, const char *why)
 {
-    struct ds_py *py = s->py;
 
     if (py->broken)
         return;
     py->broken = 1;
     snprintf(py->broken_msg, sizeof(py->broken_msg), "%s", why);
-    fprintf(stderr, "datahelix: dataserver %u: %s\n", s->server_id,
+    fprintf(stderr, "datahelix: dataserver %u: %s\n", py->env->server_id,
             py->broken_msg);
     while (py->q_len) {
         struct ds_job *j = py->q[py->q_head];
 
         py->q_head = (py->q_head + 1) % py->q_cap;
         py->q_len--;
-        job_fail(s, j, PY_NO_SAMPLE, DH_EIO, py->broken_msg);
+        job_fail(py, j, PY_NO_SAMPLE, DH_EIO, py->broken_msg);
     }
 }
 
 /* A DYING worker has exited (status) or will not be waited for any more:
  * its job fails, its slot goes back, a new one starts. */
-static void finish_dead(struct dh_dataserver *s, struct ds_pyw *w, int status,
+static void finish_dead(struct ds_py *py, struct ds_pyw *w, int status,
                         int reaped)
 {
-    struct ds_py *py = s->py;
     char how[160], msg[512];
 
     if (w->why[0])
@@ -312,41 +318,41 @@ static void finish_dead(struct dh_dataserver *s, struct ds_pyw *w, int status,
     else
         snprintf(how, sizeof(how), "went away");
     if (w->has_slot)
-        dh__ds_drop_slot(s, &w->slot);
+        dh__ds_release(py->env, &w->slot);
     if (w->job) {
         snprintf(msg, sizeof(msg), "python worker %u (pid %d) %s while "
                  "loading %s (task %llu); a new worker takes its place",
                  w->id, (int)w->pid, how,
                  w->sample == PY_NO_SAMPLE ? "its batch" : "this sample",
                  (unsigned long long)w->job->task.id);
-        job_fail(s, w->job, w->sample,
+        job_fail(py, w->job, w->sample,
                  w->timed_out ? DH_ETIMEOUT : DH_EIO, msg);
     } else if (w->was_ready) {
         fprintf(stderr, "datahelix: dataserver %u: idle python worker %u "
-                "(pid %d) %s\n", s->server_id, w->id, (int)w->pid, how);
+                "(pid %d) %s\n", py->env->server_id, w->id, (int)w->pid, how);
     } else if (!py->broken) {
         fprintf(stderr, "datahelix: dataserver %u: python worker %u (pid "
-                "%d) %s before it was ready\n", s->server_id, w->id,
+                "%d) %s before it was ready\n", py->env->server_id, w->id,
                 (int)w->pid, how);
         if (++py->start_fails >= PY_MAX_START_FAILS) {
             snprintf(msg, sizeof(msg), "python workers (%s) failed to start "
                      "%u times in a row; the last %s", py->python,
                      py->start_fails, how);
-            set_broken(s, msg);
+            set_broken(py, msg);
         }
     }
     *w = (struct ds_pyw){.st = PYW_EMPTY, .id = w->id, .pid = -1, .fd = -1};
     if (!py->broken)
-        spawn(s, w);
+        spawn(py, w);
 }
 
-static void reap(struct dh_dataserver *s, struct ds_pyw *w, uint64_t now)
+static void reap(struct ds_py *py, struct ds_pyw *w, uint64_t now)
 {
     int status = 0;
     pid_t r = waitpid(w->pid, &status, WNOHANG);
 
     if (r == w->pid || (r < 0 && errno == ECHILD)) {
-        finish_dead(s, w, status, r == w->pid);
+        finish_dead(py, w, status, r == w->pid);
         return;
     }
     if (now < w->deadline_ms)
@@ -359,8 +365,8 @@ static void reap(struct dh_dataserver *s, struct ds_pyw *w, uint64_t now)
     }
     fprintf(stderr, "datahelix: dataserver %u: python worker %u (pid %d) "
             "did not exit %d ms after SIGKILL; no longer waited for\n",
-            s->server_id, w->id, (int)w->pid, PY_REAP_MS);
-    finish_dead(s, w, 0, 0);
+            py->env->server_id, w->id, (int)w->pid, PY_REAP_MS);
+    finish_dead(py, w, 0, 0);
 }
 
 /* ---- jobs ---- */
@@ -395,25 +401,27 @@ static int send_job(struct ds_pyw *w, const struct ds_job *j,
     return 0;
 }
 
-void dh__ds_py_submit(struct dh_dataserver *s, struct ds_job *j)
+static int py_submit(struct ds_exec *x, struct ds_job *j, struct dh_err *e)
 {
-    struct ds_py *py = s->py;
+    struct ds_py *py = (struct ds_py *)x;
+
+    (void)e; /* never refused: a job that cannot run ends as an ERROR */
 
     if (py->broken) {
-        job_fail(s, j, PY_NO_SAMPLE, DH_EIO, py->broken_msg);
-        return;
+        job_fail(py, j, PY_NO_SAMPLE, DH_EIO, py->broken_msg);
+        return 0;
     }
     if (py->q_len == py->q_cap) { /* cannot happen: q_cap = n_jobs */
-        job_fail(s, j, PY_NO_SAMPLE, DH_ETOOBIG, "python job queue full");
-        return;
+        job_fail(py, j, PY_NO_SAMPLE, DH_ETOOBIG, "python job queue full");
+        return 0;
     }
     py->q[(py->q_head + py->q_len) % py->q_cap] = j;
     py->q_len++;
+    return 0;
 }
 
-static void dispatch(struct dh_dataserver *s)
+static void dispatch(struct ds_py *py)
 {
-    struct ds_py *py = s->py;
     struct dh_err e;
 
     for (unsigned i = 0; i < py->n && py->q_len; i++) {
@@ -441,77 +449,62 @@ static void dispatch(struct dh_dataserver *s)
     }
 }
 
-/* Done: the slot's reference passes to the client with the notice, as one
+/* Done: the slot's reference passes to the core (and the client) as one
  * uint8 tensor of the slot's bytes (the worker's own layout inside). */
-static void job_done(struct dh_dataserver *s, struct ds_job *j,
+static void job_done(struct ds_py *py, struct ds_job *j,
                      const struct dh_slot_ref *ref)
 {
-    struct dh_wire_result *r;
     uint32_t skip = j->n > 1 && (j->ids[0] & PY_HDR_BIT) ? 1 : 0;
     uint32_t n = j->n - skip, *valid = dh__calloc(n + 1, sizeof(*valid));
+    struct ds_done d = {.kind = DS_DONE_RESULT, .job = j, .task = j->task,
+                        .latency_ms = -1};
     struct dh_err e;
-    int rc;
 
-    dh_err_clear(&e);
-    if (!valid) {
-        rc = dh_err_set(&e, DH_ENOMEM, "out of memory");
-    } else if (ref->len == 0 || ref->len > (UINT64_C(1) << 32)) {
-        rc = dh_err_set(&e, DH_ETOOBIG, "python batch of %llu bytes: over "
-                        "the 4 GiB a notice can describe",
-                        (unsigned long long)ref->len);
-    } else {
-        dh_wire_msg_fini(&s->out);
-        dh_wire_msg_init(&s->out, DH_WIRE_RESULT_NOTICE);
-        r = &s->out.u.result;
-        r->task = j->task;
-        r->server_id = s->server_id;
-        r->ndims = 1;
-        r->dims[0] = ref->len;
-        r->dtype = DH_DTYPE_U8;
-        r->layout = DH_LAYOUT_THWC;
-        r->arena_offset = ref->offset;
-        r->length = ref->len;
-        r->slot_generation = ref->gen;
-        rc = dh_wire_set_result_samples(r, j->ids + skip, valid, n, &e);
-        if (rc == 0)
-            rc = dh__ds_send_msg(s, &s->out, &e);
-    }
-    dh__free(valid);
-    if (rc < 0) {
-        dh__ds_drop_slot(s, ref);
-        job_fail(s, j, PY_NO_SAMPLE, e.code, e.msg);
+    if (!valid || ref->len == 0 || ref->len > (UINT64_C(1) << 32)) {
+        if (!valid)
+            dh_err_set(&e, DH_ENOMEM, "out of memory");
+        else
+            dh_err_set(&e, DH_ETOOBIG, "python batch of %llu bytes: over "
+                       "the 4 GiB a notice can describe",
+                       (unsigned long long)ref->len);
+        dh__free(valid);
+        dh__ds_release(py->env, ref);
+        job_fail(py, j, PY_NO_SAMPLE, e.code, e.msg);
         return;
     }
-    dh__ds_remember_slot(s, ref);
-    DS_INC(s, results);
-    dh__ds_job_clear(s, j);
+    d.res = (struct ds_result){.slot = *ref, .ndims = 1,
+                               .dims = {ref->len}, .dtype = DH_DTYPE_U8,
+                               .layout = DH_LAYOUT_THWC, .ids = j->ids + skip,
+                               .valid = valid, .n = n};
+    py->sink.done(py->sink.arg, &d);
+    dh__free(valid);
 }
 
 /* ---- worker messages ---- */
 
-static void protocol_error(struct dh_dataserver *s, struct ds_pyw *w,
+static void protocol_error(struct ds_py *py, struct ds_pyw *w,
                            const char *what)
 {
     char why[160];
 
     fprintf(stderr, "datahelix: dataserver %u: python worker %u (pid %d): "
-            "%s; killed\n", s->server_id, w->id, (int)w->pid, what);
+            "%s; killed\n", py->env->server_id, w->id, (int)w->pid, what);
     snprintf(why, sizeof(why), "broke the worker protocol (%s) and was "
              "killed", what);
     kill_worker(w, why);
 }
 
 /* The worker's job, if `task` names it; else a protocol error. */
-static struct ds_job *own_job(struct dh_dataserver *s, struct ds_pyw *w,
+static struct ds_job *own_job(struct ds_py *py, struct ds_pyw *w,
                               uint64_t task)
 {
     if (w->st == PYW_BUSY && w->job && w->job->task.id == task)
         return w->job;
-    protocol_error(s, w, "a message for a task it does not run");
+    protocol_error(py, w, "a message for a task it does not run");
     return NULL;
 }
 
-static void on_msg(struct dh_dataserver *s, struct ds_pyw *w,
+static void on_msg(struct ds_py *py, struct ds_pyw *w,
                    const unsigned char *m, size_t n)
 {
     struct dh_slot_ref ref;
@@ -520,30 +513,30 @@ static void on_msg(struct dh_dataserver *s, struct ds_pyw *w,
 
     if (n >= 8 && !memcmp(m, "DHPR", 4) && w->st == PYW_STARTING) {
         w->st = PYW_IDLE;
-        s->py->start_fails = 0;
+        py->start_fails = 0;
     } else if (n >= 4 && !memcmp(m, "DHPF", 4)) {
         snprintf(text, sizeof(text), "python workers cannot load the "
                  "dataset: %.*s", (int)(n - 4), (const char *)m + 4);
-        set_broken(s, text);
+        set_broken(py, text);
         kill_worker(w, "could not load the dataset");
     } else if (n == 20 && !memcmp(m, "DHPS", 4)) {
-        if (own_job(s, w, dh__get_le64(m + 4)))
+        if (own_job(py, w, dh__get_le64(m + 4)))
             w->sample = dh__get_le64(m + 12);
     } else if (n == 12 + DH_SLOT_REF_BYTES && !memcmp(m, "DHPA", 4)) {
-        if (own_job(s, w, dh__get_le64(m + 4))) {
+        if (own_job(py, w, dh__get_le64(m + 4))) {
             dh_slot_ref_unpack(m + 12, &w->slot);
             w->has_slot = 1;
         }
     } else if (n == 12 + DH_SLOT_REF_BYTES && !memcmp(m, "DHPD", 4)) {
-        if ((j = own_job(s, w, dh__get_le64(m + 4)))) {
+        if ((j = own_job(py, w, dh__get_le64(m + 4)))) {
             dh_slot_ref_unpack(m + 12, &ref);
             w->job = NULL;
             w->has_slot = 0;
             w->st = PYW_IDLE;
-            job_done(s, j, &ref);
+            job_done(py, j, &ref);
         }
     } else if (n >= 24 && !memcmp(m, "DHPE", 4)) {
-        if ((j = own_job(s, w, dh__get_le64(m + 4)))) {
+        if ((j = own_job(py, w, dh__get_le64(m + 4)))) {
             int code = (int)dh__get_le32(m + 20);
 
             if (code >= 0 || code < DH_EPEERDEAD)
@@ -551,18 +544,18 @@ static void on_msg(struct dh_dataserver *s, struct ds_pyw *w,
             snprintf(text, sizeof(text), "%.*s", (int)(n - 24),
                      (const char *)m + 24);
             if (w->has_slot) /* it should have released it */
-                dh__ds_drop_slot(s, &w->slot);
+                dh__ds_release(py->env, &w->slot);
             w->job = NULL;
             w->has_slot = 0;
             w->st = PYW_IDLE;
-            job_fail(s, j, dh__get_le64(m + 12), code, text);
+            job_fail(py, j, dh__get_le64(m + 12), code, text);
         }
     } else {
-        protocol_error(s, w, "an unknown or malformed message");
+        protocol_error(py, w, "an unknown or malformed message");
     }
 }
 
-static void read_worker(struct dh_dataserver *s, struct ds_pyw *w)
+static void read_worker(struct ds_py *py, struct ds_pyw *w)
 {
     static unsigned char buf[PY_MSG_MAX];
 
@@ -577,13 +570,13 @@ static void read_worker(struct dh_dataserver *s, struct ds_pyw *w)
             mark_dying(w, NULL);
             return;
         }
-        on_msg(s, w, buf, (size_t)n);
+        on_msg(py, w, buf, (size_t)n);
     }
 }
 
-void dh__ds_py_serve(struct dh_dataserver *s)
+static void py_drain(struct ds_exec *x)
 {
-    struct ds_py *py = s->py;
+    struct ds_py *py = (struct ds_py *)x;
     uint64_t now = dh__mono_ms();
     char why[160];
 
@@ -591,7 +584,7 @@ void dh__ds_py_serve(struct dh_dataserver *s)
         struct ds_pyw *w = &py->w[i];
 
         if (w->fd >= 0)
-            read_worker(s, w);
+            read_worker(py, w);
         if (w->st == PYW_BUSY && now >= w->deadline_ms) {
             snprintf(why, sizeof(why), "was still busy after %d ms "
                      "(python job timeout) and was killed",
@@ -604,18 +597,17 @@ void dh__ds_py_serve(struct dh_dataserver *s)
             kill_worker(w, why);
         }
         if (w->st == PYW_DYING)
-            reap(s, w, now);
+            reap(py, w, now);
         else if (w->st == PYW_EMPTY && !py->broken && now >= w->respawn_ms)
-            spawn(s, w);
+            spawn(py, w);
     }
     if (!py->broken)
-        dispatch(s);
+        dispatch(py);
 }
 
-void dh__ds_py_load(const struct dh_dataserver *s, uint64_t *queued,
-                    uint64_t *busy)
+static void py_load(struct ds_exec *x, uint64_t *queued, uint64_t *busy)
 {
-    const struct ds_py *py = s->py;
+    const struct ds_py *py = (const struct ds_py *)x;
 
     *queued = py->q_len;
     *busy = 0;
@@ -623,13 +615,14 @@ void dh__ds_py_load(const struct dh_dataserver *s, uint64_t *queued,
         *busy += py->w[i].job != NULL;
 }
 
-int dh__ds_py_pollitems(const struct dh_dataserver *s, zmq_pollitem_t *it)
+static int py_pollitems(struct ds_exec *x, zmq_pollitem_t *it, int cap)
 {
+    const struct ds_py *py = (const struct ds_py *)x;
     int n = 0;
 
-    for (unsigned i = 0; i < s->py->n; i++)
-        if (s->py->w[i].fd >= 0)
-            it[n++] = (zmq_pollitem_t){.fd = s->py->w[i].fd,
+    for (unsigned i = 0; i < py->n && n < cap; i++)
+        if (py->w[i].fd >= 0)
+            it[n++] = (zmq_pollitem_t){.fd = py->w[i].fd,
                                        .events = ZMQ_POLLIN};
     return n;
 }
@@ -645,8 +638,27 @@ static int check_dataset_file(const char *path, struct dh_err *e)
     return 0;
 }
 
-int dh__ds_py_create(struct dh_dataserver *s,
-                     const struct dh_dataserver_opts *o, struct dh_err *e)
+static const struct ds_exec_ops py_ops;
+
+static int py_init(struct ds_py *py, const struct dh_dataserver_opts *o,
+                   struct dh_err *e)
+{
+    if (!(py->python = find_program(o->python ? o->python : "python3")))
+        return dh_err_set(e, DH_ENOTFOUND, "dataserver: python interpreter "
+                          "'%s' not found or not executable",
+                          o->python ? o->python : "python3");
+    if (!(py->dataset = dh__strdup(o->python_dataset)) ||
+        !(py->index = dh__strdup(o->index_path)) ||
+        !(py->w = dh__calloc(py->n, sizeof(*py->w))) ||
+        !(py->q = dh__calloc(py->q_cap, sizeof(*py->q))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    return build_env(py, o->python_path, e);
+}
+
+int dh__ds_py_create(const struct ds_env *env,
+                     const struct dh_dataserver_opts *o, size_t max_jobs,
+                     struct ds_sink sink, struct ds_exec **out,
+                     struct dh_err *e)
 {
     struct ds_py *py;
     int rc;
@@ -659,28 +671,25 @@ int dh__ds_py_create(struct dh_dataserver *s,
                           o->python_job_timeout_ms);
     if ((rc = check_dataset_file(o->python_dataset, e)) < 0)
         return rc;
-    if (!(py = s->py = dh__calloc(1, sizeof(*py))))
+    if (!(py = dh__calloc(1, sizeof(*py))))
         return dh_err_set(e, DH_ENOMEM, "out of memory");
+    py->x.ops = &py_ops;
+    py->env = env;
+    py->sink = sink;
     py->n = o->python_workers;
     py->job_timeout_ms = o->python_job_timeout_ms;
     py->seed = o->python_seed;
     py->unlink_files = o->python_unlink;
-    py->q_cap = s->n_jobs;
-    if (!(py->python = find_program(o->python ? o->python : "python3")))
-        return dh_err_set(e, DH_ENOTFOUND, "dataserver: python interpreter "
-                          "'%s' not found or not executable",
-                          o->python ? o->python : "python3");
-    if (!(py->dataset = dh__strdup(o->python_dataset)) ||
-        !(py->index = dh__strdup(o->index_path)) ||
-        !(py->w = dh__calloc(py->n, sizeof(*py->w))) ||
-        !(py->q = dh__calloc(py->q_cap, sizeof(*py->q))))
-        return dh_err_set(e, DH_ENOMEM, "out of memory");
-    if ((rc = build_env(py, o->python_path, e)) < 0)
+    py->q_cap = max_jobs;
+    if ((rc = py_init(py, o, e)) < 0) {
+        py_ops.destroy(&py->x);
         return rc;
+    }
     for (unsigned i = 0; i < py->n; i++) {
         py->w[i] = (struct ds_pyw){.id = i, .pid = -1, .fd = -1};
-        spawn(s, &py->w[i]);
+        spawn(py, &py->w[i]);
     }
+    *out = &py->x;
     return 0;
 }
 
@@ -730,9 +739,9 @@ static void unlink_files(const struct ds_py *py)
     }
 }
 
-void dh__ds_py_destroy(struct dh_dataserver *s)
+static void py_destroy(struct ds_exec *x)
 {
-    struct ds_py *py = s ? s->py : NULL;
+    struct ds_py *py = (struct ds_py *)x;
 
     if (!py)
         return;
@@ -747,12 +756,12 @@ void dh__ds_py_destroy(struct dh_dataserver *s)
                 kill(py->w[i].pid, SIGKILL);
         if (wait_all(py, PY_REAP_MS))
             fprintf(stderr, "datahelix: dataserver %u: a python worker did "
-                    "not exit after SIGKILL\n", s->server_id);
+                    "not exit after SIGKILL\n", py->env->server_id);
     }
     for (unsigned i = 0; py->w && i < py->n; i++)
         if (py->w[i].has_slot)
-            dh__ds_drop_slot(s, &py->w[i].slot);
-    if (py->unlink_files && s->link_fd < 0 && py->dataset)
+            dh__ds_release(py->env, &py->w[i].slot);
+    if (py->unlink_files && py->env->client_gone && py->dataset)
         unlink_files(py);
     dh__free(py->python);
     dh__free(py->dataset);
@@ -762,5 +771,13 @@ void dh__ds_py_destroy(struct dh_dataserver *s)
     dh__free(py->w);
     dh__free(py->q);
     dh__free(py);
-    s->py = NULL;
 }
+
+static const struct ds_exec_ops py_ops = {
+    .name = "python",
+    .submit = py_submit,
+    .drain = py_drain,
+    .pollitems = py_pollitems,
+    .load = py_load,
+    .destroy = py_destroy,
+};

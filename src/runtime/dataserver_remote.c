@@ -17,6 +17,10 @@
  *     slot; ZeroMQ's free callback releases the slot (from its I/O thread:
  *     dh_arena_release() is thread-safe).  The staging arena outlives the
  *     sockets: destroy terminates the context before freeing it.
+ *   - An executor (dataserver_internal.h) that wraps a pool executor: jobs
+ *     go to the pool; the pool's results come to this file's sink, which
+ *     sends them on; what ends a job (delivered: FORWARDED, or an ERROR)
+ *     goes to the core's sink.  Parked batches are this file's own state.
  *   - Sends never block the loop.  A target that is not connected yet, or
  *     whose queue is full, parks the job (its slot and encoded header kept)
  *     and the loop retries it every turn; after deliver_timeout_ms, or at
@@ -42,6 +46,44 @@
 #define EVICT_LINGER_MS 1000  /* an evicted target may still flush */
 #define LINK_ALPHA 0.3
 
+/* A cached DEALER socket to one delivery target. */
+struct ds_peer {
+    int used;
+    uint32_t server_id;
+    char addr[DH_WIRE_MAX_ADDR + 1];
+    void *sock;
+    uint64_t last_use_ms;
+    uint64_t bytes;       /* payload bytes handed to ZeroMQ for it */
+    uint64_t bytes_at_hb; /* ... as of the last heartbeat */
+    double bps;           /* EWMA of bytes/s over heartbeat periods that
+                             carried traffic */
+};
+
+/* A completed job whose batch waits for its target to take it. */
+struct ds_parked {
+    struct ds_job *job; /* NULL: a free entry */
+    int parked;         /* the entry holds the slot's reference */
+    struct dh_slot_ref slot;
+    size_t payload_len; /* tensor bytes at the start of the slot */
+    uint8_t *hdr;       /* the encoded ResultNotice (dh_wire_free) */
+    size_t hdr_len;
+    uint64_t give_up_ms;
+    double latency_ms;
+};
+
+struct ds_fwd {
+    struct ds_exec x; /* first */
+    const struct ds_env *env;
+    void *ctx;
+    struct ds_sink sink;  /* the core's */
+    struct ds_exec *pool; /* reports to fwd_on_pool() */
+    struct ds_peer *peers; /* DS_MAX_PEERS */
+    struct ds_parked *parked;
+    size_t cap;
+    struct dh_wire_msg hdr; /* scratch for payload headers */
+    uint64_t last_hb_ms;
+};
+
 /* What ZeroMQ's free callback needs to release a staging slot. */
 struct staging {
     struct dh_arena *arena;
@@ -61,38 +103,22 @@ static void free_staging(void *data, void *hint)
     dh__free(st);
 }
 
-int dh__ds_remote_init(struct dh_dataserver *s, struct dh_err *e)
-{
-    if (!(s->peers = dh__calloc(DS_MAX_PEERS, sizeof(*s->peers))))
-        return dh_err_set(e, DH_ENOMEM, "out of memory");
-    return 0;
-}
-
 static void peer_close(struct ds_peer *p, int linger_ms)
 {
     dh__tp_close(&p->sock, linger_ms);
     memset(p, 0, sizeof(*p));
 }
 
-void dh__ds_remote_fini(struct dh_dataserver *s)
-{
-    for (int i = 0; s->peers && i < DS_MAX_PEERS; i++)
-        if (s->peers[i].used)
-            peer_close(&s->peers[i], 0);
-    dh__free(s->peers);
-    s->peers = NULL;
-}
-
 /* ---- the socket cache ---- */
 
 /* The entry to (re)use for a new target: a free one, else the least
  * recently used. */
-static struct ds_peer *peer_victim(struct dh_dataserver *s)
+static struct ds_peer *peer_victim(struct ds_fwd *f)
 {
     struct ds_peer *v = NULL;
 
     for (int i = 0; i < DS_MAX_PEERS; i++) {
-        struct ds_peer *p = &s->peers[i];
+        struct ds_peer *p = &f->peers[i];
 
         if (!p->used)
             return p;
@@ -105,7 +131,7 @@ static struct ds_peer *peer_victim(struct dh_dataserver *s)
 
 /* The socket's options (ZMQ_IMMEDIATE, send HWM 8, no send timeout) are
  * the DH_TP_PAYLOAD_OUT kind's (transport.c). */
-static int peer_open(struct dh_dataserver *s, struct ds_peer *p, uint32_t id,
+static int peer_open(struct ds_fwd *f, struct ds_peer *p, uint32_t id,
                      const char *addr, struct dh_err *e)
 {
     char peer[64];
@@ -114,7 +140,7 @@ static int peer_open(struct dh_dataserver *s, struct ds_peer *p, uint32_t id,
     int rc;
 
     snprintf(peer, sizeof(peer), "the delivery target, server %u at", id);
-    if ((rc = dh__tp_open(s->ctx, &o, &p->sock, NULL, 0, e)) < 0) {
+    if ((rc = dh__tp_open(f->ctx, &o, &p->sock, NULL, 0, e)) < 0) {
         peer_close(p, 0);
         return rc;
     }
@@ -124,179 +150,259 @@ static int peer_open(struct dh_dataserver *s, struct ds_peer *p, uint32_t id,
     return 0;
 }
 
-static struct ds_peer *peer_get(struct dh_dataserver *s, uint32_t id,
+static struct ds_peer *peer_get(struct ds_fwd *f, uint32_t id,
                                 const char *addr, struct dh_err *e)
 {
     struct ds_peer *p = NULL;
 
     for (int i = 0; i < DS_MAX_PEERS && !p; i++)
-        if (s->peers[i].used && s->peers[i].server_id == id)
-            p = &s->peers[i];
+        if (f->peers[i].used && f->peers[i].server_id == id)
+            p = &f->peers[i];
     if (p && !strcmp(p->addr, addr))
         return p;
     if (p) /* the target moved (re-registered elsewhere) */
         peer_close(p, 0);
     else
-        p = peer_victim(s);
-    return peer_open(s, p, id, addr, e) < 0 ? NULL : p;
+        p = peer_victim(f);
+    return peer_open(f, p, id, addr, e) < 0 ? NULL : p;
 }
 
 /* ---- sending one batch ---- */
 
-static int encode_header(struct dh_dataserver *s, struct ds_job *j,
-                         const struct dh_work_done *d, struct dh_err *e)
-{
-    int rc = dh__ds_result_fill(&s->out, j, d, s->server_id, e);
-
-    if (rc < 0)
-        return rc;
-    s->out.u.result.arena_offset = 0;
-    s->out.u.result.length = j->payload_len;
-    s->out.u.result.slot_generation = 0;
-    return dh_wire_encode(&s->out, &j->hdr, &j->hdr_len, e);
-}
-
 /* Sends frame 1 (the header is queued): the slot passes to ZeroMQ.  On
  * failure the peer is closed, which drops the half-sent message. */
-static int send_payload(struct dh_dataserver *s, struct ds_job *j,
+static int send_payload(struct ds_fwd *f, struct ds_parked *k,
                         struct ds_peer *p, struct dh_err *e)
 {
-    void *data = dh_arena_ptr(s->arena, &j->slot);
+    const struct ds_job *j = k->job;
+    void *data = dh_arena_ptr(f->env->arena, &k->slot);
     struct staging *st = data ? dh__malloc(sizeof(*st)) : NULL;
     struct dh_err se;
     int rc = DH_ENOMEM;
 
     if (st) {
-        *st = (struct staging){s->arena, j->slot, s->server_id};
-        rc = dh__tp_send_zc(p->sock, data, j->payload_len, free_staging, st,
+        *st = (struct staging){f->env->arena, k->slot, f->env->server_id};
+        rc = dh__tp_send_zc(p->sock, data, k->payload_len, free_staging, st,
                             &se);
     }
-    if (rc == DH_ENOMEM) { /* nothing sent: the job still owns the slot */
+    if (rc == DH_ENOMEM) { /* nothing sent: the entry still owns the slot */
         dh__free(st);
         peer_close(p, 0);
         return dh_err_set(e, data ? DH_ENOMEM : DH_EFORMAT, "task %llu: %s",
                           (unsigned long long)j->task.id,
                           data ? "out of memory" : "staging slot lost");
     }
-    j->parked = 0; /* the message owned the slot: sent or released */
+    k->parked = 0; /* the message owned the slot: sent or released */
     if (rc < 0) {
         peer_close(p, 0);
         return dh_err_set(e, DH_EIO, "sending task %llu to server %u at "
                           "%s: %s", (unsigned long long)j->task.id,
                           j->target_id, j->target_addr, se.msg);
     }
-    p->bytes += j->payload_len;
-    DS_INC(s, forwarded);
-    DS_ADD(s, forwarded_bytes, j->payload_len);
+    p->bytes += k->payload_len;
+    DS_INC(f->env, forwarded);
+    DS_ADD(f->env, forwarded_bytes, k->payload_len);
     return 1;
 }
 
 /* 1: sent, 0: the target cannot take it yet, < 0: it never will. */
-static int try_deliver(struct dh_dataserver *s, struct ds_job *j,
+static int try_deliver(struct ds_fwd *f, struct ds_parked *k,
                        struct dh_err *e)
 {
+    const struct ds_job *j = k->job;
     struct ds_peer *p;
     struct dh_err se;
     int rc;
 
-    if (j->target_id == s->server_id)
+    if (j->target_id == f->env->server_id)
         return dh_err_set(e, DH_EINVAL, "remote dataserver %u has no "
                           "delivery target for task %llu (rank %u has no "
-                          "local DataServer)", s->server_id,
+                          "local DataServer)", f->env->server_id,
                           (unsigned long long)j->task.id, j->task.rank);
-    if (!(p = peer_get(s, j->target_id, j->target_addr, e)))
+    if (!(p = peer_get(f, j->target_id, j->target_addr, e)))
         return e->code;
     p->last_use_ms = dh__mono_ms();
-    if ((rc = dh__tp_send_more(p->sock, j->hdr, j->hdr_len, &se)) == 0)
+    if ((rc = dh__tp_send_more(p->sock, k->hdr, k->hdr_len, &se)) == 0)
         return 0; /* not connected yet, or its queue is full */
     if (rc < 0)
         return dh_err_set(e, DH_EIO, "sending task %llu to server %u at "
                           "%s: %s", (unsigned long long)j->task.id,
                           j->target_id, j->target_addr, se.msg);
-    return send_payload(s, j, p, e);
+    return send_payload(f, k, p, e);
 }
 
-/* rc > 0: delivered; rc < 0: the Coordinator hears why.  Clears j. */
-static void finish(struct dh_dataserver *s, struct ds_job *j, int rc,
+static void entry_clear(struct ds_fwd *f, struct ds_parked *k)
+{
+    if (k->parked)
+        dh__ds_release(f->env, &k->slot);
+    dh_wire_free(k->hdr);
+    memset(k, 0, sizeof(*k));
+}
+
+/* rc > 0: delivered; rc < 0: the Coordinator hears why.  Ends the job
+ * (the core's sink) and frees the entry. */
+static void finish(struct ds_fwd *f, struct ds_parked *k, int rc,
                    const struct dh_err *e)
 {
+    struct ds_job *j = k->job;
+    struct ds_done d = {.kind = DS_DONE_FORWARDED, .job = j, .task = j->task,
+                        .latency_ms = k->latency_ms};
+
     if (rc < 0) {
-        fprintf(stderr, "datahelix: dataserver %u: %s\n", s->server_id,
+        fprintf(stderr, "datahelix: dataserver %u: %s\n", f->env->server_id,
                 e->msg);
-        dh__ds_send_error(s, &j->task, j->ids[0], rc, e->msg);
+        d.kind = DS_DONE_ERROR;
+        d.code = rc;
+        d.sample = j->ids[0];
+        d.msg = e->msg;
     }
-    dh__ds_job_clear(s, j); /* releases the slot if still parked */
+    entry_clear(f, k); /* releases the slot if still parked */
+    f->sink.done(f->sink.arg, &d);
 }
 
-void dh__ds_forward(struct dh_dataserver *s, struct ds_job *j,
-                    const struct dh_work_done *d)
+static struct ds_parked *entry_new(struct ds_fwd *f)
 {
+    for (size_t i = 0; i < f->cap; i++)
+        if (!f->parked[i].job)
+            return &f->parked[i];
+    return NULL;
+}
+
+/* The header: the pool's result with this server's id, arena_offset 0,
+ * length = the tensor's bytes and generation 0. */
+static int encode_header(struct ds_fwd *f, struct ds_parked *k,
+                         const struct ds_done *d, struct dh_err *e)
+{
+    struct ds_result r = d->res;
+    int rc;
+
+    r.slot = (struct dh_slot_ref){.offset = 0, .len = k->payload_len};
+    if ((rc = dh__ds_notice_fill(&f->hdr, f->env->server_id, &d->task, &r,
+                                 e)) < 0)
+        return rc;
+    return dh_wire_encode(&f->hdr, &k->hdr, &k->hdr_len, e);
+}
+
+/* The pool's sink: errors end the job at once; a result is sent to its
+ * target, or parked until the target takes it. */
+static void fwd_on_pool(void *arg, const struct ds_done *d)
+{
+    struct ds_fwd *f = arg;
+    struct ds_job *j = d->job;
+    struct ds_parked *k;
     struct dh_err e;
     int rc;
 
-    j->slot = d->slot;
-    j->parked = 1; /* the job holds the slot's reference from here on */
-    j->payload_len = dh_batch_bytes(&j->plan, j->n);
-    j->give_up_ms = dh__mono_ms() + (uint64_t)s->deliver_timeout_ms;
-    if (j->payload_len == 0 || j->payload_len > d->slot.len)
+    if (d->kind != DS_DONE_RESULT) {
+        f->sink.done(f->sink.arg, d);
+        return;
+    }
+    if (!(k = entry_new(f))) { /* cannot happen: cap = the job table */
+        dh__ds_release(f->env, &d->res.slot);
+        f->sink.done(f->sink.arg, &(struct ds_done){
+            .kind = DS_DONE_ERROR, .job = j, .task = j->task,
+            .code = DH_ETOOBIG, .sample = j->ids[0],
+            .msg = "too many batches waiting for their target",
+            .latency_ms = d->latency_ms});
+        return;
+    }
+    *k = (struct ds_parked){.job = j, .parked = 1, .slot = d->res.slot,
+                            .payload_len = dh_batch_bytes(&j->plan, j->n),
+                            .latency_ms = d->latency_ms};
+    k->give_up_ms = dh__mono_ms() + (uint64_t)f->env->deliver_timeout_ms;
+    if (k->payload_len == 0 || k->payload_len > d->res.slot.len)
         rc = dh_err_set(&e, DH_EINVAL, "task %llu: batch of %zu bytes in a "
                         "slot of %llu", (unsigned long long)j->task.id,
-                        j->payload_len, (unsigned long long)d->slot.len);
-    else if ((rc = encode_header(s, j, d, &e)) == 0)
-        rc = try_deliver(s, j, &e);
+                        k->payload_len,
+                        (unsigned long long)d->res.slot.len);
+    else if ((rc = encode_header(f, k, d, &e)) == 0)
+        rc = try_deliver(f, k, &e);
     if (rc != 0)
-        finish(s, j, rc, &e);
+        finish(f, k, rc, &e);
 }
 
-void dh__ds_forward_retry(struct dh_dataserver *s)
+/* Retries parked batches; gives up (ErrorNotice) past their deadline. */
+static void retry(struct ds_fwd *f)
 {
     uint64_t now = dh__mono_ms();
     struct dh_err e;
 
-    for (size_t i = 0; i < s->n_jobs; i++) {
-        struct ds_job *j = &s->jobs[i];
+    for (size_t i = 0; i < f->cap; i++) {
+        struct ds_parked *k = &f->parked[i];
         int rc;
 
-        if (!j->used || !j->parked)
+        if (!k->job)
             continue;
-        rc = try_deliver(s, j, &e);
-        if (rc == 0 && now >= j->give_up_ms)
+        rc = try_deliver(f, k, &e);
+        if (rc == 0 && now >= k->give_up_ms)
             rc = dh_err_set(&e, DH_ETIMEOUT, "remote dataserver %u: the "
                             "delivery target, server %u at %s, did not take "
                             "task %llu within %d ms (unreachable or full)",
-                            s->server_id, j->target_id, j->target_addr,
-                            (unsigned long long)j->task.id,
-                            s->deliver_timeout_ms);
+                            f->env->server_id, k->job->target_id,
+                            k->job->target_addr,
+                            (unsigned long long)k->job->task.id,
+                            f->env->deliver_timeout_ms);
         if (rc != 0)
-            finish(s, j, rc, &e);
+            finish(f, k, rc, &e);
     }
 }
 
-/* ---- link feedback ---- */
+/* ---- the executor ---- */
 
-uint32_t dh__ds_links(struct dh_dataserver *s, struct dh_wire_link *out,
-                      uint32_t cap)
+static int fwd_submit(struct ds_exec *x, struct ds_job *j, struct dh_err *e)
 {
+    struct ds_fwd *f = (struct ds_fwd *)x;
+
+    return f->pool->ops->submit(f->pool, j, e);
+}
+
+static void fwd_drain(struct ds_exec *x)
+{
+    struct ds_fwd *f = (struct ds_fwd *)x;
+
+    f->pool->ops->drain(f->pool);
+    retry(f);
+}
+
+static int fwd_pollitems(struct ds_exec *x, zmq_pollitem_t *it, int cap)
+{
+    struct ds_fwd *f = (struct ds_fwd *)x;
+
+    return f->pool->ops->pollitems(f->pool, it, cap);
+}
+
+static void fwd_load(struct ds_exec *x, uint64_t *queued, uint64_t *busy)
+{
+    struct ds_fwd *f = (struct ds_fwd *)x;
+
+    f->pool->ops->load(f->pool, queued, busy);
+}
+
+/* Heartbeat links: updates the EWMAs and writes up to `cap` links. */
+static uint32_t fwd_links(struct ds_exec *x, struct dh_wire_link *out,
+                          uint32_t cap)
+{
+    struct ds_fwd *f = (struct ds_fwd *)x;
     uint64_t now = dh__mono_ms();
-    int first = s->last_hb_ms == 0; /* no period to divide by yet */
-    double dt = (double)(now - s->last_hb_ms) / 1e3;
+    int first = f->last_hb_ms == 0; /* no period to divide by yet */
+    double dt = (double)(now - f->last_hb_ms) / 1e3;
     uint32_t n = 0;
 
-    s->last_hb_ms = now;
+    f->last_hb_ms = now;
     if (dt < 1e-3)
         dt = 1e-3;
     for (int i = 0; i < DS_MAX_PEERS; i++) {
-        struct ds_peer *p = &s->peers[i];
+        struct ds_peer *p = &f->peers[i];
         uint64_t delta = p->bytes - p->bytes_at_hb;
 
         if (!p->used)
             continue;
         p->bytes_at_hb = p->bytes;
         if (delta > 0 && !first) { /* an idle link is not a slow one */
-            double x = (double)delta / dt;
+            double v = (double)delta / dt;
 
-            p->bps = p->bps == 0 ? x : (1 - LINK_ALPHA) * p->bps +
-                                       LINK_ALPHA * x;
+            p->bps = p->bps == 0 ? v : (1 - LINK_ALPHA) * p->bps +
+                                       LINK_ALPHA * v;
         }
         if (p->bps >= 1 && n < cap)
             out[n++] = (struct dh_wire_link){
@@ -305,4 +411,68 @@ uint32_t dh__ds_links(struct dh_dataserver *s, struct dh_wire_link *out,
                                    ? DH_WIRE_MAX_BYTES : (uint64_t)p->bps};
     }
     return n;
+}
+
+/* Sockets close with linger 0 (batches still queued to a target are
+ * dropped; ZeroMQ releases their staging slots, at the latest when the
+ * core ends the context), then the pool stops, then parked slots go. */
+static void fwd_destroy(struct ds_exec *x)
+{
+    struct ds_fwd *f = (struct ds_fwd *)x;
+
+    if (!f)
+        return;
+    for (int i = 0; f->peers && i < DS_MAX_PEERS; i++)
+        if (f->peers[i].used)
+            peer_close(&f->peers[i], 0);
+    if (f->pool)
+        f->pool->ops->destroy(f->pool);
+    for (size_t i = 0; f->parked && i < f->cap; i++)
+        entry_clear(f, &f->parked[i]);
+    dh_wire_msg_fini(&f->hdr);
+    dh__free(f->peers);
+    dh__free(f->parked);
+    dh__free(f);
+}
+
+static const struct ds_exec_ops fwd_ops = {
+    .name = "forward",
+    .submit = fwd_submit,
+    .drain = fwd_drain,
+    .pollitems = fwd_pollitems,
+    .load = fwd_load,
+    .links = fwd_links,
+    .destroy = fwd_destroy,
+};
+
+int dh__ds_fwd_create(const struct ds_env *env, void *zmq_ctx,
+                      unsigned workers, unsigned queue, size_t max_jobs,
+                      struct ds_sink sink, struct ds_exec **out,
+                      struct dh_err *e)
+{
+    struct ds_fwd *f = dh__calloc(1, sizeof(*f));
+    int rc;
+
+    if (!f)
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    f->x.ops = &fwd_ops;
+    f->env = env;
+    f->ctx = zmq_ctx;
+    f->sink = sink;
+    f->cap = max_jobs;
+    dh_wire_msg_init(&f->hdr, DH_WIRE_NONE);
+    if (!(f->peers = dh__calloc(DS_MAX_PEERS, sizeof(*f->peers))) ||
+        !(f->parked = dh__calloc(max_jobs, sizeof(*f->parked)))) {
+        rc = dh_err_set(e, DH_ENOMEM, "out of memory");
+        goto out_free;
+    }
+    if ((rc = dh__ds_pool_create(env, workers, queue, max_jobs,
+                                 (struct ds_sink){fwd_on_pool, f}, &f->pool,
+                                 e)) < 0)
+        goto out_free;
+    *out = &f->x;
+    return 0;
+out_free:
+    fwd_destroy(&f->x);
+    return rc;
 }
