@@ -6,7 +6,7 @@ import shutil
 
 import torch
 
-from . import _C
+from . import _C, _passes
 from ._services import (Closing, Coordinator, binary, coordinator_address,
                         ensure_index)
 
@@ -226,8 +226,7 @@ class DataLoader(Closing):
         self._resume = False
         k = min(max(self._step - base, 0), n_steps)
         o = array.array("Q", offs)[k:]
-        self._client.start_epoch(self._task_epoch(), base + k, ids,
-                                 o.tobytes())
+        self._start_pass(base + k, ids, o.tobytes())
         while True:
             try:
                 b = self._client.next(self._timeout_ms)
@@ -270,17 +269,6 @@ class DataLoader(Closing):
         }
 
     # -- state --------------------------------------------------------------
-
-    def _task_epoch(self):
-        """The epoch that names this segment's tasks.  A task id names its
-        content (docs/client.md), and a re-planned rest of an epoch gives
-        the same (epoch, step, rank) other samples, so it gets tasks of its
-        own: bit 15 set, the re-plan depth in bits 12-14.  (Random crops and
-        jitter of a re-planned rest therefore differ from an uninterrupted
-        run's; the default plan draws none.)"""
-        if not self._chain:
-            return self._epoch
-        return 0x8000 | (min(len(self._chain), 7) << 12) | (self._epoch & 0xfff)
 
     def _chain_end(self):
         _, offs, base = self._schedule(self._epoch)
@@ -360,6 +348,16 @@ class DataLoader(Closing):
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
+
+    # -- task identity ------------------------------------------------------
+
+    def _start_pass(self, first_step, ids, offs):
+        """Gives the client this schedule as a new pass: the wire's task
+        id is (pass, step, rank, part) with the epoch beside it, so no two
+        schedules of this rank share an id, at any epoch count
+        (_passes.py)."""
+        self._client.start_pass(self._epoch, _passes.new_pass(), first_step,
+                                ids, offs)
 
 
 # Any map-style torch Dataset on the DataServers' Python workers

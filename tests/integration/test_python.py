@@ -164,6 +164,44 @@ def test_resume_on_another_world_size_repeats_and_skips_nothing(
     assert all(s and s[0] == 1 for s in steps), steps  # numbering goes on
 
 
+def test_replanned_rest_keeps_random_crops(dataset, coordinator):
+    """A task's epoch travels beside its id (docs/wire-protocol.md "Task
+    ids"): the re-planned rest after a resume on another world size is a
+    pass of its own, yet draws its random crops from (seed, epoch, sample
+    id) like any pass, so every sample has an uninterrupted run's bytes
+    (with the epoch bit-packed into the id, the DataServer drew them from
+    another epoch)."""
+    m = dataset / "m.jsonl"
+    kw = dict(SMALL, random_crop=True)
+
+    def videos(loader):
+        return {i: v.clone() for b in loader
+                for i, v in zip(b["ids"].tolist(), b["video"])}
+
+    with datahelix.DataLoader(m, **kw) as full:
+        ref = videos(full)
+    with datahelix.DataLoader(m, **kw) as other:
+        other.set_epoch(1)
+        assert any(not torch.equal(v, ref[i])
+                   for i, v in videos(other).items())  # crops do vary
+    first = [datahelix.DataLoader(m, rank=r, world_size=2,
+                                  coordinator=coordinator, **kw)
+             for r in range(2)]
+    for x in first:
+        next(iter(x))
+    state = first[0].state_dict()
+    for x in first:
+        x.close()
+    with datahelix.DataLoader(m, rank=0, world_size=1,
+                              coordinator=coordinator, **kw) as y:
+        y.load_state_dict(state)
+        got = videos(y)
+        assert y.state_dict()["replanned"] == [[2, 2, 1]]
+    assert len(got) == 8 and len(ref) == 12
+    for i, v in got.items():
+        assert torch.equal(v, ref[i]), i
+
+
 def _collect(loader, into):
     out = []
     for b in loader:
