@@ -12,7 +12,7 @@
  * tasks) - register, heartbeat every 500 ms and answer every Route that
  * carries a request with an immediate ResultNotice; 8 fake clients
  * (ranks 0..7) register, then keep K descriptor requests each in flight
- * (distinct task ids from dh_wire_task_make: epoch = phase, step = the
+ * (distinct task ids from dh_wire_task_make: epoch = pass = phase, step = the
  * client's sequence, rank) and send the next one as each result arrives.
  * All 72 peers share one zmq_poll loop.
  *
@@ -410,8 +410,8 @@ static int send_request(struct run *r, struct peer *p, struct dh_err *e)
     dh_wire_msg_init(&m, DH_WIRE_DESCRIPTOR_REQUEST);
     for (int i = 0; i < SAMPLES; i++)
         ids[i] = (uint64_t)step * SAMPLES + (uint64_t)i;
-    if ((rc = dh_wire_task_make(&m.u.request.task, ph->epoch, (uint64_t)step,
-                                (uint64_t)p->rank, 0, e)) < 0 ||
+    if ((rc = dh_wire_task_make(&m.u.request.task, ph->epoch, ph->epoch,
+                                (uint64_t)step, (uint64_t)p->rank, 0, e)) < 0 ||
         (rc = dh_wire_set_samples(&m.u.request, ids, SAMPLES, e)) < 0)
         goto out;
     m.u.request.requester_rank = (uint32_t)p->rank;

@@ -10,8 +10,8 @@
  *     use the Tier-1 planner, an internal module).  An I/O
  *     thread (the paper's sender and fetcher in one, since a ZeroMQ socket
  *     belongs to one thread) keeps up to `prefetch` steps requested ahead
- *     of consumption, each as `microbatches` DescriptorRequests (task id
- *     (epoch, step, rank, microbatch)), and files the notices that come
+ *     of consumption, each as `microbatches` DescriptorRequests (task
+ *     (epoch, pass, step, rank, microbatch), wire.h), and files the notices that come
  *     back into a reorder buffer (reorder.h).
  *   - dh_client_next() blocks, bounded by timeout_ms, until every part of
  *     the next step is in, and returns a view: one part per microbatch,
@@ -39,7 +39,7 @@
  * dh_client_batch_release(); the client stays allocated until it is
  * destroyed and every batch released (so a batch may outlive destroy()).
  *
- * Thread-safety: next(), start_epoch() and stats() from one consumer
+ * Thread-safety: next(), start_pass(), start_epoch() and stats() from one consumer
  * thread at a time; dh_client_batch_release() from any thread.
  */
 #ifndef DATAHELIX_CLIENT_H
@@ -174,15 +174,32 @@ DH_API int dh_client_create(const struct dh_client_opts *o,
                             struct dh_err *e) DH_MUST_CHECK;
 
 /*
- * Starts an epoch: n_steps steps, numbered first_step.. (the global step
- * within the epoch; first_step > 0 resumes mid-epoch), step k consuming
- * ids[offsets[k] .. offsets[k+1]) (offsets has n_steps + 1 entries; each
- * step 1..DH_CLIENT_MAX_STEP_SAMPLES ids, at least `microbatches`).
- * Copied.  Steps of a previous epoch not consumed yet are abandoned: their
- * results are released as they come.  A task id names its content: the same
- * (epoch, step) must mean the same ids.  DH_EINVAL / DH_ETOOBIG for a bad
- * schedule, DH_ENOMEM.
+ * Starts pass `pass` of `epoch`: n_steps steps, numbered first_step.. (the
+ * global step within the epoch; first_step > 0 resumes mid-epoch), step k
+ * consuming ids[offsets[k] .. offsets[k+1]) (offsets has n_steps + 1
+ * entries; each step 1..DH_CLIENT_MAX_STEP_SAMPLES ids, at least
+ * `microbatches`).  Copied.  Steps given before and not consumed yet are
+ * abandoned: their results are released as they come.
+ *
+ * The pass names this schedule's task ids (wire.h: the id is (pass, step,
+ * rank, microbatch); the epoch travels beside it), so a late result of an
+ * abandoned schedule can never stand for a step of this one.  A pass is
+ * either new - above every pass this client started before - or the
+ * current one continued: the same epoch, first_step at or after the end
+ * of the steps it was given (a long pass handed over in chunks).
+ * DH_EINVAL for a pass used before otherwise, or for a bad schedule;
+ * DH_ETOOBIG for pass >= DH_WIRE_MAX_PASSES (65,536: every task id of
+ * this rank would be taken), an epoch above UINT32_MAX or steps beyond
+ * DH_WIRE_MAX_STEPS; DH_ENOMEM.  On error nothing changes.
  */
+DH_API int dh_client_start_pass(struct dh_client *c, uint64_t epoch,
+                                uint64_t pass, uint64_t first_step,
+                                uint64_t n_steps, const uint64_t *ids,
+                                const uint64_t *offsets,
+                                struct dh_err *e) DH_MUST_CHECK;
+
+/* dh_client_start_pass() with a new pass: one more than the last this
+ * client started (0 for its first).  Errors as there. */
 DH_API int dh_client_start_epoch(struct dh_client *c, uint32_t epoch,
                                  uint64_t first_step, uint64_t n_steps,
                                  const uint64_t *ids, const uint64_t *offsets,

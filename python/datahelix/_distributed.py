@@ -28,7 +28,7 @@ from torch.utils.data import (BatchSampler, DistributedSampler,
                               RandomSampler, SequentialSampler)
 from torch.utils.data._utils.collate import default_collate, default_convert
 
-from . import _C, _slot
+from . import _C, _passes, _slot
 from ._C import ArenaExhausted, DataError, SampleError
 from ._C import TimeoutError as DataTimeoutError
 from ._services import Closing, Coordinator, binary, coordinator_address
@@ -169,7 +169,7 @@ class _Iter:
         # the generator, which a RandomSampler then also draws from).
         self._batches = iter(loader._index_sampler)
         self._base_seed = loader._iteration_seed()
-        self._wire = loader._new_wire_epoch()
+        self._pass = loader._new_pass()
         self._epoch = loader._epoch
         try:
             self._len = len(loader)
@@ -211,8 +211,9 @@ class _Iter:
             offs.append(len(ids))
         if self._given + len(chunk) > (1 << 24):
             raise ValueError("more than 2^24 steps in one epoch")
-        L._client.start_epoch(self._wire, self._given, ids.tobytes(),
-                              offs.tobytes())
+        # One pass per iteration; its chunks continue it (later steps).
+        L._client.start_pass(self._epoch, self._pass, self._given,
+                             ids.tobytes(), offs.tobytes())
         self._given += len(chunk)
         return True
 
@@ -324,7 +325,6 @@ class DistributedDataLoader(Closing):
         self.python = python or sys.executable
         self._instance = next(_instances)
         self._epoch = 0
-        self._wire = -1
         self._client = None
         self._warm = False  # a batch came since the client started
         self._coord = None
@@ -385,11 +385,12 @@ class DistributedDataLoader(Closing):
                        .random_(generator=self.generator).item()) & _M63
         return _mix(self.seed, self._epoch)
 
-    def _new_wire_epoch(self):
-        # Every pass gets its own task ids: a late result of an abandoned
-        # pass can never stand for a step of this one.
-        self._wire = (self._wire + 1) % (1 << 16)
-        return self._wire
+    def _new_pass(self):
+        # Every iteration is a new pass, so it gets task ids of its own (the
+        # wire's (pass, step, rank, part), the epoch beside it): a late
+        # result of an abandoned pass can never stand for a step of this
+        # one.  Never reused in this process, never wrapped (_passes.py).
+        return _passes.new_pass()
 
     def _timeout_ms(self):
         t = self.timeout if self.timeout > 0 else self.worker_timeout + 60

@@ -6,7 +6,7 @@ import shutil
 
 import torch
 
-from . import _C
+from . import _C, _passes
 from ._services import (Closing, Coordinator, binary, coordinator_address,
                         ensure_index)
 
@@ -240,8 +240,7 @@ class DataLoader(Closing):
         self._resume = False
         k = min(max(self._step - base, 0), n_steps)
         o = array.array("Q", offs)[k:]
-        self._client.start_epoch(self._task_epoch(), base + k, ids,
-                                 o.tobytes())
+        self._start_pass(base + k, ids, o.tobytes())
         while True:
             try:
                 b = self._client.next(self._timeout_ms)
@@ -285,17 +284,6 @@ class DataLoader(Closing):
 
     # -- state --------------------------------------------------------------
 
-    def _task_epoch(self):
-        """The epoch that names this segment's tasks.  A task id names its
-        content (docs/client.md), and a re-planned rest of an epoch gives
-        the same (epoch, step, rank) other samples, so it gets tasks of its
-        own: bit 15 set, the re-plan depth in bits 12-14.  (Random crops and
-        jitter of a re-planned rest therefore differ from an uninterrupted
-        run's; the default plan draws none.)"""
-        if not self._chain:
-            return self._epoch
-        return 0x8000 | (min(len(self._chain), 7) << 12) | (self._epoch & 0xfff)
-
     def _chain_end(self):
         _, offs, base = self._schedule(self._epoch)
         return base + len(offs) // 8 - 1
@@ -313,41 +301,60 @@ class DataLoader(Closing):
         """Where this rank is: the next iteration after load_state_dict()
         resumes at exactly this step (the plan is a pure function of the
         manifest, the seed and the epoch).  Every rank saves the same
-        epoch and step in synchronous training."""
+        epoch and step in synchronous training.  "manifest" and "plan"
+        fingerprint what the saved step refers to (load_state_dict()
+        checks them)."""
         return {"epoch": self._epoch, "step": self._step, "seed": self.seed,
                 "world_size": self.world_size,
                 "batch_size": self.batch_size, "rank": self.rank,
                 "replanned": [list(x) for x in self._chain],
-                "manifest": self._manifest_id()}
+                "manifest": self._manifest_id(),
+                "plan": self._plan_id()}
 
     def load_state_dict(self, state):
         """Resumes at the saved step.  With another world size or batch
         size, the epoch's samples not consumed yet are planned again
-        across the ranks there are now: none repeated, none skipped."""
+        across the ranks there are now: none repeated, none skipped.  A
+        state saved once its epoch was consumed resumes at the first step
+        of the next epoch, whatever the world size.  A state of another
+        manifest, seed or sampling is refused (ValueError naming it)."""
         if state.get("seed", self.seed) != self.seed:
-            raise ValueError(f"state_dict was saved with seed="
-                             f"{state['seed']}, this loader has seed="
-                             f"{self.seed}: the epoch's permutation differs")
+            raise ValueError(f"state_dict: saved with seed={state['seed']}, "
+                             f"this loader has seed={self.seed}: the "
+                             "epoch's permutation differs")
         saved = state.get("manifest")  # absent in states of older versions
         if saved is not None and saved != self._manifest_id():
             now = self._manifest_id()
             raise ValueError(
-                f"state_dict was saved for another manifest: "
+                f"state_dict: saved with another manifest, of "
                 f"{saved['samples']} samples (digest {saved['digest']}), "
-                f"this loader's has "
-                f"{now['samples']} (digest {now['digest']}): its epoch and "
-                "step would name other samples here (a manifest with lines "
-                "removed and renumbered is another manifest).  Resume with "
-                "the manifest it was saved with, or drop state['manifest'] "
-                "to start at that step of this manifest's plan anyway")
+                f"this loader has {now['samples']} samples (digest "
+                f"{now['digest']}): its epoch and step would name other "
+                "samples here (a manifest with lines removed and "
+                "renumbered is another manifest).  Resume with the "
+                "manifest it was saved with, or drop state['manifest'] to "
+                "start at that step of this manifest's plan anyway")
+        plan = state.get("plan")  # absent in states of older versions
+        if plan is not None:
+            self._check_plan(plan, "sampling", "the saved step's samples "
+                             "would be sampled otherwise")
+        epoch, step = int(state["epoch"]), int(state["step"])
         chain = [tuple(int(v) for v in x)
                  for x in state.get("replanned", [])]
         w = int(state.get("world_size", self.world_size))
         b = int(state.get("batch_size", self.batch_size))
-        if (w, b) != (self.world_size, self.batch_size):
-            chain.append((w, b, int(state["step"])))
-        self._epoch = int(state["epoch"])
-        self._step = int(state["step"])
+        if self._epoch_consumed(state, epoch, chain, w, b, step):
+            epoch, step, chain = epoch + 1, 0, []
+        else:
+            if plan is not None and (step > 0 or chain):
+                for key in ("balance", "drop_last"):
+                    self._check_plan(plan, key, "the rest of its epoch "
+                                     "would repeat some samples and skip "
+                                     "others")
+            if (w, b) != (self.world_size, self.batch_size):
+                chain.append((w, b, step))
+        self._epoch = epoch
+        self._step = step
         self._chain = chain
         self._resume = True
         self._len = None
@@ -374,6 +381,73 @@ class DataLoader(Closing):
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
+
+    # -- task identity and resume checks ------------------------------------
+
+    def _start_pass(self, first_step, ids, offs):
+        """Gives the client this schedule as a new pass: the wire's task
+        id is (pass, step, rank, part) with the epoch beside it, so no two
+        schedules of this rank share an id, at any epoch count
+        (_passes.py)."""
+        self._client.start_pass(self._epoch, _passes.new_pass(), first_step,
+                                ids, offs)
+
+    def _plan_id(self):
+        """The plan's inputs besides manifest, seed, world and batch size
+        (which state_dict() has already): how the epoch's samples are put
+        into steps, and how each is sampled."""
+        size = getattr(self, "size", None)
+        return {"balance": self.balance, "drop_last": bool(self.drop_last),
+                "sampling": {
+                    "frames": self.frames,
+                    "size": list(size) if size is not None else None,
+                    "random_crop": bool(self._opts.get("random_crop"))}}
+
+    def _check_plan(self, saved, key, why):
+        now = self._plan_id()
+        if key not in saved or saved[key] == now[key]:
+            return
+        old, new = saved[key], now[key]
+        if isinstance(old, dict) and isinstance(new, dict):
+            diff = [k for k in sorted(set(old) | set(new))
+                    if old.get(k) != new.get(k)]
+            old = ", ".join(f"{k}={old.get(k)!r}" for k in diff)
+            new = ", ".join(f"{k}={new.get(k)!r}" for k in diff)
+        else:
+            old, new = f"{key}={old!r}", f"{key}={new!r}"
+        raise ValueError(f"state_dict: saved with {old}, this loader has "
+                         f"{new}: {why}.  Make the loader as it was "
+                         f"saved, or drop state['plan'] to resume anyway")
+
+    def _epoch_consumed(self, state, epoch, chain, w, b, step):
+        """Whether the saved step is past the saved epoch's last one: no
+        saved rank has a step left.  The same walk over the saved re-plans
+        as _schedule(), with the saved plan's balance and drop_last."""
+        saved = state.get("plan") or {}
+        balance = _BALANCE.get(saved.get("balance"), _BALANCE[self.balance])
+        drop = saved.get("drop_last", self.drop_last)
+
+        def plan(world, batch, rank, subset):
+            kw = {} if subset is None else {"subset": subset}
+            return _C.schedule(self.index_path, world, batch, rank, epoch,
+                               self.seed, balance,
+                               drop if subset is None else False, **kw)
+
+        subset, first = None, 0
+        for cw, cb, reached in chain:
+            rest = []
+            for r in range(cw):
+                ids, offs = plan(cw, cb, r, subset)
+                o = array.array("Q", offs)
+                k = min(max(reached - first, 0), len(o) - 1)
+                rest.append(ids[o[k] * 8:])
+            subset, first = b"".join(rest), reached
+            if not subset:
+                return True
+        # Every rank's plan has the plan's step count (a rank that a
+        # partial last step leaves nothing has an empty step there).
+        _, offs = plan(w, b, 0, subset)
+        return step >= first + len(offs) // 8 - 1
 
 
 # Any map-style torch Dataset on the DataServers' Python workers

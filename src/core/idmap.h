@@ -6,7 +6,7 @@
  *
  * Design notes:
  *   - Open addressing, linear probing from dh__mix64(key): task ids pack
- *     (epoch, step, rank, microbatch) into bit fields, so the low bits
+ *     (pass, step, rank, microbatch) into bit fields, so the low bits
  *     alone would cluster.  Deletion shifts the rest of the run back
  *     (Knuth 6.4, algorithm R) instead of leaving tombstones, so probe
  *     lengths stay those of a table that never deleted, however long a

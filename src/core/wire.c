@@ -40,7 +40,7 @@ _Static_assert((int)DH_WIRE_ROLE_REMOTE ==
                    DATAHELIX__WIRE__SERVER_ROLE__SERVER_ROLE_REMOTE,
                "role");
 _Static_assert(DH_WIRE_MAX_FRAMES == DH_MEDIA_MAX_FRAMES, "frame cap");
-_Static_assert(DH_WIRE_EPOCH_BITS + DH_WIRE_STEP_BITS + DH_WIRE_RANK_BITS +
+_Static_assert(DH_WIRE_PASS_BITS + DH_WIRE_STEP_BITS + DH_WIRE_RANK_BITS +
                        DH_WIRE_MICROBATCH_BITS ==
                    64,
                "task id bits");
@@ -63,13 +63,13 @@ uint64_t dh_wire_rejected(void)
 
 #define FIELD_MAX(bits) ((UINT64_C(1) << (bits)) - 1)
 
-int dh_wire_task_id(uint64_t epoch, uint64_t step, uint64_t rank,
+int dh_wire_task_id(uint64_t pass, uint64_t step, uint64_t rank,
                     uint64_t microbatch, uint64_t *out, struct dh_err *e)
 {
-    static const char *const names[4] = {"epoch", "step", "rank", "microbatch"};
-    static const int bits[4] = {DH_WIRE_EPOCH_BITS, DH_WIRE_STEP_BITS,
+    static const char *const names[4] = {"pass", "step", "rank", "microbatch"};
+    static const int bits[4] = {DH_WIRE_PASS_BITS, DH_WIRE_STEP_BITS,
                                 DH_WIRE_RANK_BITS, DH_WIRE_MICROBATCH_BITS};
-    const uint64_t v[4] = {epoch, step, rank, microbatch};
+    const uint64_t v[4] = {pass, step, rank, microbatch};
     uint64_t id = 0;
 
     for (int i = 0; i < 4; i++) {
@@ -84,15 +84,22 @@ int dh_wire_task_id(uint64_t epoch, uint64_t step, uint64_t rank,
     return 0;
 }
 
-int dh_wire_task_make(struct dh_wire_task *t, uint64_t epoch, uint64_t step,
-                      uint64_t rank, uint64_t microbatch, struct dh_err *e)
+int dh_wire_task_make(struct dh_wire_task *t, uint64_t epoch, uint64_t pass,
+                      uint64_t step, uint64_t rank, uint64_t microbatch,
+                      struct dh_err *e)
 {
     uint64_t id;
-    int rc = dh_wire_task_id(epoch, step, rank, microbatch, &id, e);
+    int rc;
 
-    if (rc < 0)
+    if (epoch > UINT32_MAX)
+        return dh_err_set(e, DH_ETOOBIG,
+                          "wire: task epoch %" PRIu64
+                          " does not fit in 32 bits (max %" PRIu32 ")",
+                          epoch, UINT32_MAX);
+    if ((rc = dh_wire_task_id(pass, step, rank, microbatch, &id, e)) < 0)
         return rc;
     t->epoch = (uint32_t)epoch;
+    t->pass = (uint32_t)pass;
     t->step = (uint32_t)step;
     t->rank = (uint32_t)rank;
     t->microbatch = (uint32_t)microbatch;
@@ -102,10 +109,15 @@ int dh_wire_task_make(struct dh_wire_task *t, uint64_t epoch, uint64_t step,
 
 void dh_wire_task_split(uint64_t id, struct dh_wire_task *out)
 {
+    const int rank_at = DH_WIRE_MICROBATCH_BITS;
+    const int step_at = rank_at + DH_WIRE_RANK_BITS;
+    const int pass_at = step_at + DH_WIRE_STEP_BITS;
+
     out->microbatch = (uint32_t)(id & FIELD_MAX(DH_WIRE_MICROBATCH_BITS));
-    out->rank = (uint32_t)((id >> 8) & FIELD_MAX(DH_WIRE_RANK_BITS));
-    out->step = (uint32_t)((id >> 24) & FIELD_MAX(DH_WIRE_STEP_BITS));
-    out->epoch = (uint32_t)(id >> 48);
+    out->rank = (uint32_t)((id >> rank_at) & FIELD_MAX(DH_WIRE_RANK_BITS));
+    out->step = (uint32_t)((id >> step_at) & FIELD_MAX(DH_WIRE_STEP_BITS));
+    out->pass = (uint32_t)(id >> pass_at);
+    out->epoch = 0; /* not in the id (wire.h) */
     out->id = id;
 }
 

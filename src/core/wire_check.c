@@ -84,19 +84,21 @@ static int ck_task(const struct dh__wire_ck *c, const struct dh_wire_task *t)
 {
     uint64_t id;
 
-    if (dh_wire_task_id(t->epoch, t->step, t->rank, t->microbatch, &id, NULL) <
+    /* The epoch is any u32 (wire.h): only the id's four fields are bounded. */
+    if (dh_wire_task_id(t->pass, t->step, t->rank, t->microbatch, &id, NULL) <
         0)
         return WIRE_BAD(c,
-                        "task (%" PRIu32 ", %" PRIu32 ", %" PRIu32 ", %" PRIu32
+                        "task (pass %" PRIu32 ", step %" PRIu32
+                        ", rank %" PRIu32 ", microbatch %" PRIu32
                         ") does not fit the task id layout "
                         "(16/24/16/8 bits)",
-                        t->epoch, t->step, t->rank, t->microbatch);
+                        t->pass, t->step, t->rank, t->microbatch);
     if (id != t->id)
         return WIRE_BAD(c,
                         "task.id %#" PRIx64 " does not match its tuple "
-                        "(%" PRIu32 ", %" PRIu32 ", %" PRIu32 ", %" PRIu32
-                        ") = %#" PRIx64,
-                        t->id, t->epoch, t->step, t->rank, t->microbatch, id);
+                        "(pass %" PRIu32 ", step %" PRIu32 ", rank %" PRIu32
+                        ", microbatch %" PRIu32 ") = %#" PRIx64,
+                        t->id, t->pass, t->step, t->rank, t->microbatch, id);
     return 0;
 }
 
@@ -291,6 +293,12 @@ static int ck_route(const struct dh__wire_ck *c, const struct dh_wire_route *r)
                         "request.task.id %#" PRIx64 " is not the route's "
                         "task %#" PRIx64,
                         r->request.task.id, r->task.id);
+    if (r->request.task.epoch != r->task.epoch)
+        return WIRE_BAD(c,
+                        "request.task (epoch %" PRIu32 ", id %#" PRIx64
+                        ") is not the route's task (epoch %" PRIu32 ")",
+                        r->request.task.epoch, r->request.task.id,
+                        r->task.epoch);
     return 0;
 }
 

@@ -27,6 +27,7 @@ static PbTask *task_pb(PbTask *pb, const struct dh_wire_task *t)
 {
     datahelix__wire__task_id__init(pb);
     pb->epoch = t->epoch;
+    pb->pass = t->pass;
     pb->step = t->step;
     pb->rank = t->rank;
     pb->microbatch = t->microbatch;
@@ -285,6 +286,7 @@ static int task_from_pb(const struct dh__wire_ck *c, struct dh_wire_task *t,
     if (!pb)
         return WIRE_BAD(c, "task is missing");
     t->epoch = pb->epoch;
+    t->pass = pb->pass;
     t->step = pb->step;
     t->rank = pb->rank;
     t->microbatch = pb->microbatch;

@@ -369,17 +369,24 @@ static PyObject *client_close(ClientObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *client_start_epoch(ClientObject *self, PyObject *args)
+/* start_epoch(epoch, first, ids, offs) and start_pass(epoch, pass, first,
+ * ids, offs): the ranges are dh_client_start_pass()'s to check. */
+static PyObject *client_start(ClientObject *self, PyObject *args,
+                              int with_pass)
 {
-    unsigned epoch;
-    unsigned long long first;
+    unsigned long long epoch, pass = 0, first;
     Py_buffer ids = {0}, offs = {0};
     struct dh_err e;
-    int rc = 0;
+    int rc = 0, ok;
     uint64_t n;
 
-    if (check_open(self) < 0 ||
-        !PyArg_ParseTuple(args, "IKy*y*", &epoch, &first, &ids, &offs))
+    if (check_open(self) < 0)
+        return NULL;
+    ok = with_pass ? PyArg_ParseTuple(args, "KKKy*y*", &epoch, &pass, &first,
+                                      &ids, &offs)
+                   : PyArg_ParseTuple(args, "KKy*y*", &epoch, &first, &ids,
+                                      &offs);
+    if (!ok)
         return NULL;
     if (offs.len < 8 || offs.len % 8 || ids.len % 8) {
         PyErr_SetString(PyExc_ValueError, "ids and offsets must be native "
@@ -393,9 +400,16 @@ static PyObject *client_start_epoch(ClientObject *self, PyObject *args)
         rc = -1;
         goto out;
     }
+    if (!with_pass && epoch > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "epoch beyond UINT32_MAX");
+        rc = -1;
+        goto out;
+    }
     Py_BEGIN_ALLOW_THREADS
-    rc = dh_client_start_epoch(self->c, epoch, first, n, ids.buf, offs.buf,
-                               &e);
+    rc = with_pass ? dh_client_start_pass(self->c, epoch, pass, first, n,
+                                          ids.buf, offs.buf, &e)
+                   : dh_client_start_epoch(self->c, (uint32_t)epoch, first,
+                                           n, ids.buf, offs.buf, &e);
     Py_END_ALLOW_THREADS
     if (rc < 0)
         dhpy_raise(rc, &e);
@@ -405,6 +419,16 @@ out:
     if (rc < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+static PyObject *client_start_epoch(ClientObject *self, PyObject *args)
+{
+    return client_start(self, args, 0);
+}
+
+static PyObject *client_start_pass(ClientObject *self, PyObject *args)
+{
+    return client_start(self, args, 1);
 }
 
 static double now_s(void)
@@ -593,7 +617,13 @@ static PyObject *client_quarantine(ClientObject *self, PyObject *unused)
 
 static PyMethodDef client_methods[] = {
     {"start_epoch", (PyCFunction)client_start_epoch, METH_VARARGS,
-     "start_epoch(epoch, first_step, ids, offsets): this rank's schedule"},
+     "start_epoch(epoch, first_step, ids, offsets): this rank's schedule, "
+     "as a new pass"},
+    {"start_pass", (PyCFunction)client_start_pass, METH_VARARGS,
+     "start_pass(epoch, pass, first_step, ids, offsets): this rank's "
+     "schedule as pass `pass` (new, or the current one continued with "
+     "later steps; ValueError for a pass used before, DataError for "
+     "pass >= 65536 or steps beyond 2^24)"},
     {"next", (PyCFunction)client_next, METH_VARARGS,
      "next(timeout_ms=-1) -> Batch, or None at the end of the epoch"},
     {"stats", (PyCFunction)client_stats, METH_NOARGS, "counters (dict)"},

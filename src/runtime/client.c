@@ -327,20 +327,19 @@ fail:
     return rc;
 }
 
-/* ---- epochs ---- */
+/* ---- epochs and passes ---- */
 
-static int check_schedule(const struct dh_client *c, uint32_t epoch,
-                          uint64_t first_step, uint64_t n_steps,
-                          const uint64_t *ids, const uint64_t *offs,
-                          struct dh_err *e)
+static int check_schedule(const struct dh_client *c, uint64_t first_step,
+                          uint64_t n_steps, const uint64_t *ids,
+                          const uint64_t *offs, struct dh_err *e)
 {
-    if (epoch >= (1u << DH_WIRE_EPOCH_BITS) ||
-        first_step + n_steps > (1ull << DH_WIRE_STEP_BITS) ||
-        n_steps > (1ull << DH_WIRE_STEP_BITS))
-        return dh_err_set(e, DH_ETOOBIG, "client: epoch %u or steps %llu.."
-                          "%llu beyond the task id's range", epoch,
+    if (first_step > DH_WIRE_MAX_STEPS || n_steps > DH_WIRE_MAX_STEPS ||
+        first_step + n_steps > DH_WIRE_MAX_STEPS)
+        return dh_err_set(e, DH_ETOOBIG, "client: steps %llu..%llu beyond "
+                          "the task id's range (%u steps an epoch)",
                           (unsigned long long)first_step,
-                          (unsigned long long)(first_step + n_steps));
+                          (unsigned long long)(first_step + n_steps),
+                          DH_WIRE_MAX_STEPS);
     if (n_steps && (!ids || !offs))
         return dh_err_set(e, DH_EINVAL, "client: no schedule given");
     for (uint64_t k = 0; k < n_steps; k++) {
@@ -357,17 +356,62 @@ static int check_schedule(const struct dh_client *c, uint32_t epoch,
     return 0;
 }
 
+/* A pass is new (>= pass_next) or the current one continued with later
+ * steps of its epoch; never a reused one (client.h).  Consumer thread: the
+ * fields read here are written only by start_pass on that thread. */
+static int check_pass(const struct dh_client *c, uint64_t epoch,
+                      uint64_t pass, uint64_t first_step, struct dh_err *e)
+{
+    if (epoch > UINT32_MAX)
+        return dh_err_set(e, DH_ETOOBIG, "client: epoch %llu beyond "
+                          "UINT32_MAX", (unsigned long long)epoch);
+    if (pass >= DH_WIRE_MAX_PASSES)
+        return dh_err_set(e, DH_ETOOBIG, "client: pass %llu: a rank starts "
+                          "at most %u passes (iterations, re-plans, "
+                          "resumes) in a job, after which task ids would "
+                          "repeat", (unsigned long long)pass,
+                          DH_WIRE_MAX_PASSES);
+    if (c->pass_next && pass == c->pass) {
+        if (epoch != c->epoch || first_step < c->first_step + c->n_steps)
+            return dh_err_set(e, DH_EINVAL, "client: pass %llu continued "
+                              "with epoch %llu steps %llu.., but it is epoch "
+                              "%u and was given steps up to %llu",
+                              (unsigned long long)pass,
+                              (unsigned long long)epoch,
+                              (unsigned long long)first_step, c->epoch,
+                              (unsigned long long)(c->first_step +
+                                                   c->n_steps));
+        return 0;
+    }
+    if (pass < c->pass_next)
+        return dh_err_set(e, DH_EINVAL, "client: pass %llu was started "
+                          "before (the next new pass is %llu): a reused "
+                          "pass would give two schedules one task id",
+                          (unsigned long long)pass,
+                          (unsigned long long)c->pass_next);
+    return 0;
+}
+
 int dh_client_start_epoch(struct dh_client *c, uint32_t epoch,
                           uint64_t first_step, uint64_t n_steps,
                           const uint64_t *ids, const uint64_t *offsets,
                           struct dh_err *e)
 {
+    return dh_client_start_pass(c, epoch, c->pass_next, first_step, n_steps,
+                                ids, offsets, e);
+}
+
+int dh_client_start_pass(struct dh_client *c, uint64_t epoch, uint64_t pass,
+                         uint64_t first_step, uint64_t n_steps,
+                         const uint64_t *ids, const uint64_t *offsets,
+                         struct dh_err *e)
+{
     uint64_t *nid = NULL, *noff = NULL, total, base;
     struct dh_reorder *ro = NULL;
     int rc;
 
-    if ((rc = check_schedule(c, epoch, first_step, n_steps, ids, offsets,
-                             e)) < 0)
+    if ((rc = check_pass(c, epoch, pass, first_step, e)) < 0 ||
+        (rc = check_schedule(c, first_step, n_steps, ids, offsets, e)) < 0)
         return rc;
     base = n_steps ? offsets[0] : 0;
     total = n_steps ? offsets[n_steps] - base : 0;
@@ -392,7 +436,9 @@ int dh_client_start_epoch(struct dh_client *c, uint32_t epoch,
     dh__free(c->offs);
     c->ids = nid;
     c->offs = noff;
-    c->epoch = epoch;
+    c->epoch = (uint32_t)epoch;
+    c->pass = (uint32_t)pass;
+    c->pass_next = pass + 1;
     c->first_step = first_step;
     c->n_steps = n_steps;
     c->next_issue = c->next_consume = 0;

@@ -97,8 +97,9 @@ struct dh_client {
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    /* the epoch (mu) */
-    uint32_t epoch;
+    /* the pass (mu): its epoch, its number, the lowest new one */
+    uint32_t epoch, pass;
+    uint64_t pass_next;
     uint64_t first_step, n_steps;
     uint64_t *ids, *offs;
     uint64_t next_issue, next_consume; /* step positions 0..n_steps */
@@ -137,7 +138,7 @@ enum dh_stage dh__stage_of(int cause);
 void *dh__cl_io_main(void *arg);
 /* Wakes the I/O thread (a step was consumed or the epoch changed). */
 void dh__cl_wake(struct dh_client *c);
-/* Task id of step position k, microbatch j of the current epoch. */
+/* Task id of step position k, microbatch j of the current pass. */
 uint64_t dh__cl_task_id(const struct dh_client *c, uint64_t k, uint32_t j);
 /* The slack of step position k's requests, from the deadline model
  * (place.h), clamped to what the wire carries (mu held). */

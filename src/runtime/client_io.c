@@ -41,7 +41,7 @@ uint64_t dh__cl_task_id(const struct dh_client *c, uint64_t k, uint32_t j)
     uint64_t id;
 
     /* Cannot fail: send_request() made this task from the same fields. */
-    if (dh_wire_task_id(c->epoch, c->first_step + k, c->rank, j, &id,
+    if (dh_wire_task_id(c->pass, c->first_step + k, c->rank, j, &id,
                         NULL) < 0)
         return UINT64_MAX;
     return id;
@@ -92,8 +92,8 @@ static int send_request(struct dh_client *c, uint64_t k, uint32_t j,
     r->hints.est_cpu_ms = cpu > 0 && cpu < DH_WIRE_MAX_LATENCY_MS ? cpu : 0;
     r->hints.est_out_bytes = dh_batch_bytes(&c->plan, (uint32_t)(hi - lo));
     r->hints.steps_ahead = (uint32_t)(k - c->next_consume);
-    if ((rc = dh_wire_task_make(&r->task, c->epoch, c->first_step + k,
-                                c->rank, j, e)) < 0 ||
+    if ((rc = dh_wire_task_make(&r->task, c->epoch, c->pass,
+                                c->first_step + k, c->rank, j, e)) < 0 ||
         (rc = dh_wire_set_samples(r, c->ids + lo, hi - lo, e)) < 0 ||
         (rc = dh_wire_plan_from_media(&r->plan, &c->plan, e)) < 0)
         goto out;
@@ -164,7 +164,7 @@ static void reissue(struct dh_client *c)
 
         dh_wire_task_split(ids[i], &t);
         k = t.step - c->first_step;
-        if (t.epoch != c->epoch || k >= c->n_steps)
+        if (t.pass != c->pass || k >= c->n_steps)
             continue;
         if (send_request(c, k, t.microbatch,
                          c->sent[(k % c->prefetch) * c->mb + t.microbatch]

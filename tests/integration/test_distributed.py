@@ -358,6 +358,27 @@ def index_est_cpu_ms(path):
     return list(struct.unpack_from(f"<{n}f", data, off))
 
 
+def test_passes_are_task_ids_of_their_own_and_never_wrap(ours,
+                                                         monkeypatch):
+    """Every iteration is a new pass of the wire's task id (pass, step,
+    rank, part), handed to the client in chunks that continue it; passes
+    come from one per-process counter, and the one after the last a rank
+    may start (65,535) is a clear error, not a wrap onto pass 0's ids."""
+    from datahelix import _distributed, _passes
+    import itertools
+    monkeypatch.setattr(_distributed, "_CHUNK", 2)  # 5 steps: 3 chunks
+    loader = ours(dd.Range(9), batch_size=2)
+    want = [[0, 1], [2, 3], [4, 5], [6, 7], [8]]
+    assert lists(loader) == want
+    before = next(_passes._count)
+    assert lists(loader) == want
+    assert next(_passes._count) == before + 2  # that pass, then this draw
+    monkeypatch.setattr(_passes, "_count", itertools.count(65535))
+    assert lists(loader) == want  # pass 65,535: the last one
+    with pytest.raises(datahelix.DataError, match="pass 65536"):
+        lists(loader)
+
+
 def test_estimate_cost_feeds_the_index(ours):
     loader = ours(dd.Costed(5), batch_size=2)
     assert flat(loader) == [0, 1, 2, 3, 4]

@@ -165,6 +165,147 @@ def test_resume_on_another_world_size_repeats_and_skips_nothing(
     assert all(s and s[0] == 1 for s in steps), steps  # numbering goes on
 
 
+def test_replanned_rest_keeps_random_crops(dataset, coordinator):
+    """A task's epoch travels beside its id (docs/wire-protocol.md "Task
+    ids"): the re-planned rest after a resume on another world size is a
+    pass of its own, yet draws its random crops from (seed, epoch, sample
+    id) like any pass, so every sample has an uninterrupted run's bytes
+    (with the epoch bit-packed into the id, the DataServer drew them from
+    another epoch)."""
+    m = dataset / "m.jsonl"
+    kw = dict(SMALL, random_crop=True)
+
+    def videos(loader):
+        return {i: v.clone() for b in loader
+                for i, v in zip(b["ids"].tolist(), b["video"])}
+
+    with datahelix.DataLoader(m, **kw) as full:
+        ref = videos(full)
+    with datahelix.DataLoader(m, **kw) as other:
+        other.set_epoch(1)
+        assert any(not torch.equal(v, ref[i])
+                   for i, v in videos(other).items())  # crops do vary
+    first = [datahelix.DataLoader(m, rank=r, world_size=2,
+                                  coordinator=coordinator, **kw)
+             for r in range(2)]
+    for x in first:
+        next(iter(x))
+    state = first[0].state_dict()
+    for x in first:
+        x.close()
+    with datahelix.DataLoader(m, rank=0, world_size=1,
+                              coordinator=coordinator, **kw) as y:
+        y.load_state_dict(state)
+        got = videos(y)
+        assert y.state_dict()["replanned"] == [[2, 2, 1]]
+    assert len(got) == 8 and len(ref) == 12
+    for i, v in got.items():
+        assert torch.equal(v, ref[i]), i
+
+
+def test_resume_refuses_another_manifest_seed_or_sampling(dataset,
+                                                          tmp_path):
+    """state_dict() fingerprints the manifest and the plan's inputs; a
+    state loaded into a loader that would give its step other samples, or
+    sample them otherwise, is a ValueError naming both values."""
+    m = dataset / "m.jsonl"
+    with datahelix.DataLoader(m, **SMALL) as a:
+        it = iter(a)
+        next(it)
+        state = a.state_dict()
+    assert state["plan"] == {"balance": "fixed", "drop_last": True,
+                             "sampling": {"frames": 4, "size": [32, 32],
+                                          "random_crop": False}}
+    json.dumps(state)  # plain data: any checkpoint format holds it
+    lines = m.read_text().splitlines(keepends=True)
+    head = [x for x in lines if "datahelix_header" in x]
+    body = [x for x in lines if "datahelix_header" not in x]
+    ten = tmp_path / "ten.jsonl"
+    ten.write_text("".join(head + body[:10]))
+    with pytest.raises(ValueError, match=r"state_dict: saved with another "
+                       r"manifest, of 12 samples .*this loader has 10 "
+                       r"samples"):
+        datahelix.DataLoader(ten, **SMALL).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"state_dict: saved with seed=0, "
+                       r"this loader has seed=3"):
+        datahelix.DataLoader(m, seed=3, **SMALL).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"state_dict: saved with frames=4, "
+                       r"this loader has frames=8"):
+        datahelix.DataLoader(m, **dict(SMALL, frames=8)).load_state_dict(
+            state)
+    with pytest.raises(ValueError, match=r"saved with size=\[32, 32\], "
+                       r"this loader has size=\[48, 48\]"):
+        datahelix.DataLoader(m, **dict(SMALL, size=(48, 48))
+                             ).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"saved with random_crop=False, "
+                       r"this loader has random_crop=True"):
+        datahelix.DataLoader(m, random_crop=True, **SMALL).load_state_dict(
+            state)
+    # Mid-epoch, how samples go into steps matters too ...
+    with pytest.raises(ValueError, match=r"saved with balance='fixed', "
+                       r"this loader has balance='free'"):
+        datahelix.DataLoader(m, balance="free", **SMALL).load_state_dict(
+            state)
+    with pytest.raises(ValueError, match=r"saved with drop_last=True, "
+                       r"this loader has drop_last=False"):
+        datahelix.DataLoader(m, drop_last=False, **SMALL).load_state_dict(
+            state)
+    # ... but not before the first step (nothing consumed yet).
+    with datahelix.DataLoader(m, **SMALL) as fresh:
+        start = fresh.state_dict()
+    with datahelix.DataLoader(m, balance="free", **SMALL) as x:
+        x.load_state_dict(start)
+        assert x.state_dict()["step"] == 0
+    # Knowingly: without the fingerprint, the step is taken as it is.
+    with datahelix.DataLoader(m, **dict(SMALL, frames=8)) as x:
+        x.load_state_dict({k: v for k, v in state.items() if k != "plan"})
+        assert x.state_dict()["step"] == 1
+
+
+def test_end_of_epoch_resumes_at_the_next_epoch_on_any_world_size(
+        dataset, coordinator):
+    """A state saved once its epoch was consumed (2 ranks) resumes at
+    epoch + 1, step 0: on 3 ranks (it failed with "the manifest has no
+    samples") every sample of the next epoch comes exactly once, in that
+    epoch's plan; on the same world size too."""
+    m = dataset / "m.jsonl"
+    first = [datahelix.DataLoader(m, rank=r, world_size=2,
+                                  coordinator=coordinator, **SMALL)
+             for r in range(2)]
+    done = [[b["ids"].tolist() for b in x] for x in first]
+    assert sorted(i for d in done for s in d for i in s) == list(range(12))
+    state = first[0].state_dict()
+    assert (state["epoch"], state["step"]) == (0, 3)
+    for x in first:
+        x.close()
+    second = [datahelix.DataLoader(m, rank=r, world_size=3,
+                                   coordinator=coordinator, **SMALL)
+              for r in range(3)]
+    for x in second:
+        x.load_state_dict(state)
+        assert (x.state_dict()["epoch"], x.state_dict()["step"]) == (1, 0)
+        assert x.state_dict()["replanned"] == []
+        x.set_epoch(1)  # what a training loop calls: no change
+    got = [[(b["epoch"], b["step"], b["ids"].tolist()) for b in x]
+           for x in second]
+    for x in second:
+        x.close()
+    ids = [i for g in got for _, _, s in g for i in s]
+    assert sorted(ids) == list(range(12)), ids  # once each
+    assert all(e == 1 for g in got for e, _, _ in g)
+    for r, g in enumerate(got):  # epoch 1's own plan at 3 ranks
+        assert [s for _, _, s in g] == [
+            x[r] for x in plan(m, 3, 2, epoch=1)]
+    with datahelix.DataLoader(m, **SMALL) as one:  # same world size
+        end = [b for b in one][-1]["step"] + 1
+        s1 = one.state_dict()
+        assert s1["step"] == end
+    with datahelix.DataLoader(m, **SMALL) as one:
+        one.load_state_dict(s1)
+        e1 = [b["ids"].tolist() for b in one]
+    assert e1 == [s[0] for s in plan(m, 1, 2, epoch=1)]
+
+
 def _collect(loader, into):
     out = []
     for b in loader:

@@ -39,7 +39,7 @@ static void fill_request(struct dh_wire_request *rq, uint32_t step,
     struct dh_media_plan p = fixture_plan();
     struct dh_err e;
 
-    assert_int_equal(dh_wire_task_make(&rq->task, 0, step, 0, 0, &e), 0);
+    assert_int_equal(dh_wire_task_make(&rq->task, 0, 0, step, 0, 0, &e), 0);
     rq->requester_rank = 0;
     assert_int_equal(dh_wire_set_samples(rq, ids, n, &e), 0);
     assert_int_equal(dh_wire_plan_from_media(&rq->plan, &p, &e), 0);

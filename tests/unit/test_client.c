@@ -33,6 +33,7 @@
 #include "datahelix/gendata.h"
 #include "datahelix/index.h"
 #include "datahelix/place.h"
+#include "datahelix/wire.h"
 
 #define NCLIPS 12 /* ids 0..11 good, id 12 = cut.mp4 (truncated) */
 
@@ -695,6 +696,109 @@ static void new_epoch_abandons_the_old(void **state)
     assert_arena_drains(v);
 }
 
+/* The same epoch started again (a new `for` loop, a resume) with other
+ * samples under the same step numbers: a new pass, so the results still
+ * coming for the first one are released, never taken for the second's
+ * steps (with task ids of (epoch, step, rank) they would be).  Pass 0's
+ * steps 1 and 2 are 12 samples each and occupy both workers when pass 1
+ * starts, so they finish before pass 1's steps of one sample. */
+static void same_epoch_again_is_a_new_pass(void **state)
+{
+    struct env *v = *state;
+    struct dh_client_opts o;
+    struct dh_client_stats st;
+    struct dh_client_batch *b;
+    uint64_t ids0[25] = {0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                         0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    uint64_t offs0[4] = {0, 1, 13, 25};
+    uint64_t ids1[3] = {4, 7, 9}, offs1[4] = {0, 1, 2, 3};
+    struct dh_err e;
+
+    env_up(v, 4u << 20, WAIT_MS);
+    client_opts(v, &o);
+    client_up(v, &o);
+    assert_int_equal(dh_client_start_pass(v->cl, 0, 0, 0, 3, ids0, offs0,
+                                          &e),
+                     0);
+    b = next_ok(v->cl);
+    check_batch(b, 0, 0, ids0, 1, 1);
+    dh_client_batch_release(b);
+    /* at once: steps 1 and 2 of pass 0 are still being prepared */
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 3, ids1, offs1, &e),
+                     0);
+    for (uint64_t k = 0; k < 3; k++) {
+        b = next_ok(v->cl);
+        check_batch(b, 0, k, ids1 + k, 1, 1);
+        dh_client_batch_release(b);
+    }
+    assert_int_equal(dh_client_next(v->cl, &b, &e), DH_EEMPTY);
+    ASSERT_CO_STAT(v, results, 6); /* pass 0's late ones came back too */
+    dh_client_stats(v->cl, &st);
+    assert_int_equal(st.steps, 4);
+    assert_int_equal(st.errors, 0);
+    assert_arena_drains(v);
+}
+
+/* dh_client_start_pass(): a pass is new or the current one continued with
+ * later steps of its epoch; a reused pass, a continuation that goes back or
+ * changes epoch, pass 65,536 and an epoch past 32 bits are refused, and a
+ * refused call changes nothing (the pass in progress goes on). */
+static void passes_are_never_reused(void **state)
+{
+    struct env *v = *state;
+    struct dh_client_opts o;
+    struct dh_client_batch *b;
+    uint64_t ids[8] = {0, 1, 2, 3, 4, 5, 6, 7}, offs[5];
+    struct dh_err e;
+
+    env_up(v, 4u << 20, WAIT_MS);
+    client_opts(v, &o);
+    client_up(v, &o);
+    even_offsets(offs, 4, 2);
+    assert_int_equal(dh_client_start_pass(v->cl, 7, 5, 0, 2, ids, offs, &e),
+                     0);
+    assert_int_equal(dh_client_start_pass(v->cl, 7, 4, 2, 2, ids, offs, &e),
+                     DH_EINVAL);
+    assert_non_null(strstr(e.msg, "pass 4 was started before"));
+    assert_int_equal(dh_client_start_pass(v->cl, 7, 5, 1, 2, ids, offs, &e),
+                     DH_EINVAL); /* steps 1.. were given already */
+    assert_non_null(strstr(e.msg, "pass 5 continued"));
+    assert_int_equal(dh_client_start_pass(v->cl, 8, 5, 2, 2, ids, offs, &e),
+                     DH_EINVAL); /* a pass names one epoch */
+    assert_int_equal(dh_client_start_pass(v->cl, 7, DH_WIRE_MAX_PASSES, 0, 2,
+                                          ids, offs, &e),
+                     DH_ETOOBIG);
+    assert_non_null(strstr(e.msg, "pass 65536"));
+    assert_int_equal(dh_client_start_pass(v->cl, UINT64_C(1) << 32, 6, 0, 2,
+                                          ids, offs, &e),
+                     DH_ETOOBIG);
+    assert_int_equal(dh_client_start_pass(v->cl, 7, 6, DH_WIRE_MAX_STEPS - 1,
+                                          2, ids, offs, &e),
+                     DH_ETOOBIG);
+    b = next_ok(v->cl); /* pass 5 still runs */
+    check_batch(b, 7, 0, ids, 2, 1);
+    dh_client_batch_release(b);
+    /* continued with steps 2..3: the chunk after the first */
+    assert_int_equal(dh_client_start_pass(v->cl, 7, 5, 2, 2, ids, offs + 2,
+                                          &e),
+                     0);
+    for (uint64_t k = 2; k < 4; k++) {
+        b = next_ok(v->cl);
+        check_batch(b, 7, k, ids + 2 * k, 2, 1);
+        dh_client_batch_release(b);
+    }
+    /* the last pass a rank may start, then no more */
+    assert_int_equal(dh_client_start_pass(v->cl, 9, DH_WIRE_MAX_PASSES - 1,
+                                          0, 1, ids, offs, &e),
+                     0);
+    b = next_ok(v->cl);
+    check_batch(b, 9, 0, ids, 2, 1);
+    dh_client_batch_release(b);
+    assert_int_equal(dh_client_start_epoch(v->cl, 10, 0, 1, ids, offs, &e),
+                     DH_ETOOBIG);
+    assert_arena_drains(v);
+}
+
 /* The abandoned epoch's last result comes back after the new epoch's whole
  * prefetch window has arrived (epoch 0 step 2 is 10 samples, epoch 1's
  * steps 1 sample each, and nothing of epoch 1 is consumed until every
@@ -939,6 +1043,10 @@ int main(void)
         cmocka_unit_test(bad_options_are_einval),
         cmocka_unit_test_setup_teardown(new_epoch_abandons_the_old,
                                         env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(same_epoch_again_is_a_new_pass,
+                                        env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(passes_are_never_reused, env_setup,
+                                        env_teardown),
         cmocka_unit_test_setup_teardown(
             late_result_with_full_window_is_released, env_setup,
             env_teardown),

@@ -249,7 +249,7 @@ static struct dh_wire_task task(uint32_t step)
 {
     struct dh_wire_task t;
 
-    assert_int_equal(dh_wire_task_make(&t, 0, step, 0, 0, NULL), 0);
+    assert_int_equal(dh_wire_task_make(&t, 0, 0, step, 0, 0, NULL), 0);
     return t;
 }
 
@@ -627,7 +627,7 @@ static void a_waiting_request_does_not_block_other_ranks(void **state)
     request(c0, 1); /* a is full: waits */
     ASSERT_STAT(f, pending, 1);
     dh_wire_msg_init(&m, DH_WIRE_DESCRIPTOR_REQUEST);
-    assert_int_equal(dh_wire_task_make(&m.u.request.task, 0, 0, 1, 0, NULL),
+    assert_int_equal(dh_wire_task_make(&m.u.request.task, 0, 0, 0, 1, 0, NULL),
                      0);
     m.u.request.requester_rank = 1;
     assert_int_equal(dh_wire_set_samples(&m.u.request, ids, 1, NULL), 0);

@@ -327,7 +327,7 @@ static void release_and_shutdown_from_fake_coordinator(void **state)
     assert_non_null(dh_arena_ptr(a, &ref));
     dh_wire_msg_fini(&m);
     dh_wire_msg_init(&m, DH_WIRE_RELEASE);
-    assert_int_equal(dh_wire_task_make(&m.u.release.task, 0, 3, 0, 0, &e), 0);
+    assert_int_equal(dh_wire_task_make(&m.u.release.task, 0, 0, 3, 0, 0, &e), 0);
     m.u.release.slot_offset = ref.offset;
     m.u.release.generation = ref.gen;
     router_send(rt, id, idlen, &m);

@@ -69,7 +69,7 @@ static void add_done_get(void **state)
     struct dh_inflight_info in;
 
     (void)state;
-    add(t, 0, 3, 100); /* id 0 is a valid task id (epoch 0, step 0, ...) */
+    add(t, 0, 3, 100); /* id 0 is a valid task id (pass 0, step 0, ...) */
     add(t, UINT64_MAX, 4, 101);
     assert_int_equal(dh_inflight_count(t), 2);
     assert_int_equal(dh_inflight_get(t, 0, &in), 0);

@@ -380,7 +380,7 @@ static void header(struct dh_wire_msg *m, uint32_t rank, uint64_t bytes,
     uint32_t valid = 1;
 
     dh_wire_msg_init(m, DH_WIRE_RESULT_NOTICE);
-    assert_int_equal(dh_wire_task_make(&m->u.result.task, 0, 50, rank, 0,
+    assert_int_equal(dh_wire_task_make(&m->u.result.task, 0, 0, 50, rank, 0,
                                        NULL), 0);
     m->u.result.server_id = REMOTE_ID;
     m->u.result.length = length;

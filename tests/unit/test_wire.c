@@ -5,6 +5,7 @@
  * only our caps; truncation at every length; random bytes and bit flips;
  * the task-id layout; allocation failure at every step of decode and encode.
  */
+#include <inttypes.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,7 +34,9 @@ static void fill_text(char *dst, size_t n, char c)
 static void task_max(struct dh_wire_task *t)
 {
     assert_int_equal(
-        dh_wire_task_make(t, 65535, (1u << 24) - 1, 65535, 255, NULL), 0);
+        dh_wire_task_make(t, UINT32_MAX, 65535, (1u << 24) - 1, 65535, 255,
+                          NULL),
+        0);
 }
 
 static void fill_request(struct dh_wire_request *r, size_t n)
@@ -180,6 +183,7 @@ static void assert_task_eq(const struct dh_wire_task *a,
                            const struct dh_wire_task *b)
 {
     assert_int_equal(a->epoch, b->epoch);
+    assert_int_equal(a->pass, b->pass);
     assert_int_equal(a->step, b->step);
     assert_int_equal(a->rank, b->rank);
     assert_int_equal(a->microbatch, b->microbatch);
@@ -412,7 +416,8 @@ static ProtobufCBinaryData bin(const char *s)
 static void pb_task(Datahelix__Wire__TaskId *t)
 {
     datahelix__wire__task_id__init(t);
-    t->epoch = 1;
+    t->epoch = 70000; /* any u32: not in the id */
+    t->pass = 1;
     t->step = 2;
     t->rank = 3;
     t->microbatch = 4;
@@ -775,6 +780,15 @@ static void mutate(struct pb *p, int id)
     case 72:
         p->route.target_address = bin_n(DH_WIRE_MAX_ADDR + 1);
         break;
+    case 68:
+        p->req_task.pass = 1u << 16;
+        break;
+    case 69:
+        p->req_task.pass = 2;
+        break; /* in range, but the id is pass 1's */
+    case 76:
+        p->req_task.epoch = 9;
+        break; /* the same id, another epoch */
     case 73:
         p->req_task.microbatch = 5;
         p->req_task.id += 1;
@@ -880,7 +894,7 @@ static void mutate(struct pb *p, int id)
 
 static const struct rule rules[] = {
     {DH_WIRE_SHUTDOWN, 1, DH_EVERSION, "version 0 is missing"},
-    {DH_WIRE_SHUTDOWN, 2, DH_EVERSION, "version 2 is not supported"},
+    {DH_WIRE_SHUTDOWN, 2, DH_EVERSION, "version 3 is not supported"},
     {DH_WIRE_SHUTDOWN, 3, DH_EFORMAT, "no body"},
     {DH_WIRE_REGISTER_CLIENT, 10, DH_EFORMAT, "register_client.rank 2"},
     {DH_WIRE_REGISTER_CLIENT, 11, DH_EFORMAT, "register_client.world_size"},
@@ -942,12 +956,20 @@ static const struct rule rules[] = {
     {DH_WIRE_DESCRIPTOR_REQUEST, 65, DH_EFORMAT, "hints.est_out_bytes"},
     {DH_WIRE_DESCRIPTOR_REQUEST, 66, DH_EFORMAT, "plan.snap_tol inf"},
     {DH_WIRE_DESCRIPTOR_REQUEST, 67, DH_ETOOBIG, "plan.indices: 4097"},
+    {DH_WIRE_DESCRIPTOR_REQUEST, 68, DH_EFORMAT,
+     "descriptor_request.task (pass 65536, step 2"},
+    {DH_WIRE_DESCRIPTOR_REQUEST, 69, DH_EFORMAT,
+     "descriptor_request.task.id 0x1000002000304 does not match its tuple "
+     "(pass 2,"},
     {DH_WIRE_ROUTE, 70, DH_EFORMAT, "route.server_id 0"},
     {DH_WIRE_ROUTE, 71, DH_EFORMAT, "route.target_server_id 0"},
     {DH_WIRE_ROUTE, 72, DH_ETOOBIG, "route.target_address"},
     {DH_WIRE_ROUTE, 73, DH_EFORMAT, "route.request.task.id"},
     {DH_WIRE_ROUTE, 74, DH_EFORMAT, "route.request.plan.width 0"},
     {DH_WIRE_ROUTE, 75, DH_EFORMAT, "route.task is missing"},
+    {DH_WIRE_ROUTE, 76, DH_EFORMAT,
+     "route.request.task (epoch 9, id 0x1000002000304) is not the route's "
+     "task (epoch 70000"},
     {DH_WIRE_RESULT_NOTICE, 80, DH_ETOOBIG, "result_notice.dims: 9"},
     {DH_WIRE_RESULT_NOTICE, 81, DH_EFORMAT, "result_notice.dims is empty"},
     {DH_WIRE_RESULT_NOTICE, 82, DH_EFORMAT, "result_notice.dims[1] 0"},
@@ -1017,8 +1039,8 @@ static void oversized_and_expanding_messages(void **state)
     /* A heartbeat of ~262,000 empty peer links fits in 1 MiB but would make
      * protobuf-c allocate ~12 MiB: the decode budget stops it. */
     n -= 1;          /* an even body: 2 bytes per link */
-    buf[i++] = 0x08; /* version = 1 */
-    buf[i++] = 0x01;
+    buf[i++] = 0x08; /* version */
+    buf[i++] = DH_WIRE_VERSION;
     buf[i++] = 0x22; /* heartbeat, length-delimited */
     size_t body = n - i - 4;
     buf[i++] = (uint8_t)(0x80 | (body & 0x7f));
@@ -1135,74 +1157,196 @@ static void random_bytes_and_bit_flips(void **state)
     }
 }
 
-/* ---- task ids ---- */
+/* ---- task ids: properties over random tuples ---- */
 
-static int cmp_u64(const void *a, const void *b)
+static uint64_t rng_next(uint64_t *x) /* xorshift64* */
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
+    *x ^= *x >> 12;
+    *x ^= *x << 25;
+    *x ^= *x >> 27;
+    return *x * UINT64_C(2685821657736338717);
 }
 
-static void task_id_injective_and_ordered(void **state)
+/* A field value in 0..max, edges (0, 1, max - 1, max) half of the time. */
+static uint64_t draw_field(uint64_t *x, uint64_t max)
 {
-    static const uint64_t ev[] = {0, 1, 2, 1000, 65534, 65535};
-    static const uint64_t sv[] = {0, 1, 255, 256, 65536, (1u << 24) - 1};
-    static const uint64_t rv[] = {0, 1, 7, 256, 65535};
-    static const uint64_t mv[] = {0, 1, 128, 255};
-    size_t n = 6 * 6 * 5 * 4, k = 0;
-    uint64_t *ids = calloc(n, sizeof(*ids)), prev = 0, id;
-    struct dh_wire_task t;
+    uint64_t r = rng_next(x);
+
+    switch (r % 8) {
+    case 0: return 0;
+    case 1: return 1;
+    case 2: return max - 1;
+    case 3: return max;
+    default: return (r >> 3) % (max + 1);
+    }
+}
+
+struct tuple {
+    uint64_t v[4]; /* pass, step, rank, microbatch */
+    uint64_t id;
+};
+
+static const uint64_t field_max[4] = {
+    DH_WIRE_MAX_PASSES - 1, DH_WIRE_MAX_STEPS - 1, DH_WIRE_MAX_RANKS - 1,
+    (1u << DH_WIRE_MICROBATCH_BITS) - 1};
+
+static int cmp_tuple_by_id(const void *a, const void *b)
+{
+    const struct tuple *x = a, *y = b;
+
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    return memcmp(x->v, y->v, sizeof(x->v));
+}
+
+static int cmp_fields(const struct tuple *x, const struct tuple *y)
+{
+    for (int f = 0; f < 4; f++)
+        if (x->v[f] != y->v[f])
+            return x->v[f] < y->v[f] ? -1 : 1;
+    return 0;
+}
+
+/* Random tuples (edges over-drawn, so equal fields are common): every one
+ * round-trips through make and split, the epoch rides along untouched, and
+ * sorted by id the tuples are in lexicographic order - so distinct tuples
+ * have distinct ids and equal ids mean equal tuples. */
+static void task_id_random_tuples(void **state)
+{
+    enum { N = 200000 };
+    struct tuple *t = calloc(N, sizeof(*t));
+    uint64_t x = UINT64_C(0x9E3779B97F4A7C15);
+    size_t same = 0;
 
     (void)state;
-    assert_non_null(ids);
-    /* Nested in tuple order: ids must come out strictly increasing. */
-    for (int a = 0; a < 6; a++)
-        for (int b = 0; b < 6; b++)
-            for (int c = 0; c < 5; c++)
-                for (int d = 0; d < 4; d++) {
-                    assert_int_equal(
-                        dh_wire_task_id(ev[a], sv[b], rv[c], mv[d], &id, NULL),
-                        0);
-                    assert_true(k == 0 || id > prev);
-                    dh_wire_task_split(id, &t);
-                    assert_int_equal(t.epoch, ev[a]);
-                    assert_int_equal(t.step, sv[b]);
-                    assert_int_equal(t.rank, rv[c]);
-                    assert_int_equal(t.microbatch, mv[d]);
-                    ids[k++] = prev = id;
-                }
-    qsort(ids, n, sizeof(*ids), cmp_u64);
-    for (size_t i = 1; i < n; i++)
-        assert_true(ids[i] != ids[i - 1]);
-    free(ids);
-    assert_int_equal(
-        dh_wire_task_id(65535, (1u << 24) - 1, 65535, 255, &id, NULL), 0);
+    assert_non_null(t);
+    for (size_t i = 0; i < N; i++) {
+        struct dh_wire_task w, back;
+        uint64_t epoch = rng_next(&x) >> 32; /* any u32 */
+
+        for (int f = 0; f < 4; f++)
+            t[i].v[f] = draw_field(&x, field_max[f]);
+        assert_int_equal(dh_wire_task_make(&w, epoch, t[i].v[0], t[i].v[1],
+                                           t[i].v[2], t[i].v[3], NULL),
+                         0);
+        assert_int_equal(w.epoch, epoch);
+        t[i].id = w.id;
+        dh_wire_task_split(w.id, &back);
+        assert_int_equal(back.pass, t[i].v[0]);
+        assert_int_equal(back.step, t[i].v[1]);
+        assert_int_equal(back.rank, t[i].v[2]);
+        assert_int_equal(back.microbatch, t[i].v[3]);
+        assert_int_equal(back.id, w.id);
+        assert_int_equal(back.epoch, 0);
+    }
+    qsort(t, N, sizeof(*t), cmp_tuple_by_id);
+    for (size_t i = 1; i < N; i++) {
+        int c = cmp_fields(&t[i - 1], &t[i]);
+
+        if (t[i - 1].id == t[i].id)
+            assert_int_equal(c, 0); /* a collision would fail here */
+        else
+            assert_int_equal(c, -1); /* monotone in the tuple */
+        same += c == 0;
+    }
+    assert_true(same > 0); /* the draw did repeat tuples: not vacuous */
+    free(t);
+}
+
+/* Every split id is one make gives back: split is the exact inverse. */
+static void task_id_split_inverts(void **state)
+{
+    uint64_t x = 12345, id;
+    struct dh_wire_task w;
+
+    (void)state;
+    for (int i = 0; i < 100000; i++) {
+        uint64_t raw = rng_next(&x);
+
+        dh_wire_task_split(raw, &w);
+        assert_int_equal(dh_wire_task_id(w.pass, w.step, w.rank,
+                                         w.microbatch, &id, NULL),
+                         0);
+        assert_int_equal(id, raw);
+    }
+    assert_int_equal(dh_wire_task_id(65535, (1u << 24) - 1, 65535, 255, &id,
+                                     NULL),
+                     0);
     assert_int_equal(id, UINT64_MAX);
     assert_int_equal(dh_wire_task_id(0, 0, 0, 0, &id, NULL), 0);
     assert_int_equal(id, 0);
 }
 
+/* A field above its range is DH_ETOOBIG naming it, and nothing is written;
+ * also for random values above the range, and the epoch above 32 bits. */
 static void task_id_rejects_overflow(void **state)
 {
-    struct dh_wire_task t = {9, 9, 9, 9, 9};
+    static const char *const names[4] = {"pass", "step", "rank",
+                                         "microbatch"};
+    struct dh_wire_task t = {9, 9, 9, 9, 9, 9};
     struct dh_err e;
-    uint64_t id = 42;
+    uint64_t id = 42, x = 777;
+    char want[64];
 
     (void)state;
-    assert_int_equal(dh_wire_task_id(65536, 0, 0, 0, &id, &e), DH_ETOOBIG);
-    assert_non_null(strstr(e.msg, "epoch 65536"));
-    assert_int_equal(dh_wire_task_id(0, 1u << 24, 0, 0, &id, &e), DH_ETOOBIG);
-    assert_non_null(strstr(e.msg, "step 16777216"));
-    assert_int_equal(dh_wire_task_id(0, 0, 65536, 0, &id, &e), DH_ETOOBIG);
-    assert_non_null(strstr(e.msg, "rank 65536"));
-    assert_int_equal(dh_wire_task_id(0, 0, 0, 256, &id, &e), DH_ETOOBIG);
-    assert_non_null(strstr(e.msg, "microbatch 256"));
-    assert_int_equal(dh_wire_task_id(UINT64_MAX, 0, 0, 0, &id, &e), DH_ETOOBIG);
-    assert_int_equal(id, 42); /* not written */
-    assert_int_equal(dh_wire_task_make(&t, 0, 0, 0, 300, &e), DH_ETOOBIG);
-    assert_int_equal(t.id, 9);
-    assert_int_equal(dh_wire_task_make(&t, 3, 2, 1, 0, &e), 0);
+    for (int i = 0; i < 4000; i++) {
+        uint64_t v[4] = {0, 0, 0, 0};
+        int f = i % 4;
+
+        v[f] = field_max[f] + 1 +
+               (i < 4 ? 0 : rng_next(&x) % (UINT64_MAX - field_max[f]));
+        assert_int_equal(dh_wire_task_id(v[0], v[1], v[2], v[3], &id, &e),
+                         DH_ETOOBIG);
+        snprintf(want, sizeof(want), "task %s %" PRIu64, names[f], v[f]);
+        if (!strstr(e.msg, want))
+            fail_msg("\"%s\" does not name \"%s\"", e.msg, want);
+        assert_int_equal(id, 42); /* not written */
+        assert_int_equal(dh_wire_task_make(&t, 1, v[0], v[1], v[2], v[3],
+                                           &e),
+                         DH_ETOOBIG);
+        assert_int_equal(t.id, 9);
+    }
+    assert_int_equal(dh_wire_task_make(&t, UINT64_C(1) << 32, 0, 0, 0, 0,
+                                       &e),
+                     DH_ETOOBIG);
+    assert_non_null(strstr(e.msg, "task epoch 4294967296"));
+    assert_int_equal(t.epoch, 9);
+    assert_int_equal(dh_wire_task_make(&t, 70000, 3, 2, 1, 0, &e), 0);
     assert_int_equal(t.id, (UINT64_C(3) << 48) | (UINT64_C(2) << 24) | 256);
+    assert_int_equal(t.epoch, 70000);
+    assert_int_equal(t.pass, 3);
+}
+
+/* The collisions of the old layout (epoch in 16 bits, which the Python side
+ * bit-packed with a re-plan depth) cannot happen: epochs 0 and 4096, or
+ * 0x9000 and a re-plan of epoch 0x1000, are different passes, and one
+ * epoch's passes are distinct ids; an encoded task keeps its epoch. */
+static void task_id_epoch_beside_the_id(void **state)
+{
+    static const uint64_t epochs[] = {0, 4096, 0x9000, 0x8000, 65536,
+                                      UINT32_MAX};
+    struct dh_wire_task t[6], back;
+    struct dh_wire_msg m, d;
+    uint8_t *buf;
+    size_t len;
+    struct dh_err e;
+
+    (void)state;
+    for (uint64_t p = 0; p < 6; p++) {
+        assert_int_equal(dh_wire_task_make(&t[p], epochs[p], p, 7, 1, 0, &e),
+                         0);
+        for (uint64_t q = 0; q < p; q++)
+            assert_true(t[p].id != t[q].id);
+        dh_wire_msg_init(&m, DH_WIRE_RELEASE);
+        m.u.release.task = t[p];
+        assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), 0);
+        assert_int_equal(dh_wire_decode(buf, len, &d, &e), 0);
+        back = d.u.release.task;
+        assert_task_eq(&back, &t[p]);
+        dh_wire_free(buf);
+        dh_wire_msg_fini(&m);
+        dh_wire_msg_fini(&d);
+    }
 }
 
 /* ---- the encoder's own checks, setters, plan conversions ---- */
@@ -1374,8 +1518,10 @@ int main(void)
         cmocka_unit_test(oversized_and_expanding_messages),
         cmocka_unit_test(truncated_at_every_length),
         cmocka_unit_test(random_bytes_and_bit_flips),
-        cmocka_unit_test(task_id_injective_and_ordered),
+        cmocka_unit_test(task_id_random_tuples),
+        cmocka_unit_test(task_id_split_inverts),
         cmocka_unit_test(task_id_rejects_overflow),
+        cmocka_unit_test(task_id_epoch_beside_the_id),
         cmocka_unit_test(encode_rejects_bad_messages),
         cmocka_unit_test(setters_respect_caps),
         cmocka_unit_test(plan_converts_both_ways),

@@ -19,8 +19,10 @@
  *     protobuf-c code, then through the checks, then into these structs.
  *     Encoding runs the same checks first, so a message this codec encodes
  *     is one it would accept.
- *   - Task ids are derived from (epoch, step, rank, microbatch), never from a
- *     counter (DESIGN.md 8); see dh_wire_task_id() for the bit layout.
+ *   - A task's identity is (epoch, pass, step, rank, microbatch) and its id
+ *     is derived from it, never from a counter that restarts (DESIGN.md 8);
+ *     see dh_wire_task_id() for the bit layout and why the epoch is not in
+ *     it.
  *
  * Thread-safety: every function is thread-safe on distinct messages.
  */
@@ -34,7 +36,7 @@
 #include "datahelix/media.h"
 
 /* Envelope.version this build speaks; any other is DH_EVERSION. */
-#define DH_WIRE_VERSION 1u
+#define DH_WIRE_VERSION 2u
 
 /* ---- caps (checked on encode and decode) ---- */
 #define DH_WIRE_MAX_MSG (1u << 20)     /* bytes of one encoded envelope */
@@ -55,44 +57,60 @@
 #define DH_WIRE_MAX_LATENCY_MS 1e9     /* heartbeat latency EWMA */
 
 /* ---- task ids ---- */
-#define DH_WIRE_EPOCH_BITS 16
+#define DH_WIRE_PASS_BITS 16
 #define DH_WIRE_STEP_BITS 24
 #define DH_WIRE_RANK_BITS 16
 #define DH_WIRE_MICROBATCH_BITS 8
+/* Passes one client may start in a job (0..65535), steps of one epoch. */
+#define DH_WIRE_MAX_PASSES (1u << DH_WIRE_PASS_BITS)
+#define DH_WIRE_MAX_STEPS (1u << DH_WIRE_STEP_BITS)
 
 /*
- * A task's identity (DESIGN.md 8).  `id` is derived from the other four by
- * dh_wire_task_id(); a message whose id does not match its tuple is
- * rejected.  Fill it with dh_wire_task_make().
+ * A task's identity (DESIGN.md 8): step `step` of the plan of `epoch`, part
+ * `microbatch` of it, consumed by `rank`, in the client's pass `pass`.  `id`
+ * is derived from the tuple by dh_wire_task_id(); a message whose id does
+ * not match its tuple, or whose fields are out of range, is rejected.  Fill
+ * it with dh_wire_task_make().
+ *
+ * A pass is one schedule a client was given (dh_client_start_pass(): every
+ * iteration, re-planned rest or resume is a new one).  A client numbers its
+ * passes itself, one more each time, never reusing one in its job; the
+ * epoch is carried beside the id, not inside it, because a pass belongs to
+ * exactly one epoch.  So any epoch count works: distinct tasks of one job
+ * have distinct ids as long as each rank starts at most DH_WIRE_MAX_PASSES
+ * passes (the client refuses the next one with DH_ETOOBIG, it never wraps).
  */
 struct dh_wire_task {
-    uint32_t epoch, step, rank, microbatch;
+    uint32_t epoch, pass, step, rank, microbatch;
     uint64_t id;
 };
 
 /*
- * *out = epoch << 48 | step << 24 | rank << 8 | microbatch.
+ * *out = pass << 48 | step << 24 | rank << 8 | microbatch.
  *
- *   bits 63..48  epoch       0..65535
- *   bits 47..24  step        0..16,777,215 (global step)
+ *   bits 63..48  pass        0..65535 (DH_WIRE_MAX_PASSES - 1)
+ *   bits 47..24  step        0..16,777,215 (global step in the epoch)
  *   bits 23..8   rank        0..65535 (DH_WIRE_MAX_RANKS - 1)
  *   bits  7..0   microbatch  0..255
  *
- * A pure, injective function of the tuple; ids sort in (epoch, step, rank,
- * microbatch) order, so one rank's ids sort in its request order.  A field
- * that does not fit is DH_ETOOBIG (named in `e`) and *out is not written.
+ * A pure, injective function of (pass, step, rank, microbatch); ids sort in
+ * that order, so one rank's ids sort in its request order.  The one place
+ * that packs task ids: nothing else shifts these bits.  A field that does
+ * not fit is DH_ETOOBIG (named in `e`) and *out is not written.
  */
-int dh_wire_task_id(uint64_t epoch, uint64_t step, uint64_t rank,
+int dh_wire_task_id(uint64_t pass, uint64_t step, uint64_t rank,
                     uint64_t microbatch, uint64_t *out,
                     struct dh_err *e) DH_MUST_CHECK;
 
-/* Fills *t from the tuple and its derived id; DH_ETOOBIG as above (then *t
- * is not written). */
-int dh_wire_task_make(struct dh_wire_task *t, uint64_t epoch, uint64_t step,
-                      uint64_t rank, uint64_t microbatch,
+/* Fills *t from the tuple and its derived id; DH_ETOOBIG as above, and for
+ * an epoch above UINT32_MAX (then *t is not written). */
+int dh_wire_task_make(struct dh_wire_task *t, uint64_t epoch, uint64_t pass,
+                      uint64_t step, uint64_t rank, uint64_t microbatch,
                       struct dh_err *e) DH_MUST_CHECK;
 
-/* Splits an id back into its tuple (never fails: every u64 splits). */
+/* Splits an id back into (pass, step, rank, microbatch) and `id` (never
+ * fails: every u64 splits).  The epoch is not in the id: out->epoch is set
+ * to 0; the caller knows it from its pass. */
 void dh_wire_task_split(uint64_t id, struct dh_wire_task *out);
 
 /* ---- messages ---- */
