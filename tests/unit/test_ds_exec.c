@@ -93,8 +93,9 @@ static void job_make(struct ds_job *j, uint32_t step, const uint64_t *ids,
     struct dh_err e;
 
     memset(j, 0, sizeof(*j));
-    assert_int_equal(dh_wire_task_make(&j->task, 0, step, 0, 0, &e), 0);
+    assert_int_equal(dh_wire_task_make(&j->task, 0, 0, step, 0, 0, &e), 0);
     j->ids = malloc(n * sizeof(*ids));
+    assert_non_null(j->ids);
     memcpy(j->ids, ids, n * sizeof(*ids));
     j->n = n;
     j->plan = fixture_plan();
