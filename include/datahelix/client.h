@@ -248,9 +248,11 @@ enum dh_stage {
     DH_STAGE_LIMIT,       /* DH_ETOOBIG: a size over its limit */
     DH_STAGE_ARENA,       /* DH_EARENA: no room in the arena */
     DH_STAGE_MEMORY,      /* DH_ENOMEM */
+    DH_STAGE_TRANSFER,    /* DH_EPROTO, DH_EPEERDEAD: between servers */
 };
 
-/* "prepare", "read", "decode", "watchdog", "limit", "arena", "memory". */
+/* "prepare", "read", "decode", "watchdog", "limit", "arena", "memory",
+ * "transfer". */
 DH_API const char *dh_stage_name(enum dh_stage s);
 
 #define DH_CLIENT_MAX_PATH 4096

@@ -42,7 +42,8 @@
     X(TIMEOUT, 14, "timed out")                                             \
     X(PEERDEAD, 15, "peer closed the connection or died")                  \
     X(SAMPLE, 16, "a sample could not be prepared")                         \
-    X(ARENA, 17, "arena exhausted")
+    X(ARENA, 17, "arena exhausted")                                         \
+    X(PROTO, 18, "protocol error: a malformed message from a peer")
 
 enum dh_errno {
     DH_OK = 0,

@@ -18,6 +18,7 @@
 #include <zmq.h>
 
 #include "core/alloc.h"
+#include "core/err_kind.h"
 #include "core/clock.h"
 #include "datahelix/batch.h"
 #include "runtime/client_internal.h"
@@ -531,10 +532,10 @@ static int arena_held_up(struct dh_client *c, struct dh_err *e)
             .sample_id = DH_CLIENT_NO_SAMPLE, .cause = DH_EARENA,
             .stage = DH_STAGE_ARENA, .server_id = a->server_id};
         snprintf(c->last_fail.message, sizeof(c->last_fail.message),
-                 "arena exhausted: %u batch parts (%.1f MiB) still held by "
+                 "arena exhausted: %u batch part%s (%.1f MiB) still held by "
                  "the consumer, the arena holds %.1f MiB: release batches "
                  "(keep copies of what you keep) or give a bigger arena",
-                 parts, (double)held / (1 << 20),
+                 parts, parts == 1 ? "" : "s", (double)held / (1 << 20),
                  (double)st.capacity / (1 << 20));
         c->has_fail = 1;
         return dh_err_set(e, DH_EARENA, "rank %u epoch %u step %llu: %s",
@@ -671,6 +672,7 @@ enum dh_stage dh__stage_of(int cause)
     case DH_ETOOBIG: return DH_STAGE_LIMIT;
     case DH_EARENA: return DH_STAGE_ARENA;
     case DH_ENOMEM: return DH_STAGE_MEMORY;
+    case DH_EPROTO: case DH_EPEERDEAD: return DH_STAGE_TRANSFER;
     default: return DH_STAGE_PREPARE;
     }
 }
@@ -681,7 +683,7 @@ const char *dh_stage_name(enum dh_stage s)
         [DH_STAGE_PREPARE] = "prepare", [DH_STAGE_READ] = "read",
         [DH_STAGE_DECODE] = "decode",   [DH_STAGE_WATCHDOG] = "watchdog",
         [DH_STAGE_LIMIT] = "limit",     [DH_STAGE_ARENA] = "arena",
-        [DH_STAGE_MEMORY] = "memory"};
+        [DH_STAGE_MEMORY] = "memory",   [DH_STAGE_TRANSFER] = "transfer"};
 
     if ((unsigned)s >= sizeof(names) / sizeof(names[0]))
         return "prepare";
@@ -756,8 +758,7 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
         record_failure(c, bad, k);
         /* Only a sample's own failure: resource errors (a full arena or
          * queue, memory) say nothing about the sample they name. */
-        if (bad->code != DH_ETIMEOUT && bad->code != DH_ENOMEM &&
-            bad->code != DH_ETOOBIG && bad->code != DH_EARENA)
+        if (dh__err_blames_sample(bad->code))
             quarantine_add(c, bad->sample_id);
         c->st.errors++;
     }

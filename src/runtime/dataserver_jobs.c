@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/err_kind.h"
 #include "runtime/dataserver_internal.h"
 
 /* ---- jobs ---- */
@@ -106,8 +107,7 @@ void dh__ds_quarantine_add(struct ds_quarantines *q, const struct ds_env *env,
 {
     struct ds_quarantine *x;
 
-    if (code == DH_ETIMEOUT || code == DH_ENOMEM || code == DH_ETOOBIG ||
-        code == DH_EARENA || code >= 0)
+    if (!dh__err_blames_sample(code))
         return;
     for (size_t i = 0; i < DS_QUARANTINE; i++)
         if (q->v[i].code && q->v[i].id == id)

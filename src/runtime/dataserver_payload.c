@@ -182,7 +182,7 @@ static int check_shape(const struct ds_inbox *in,
     uint64_t bytes = r->dtype == DH_DTYPE_F32 ? 4 : 1;
 
     if (r->length == 0 || r->length > cap)
-        return dh_err_set(e, DH_ETOOBIG, "task %llu: length %llu is not in "
+        return dh_err_set(e, DH_EPROTO, "task %llu: length %llu is not in "
                           "1..%llu (the arena)",
                           (unsigned long long)r->task.id,
                           (unsigned long long)r->length,
@@ -190,12 +190,12 @@ static int check_shape(const struct ds_inbox *in,
     for (uint32_t i = 0; i < r->ndims; i++) /* <= length: the codec */
         bytes *= r->dims[i];
     if (bytes != r->length)
-        return dh_err_set(e, DH_EFORMAT, "task %llu: dims hold %llu bytes, "
+        return dh_err_set(e, DH_EPROTO, "task %llu: dims hold %llu bytes, "
                           "length says %llu", (unsigned long long)r->task.id,
                           (unsigned long long)bytes,
                           (unsigned long long)r->length);
     if (r->n_samples == 0 || r->dims[0] != r->n_samples)
-        return dh_err_set(e, DH_EFORMAT, "task %llu: dims[0] %llu for %u "
+        return dh_err_set(e, DH_EPROTO, "task %llu: dims[0] %llu for %u "
                           "samples", (unsigned long long)r->task.id,
                           (unsigned long long)r->dims[0], r->n_samples);
     return 0;
@@ -208,16 +208,16 @@ static int check_payload(struct ds_inbox *in, int extra, struct dh_err *e)
     int rc;
 
     if (in->n_frames < 2 || extra > 0)
-        return dh_err_set(e, DH_EFORMAT, "%d frames: a payload is a header "
+        return dh_err_set(e, DH_EPROTO, "%d frames: a payload is a header "
                           "and 1..%d data frames", in->n_frames + extra,
                           DS_MAX_FRAMES - 1);
     if ((rc = dh__tp_decode(&in->frames[0], &in->hdr, e)) < 0)
         return rc;
     if (in->hdr.type != DH_WIRE_RESULT_NOTICE)
-        return dh_err_set(e, DH_EFORMAT, "a %s header, not a result_notice",
+        return dh_err_set(e, DH_EPROTO, "a %s header, not a result_notice",
                           dh_wire_type_name(in->hdr.type));
     if (r->task.rank != in->env->rank)
-        return dh_err_set(e, DH_EFORMAT, "task %llu is rank %u's; this "
+        return dh_err_set(e, DH_EPROTO, "task %llu is rank %u's; this "
                           "server serves rank %u",
                           (unsigned long long)r->task.id, r->task.rank,
                           in->env->rank);
@@ -226,7 +226,7 @@ static int check_payload(struct ds_inbox *in, int extra, struct dh_err *e)
     for (int i = 1; i < in->n_frames; i++)
         sum += zmq_msg_size(&in->frames[i]);
     if (sum != r->length)
-        return dh_err_set(e, DH_EFORMAT, "task %llu: data frames hold %llu "
+        return dh_err_set(e, DH_EPROTO, "task %llu: data frames hold %llu "
                           "bytes, length says %llu",
                           (unsigned long long)r->task.id,
                           (unsigned long long)sum,

@@ -175,12 +175,12 @@ static int refuse(int sock, ssize_t n, int flags, const int *fds, int nfds,
 {
     close_all(fds, nfds);
     if (flags & MSG_CTRUNC)
-        return dh_err_set(e, DH_EFORMAT,
+        return dh_err_set(e, DH_EPROTO,
                           "socket %d: peer sent more "
                           "descriptors than fit; all closed",
                           sock);
     if (nfds > 1)
-        return dh_err_set(e, DH_EFORMAT,
+        return dh_err_set(e, DH_EPROTO,
                           "socket %d: peer sent %d "
                           "descriptors with one message, expected at most "
                           "one; all closed",

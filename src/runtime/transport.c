@@ -347,12 +347,12 @@ int dh__tp_recv(void *sock, struct dh_tp_from *from, struct dh_wire_msg *m,
     if (rc <= 0)
         return rc;
     if (n != 1 || extra > 0)
-        rc = dh_err_set(e, DH_EFORMAT, "%d frames, expected one envelope",
+        rc = dh_err_set(e, DH_EPROTO, "%d frames, expected one envelope",
                         n + extra);
     else if ((rc = dh__tp_decode(&f, m, e)) == 0)
         rc = 1;
-    else if (rc == DH_EIO) /* never from the codec; kept distinct anyway */
-        rc = DH_EFORMAT;
+    else if (rc != DH_ENOMEM) /* the peer's fault, whatever the codec said */
+        rc = e ? (e->code = DH_EPROTO) : DH_EPROTO;
     dh__tp_frames_close(&f, n);
     return rc;
 }

@@ -114,8 +114,9 @@ int dh__tp_decode(const zmq_msg_t *f, struct dh_wire_msg *m,
  * initialised here).  1: `m` holds it (the caller
  * calls dh_wire_msg_fini()); 0: none waiting; DH_EIO: the socket failed;
  * any other code: one message was read and dropped, `m` is empty, e says
- * why: DH_EFORMAT (several frames, not an envelope), DH_ETOOBIG,
- * DH_EVERSION, or DH_ENOMEM (not the peer's fault).  `peer` names the far
+ * why: DH_EPROTO (the peer's fault: several frames, not an envelope, over
+ * a cap, another version; the codec's reason in e) or DH_ENOMEM (not the
+ * peer's).  `peer` names the far
  * end in a DH_EIO message, or NULL.
  */
 int dh__tp_recv(void *sock, struct dh_tp_from *from, struct dh_wire_msg *m,

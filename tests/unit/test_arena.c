@@ -666,7 +666,7 @@ static void fdpass_refusals(void **state)
     send_two_fds(sv[0]);
     before = count_fds();
     assert_int_equal(dh__fd_recv(sv[1], &fd, msg, sizeof(msg), &n, WAIT_MS, &e),
-                     DH_EFORMAT);
+                     DH_EPROTO);
     assert_non_null(strstr(e.msg, "2 descriptors"));
     assert_int_equal(fd, -2);
     assert_int_equal(count_fds(), before); /* both closed */

@@ -110,11 +110,13 @@ static void test_malformed(void **state)
     assert_int_equal(zmq_send(p.dealer, "garbage!", 8, 0), 8);
     rc = recv_wait(p.router, &from, &m, &e);
     assert_true(dh__tp_dropped(rc));
+    assert_int_equal(rc, DH_EPROTO); /* the peer's fault, typed so */
+    assert_int_equal(e.code, DH_EPROTO);
     assert_int_equal(m.type, DH_WIRE_NONE);
     assert_int_equal(zmq_send(p.dealer, "a", 1, ZMQ_SNDMORE), 1);
     assert_int_equal(zmq_send(p.dealer, "b", 1, 0), 1);
     rc = recv_wait(p.router, &from, &m, &e);
-    assert_int_equal(rc, DH_EFORMAT);
+    assert_int_equal(rc, DH_EPROTO);
     assert_non_null(strstr(e.msg, "2 frames"));
     shutdown_msg(&m, "still here"); /* the stream is not out of step */
     assert_int_equal(dh__tp_send(p.dealer, NULL, &m, NULL, &e), 0);
