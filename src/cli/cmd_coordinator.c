@@ -1,6 +1,6 @@
 /*
  * cmd_coordinator.c - `datahelix coordinator`: runs the control plane
- * (include/datahelix/coordinator.h) until SIGINT / SIGTERM or a Shutdown
+ * (src/include/datahelix/coordinator.h) until SIGINT / SIGTERM or a Shutdown
  * message, then exits 0.
  *
  * Design: a thin shell over dh_coordinator_create/run/destroy.  The

@@ -1,6 +1,6 @@
 /*
  * cmd_dataserver.c - `datahelix dataserver`: runs a DataServer
- * (include/datahelix/dataserver.h), local to one rank (`--rank R`,
+ * (src/include/datahelix/dataserver.h), local to one rank (`--rank R`,
  * optionally `--listen` for payloads from remote servers) or a remote CPU
  * sidecar (`--remote`), until SIGINT / SIGTERM or a Shutdown from the
  * Coordinator, then exits 0.

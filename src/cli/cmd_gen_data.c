@@ -1,6 +1,6 @@
 /*
  * cmd_gen_data.c - `datahelix gen-data`: option parsing, progress and the
- * summary line around dh_gen_data() (include/datahelix/gendata.h).
+ * summary line around dh_gen_data() (src/include/datahelix/gendata.h).
  *
  * Design: every argument is validated before any file is touched, so a
  * usage error (exit 2) never leaves output behind; failures while writing

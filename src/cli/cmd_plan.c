@@ -1,6 +1,6 @@
 /*
  * cmd_plan.c - `datahelix plan`: prints the Tier-1 plan of an epoch
- * (include/datahelix/plan.h, docs/planner.md) so that users can inspect
+ * (src/include/datahelix/plan.h, docs/planner.md) so that users can inspect
  * balance before training.
  *
  * Design: the manifest is a .dhx index (its est_tokens / profile columns

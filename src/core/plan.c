@@ -1,7 +1,7 @@
 /*
  * plan.c - the Tier-1 planner: epoch permutation, the plan object, the
  * `none` split and the driver of the windowed assignment (plan_window.c).
- * Contract: include/datahelix/plan.h; algorithm: docs/planner.md.
+ * Contract: src/include/datahelix/plan.h; algorithm: docs/planner.md.
  *
  * Design: the plan is one array of ids (the permutation, rearranged window
  * by window in place, so memory is 8 bytes a sample) plus per (step, rank)

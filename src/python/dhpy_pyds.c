@@ -3,7 +3,7 @@
  * (docs/python.md "DistributedDataLoader"):
  *
  *   Arena(fd)      a DataServer Python worker's view of its server's arena
- *                  (the memfd inherited at spawn, include/datahelix/arena.h):
+ *                  (the memfd inherited at spawn, src/include/datahelix/arena.h):
  *                  alloc() a slot, view() it as a writable memoryview,
  *                  release() it.  The arena is process-shared and
  *                  thread-safe; a slot's reference passes to the client

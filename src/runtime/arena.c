@@ -1,5 +1,5 @@
 /*
- * arena.c - the shared-memory arena (include/datahelix/arena.h,
+ * arena.c - the shared-memory arena (src/include/datahelix/arena.h,
  * docs/arena.md).
  *
  * Design notes

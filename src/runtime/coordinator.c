@@ -1,6 +1,6 @@
 /*
  * coordinator.c - the Coordinator's socket, event loop and registry
- * (include/datahelix/coordinator.h; DESIGN.md 2, 3).
+ * (src/include/datahelix/coordinator.h; DESIGN.md 2, 3).
  *
  * Design: one ZMQ_ROUTER socket; every peer (client or DataServer) is a
  * DEALER and each ZeroMQ message is [routing id][one Envelope].  The loop

@@ -1,5 +1,5 @@
 /*
- * dataserver.c - a DataServer (include/datahelix/dataserver.h), local to
+ * dataserver.c - a DataServer (src/include/datahelix/dataserver.h), local to
  * one rank or a remote sidecar: the core loop, options, create / destroy.
  *
  * Design notes:

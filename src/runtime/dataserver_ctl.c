@@ -1,6 +1,6 @@
 /*
  * dataserver_ctl.c - the DataServer's sender: its link to the Coordinator
- * (include/datahelix/dataserver.h, docs/wire-protocol.md).  The DEALER
+ * (src/include/datahelix/dataserver.h, docs/wire-protocol.md).  The DEALER
  * socket, registration (role local or remote) with its bounded wait for
  * the ack, heartbeats (queue depth, busy workers, decode latency EWMA and,
  * for a remote server, the bytes/s EWMA of each delivery target), result

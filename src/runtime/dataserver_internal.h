@@ -1,6 +1,6 @@
 /*
  * dataserver_internal.h - the parts of a DataServer
- * (include/datahelix/dataserver.h), local or remote, and the one small
+ * (src/include/datahelix/dataserver.h), local or remote, and the one small
  * interface between its core loop and the executors that run its jobs:
  *
  *   dataserver.c          the core: options, create / destroy, the loop,

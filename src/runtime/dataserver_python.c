@@ -1,6 +1,6 @@
 /*
  * dataserver_python.c - a local DataServer's Python-dataset mode
- * (include/datahelix/dataserver.h `python_dataset`; DESIGN.md 8 "Python
+ * (src/include/datahelix/dataserver.h `python_dataset`; DESIGN.md 8 "Python
  * datasets"; docs/python.md "DistributedDataLoader"): the jobs of this
  * server run in Python worker processes it starts and owns, instead of the
  * media worker pool.

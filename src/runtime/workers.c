@@ -1,5 +1,5 @@
 /*
- * workers.c - a DataServer's fixed worker pool (include/datahelix/workers.h).
+ * workers.c - a DataServer's fixed worker pool (src/include/datahelix/workers.h).
  *
  * Design notes
  * - A job node is allocated once, at submit: the copied ids and plan, and

@@ -1,6 +1,6 @@
 /*
  * test_arena.c - the shared-memory arena and SCM_RIGHTS fd passing
- * (issue 4 item 4; include/datahelix/arena.h, src/runtime/fdpass.h).
+ * (issue 4 item 4; src/include/datahelix/arena.h, src/runtime/fdpass.h).
  *
  * Single process: alloc / ptr / release / reuse, wrap-around, out-of-order
  * release, stale and bogus refs (refused, counted, state intact), a random

@@ -1,4 +1,4 @@
-/* test_plan.c - the Tier-1 planner (include/datahelix/plan.h): property
+/* test_plan.c - the Tier-1 planner (src/include/datahelix/plan.h): property
  * tests over random manifests, world sizes, batch sizes, seeds and
  * drop_last (exactly once, determinism, fixed counts, epochs differ, `none`
  * = contiguous chunks), allocation failures, and the balance on a
