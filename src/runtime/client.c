@@ -3,9 +3,19 @@
  * destroy, epochs, next() in request order, batch release, statistics.
  * The I/O thread is in client_io.c, the local server in client_spawn.c.
  *
+ * Design: next() returns one of four things, each its own code (typed
+ * errors): a batch; a step that failed and is consumed (DH_ESAMPLE, or
+ * DH_EARENA from the server), with dh_client_failure() as fields; the
+ * consumer holding the arena up (DH_EARENA at once, the step still next:
+ * arena_held_up()); or a wait that ran out (DH_ETIMEOUT, nothing else).
+ * Request slack comes from the one deadline model of place.h (the
+ * dh_window in c->win), which the simulator calls too; ddl_ms is only the
+ * miss threshold.  A schedule is a pass of an epoch (the task identity).
+ *
  * Locking: see client_internal.h.  next() waits on c->cv with a deadline;
  * a batch holds a reference on the client so the memory it points into
- * stays mapped after destroy().
+ * stays mapped after destroy(); held bytes per arena are atomics, so a
+ * release needs no lock.
  */
 #include <errno.h>
 #include <stdio.h>
