@@ -224,8 +224,7 @@ int main(int argc, char **argv)
             long v = strtol(argv[++i], &end, 10);
 
             /* not a number in range: the default, below */
-            reps = *end || end == argv[i] || v < 1 || v > MAX_REPS ? 0
-                                                                   : (int)v;
+            reps = *end || end == argv[i] || v < 1 || v > MAX_REPS ? 0 : (int)v;
         } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else {

@@ -19,8 +19,8 @@
 
 #include "datahelix/index.h"
 
-static const char *profiles[] = {"8x224", "16x224", "32x336", "64x448",
-                                 "image", "text"};
+static const char *profiles[] = {"8x224",  "16x224", "32x336",
+                                 "64x448", "image",  "text"};
 
 static double now(void)
 {
@@ -234,11 +234,11 @@ static void report(int64_t n, int64_t m, double build_s, uint64_t size,
     double per_ix = (double)size / (double)n, per_js = j->bytes / (double)m;
     double parse_n = j->parse_s / (double)m * (double)n;
 
-    printf("index: %lld samples, build %.2f s, file %.1f MB\n",
-           (long long)n, build_s, (double)size / 1e6);
+    printf("index: %lld samples, build %.2f s, file %.1f MB\n", (long long)n,
+           build_s, (double)size / 1e6);
     printf("JSONL: %lld rows, write %.2f s, parse %.2f s, %.1f MB "
-           "(parse RSS growth %ld KiB)\n\n", (long long)m, j->write_s,
-           j->parse_s, j->bytes / 1e6, j->rss_kb);
+           "(parse RSS growth %ld KiB)\n\n",
+           (long long)m, j->write_s, j->parse_s, j->bytes / 1e6, j->rss_kb);
     printf("| measure | .dhx index | JSONL table | ratio |\n");
     printf("|---|---|---|---|\n");
     printf("| planning bytes/sample | 27 | %.1f | %.1fx |\n", per_js,
@@ -246,8 +246,8 @@ static void report(int64_t n, int64_t m, double build_s, uint64_t size,
     printf("| total bytes/sample | %.1f | %.1f | %.1fx |\n", per_ix, per_js,
            per_js / per_ix);
     printf("| open, %lld samples (warm, median of 5) | %.3f ms | %.2f s "
-           "(parse, extrapolated) | %.0fx |\n", (long long)n, open_s * 1e3,
-           parse_n, parse_n / open_s);
+           "(parse, extrapolated) | %.0fx |\n",
+           (long long)n, open_s * 1e3, parse_n, parse_n / open_s);
     printf("| open + verify body checksum (warm) | %.1f ms | | %.0fx |\n",
            open_v_s * 1e3, parse_n / open_v_s);
     printf("| open + verify after fadvise(DONTNEED) | %.1f ms | | |\n",
@@ -255,9 +255,9 @@ static void report(int64_t n, int64_t m, double build_s, uint64_t size,
     printf("| sum est_tokens over all rows (= %llu) | %.1f ms | | |\n",
            (unsigned long long)sc->sum, sc->secs * 1e3);
     printf("| per sample: load planning data | %.2f ns (scan) | %.0f ns "
-           "(parse) | %.0fx |\n", sc->secs / (double)n * 1e9,
-           j->parse_s / (double)m * 1e9, (j->parse_s / (double)m) /
-           (sc->secs / (double)n));
+           "(parse) | %.0fx |\n",
+           sc->secs / (double)n * 1e9, j->parse_s / (double)m * 1e9,
+           (j->parse_s / (double)m) / (sc->secs / (double)n));
     printf("| RSS growth after open / after scan | %ld / %ld KiB | | |\n",
            sc->rss_open_kb, sc->rss_scan_kb);
 }

@@ -27,7 +27,10 @@
 #define TIMED 20000
 #define QUALITY 20000
 
-struct task { int32_t server; double work, actual; };
+struct task {
+    int32_t server;
+    double work, actual;
+};
 
 struct world {
     struct dh_place *p;
@@ -102,11 +105,9 @@ static void world_init(struct world *w, int32_t n, int full)
         die(DH_ENOMEM, "world");
     for (int32_t i = 0; i < n; i++) {
         int local = i < NLOCAL;
-        die(dh_place_add_server(w->p, i,
-                                local ? DH_PLACE_ROLE_LOCAL
-                                      : DH_PLACE_ROLE_REMOTE,
-                                local ? i : -1, 4 + (int)(urand(w) * 29), 16,
-                                NULL),
+        die(dh_place_add_server(
+                w->p, i, local ? DH_PLACE_ROLE_LOCAL : DH_PLACE_ROLE_REMOTE,
+                local ? i : -1, 4 + (int)(urand(w) * 29), 16, NULL),
             "add");
         w->speed[i] = 0.7 + 1.8 * urand(w);
     }
@@ -154,8 +155,7 @@ static void commit(struct world *w, const struct dh_place_decision *d)
         return;
     if (w->ring_len == w->ring_cap) {
         t = &w->ring[w->ring_head];
-        die(dh_place_complete(w->p, t->server, t->work, t->actual),
-            "complete");
+        die(dh_place_complete(w->p, t->server, t->work, t->actual), "complete");
         w->ring_head = (w->ring_head + 1) % w->ring_cap;
         w->ring_len--;
     }
@@ -173,7 +173,9 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-struct timing { double p50, p99, scored; };
+struct timing {
+    double p50, p99, scored;
+};
 
 static struct timing time_decide(int32_t n, int full, double *buf)
 {
@@ -201,8 +203,9 @@ static struct timing time_decide(int32_t n, int full, double *buf)
     return t;
 }
 
-struct quality { double t_idx, t_full, m_idx, m_full, same, miss_idx,
-                 miss_full; };
+struct quality {
+    double t_idx, t_full, m_idx, m_full, same, miss_idx, miss_full;
+};
 
 static struct quality measure_quality(int32_t n)
 {
@@ -257,12 +260,13 @@ int main(void)
         struct timing a = time_decide(sizes[i], 0, buf);
         struct timing b = time_decide(sizes[i], 1, buf);
         printf("| %d | %.2f | %.2f | %.2f | %.2f | %.1fx | %.1f / %.0f |\n",
-               (int)sizes[i], a.p50, a.p99, b.p50, b.p99,
-               ratio(b.p50, a.p50), a.scored, b.scored);
+               (int)sizes[i], a.p50, a.p99, b.p50, b.p99, ratio(b.p50, a.p50),
+               a.scored, b.scored);
         fflush(stdout);
     }
     printf("\n## decision quality on the same state (indexed choice "
-           "assigned), %d decisions\n\n", QUALITY);
+           "assigned), %d decisions\n\n",
+           QUALITY);
     printf("| servers | mean T idx ms | mean T full ms | T idx/full "
            "| mean miss idx ms | mean miss full ms | miss idx/full "
            "| miss rate idx %% | full %% | same score %% |\n");

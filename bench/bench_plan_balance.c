@@ -40,14 +40,16 @@ static void make_mix(int kind, uint32_t *tok, uint16_t *prof)
     for (int i = 0; i < N; i++) {
         double u = u01(), f;
         int k = u < .5 ? 0 : u < .75 ? 1 : u < .9 ? 2 : 3;
-        int h = side[k], w = (int)(h * (4.0 / 3 + (16.0 / 9 - 4.0 / 3) * u01()));
+        int h = side[k],
+            w = (int)(h * (4.0 / 3 + (16.0 / 9 - 4.0 / 3) * u01()));
         if (kind == 0)
             f = bucket[k];
         else if (kind == 1)
             f = fmin(512, 8.0 / pow(1 - u01(), 1 / 1.5));
         else
-            f = fmin(1024, fmax(4, exp(log(32) + sqrt(-2 * log(u01() + 1e-300)) *
-                                                   cos(6.283185307 * u01()))));
+            f = fmin(1024,
+                     fmax(4, exp(log(32) + sqrt(-2 * log(u01() + 1e-300)) *
+                                               cos(6.283185307 * u01()))));
         tok[i] = (uint32_t)dh_token_model_count(&m, (int64_t)f, w, h);
         prof[i] = (uint16_t)k;
     }
@@ -95,8 +97,8 @@ int main(void)
 
     for (int mix = 0; mix < 3; mix++) {
         make_mix(mix, tok, prof);
-        printf("\n%s, %d samples, world %d x batch 4, fixed counts\n\n", mixes[mix],
-               N, WORLD);
+        printf("\n%s, %d samples, world %d x batch 4, fixed counts\n\n",
+               mixes[mix], N, WORLD);
         printf("| plan | mean max/mean | worst | sum(max)/sum(mean) |\n");
         printf("|---|---:|---:|---:|\n");
         run(tok, prof, DH_BALANCE_NONE, 0, 4, "random split");

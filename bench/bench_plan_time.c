@@ -45,7 +45,7 @@ static int heavy_mix(uint64_t n, uint32_t *tok, uint16_t *prof)
         uint64_t u = rnd(&s) % 100;
         int k = u < 50 ? 0 : u < 75 ? 1 : u < 90 ? 2 : 3;
         double aspect = 4.0 / 3 + (16.0 / 9 - 4.0 / 3) *
-                        (double)(rnd(&s) % 1000) / 1000.0;
+                                      (double)(rnd(&s) % 1000) / 1000.0;
         int32_t h = side[k], w = (int32_t)(h * aspect);
 
         if (rnd(&s) % 8 == 0) {
@@ -86,8 +86,10 @@ static unsigned long long arg(int argc, char **argv, int i,
         return def;
     v = strtoull(argv[i], &end, 10);
     if (*argv[i] == '\0' || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "bench_plan_time: '%s': want an integer in "
-                "%llu..%llu\n", argv[i], lo, hi);
+        fprintf(stderr,
+                "bench_plan_time: '%s': want an integer in "
+                "%llu..%llu\n",
+                argv[i], lo, hi);
         exit(2);
     }
     return v;

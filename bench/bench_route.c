@@ -207,8 +207,9 @@ static int recv_msg(void *sock, struct dh_wire_msg *m, struct dh_err *e)
     zmq_msg_init(&f);
     if (zmq_msg_recv(&f, sock, ZMQ_DONTWAIT) < 0) {
         rc = zmq_errno() == EAGAIN || zmq_errno() == EINTR
-                 ? 0 : dh_err_set(e, DH_EIO, "receive: %s",
-                                  zmq_strerror(zmq_errno()));
+                 ? 0
+                 : dh_err_set(e, DH_EIO, "receive: %s",
+                              zmq_strerror(zmq_errno()));
     } else {
         rc = dh_wire_decode(zmq_msg_data(&f), zmq_msg_size(&f), m, e);
         rc = rc < 0 ? rc : 1;
@@ -237,7 +238,8 @@ static int start_coordinator(struct run *r, const char *policy, int tel,
 
     snprintf(r->dir, sizeof(r->dir), "%s/bench_route.XXXXXX",
              getenv("TMPDIR") && strlen(getenv("TMPDIR")) < 32
-                 ? getenv("TMPDIR") : "/tmp");
+                 ? getenv("TMPDIR")
+                 : "/tmp");
     if (!mkdtemp(r->dir)) {
         r->dir[0] = '\0';
         return dh_err_set(e, DH_EIO, "mkdtemp: %s", strerror(errno));
@@ -311,8 +313,8 @@ static int register_client(struct peer *p, struct dh_err *e)
     c->world_size = NCLIENTS;
     c->pid = (uint32_t)getpid();
     snprintf(c->host, sizeof(c->host), "bench");
-    snprintf(c->server_addr, sizeof(c->server_addr),
-             "ipc://bench-server-%d", p->rank + 1);
+    snprintf(c->server_addr, sizeof(c->server_addr), "ipc://bench-server-%d",
+             p->rank + 1);
     return send_msg(p->sock, &m, e);
 }
 
@@ -326,13 +328,13 @@ static int wait_acks(struct run *r, struct dh_err *e)
         double t = now_us();
 
         if (t >= end)
-            return dh_err_set(e, DH_ETIMEOUT, "%d of %d peers not "
-                              "registered after %.0f ms", left, NPEERS,
-                              SETUP_MS);
+            return dh_err_set(e, DH_ETIMEOUT,
+                              "%d of %d peers not "
+                              "registered after %.0f ms",
+                              left, NPEERS, SETUP_MS);
         if (zmq_poll(r->items, NPEERS, (long)((end - t) / 1e3) + 1) < 0 &&
             zmq_errno() != EINTR)
-            return dh_err_set(e, DH_EIO, "poll: %s",
-                              zmq_strerror(zmq_errno()));
+            return dh_err_set(e, DH_EIO, "poll: %s", zmq_strerror(zmq_errno()));
         for (int i = 0; i < NPEERS; i++) {
             struct dh_wire_msg m;
             int rc = recv_msg(r->peers[i].sock, &m, e);
@@ -374,8 +376,7 @@ static int open_peers(struct run *r, struct dh_err *e)
             (rc = i < NSERVERS ? register_server(p, e)
                                : register_client(p, e)) < 0)
             return rc;
-        r->items[i] = (zmq_pollitem_t){.socket = p->sock,
-                                       .events = ZMQ_POLLIN};
+        r->items[i] = (zmq_pollitem_t){.socket = p->sock, .events = ZMQ_POLLIN};
     }
     return wait_acks(r, e);
 }
@@ -448,11 +449,15 @@ static int serve_route(struct run *r, struct peer *p,
     int rc;
 
     if (!rt->has_request)
-        return dh_err_set(e, DH_EFORMAT, "server %u got a route without a "
-                          "request", p->id);
+        return dh_err_set(e, DH_EFORMAT,
+                          "server %u got a route without a "
+                          "request",
+                          p->id);
     if (rt->server_id != p->id)
-        return dh_err_set(e, DH_EFORMAT, "server %u got a route for server "
-                          "%u", p->id, rt->server_id);
+        return dh_err_set(e, DH_EFORMAT,
+                          "server %u got a route for server "
+                          "%u",
+                          p->id, rt->server_id);
     r->ph.routes++;
     r->ph.local_routes += p->rank >= 0 &&
                           rt->request.requester_rank == (uint32_t)p->rank;
@@ -483,8 +488,10 @@ static int client_result(struct run *r, struct peer *p,
 
     if (res->task.epoch != ph->epoch || (int32_t)res->task.rank != p->rank ||
         (long)res->task.step >= p->sent || ph->sent_us[slot] < 0)
-        return dh_err_set(e, DH_EFORMAT, "client %d: unexpected or duplicate "
-                          "result for task %#" PRIx64, p->rank, res->task.id);
+        return dh_err_set(e, DH_EFORMAT,
+                          "client %d: unexpected or duplicate "
+                          "result for task %#" PRIx64,
+                          p->rank, res->task.id);
     ph->lat_us[ph->completed++] = t - ph->sent_us[slot];
     ph->sent_us[slot] = -1;
     ph->last_progress_us = t;
@@ -503,9 +510,9 @@ static int on_message(struct run *r, struct peer *p, int is_server,
             return client_result(r, p, &m->u.result, e);
         break;
     case DH_WIRE_ERROR_NOTICE:
-        return dh_err_set(e, DH_EIO, "client %d got an error for task %#"
-                          PRIx64 ": %s", p->rank, m->u.error.task.id,
-                          m->u.error.message);
+        return dh_err_set(e, DH_EIO,
+                          "client %d got an error for task %#" PRIx64 ": %s",
+                          p->rank, m->u.error.task.id, m->u.error.message);
     case DH_WIRE_SHUTDOWN:
         return dh_err_set(e, DH_EIO, "the coordinator sent shutdown: %s",
                           m->u.shutdown.reason);
@@ -557,13 +564,14 @@ static int stalled(struct run *r, struct dh_err *e)
     struct dh_coordinator_stats st;
 
     dh_coordinator_stats(r->c, &st);
-    return dh_err_set(e, DH_ETIMEOUT, "no result for %.0f ms after %ld of "
-                      "%ld requests (coordinator: requests %" PRIu64
-                      ", routed %" PRIu64 ", results %" PRIu64 ", send "
-                      "failures %" PRIu64 ", pending %" PRIu64 ", servers %"
-                      PRIu64 ")", STALL_MS, r->ph.completed, r->ph.n,
-                      st.requests, st.routed, st.results, st.send_failures,
-                      st.pending, st.servers);
+    return dh_err_set(
+        e, DH_ETIMEOUT,
+        "no result for %.0f ms after %ld of "
+        "%ld requests (coordinator: requests %" PRIu64 ", routed %" PRIu64
+        ", results %" PRIu64 ", send "
+        "failures %" PRIu64 ", pending %" PRIu64 ", servers %" PRIu64 ")",
+        STALL_MS, r->ph.completed, r->ph.n, st.requests, st.routed, st.results,
+        st.send_failures, st.pending, st.servers);
 }
 
 /* Runs n requests of `epoch` to completion; *secs: first send to last
@@ -594,8 +602,7 @@ static int pump(struct run *r, uint32_t epoch, long n, double *secs,
         if (t - ph->last_progress_us > STALL_MS * 1e3)
             return stalled(r, e);
         if (zmq_poll(r->items, NPEERS, 100) < 0 && zmq_errno() != EINTR)
-            return dh_err_set(e, DH_EIO, "poll: %s",
-                              zmq_strerror(zmq_errno()));
+            return dh_err_set(e, DH_EIO, "poll: %s", zmq_strerror(zmq_errno()));
         for (int i = 0; i < NPEERS; i++)
             if ((r->items[i].revents & ZMQ_POLLIN) &&
                 (rc = drain_peer(r, i, e)) < 0)
@@ -616,8 +623,7 @@ static int stop_coordinator(struct run *r, struct dh_err *e)
     if (!r->started)
         return 0;
     r->stop = 1;
-    while (!__atomic_load_n(&r->finished, __ATOMIC_SEQ_CST) &&
-           now_us() < end) {
+    while (!__atomic_load_n(&r->finished, __ATOMIC_SEQ_CST) && now_us() < end) {
         struct timespec ts = {0, 2000000};
 
         nanosleep(&ts, NULL);
@@ -627,8 +633,7 @@ static int stop_coordinator(struct run *r, struct dh_err *e)
     pthread_join(r->th, NULL);
     r->started = 0;
     if (r->run_rc < 0)
-        return dh_err_set(e, r->run_rc, "coordinator run: %s",
-                          r->run_err.msg);
+        return dh_err_set(e, r->run_rc, "coordinator run: %s", r->run_err.msg);
     return 0;
 }
 
@@ -683,8 +688,10 @@ static int parse_telemetry(FILE *f, uint32_t epoch, struct sample *s,
         unsigned long long id;
 
         if (!task || !us)
-            return dh_err_set(e, DH_EFORMAT, "telemetry line without task "
-                              "or decide_us: %.80s", line);
+            return dh_err_set(e, DH_EFORMAT,
+                              "telemetry line without task "
+                              "or decide_us: %.80s",
+                              line);
         id = strtoull(task + 7, NULL, 10);
         if ((uint32_t)(id >> 48) != epoch)
             continue;
@@ -707,10 +714,11 @@ static int check_stats(struct run *r, struct dh_err *e)
     dh_coordinator_stats(r->c, &st);
     if (st.malformed || st.duplicates || st.queue_full || st.send_failures ||
         st.dead_servers || st.rerouted)
-        return dh_err_set(e, DH_EIO, "coordinator counters: malformed %"
-                          PRIu64 ", duplicates %" PRIu64 ", queue full %"
-                          PRIu64 ", send failures %" PRIu64 ", dead servers %"
-                          PRIu64 ", rerouted %" PRIu64 " (want all 0)",
+        return dh_err_set(e, DH_EIO,
+                          "coordinator counters: malformed %" PRIu64
+                          ", duplicates %" PRIu64 ", queue full %" PRIu64
+                          ", send failures %" PRIu64 ", dead servers %" PRIu64
+                          ", rerouted %" PRIu64 " (want all 0)",
                           st.malformed, st.duplicates, st.queue_full,
                           st.send_failures, st.dead_servers, st.rerouted);
     return 0;
@@ -740,7 +748,8 @@ static int measure(struct run *r, struct sample *s, struct dh_err *e)
     s->co_cpu_us = (thread_cpu_s(r->th) - cpu0) * 1e6 / (double)o->requests;
     s->req_per_s = (double)o->requests / secs;
     s->local_pct = r->ph.routes ? 100.0 * (double)r->ph.local_routes /
-                                      (double)r->ph.routes : 0;
+                                      (double)r->ph.routes
+                                : 0;
     s->lat_us = r->ph.lat_us; /* taken */
     s->nlat = (size_t)r->ph.completed;
     r->ph.lat_us = NULL;
@@ -865,25 +874,27 @@ static void print_table(const struct opts *o, const struct result *res)
     printf("## coordinator routing: %d DataServers (%d local + %d remote, %d "
            "workers, queue cap %d), %d clients x %d in flight, %s; %ld "
            "requests per run after %ld warm-up, median of %d runs\n\n",
-           NSERVERS, NLOCAL, NSERVERS - NLOCAL, WORKERS, 4 * WORKERS,
-           NCLIENTS, o->inflight, o->ipc ? "ipc" : "tcp loopback",
-           o->requests, o->warmup, o->reps);
+           NSERVERS, NLOCAL, NSERVERS - NLOCAL, WORKERS, 4 * WORKERS, NCLIENTS,
+           o->inflight, o->ipc ? "ipc" : "tcp loopback", o->requests, o->warmup,
+           o->reps);
     printf("| policy | requests/s | min .. max | wall us/request "
            "| coordinator CPU us/request | decide us p50 | p95 | local %% |%s"
-           "\n", o->peer ? " telemetry off: requests/s | coordinator CPU "
-           "us/request | CPU on / off |" : "");
+           "\n",
+           o->peer ? " telemetry off: requests/s | coordinator CPU "
+                     "us/request | CPU on / off |"
+                   : "");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|%s\n",
            o->peer ? "---:|---:|---:|" : "");
     for (int i = 0; i < o->npolicy; i++) {
         const struct result *r = &res[i];
 
         printf("| %s | %.0f | %.0f .. %.0f | %.2f | %.2f | %.3f | %.3f | "
-               "%.1f |", r->policy, r->rps_med, r->rps_min, r->rps_max,
-               1e6 / r->rps_med, r->co_cpu_med, r->dec_p50, r->dec_p95,
-               r->local_pct);
+               "%.1f |",
+               r->policy, r->rps_med, r->rps_min, r->rps_max, 1e6 / r->rps_med,
+               r->co_cpu_med, r->dec_p50, r->dec_p95, r->local_pct);
         if (o->peer)
-            printf(" %.0f | %.2f | %.2fx |", r->rps_off_med,
-                   r->co_cpu_off_med, r->co_cpu_med / r->co_cpu_off_med);
+            printf(" %.0f | %.2f | %.2fx |", r->rps_off_med, r->co_cpu_off_med,
+                   r->co_cpu_med / r->co_cpu_off_med);
         printf("\n");
     }
     printf("\n");
@@ -899,9 +910,9 @@ static void print_json(const struct opts *o, const struct result *res)
     printf("{\"bench\":\"route\",\"servers\":%d,\"local_servers\":%d,"
            "\"clients\":%d,\"workers\":%d,\"inflight_per_client\":%d,"
            "\"transport\":\"%s\",\"requests\":%ld,\"warmup\":%ld,"
-           "\"reps\":%d,\"policies\":[", NSERVERS, NLOCAL, NCLIENTS, WORKERS,
-           o->inflight, o->ipc ? "ipc" : "tcp", o->requests, o->warmup,
-           o->reps);
+           "\"reps\":%d,\"policies\":[",
+           NSERVERS, NLOCAL, NCLIENTS, WORKERS, o->inflight,
+           o->ipc ? "ipc" : "tcp", o->requests, o->warmup, o->reps);
     for (int i = 0; i < o->npolicy; i++) {
         const struct result *r = &res[i];
 
@@ -912,11 +923,10 @@ static void print_json(const struct opts *o, const struct result *res)
                "\"decide_us_p95\":%.3f,\"decide_us_p99\":%.3f,"
                "\"decisions\":%zu,\"backpressure_decisions\":%zu,"
                "\"latency_us_p50\":%.1f,\"latency_us_p99\":%.1f,"
-               "\"local_pct\":%.2f,\"requests_per_s_runs\":[", i ? "," : "",
-               r->policy, r->rps_med, r->rps_min, r->rps_max,
+               "\"local_pct\":%.2f,\"requests_per_s_runs\":[",
+               i ? "," : "", r->policy, r->rps_med, r->rps_min, r->rps_max,
                1e6 / r->rps_med, r->co_cpu_med, r->dec_p50, r->dec_p95,
-               r->dec_p99,
-               r->ndecide, r->backpressure, r->lat_p50, r->lat_p99,
+               r->dec_p99, r->ndecide, r->backpressure, r->lat_p50, r->lat_p99,
                r->local_pct);
         for (int k = 0; k < o->reps; k++)
             printf("%s%.1f", k ? "," : "", r->rps[k]);
@@ -948,7 +958,8 @@ static void usage(int status)
             "all three)\n"
             "  --ipc         ipc:// instead of tcp://127.0.0.1\n"
             "  --no-peer     skip the runs with telemetry off\n"
-            "  --json        one JSON line after the table\n", MAX_REPS);
+            "  --json        one JSON line after the table\n",
+            MAX_REPS);
     exit(status);
 }
 
@@ -960,8 +971,10 @@ static long num(const char *flag, const char *s, long lo, long hi)
     errno = 0;
     v = s ? strtol(s, &end, 10) : 0;
     if (!s || errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "bench_route: %s: want an integer in %ld..%ld, got "
-                "'%s'\n", flag, lo, hi, s ? s : "");
+        fprintf(stderr,
+                "bench_route: %s: want an integer in %ld..%ld, got "
+                "'%s'\n",
+                flag, lo, hi, s ? s : "");
         exit(1);
     }
     return v;
@@ -988,10 +1001,13 @@ static void parse_policies(struct opts *o, char *list)
 
 static void parse_args(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){.requests = 100000, .warmup = 10000, .reps = 5,
-                       .inflight = 32, .peer = 1, .npolicy = 3,
-                       .policy = {"round-robin", "least-request",
-                                  "deadline"}};
+    *o = (struct opts){.requests = 100000,
+                       .warmup = 10000,
+                       .reps = 5,
+                       .inflight = 32,
+                       .peer = 1,
+                       .npolicy = 3,
+                       .policy = {"round-robin", "least-request", "deadline"}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 

@@ -66,44 +66,44 @@ struct dh_client_opts {
     const char *coordinator; /* ZeroMQ endpoint, required */
     const char *index_path;  /* the .dhx the sample ids refer to, required */
     uint32_t rank, world_size;
-    const char *dataserver;  /* NULL: embedded; else the abstract socket
+    const char *dataserver;     /* NULL: embedded; else the abstract socket
                                 name of a running local DataServer */
-    const char *datahelix_bin; /* embedded: program to start; NULL:
+    const char *datahelix_bin;  /* embedded: program to start; NULL:
                                   $DATAHELIX_BIN, else `datahelix` on PATH */
-    unsigned ds_workers;     /* embedded server's decode threads (def. 2) */
+    unsigned ds_workers;        /* embedded server's decode threads (def. 2) */
     const char *const *ds_args; /* embedded: more arguments for the
                                    server's command line (NULL-terminated,
                                    copied; at most 16); NULL: none */
-    const char *ds_listen;   /* embedded: endpoint where the server takes
+    const char *ds_listen;      /* embedded: endpoint where the server takes
                                 payloads from remote DataServers
                                 (`dataserver --listen`); NULL: none, so
                                 this rank is served locally only */
-    size_t arena_bytes;      /* embedded: 0 = dh_arena_default_size(
+    size_t arena_bytes;         /* embedded: 0 = dh_arena_default_size(
                                 prefetch x microbatches, the bytes of a
                                 part of max_batch samples), at least
                                 64 MiB; 256 MiB when max_batch is 0 */
-    uint32_t max_batch;      /* most samples of a step (sizes the arena;
+    uint32_t max_batch;         /* most samples of a step (sizes the arena;
                                 0: unknown) */
-    struct dh_media_plan plan; /* how every sample is prepared (indices
+    struct dh_media_plan plan;  /* how every sample is prepared (indices
                                   are copied) */
-    unsigned prefetch;       /* steps requested ahead (default 4) */
-    unsigned microbatches;   /* requests per step (default 1) */
-    int timeout_ms;          /* bound on one next() (default 60000) */
-    int start_timeout_ms;    /* bound on registering and on starting the
+    unsigned prefetch;          /* steps requested ahead (default 4) */
+    unsigned microbatches;      /* requests per step (default 1) */
+    int timeout_ms;             /* bound on one next() (default 60000) */
+    int start_timeout_ms;       /* bound on registering and on starting the
                                 embedded server (default 15000) */
-    int max_restarts;        /* embedded server restarts (default 3) */
-    double step_ms_hint;     /* step period assumed before one is
+    int max_restarts;           /* embedded server restarts (default 3) */
+    double step_ms_hint;        /* step period assumed before one is
                                 measured, for request slack (default
                                 100; the deadline model in place.h) */
-    double step_deadline_ms; /* > 0: a fixed step period: a request for
+    double step_deadline_ms;    /* > 0: a fixed step period: a request for
                                 the step k steps after the one being
                                 computed carries slack k x this.  0
                                 (default): the measured period (EWMA of
                                 window + input wait) instead */
-    double ddl_ms;           /* the miss threshold: a step whose input
+    double ddl_ms;              /* the miss threshold: a step whose input
                                 wait exceeds it is a DDL miss (default
                                 DH_CLIENT_DDL_MS) */
-    FILE *telemetry;         /* JSONL per consumed step; NULL: none.
+    FILE *telemetry;            /* JSONL per consumed step; NULL: none.
                                 Borrowed: must outlive the client */
 };
 
@@ -113,14 +113,14 @@ DH_API void dh_client_opts_default(struct dh_client_opts *o);
 
 /* One microbatch's tensor in the arena. */
 struct dh_client_part {
-    const void *data;      /* in this process's mapping of the arena */
-    uint64_t len;          /* bytes of the slot (>= the tensor) */
+    const void *data; /* in this process's mapping of the arena */
+    uint64_t len;     /* bytes of the slot (>= the tensor) */
     uint64_t dims[8];
-    uint32_t ndims;        /* [B,T,H,W,3] (THWC) or [B,T,3,H,W] (TCHW) */
+    uint32_t ndims; /* [B,T,H,W,3] (THWC) or [B,T,3,H,W] (TCHW) */
     enum dh_dtype dtype;
     enum dh_layout layout;
-    uint32_t n_samples;    /* dims[0] */
-    uint32_t server_id;    /* the arena's server */
+    uint32_t n_samples; /* dims[0] */
+    uint32_t server_id; /* the arena's server */
 };
 
 /* A consumed step.  Read-only; release with dh_client_batch_release(). */
@@ -137,23 +137,23 @@ struct dh_client_batch {
 };
 
 struct dh_client_stats {
-    uint64_t steps;        /* next() calls that returned a batch */
-    uint64_t errors;       /* next() calls that returned a sample error */
-    uint64_t misses;       /* steps whose batch was not ready (input
+    uint64_t steps;  /* next() calls that returned a batch */
+    uint64_t errors; /* next() calls that returned a sample error */
+    uint64_t misses; /* steps whose batch was not ready (input
                               wait > ddl_ms) */
     double input_wait_p50_ms, input_wait_p95_ms, input_wait_max_ms;
-    double window_p50_ms;  /* time between steps, as measured */
-    uint64_t requests;     /* DescriptorRequests sent (re-issues included) */
-    uint64_t reissued;     /* requests re-sent after a server restart */
-    uint64_t restarts;     /* embedded server restarts */
-    uint64_t late_released; /* duplicate or stale results released */
-    uint64_t quarantined;  /* distinct samples that failed */
+    double window_p50_ms;    /* time between steps, as measured */
+    uint64_t requests;       /* DescriptorRequests sent (re-issues included) */
+    uint64_t reissued;       /* requests re-sent after a server restart */
+    uint64_t restarts;       /* embedded server restarts */
+    uint64_t late_released;  /* duplicate or stale results released */
+    uint64_t quarantined;    /* distinct samples that failed */
     uint64_t cross_ds_bytes; /* bytes of parts prepared on a server other
                                 than the one whose arena holds them */
-    uint64_t batch_bytes;  /* bytes of every part delivered */
-    double elapsed_s;      /* since the first next() */
-    uint64_t arena_bytes;  /* the local arena's data area (0: none yet) */
-    uint64_t held_bytes;   /* arena slots of batches not released */
+    uint64_t batch_bytes;    /* bytes of every part delivered */
+    double elapsed_s;        /* since the first next() */
+    uint64_t arena_bytes;    /* the local arena's data area (0: none yet) */
+    uint64_t held_bytes;     /* arena slots of batches not released */
 };
 
 /* The default miss threshold: a ready batch's next() costs 0.05-0.3 ms
@@ -265,15 +265,15 @@ DH_API const char *dh_stage_name(enum dh_stage s);
 struct dh_client_failure {
     uint32_t epoch;
     uint64_t step;
-    int consumed;        /* 1: the step failed and is gone; 0: it is
+    int consumed;       /* 1: the step failed and is gone; 0: it is
                             still next (DH_EARENA at once: the consumer
                             holds the arena; release and call again) */
-    uint64_t sample_id;  /* the sample the server named, or
+    uint64_t sample_id; /* the sample the server named, or
                             DH_CLIENT_NO_SAMPLE */
     char path[DH_CLIENT_MAX_PATH + 1]; /* "" if the server had none */
-    int cause;           /* the server's DH_E* code */
+    int cause;                         /* the server's DH_E* code */
     enum dh_stage stage;
-    uint32_t server_id;  /* the DataServer that reported it */
+    uint32_t server_id;                    /* the DataServer that reported it */
     char message[DH_CLIENT_MAX_CAUSE + 1]; /* the cause, in words */
 };
 

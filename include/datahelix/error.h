@@ -25,24 +25,24 @@
 #endif
 
 /* One table drives the enum and dh_strerror() (libuv style). */
-#define DH_ERRNO_MAP(X)                                                     \
-    X(NOMEM, 1, "out of memory")                                            \
-    X(INVAL, 2, "invalid argument")                                         \
-    X(IO, 3, "input/output error")                                          \
-    X(FORMAT, 4, "malformed input")                                         \
-    X(MEDIA, 5, "media could not be read")                                  \
-    X(NOTFOUND, 6, "not found")                                             \
-    X(TOOBIG, 7, "value or size over its limit")                            \
-    X(VERSION, 8, "unsupported format version")                             \
-    X(CHECKSUM, 9, "checksum mismatch")                                     \
-    X(DUP, 10, "duplicate")                                                 \
-    X(NOTIMPL, 11, "not implemented")                                       \
-    X(EMPTY, 12, "nothing to do")                                           \
-    X(UNSUPPORTED, 13, "unsupported")                                       \
-    X(TIMEOUT, 14, "timed out")                                             \
-    X(PEERDEAD, 15, "peer closed the connection or died")                  \
-    X(SAMPLE, 16, "a sample could not be prepared")                         \
-    X(ARENA, 17, "arena exhausted")                                         \
+#define DH_ERRNO_MAP(X)                                                        \
+    X(NOMEM, 1, "out of memory")                                               \
+    X(INVAL, 2, "invalid argument")                                            \
+    X(IO, 3, "input/output error")                                             \
+    X(FORMAT, 4, "malformed input")                                            \
+    X(MEDIA, 5, "media could not be read")                                     \
+    X(NOTFOUND, 6, "not found")                                                \
+    X(TOOBIG, 7, "value or size over its limit")                               \
+    X(VERSION, 8, "unsupported format version")                                \
+    X(CHECKSUM, 9, "checksum mismatch")                                        \
+    X(DUP, 10, "duplicate")                                                    \
+    X(NOTIMPL, 11, "not implemented")                                          \
+    X(EMPTY, 12, "nothing to do")                                              \
+    X(UNSUPPORTED, 13, "unsupported")                                          \
+    X(TIMEOUT, 14, "timed out")                                                \
+    X(PEERDEAD, 15, "peer closed the connection or died")                      \
+    X(SAMPLE, 16, "a sample could not be prepared")                            \
+    X(ARENA, 17, "arena exhausted")                                            \
     X(PROTO, 18, "protocol error: a malformed message from a peer")
 
 enum dh_errno {

@@ -148,7 +148,7 @@ struct dh_index_columns {
     const uint32_t *frames;
     const uint16_t *width;
     const uint16_t *height;
-    const uint8_t *kind;     /* enum dh_kind values */
+    const uint8_t *kind; /* enum dh_kind values */
 };
 DH_API void dh_index_columns(const struct dh_index *ix,
                              struct dh_index_columns *out);

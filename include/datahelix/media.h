@@ -77,14 +77,14 @@ struct dh_media_plan {
     const int64_t *indices; /* DH_PLAN_INDICES: borrowed, `frames` long */
     uint64_t seed;          /* jitter and random crop */
     enum dh_pad pad;
-    int32_t width, height;  /* output size, 1..16384 */
+    int32_t width, height; /* output size, 1..16384 */
     enum dh_geometry geometry;
     enum dh_layout layout;
     enum dh_dtype dtype;
-    float mean[3], std[3];  /* F32 only: value = (x / 255 - mean) / std */
+    float mean[3], std[3]; /* F32 only: value = (x / 255 - mean) / std */
     enum dh_snap snap;
-    double snap_tol;        /* in frames; <= 0: half the sampling stride */
-    int64_t max_pixels;     /* cap on frames x width x height of one sample;
+    double snap_tol;    /* in frames; <= 0: half the sampling stride */
+    int64_t max_pixels; /* cap on frames x width x height of one sample;
                                0: DH_MEDIA_MAX_PIXELS (DH_ETOOBIG over it) */
 };
 
@@ -137,8 +137,8 @@ DH_API int dh_media_open_mem(struct dh_media *m, const void *data, size_t len,
 DH_API void dh_media_close(struct dh_media *m);
 
 struct dh_media_info {
-    enum dh_kind kind;     /* video or image */
-    int64_t frames;        /* presentation frames */
+    enum dh_kind kind; /* video or image */
+    int64_t frames;    /* presentation frames */
     int64_t keyframes;
     int32_t width, height; /* coded size */
     int32_t rotation;      /* display rotation, degrees clockwise */
@@ -182,9 +182,9 @@ DH_API int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
 
 /* What a full decode of the open file found (dh_media_verify). */
 struct dh_media_verify {
-    int64_t frames;   /* pictures the decoder produced, in presentation order */
-    double media_s;   /* the clip's duration, seconds */
-    int64_t packets;  /* video packets read */
+    int64_t frames;  /* pictures the decoder produced, in presentation order */
+    double media_s;  /* the clip's duration, seconds */
+    int64_t packets; /* video packets read */
 };
 
 /*

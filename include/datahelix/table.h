@@ -33,17 +33,17 @@ DH_API int dh_kind_parse(const char *s, enum dh_kind *out) DH_MUST_CHECK;
 
 #define DH_CODEC_MAX 32
 #define DH_PROFILE_MAX 32
-#define DH_TABLE_LINE_MAX (1u << 20) /* longest accepted JSONL line */
+#define DH_TABLE_LINE_MAX (1u << 20)       /* longest accepted JSONL line */
 #define DH_TABLE_ID_MAX ((int64_t)1 << 32) /* ids must be below this */
 
 struct dh_desc {
-    int64_t id;                   /* dense from 0 (see renumbering) */
-    char *path;                   /* owned; NULL only for inline text */
+    int64_t id; /* dense from 0 (see renumbering) */
+    char *path; /* owned; NULL only for inline text */
     enum dh_kind kind;
-    int64_t bytes;                /* file size */
-    char codec[DH_CODEC_MAX];     /* FFmpeg codec name, "" for text */
-    int32_t width, height;        /* coded size, as ffprobe reports it */
-    int32_t rotation;             /* display rotation in degrees, 0 if none */
+    int64_t bytes;            /* file size */
+    char codec[DH_CODEC_MAX]; /* FFmpeg codec name, "" for text */
+    int32_t width, height;    /* coded size, as ffprobe reports it */
+    int32_t rotation;         /* display rotation in degrees, 0 if none */
     double fps;
     double duration_s;
     int64_t frames;               /* exact: 1 for images, 0 for text */
@@ -52,7 +52,7 @@ struct dh_desc {
     double est_cpu_ms;
     int64_t est_out_bytes;
     int64_t est_tokens;
-    char *extra_json;             /* owned JSON object text of unknown fields,
+    char *extra_json; /* owned JSON object text of unknown fields,
                                      NULL if none */
 };
 

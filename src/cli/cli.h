@@ -72,8 +72,8 @@ int dh_cli_getopt_error(const char *cmd, int c, char **argv);
 /* Option `name`'s value `s` as an integer in [lo, hi]: 0, or (and a
  * one-line usage error for `cmd`) "NAME must be an integer in [lo, hi],
  * not 'S'". */
-int dh_cli_opt_i64(const char *cmd, const char *name, const char *s,
-                   int64_t lo, int64_t hi, int64_t *out);
+int dh_cli_opt_i64(const char *cmd, const char *name, const char *s, int64_t lo,
+                   int64_t hi, int64_t *out);
 
 /* Strict integer / float parsing: whole string, in [lo, hi]. 0 or -1. */
 int dh_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
@@ -108,8 +108,7 @@ void dh_progress_log_every(struct dh_progress *p, double secs);
 /* Copies `note` (truncated to fit) to show after the counts. */
 void dh_progress_set_note(struct dh_progress *p, const char *note);
 /* Thread-compatible: call from one thread. Redraws at most ~10 times/s. */
-void dh_progress_update(struct dh_progress *p, uint64_t done,
-                        uint64_t failed);
+void dh_progress_update(struct dh_progress *p, uint64_t done, uint64_t failed);
 /* Clears the bar line. */
 void dh_progress_finish(struct dh_progress *p);
 
@@ -138,8 +137,8 @@ double dh_cli_now(void);
  * runs wait(arg) (a progress loop that returns once the work is done or
  * stopped); when no thread can start, work(arg) runs here instead and
  * wait is not called.  Returns when every thread has ended. */
-void dh_cli_run_threads(int64_t n, void *(*work)(void *),
-                        void (*wait)(void *), void *arg);
+void dh_cli_run_threads(int64_t n, void *(*work)(void *), void (*wait)(void *),
+                        void *arg);
 
 /* dh_cli_error() on a line of its own: on a terminal it first clears a
  * progress bar being drawn there.  Callers serialise it with the bar's

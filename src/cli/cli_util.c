@@ -57,8 +57,8 @@ int dh_cli_getopt(const struct dh_cli_cmd *cmd, int argc, char **argv,
 
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, cmd->optstring, cmd->longopts,
-                            NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, cmd->optstring, cmd->longopts, NULL)) !=
+           -1) {
         if ((r = dh_cli_getopt_error(cmd->name, c, argv)) != 0)
             return r;
         if (c == 'h')
@@ -108,13 +108,15 @@ int dh_cli_parse_double(const char *s, double lo, double hi, double *out)
     return 0;
 }
 
-int dh_cli_opt_i64(const char *cmd, const char *name, const char *s,
-                   int64_t lo, int64_t hi, int64_t *out)
+int dh_cli_opt_i64(const char *cmd, const char *name, const char *s, int64_t lo,
+                   int64_t hi, int64_t *out)
 {
     if (dh_cli_parse_i64(s, lo, hi, out))
-        return dh_cli_usage_error(cmd, "%s must be an integer in [%lld, "
-                                  "%lld], not '%s'", name, (long long)lo,
-                                  (long long)hi, s ? s : "");
+        return dh_cli_usage_error(cmd,
+                                  "%s must be an integer in [%lld, "
+                                  "%lld], not '%s'",
+                                  name, (long long)lo, (long long)hi,
+                                  s ? s : "");
     return 0;
 }
 
@@ -170,8 +172,7 @@ int dh_cli_stop_with_parent(void)
     /* The watcher takes no signals: they belong to the main loop. */
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    rc = pthread_create(&th, NULL, watch_parent,
-                        (void *)(intptr_t)getppid());
+    rc = pthread_create(&th, NULL, watch_parent, (void *)(intptr_t)getppid());
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0)
         return -1;
@@ -196,12 +197,14 @@ int dh_cli_opt_size(const char *cmd, const char *s, struct dh_media_plan *p)
     p->height = (int32_t)hv;
     return 0;
 bad:
-    return dh_cli_usage_error(cmd, "--size '%s': expected WxH, each "
-                              "1..16384", s);
+    return dh_cli_usage_error(cmd,
+                              "--size '%s': expected WxH, each "
+                              "1..16384",
+                              s);
 }
 
-void dh_cli_run_threads(int64_t n, void *(*work)(void *),
-                        void (*wait)(void *), void *arg)
+void dh_cli_run_threads(int64_t n, void *(*work)(void *), void (*wait)(void *),
+                        void *arg)
 {
     pthread_t th[DH_CLI_MAX_THREADS];
     int64_t started = 0;

@@ -33,8 +33,7 @@
 
 /* This program's path, and the folder that holds the package:
  * $DATAHELIX_BENCH_DIR, else <this program's directory>/../bench. */
-static int find_package(char *self, size_t self_len, char *dir,
-                        size_t dir_len)
+static int find_package(char *self, size_t self_len, char *dir, size_t dir_len)
 {
     const char *env = getenv("DATAHELIX_BENCH_DIR");
     char main_py[PATH_MAX + 64];
@@ -60,7 +59,8 @@ static int find_package(char *self, size_t self_len, char *dir,
     }
     snprintf(main_py, sizeof(main_py), "%s/" PACKAGE "/__main__.py", dir);
     if (access(main_py, R_OK) != 0) {
-        dh_cli_error(CMD, "the harness package %s/" PACKAGE ": %s (it ships "
+        dh_cli_error(CMD,
+                     "the harness package %s/" PACKAGE ": %s (it ships "
                      "in the source tree as bench/" PACKAGE " beside build/; "
                      "set DATAHELIX_BENCH_DIR to the folder that holds it)",
                      dir, strerror(errno));
@@ -99,9 +99,10 @@ static const char *find_python(void)
     if (!py || !*py)
         py = "/usr/bin/python3";
     if (access(py, X_OK) != 0) {
-        dh_cli_error(CMD, "%s: %s (the harness needs Debian's python3 with "
-                     "python3-torch; set DATAHELIX_PYTHON)", py,
-                     strerror(errno));
+        dh_cli_error(CMD,
+                     "%s: %s (the harness needs Debian's python3 with "
+                     "python3-torch; set DATAHELIX_PYTHON)",
+                     py, strerror(errno));
         return NULL;
     }
     return py;

@@ -39,7 +39,8 @@ struct args {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    fprintf(
+        f,
         "usage: datahelix consume --coordinator ADDR --manifest M.dhx "
         "--rank R\n"
         "                         --world-size W --batch-size B [options]\n\n"
@@ -146,8 +147,10 @@ static int ablation(struct args *a, const char *s)
     } else if (!strcmp(s, "prefetch") || !strcmp(s, "ddl")) {
         a->copy = 0, a->o.prefetch = 4, a->balance = DH_BALANCE_FIXED;
     } else {
-        return dh_cli_usage_error(CMD, "--ablation '%s': expected base, "
-                                  "transport, prefetch or ddl", s);
+        return dh_cli_usage_error(CMD,
+                                  "--ablation '%s': expected base, "
+                                  "transport, prefetch or ddl",
+                                  s);
     }
     return 0;
 }
@@ -158,82 +161,125 @@ static int parse_opt(struct args *a, int c)
     int r = 0;
 
     switch (c) {
-    case 'c': a->o.coordinator = optarg; return 0;
-    case 'm': a->manifest = optarg; return 0;
-    case 'r': a->have_rank = 1;
+    case 'c':
+        a->o.coordinator = optarg;
+        return 0;
+    case 'm':
+        a->manifest = optarg;
+        return 0;
+    case 'r':
+        a->have_rank = 1;
         return opt_u32("--rank", optarg, 0, 65535, &a->o.rank);
-    case 'W': a->have_world = 1;
+    case 'W':
+        a->have_world = 1;
         return opt_u32("--world-size", optarg, 1, 65536, &a->o.world_size);
-    case 'B': return opt_u32("--batch-size", optarg, 1, 65536, &a->batch);
-    case 'E': return opt_u32("--epochs", optarg, 1, 65535, &a->epochs);
-    case 'n': return dh_cli_opt_i64(CMD, "--steps", optarg, 1, 1 << 24,
-                                    &a->max_steps);
-    case 'k': return opt_u32("--prefetch", optarg, 1, DH_CLIENT_MAX_PREFETCH,
-                             &a->o.prefetch);
-    case 'M': return opt_u32("--microbatches", optarg, 1,
-                             DH_CLIENT_MAX_MICROBATCHES, &a->o.microbatches);
-    case 'w': return dh_cli_opt_i64(CMD, "--window-ms", optarg, 0, 3600000,
-                                    &a->window_ms);
+    case 'B':
+        return opt_u32("--batch-size", optarg, 1, 65536, &a->batch);
+    case 'E':
+        return opt_u32("--epochs", optarg, 1, 65535, &a->epochs);
+    case 'n':
+        return dh_cli_opt_i64(CMD, "--steps", optarg, 1, 1 << 24,
+                              &a->max_steps);
+    case 'k':
+        return opt_u32("--prefetch", optarg, 1, DH_CLIENT_MAX_PREFETCH,
+                       &a->o.prefetch);
+    case 'M':
+        return opt_u32("--microbatches", optarg, 1, DH_CLIENT_MAX_MICROBATCHES,
+                       &a->o.microbatches);
+    case 'w':
+        return dh_cli_opt_i64(CMD, "--window-ms", optarg, 0, 3600000,
+                              &a->window_ms);
     case 'f':
         if (!(r = dh_cli_opt_i64(CMD, "--frames", optarg, 1, 4096, &v)))
             a->o.plan.frames = v;
         return r;
-    case 's': return dh_cli_opt_size(CMD, optarg, &a->o.plan);
+    case 's':
+        return dh_cli_opt_size(CMD, optarg, &a->o.plan);
     case 'S':
         if (!(r = dh_cli_opt_i64(CMD, "--seed", optarg, 0, INT64_MAX, &v)))
             a->seed = (uint64_t)v;
         return r;
     case 'b':
-        if (!strcmp(optarg, "fixed")) a->balance = DH_BALANCE_FIXED;
-        else if (!strcmp(optarg, "free")) a->balance = DH_BALANCE_FREE;
-        else if (!strcmp(optarg, "none")) a->balance = DH_BALANCE_NONE;
-        else return dh_cli_usage_error(CMD, "--balance '%s': expected fixed, "
-                                       "free or none", optarg);
+        if (!strcmp(optarg, "fixed"))
+            a->balance = DH_BALANCE_FIXED;
+        else if (!strcmp(optarg, "free"))
+            a->balance = DH_BALANCE_FREE;
+        else if (!strcmp(optarg, "none"))
+            a->balance = DH_BALANCE_NONE;
+        else
+            return dh_cli_usage_error(CMD,
+                                      "--balance '%s': expected fixed, "
+                                      "free or none",
+                                      optarg);
         return 0;
-    case 'd': a->o.dataserver = optarg; return 0;
-    case 'j': return opt_u32("--workers", optarg, 1, 256, &a->o.ds_workers);
-    case 'L': a->o.ds_listen = optarg; return 0;
+    case 'd':
+        a->o.dataserver = optarg;
+        return 0;
+    case 'j':
+        return opt_u32("--workers", optarg, 1, 256, &a->o.ds_workers);
+    case 'L':
+        a->o.ds_listen = optarg;
+        return 0;
     case 'X':
-        if (!(r = dh_cli_opt_i64(CMD, "--start-timeout-ms", optarg, 1,
-                                 3600000, &v)))
+        if (!(r = dh_cli_opt_i64(CMD, "--start-timeout-ms", optarg, 1, 3600000,
+                                 &v)))
             a->o.start_timeout_ms = (int)v;
         return r;
     case 't':
-        if (!(r = dh_cli_opt_i64(CMD, "--timeout-ms", optarg, 1, 86400000,
-                                 &v)))
+        if (!(r = dh_cli_opt_i64(CMD, "--timeout-ms", optarg, 1, 86400000, &v)))
             a->o.timeout_ms = (int)v;
         return r;
     case 'e':
-        if (!strcmp(optarg, "raise")) a->skip = 0;
-        else if (!strcmp(optarg, "skip")) a->skip = 1;
-        else return dh_cli_usage_error(CMD, "--on-error '%s': expected raise "
-                                       "or skip", optarg);
+        if (!strcmp(optarg, "raise"))
+            a->skip = 0;
+        else if (!strcmp(optarg, "skip"))
+            a->skip = 1;
+        else
+            return dh_cli_usage_error(CMD,
+                                      "--on-error '%s': expected raise "
+                                      "or skip",
+                                      optarg);
         return 0;
-    case 'i': a->ids_out = optarg; return 0;
-    case 'T': a->telemetry_path = optarg; return 0;
-    case 'J': a->json = 1; return 0;
+    case 'i':
+        a->ids_out = optarg;
+        return 0;
+    case 'T':
+        a->telemetry_path = optarg;
+        return 0;
+    case 'J':
+        a->json = 1;
+        return 0;
     case 'x':
-        if (!strcmp(optarg, "shm")) a->copy = 0;
-        else if (!strcmp(optarg, "copy")) a->copy = 1;
-        else return dh_cli_usage_error(CMD, "--transport '%s': expected shm "
-                                       "or copy", optarg);
+        if (!strcmp(optarg, "shm"))
+            a->copy = 0;
+        else if (!strcmp(optarg, "copy"))
+            a->copy = 1;
+        else
+            return dh_cli_usage_error(CMD,
+                                      "--transport '%s': expected shm "
+                                      "or copy",
+                                      optarg);
         return 0;
-    case 'A': return ablation(a, optarg);
+    case 'A':
+        return ablation(a, optarg);
     case 'D':
-        if (dh_cli_parse_double(optarg, 0, DH_CLIENT_MAX_STEP_MS,
-                                &a->o.ddl_ms))
-            return dh_cli_usage_error(CMD, "--ddl-ms '%s': expected a "
+        if (dh_cli_parse_double(optarg, 0, DH_CLIENT_MAX_STEP_MS, &a->o.ddl_ms))
+            return dh_cli_usage_error(CMD,
+                                      "--ddl-ms '%s': expected a "
                                       "number of ms in [0, 86400000]",
                                       optarg);
         return 0;
     case 'P':
         if (dh_cli_parse_double(optarg, 0, DH_CLIENT_MAX_STEP_MS,
                                 &a->o.step_deadline_ms))
-            return dh_cli_usage_error(CMD, "--step-deadline-ms '%s': "
+            return dh_cli_usage_error(CMD,
+                                      "--step-deadline-ms '%s': "
                                       "expected a number of ms in [0, "
-                                      "86400000]", optarg);
+                                      "86400000]",
+                                      optarg);
         return 0;
-    default: return dh_cli_usage_error(CMD, "bad option");
+    default:
+        return dh_cli_usage_error(CMD, "bad option");
     }
 }
 
@@ -242,9 +288,12 @@ static int on_opt(void *a, int c)
     return parse_opt(a, c);
 }
 
-static const struct dh_cli_cmd cli_cmd = {
-    .name = CMD, .optstring = ":h", .longopts = long_opts, .opt = on_opt,
-    .max_args = 0, .usage = usage};
+static const struct dh_cli_cmd cli_cmd = {.name = CMD,
+                                          .optstring = ":h",
+                                          .longopts = long_opts,
+                                          .opt = on_opt,
+                                          .max_args = 0,
+                                          .usage = usage};
 
 static int parse_args(struct args *a, int argc, char **argv)
 {
@@ -254,18 +303,21 @@ static int parse_args(struct args *a, int argc, char **argv)
     a->epochs = 1;
     if ((r = dh_cli_getopt(&cli_cmd, argc, argv, a, NULL)) != DH_CLI_RUN)
         return r;
-    if (!a->o.coordinator || !a->manifest || !a->have_rank ||
-        !a->have_world || !a->batch)
+    if (!a->o.coordinator || !a->manifest || !a->have_rank || !a->have_world ||
+        !a->batch)
         return dh_cli_usage_error(CMD, "--coordinator, --manifest, --rank, "
-                                  "--world-size and --batch-size are "
-                                  "required");
+                                       "--world-size and --batch-size are "
+                                       "required");
     if (a->o.rank >= a->o.world_size)
-        return dh_cli_usage_error(CMD, "--rank %u: must be below --world-size "
-                                  "%u", a->o.rank, a->o.world_size);
+        return dh_cli_usage_error(CMD,
+                                  "--rank %u: must be below --world-size "
+                                  "%u",
+                                  a->o.rank, a->o.world_size);
     if (a->batch < a->o.microbatches)
-        return dh_cli_usage_error(CMD, "--batch-size %u is smaller than "
-                                  "--microbatches %u", a->batch,
-                                  a->o.microbatches);
+        return dh_cli_usage_error(CMD,
+                                  "--batch-size %u is smaller than "
+                                  "--microbatches %u",
+                                  a->batch, a->o.microbatches);
     return DH_CLI_RUN;
 }
 
@@ -284,10 +336,9 @@ static int schedule(const struct args *a, const struct dh_index *ix,
     po.seed = a->seed;
     po.epoch = epoch;
     po.balance = a->balance;
-    return dh_plan_schedule(col.est_tokens, col.profile, col.count, NULL, 0,
-                            &po, a->o.rank,
-                            a->max_steps > 0 ? (uint64_t)a->max_steps : 0,
-                            out, e);
+    return dh_plan_schedule(
+        col.est_tokens, col.profile, col.count, NULL, 0, &po, a->o.rank,
+        a->max_steps > 0 ? (uint64_t)a->max_steps : 0, out, e);
 }
 
 struct run {
@@ -321,8 +372,8 @@ static void step_line(const struct run *r, const struct dh_client_batch *b)
 {
     if (r->a->json)
         printf("{\"epoch\":%u,\"step\":%" PRIu64 ",\"samples\":%u,"
-               "\"input_wait_ms\":%.3f}\n", b->epoch, b->step, b->n_samples,
-               b->input_wait_ms);
+               "\"input_wait_ms\":%.3f}\n",
+               b->epoch, b->step, b->n_samples, b->input_wait_ms);
     else
         printf("epoch %u step %" PRIu64 ": %u samples, input wait %.2f ms\n",
                b->epoch, b->step, b->n_samples, b->input_wait_ms);
@@ -379,7 +430,8 @@ static int one_step(struct run *r, struct dh_err *e)
     step_line(r, b);
     if (r->a->copy && copy_out(r, b) < 0) {
         dh_client_batch_release(b);
-        return dh_err_set(e, DH_ENOMEM, "out of memory for --transport "
+        return dh_err_set(e, DH_ENOMEM,
+                          "out of memory for --transport "
                           "copy");
     }
     hold_window(r, b);
@@ -397,8 +449,8 @@ static int run_epochs(struct run *r, const struct dh_index *ix,
 
         rc = schedule(r->a, ix, ep, &sc, e);
         if (rc == 0)
-            rc = dh_client_start_epoch(r->c, ep, 0, sc.n_steps, sc.ids,
-                                       sc.offs, e);
+            rc = dh_client_start_epoch(r->c, ep, 0, sc.n_steps, sc.ids, sc.offs,
+                                       e);
         dh_plan_schedule_free(&sc);
         while (rc == 0 && !*r->stop && (rc = one_step(r, e)) == 1)
             rc = 0;
@@ -426,18 +478,18 @@ static void summary(const struct run *r)
                "%" PRIu64 ",\"quarantined\":%" PRIu64 ",\"restarts\":%" PRIu64
                ",\"reissued\":%" PRIu64 ",\"elapsed_s\":%.3f}}\n",
                r->a->o.rank, st.steps, r->samples, sps, st.input_wait_p50_ms,
-               st.input_wait_p95_ms, st.input_wait_max_ms, st.misses,
-               st.errors, r->skipped, st.quarantined, st.restarts,
-               st.reissued, st.elapsed_s);
+               st.input_wait_p95_ms, st.input_wait_max_ms, st.misses, st.errors,
+               r->skipped, st.quarantined, st.restarts, st.reissued,
+               st.elapsed_s);
         return;
     }
     printf("rank %u: %" PRIu64 " steps, %" PRIu64 " samples in %.2f s = "
            "%.1f samples/s; input wait p50 %.2f ms, p95 %.2f ms, max %.2f ms;"
            " %" PRIu64 " misses, %" PRIu64 " errors (%" PRIu64 " skipped), "
-           "%" PRIu64 " server restarts\n", r->a->o.rank, st.steps,
-           r->samples, st.elapsed_s, sps, st.input_wait_p50_ms,
-           st.input_wait_p95_ms, st.input_wait_max_ms, st.misses, st.errors,
-           r->skipped, st.restarts);
+           "%" PRIu64 " server restarts\n",
+           r->a->o.rank, st.steps, r->samples, st.elapsed_s, sps,
+           st.input_wait_p50_ms, st.input_wait_p95_ms, st.input_wait_max_ms,
+           st.misses, st.errors, r->skipped, st.restarts);
 }
 
 static int consume(struct args *a)

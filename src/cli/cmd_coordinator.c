@@ -28,7 +28,8 @@ struct args {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    fprintf(
+        f,
         "usage: datahelix coordinator [--listen ADDR] [--policy P]\n"
         "                             [--heartbeat-timeout-ms N]\n"
         "                             [--telemetry FILE] [--exit-with-parent]\n"
@@ -68,32 +69,42 @@ static int parse_opt(struct args *a, int c)
     int64_t v = 0;
 
     switch (c) {
-    case 'l': a->o.listen = optarg; return 0;
+    case 'l':
+        a->o.listen = optarg;
+        return 0;
     case 'p':
-        if (strcmp(optarg, "round-robin") && strcmp(optarg, "least-request")
-            && strcmp(optarg, "deadline"))
-            return dh_cli_usage_error(CMD, "--policy must be round-robin, "
+        if (strcmp(optarg, "round-robin") && strcmp(optarg, "least-request") &&
+            strcmp(optarg, "deadline"))
+            return dh_cli_usage_error(CMD,
+                                      "--policy must be round-robin, "
                                       "least-request or deadline, not '%s'",
                                       optarg);
         a->o.policy = optarg;
         return 0;
     case 't':
         if (dh_cli_parse_i64(optarg, 1, 3600000, &v))
-            return dh_cli_usage_error(CMD, "--heartbeat-timeout-ms must be "
+            return dh_cli_usage_error(CMD,
+                                      "--heartbeat-timeout-ms must be "
                                       "an integer in [1, 3600000], not '%s'",
                                       optarg);
         a->o.heartbeat_timeout_ms = (int)v;
         return 0;
-    case 'T': a->telemetry_path = optarg; return 0;
-    case 'P': a->with_parent = 1; return 0;
+    case 'T':
+        a->telemetry_path = optarg;
+        return 0;
+    case 'P':
+        a->with_parent = 1;
+        return 0;
     case 'U':
         if (dh_cli_parse_i64(optarg, 1, 3600000, &v))
-            return dh_cli_usage_error(CMD, "--exit-when-unused must be an "
+            return dh_cli_usage_error(CMD,
+                                      "--exit-when-unused must be an "
                                       "integer in [1, 3600000] ms, not '%s'",
                                       optarg);
         a->o.exit_when_unused_ms = (int)v;
         return 0;
-    default: return dh_cli_usage_error(CMD, "bad option");
+    default:
+        return dh_cli_usage_error(CMD, "bad option");
     }
 }
 
@@ -102,9 +113,12 @@ static int on_opt(void *a, int c)
     return parse_opt(a, c);
 }
 
-static const struct dh_cli_cmd cli_cmd = {
-    .name = CMD, .optstring = ":h", .longopts = long_opts, .opt = on_opt,
-    .max_args = 0, .usage = usage};
+static const struct dh_cli_cmd cli_cmd = {.name = CMD,
+                                          .optstring = ":h",
+                                          .longopts = long_opts,
+                                          .opt = on_opt,
+                                          .max_args = 0,
+                                          .usage = usage};
 
 static int parse_args(struct args *a, int argc, char **argv)
 {
@@ -140,8 +154,10 @@ static int serve(struct args *a)
 
     dh_err_clear(&e);
     if ((rc = dh_coordinator_create(&a->o, &c, &e)) == 0) {
-        fprintf(stderr, "datahelix: coordinator: listening on %s (policy "
-                "%s)\n", dh_coordinator_endpoint(c),
+        fprintf(stderr,
+                "datahelix: coordinator: listening on %s (policy "
+                "%s)\n",
+                dh_coordinator_endpoint(c),
                 a->o.policy ? a->o.policy : "least-request");
         rc = dh_coordinator_run(c, stop, &e);
     }

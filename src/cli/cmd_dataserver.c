@@ -27,7 +27,8 @@ struct args {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    fprintf(
+        f,
         "usage: datahelix dataserver --coordinator ADDR --rank R "
         "--index M.dhx\n"
         "                            [--listen ADDR [--advertise ADDR]]\n"
@@ -93,8 +94,13 @@ static void usage(FILE *f)
 
 /* Long-only options (values clear of every short letter). */
 enum {
-    OPT_PY_DATASET = 0x100, OPT_PY_WORKERS, OPT_PY_EXE, OPT_PY_PATH,
-    OPT_PY_TIMEOUT, OPT_PY_SEED, OPT_PY_UNLINK
+    OPT_PY_DATASET = 0x100,
+    OPT_PY_WORKERS,
+    OPT_PY_EXE,
+    OPT_PY_PATH,
+    OPT_PY_TIMEOUT,
+    OPT_PY_SEED,
+    OPT_PY_UNLINK
 };
 
 static const struct option long_opts[] = {
@@ -130,10 +136,18 @@ static int parse_python_opt(struct args *a, int c)
     int r = 0;
 
     switch (c) {
-    case OPT_PY_DATASET: a->o.python_dataset = optarg; return 0;
-    case OPT_PY_EXE: a->o.python = optarg; return 0;
-    case OPT_PY_PATH: a->o.python_path = optarg; return 0;
-    case OPT_PY_UNLINK: a->o.python_unlink = 1; return 0;
+    case OPT_PY_DATASET:
+        a->o.python_dataset = optarg;
+        return 0;
+    case OPT_PY_EXE:
+        a->o.python = optarg;
+        return 0;
+    case OPT_PY_PATH:
+        a->o.python_path = optarg;
+        return 0;
+    case OPT_PY_UNLINK:
+        a->o.python_unlink = 1;
+        return 0;
     case OPT_PY_WORKERS:
         if (!(r = dh_cli_opt_i64(CMD, "--python-workers", optarg, 1, 64, &v)))
             a->o.python_workers = (unsigned)v;
@@ -148,7 +162,8 @@ static int parse_python_opt(struct args *a, int c)
                                  &v)))
             a->o.python_seed = (uint64_t)v;
         return r;
-    default: return dh_cli_usage_error(CMD, "bad option");
+    default:
+        return dh_cli_usage_error(CMD, "bad option");
     }
 }
 
@@ -158,8 +173,12 @@ static int parse_opt(struct args *a, int c)
     int r = 0;
 
     switch (c) {
-    case 'c': a->o.coordinator = optarg; return 0;
-    case 'i': a->o.index_path = optarg; return 0;
+    case 'c':
+        a->o.coordinator = optarg;
+        return 0;
+    case 'i':
+        a->o.index_path = optarg;
+        return 0;
     case 'r':
         if (!(r = dh_cli_opt_i64(CMD, "--rank", optarg, 0, 65535, &v))) {
             a->o.rank = (uint32_t)v;
@@ -171,7 +190,8 @@ static int parse_opt(struct args *a, int c)
             a->o.workers = (unsigned)v;
         return r;
     case 's':
-        if (!(r = dh_cli_opt_i64(CMD, "--server-id", optarg, 1, UINT32_MAX - 1, &v)))
+        if (!(r = dh_cli_opt_i64(CMD, "--server-id", optarg, 1, UINT32_MAX - 1,
+                                 &v)))
             a->o.server_id = (uint32_t)v;
         return r;
     case 'a':
@@ -183,24 +203,34 @@ static int parse_opt(struct args *a, int c)
                                  3600000, &v)))
             a->o.deliver_timeout_ms = (int)v;
         return r;
-    case 'l': a->o.listen = optarg; return 0;
-    case 'A': a->o.advertise = optarg; return 0;
+    case 'l':
+        a->o.listen = optarg;
+        return 0;
+    case 'A':
+        a->o.advertise = optarg;
+        return 0;
     case 'W':
         if (!(r = dh_cli_opt_i64(CMD, "--sample-timeout-ms", optarg, 0,
                                  86400000, &v)))
             a->o.sample_timeout_ms = (int)v;
         return r;
     case 'b':
-        if (!(r = dh_cli_opt_i64(CMD, "--heartbeat-ms", optarg, 1, 3600000, &v)))
+        if (!(r = dh_cli_opt_i64(CMD, "--heartbeat-ms", optarg, 1, 3600000,
+                                 &v)))
             a->o.heartbeat_ms = (int)v;
         return r;
-    case 'S': a->o.client_socket = optarg; return 0;
+    case 'S':
+        a->o.client_socket = optarg;
+        return 0;
     case 'F':
         if (!(r = dh_cli_opt_i64(CMD, "--client-fd", optarg, 3, 1 << 20, &v)))
             a->o.client_fd = (int)v;
         return r;
-    case 'R': a->o.remote = 1; return 0;
-    default: return parse_python_opt(a, c);
+    case 'R':
+        a->o.remote = 1;
+        return 0;
+    default:
+        return parse_python_opt(a, c);
     }
 }
 
@@ -208,12 +238,13 @@ static int parse_opt(struct args *a, int c)
 static int check_remote(const struct args *a)
 {
     if (a->have_rank)
-        return dh_cli_usage_error(CMD, "--remote and --rank exclude each "
+        return dh_cli_usage_error(CMD,
+                                  "--remote and --rank exclude each "
                                   "other: a remote server serves any rank");
     if (a->o.listen || a->o.client_fd >= 0 || a->o.client_socket)
         return dh_cli_usage_error(CMD, "--remote takes no --listen or "
-                                  "client link: it sends batches to the "
-                                  "ranks' local servers");
+                                       "client link: it sends batches to the "
+                                       "ranks' local servers");
     return 0;
 }
 
@@ -222,9 +253,12 @@ static int on_opt(void *a, int c)
     return parse_opt(a, c);
 }
 
-static const struct dh_cli_cmd cli_cmd = {
-    .name = CMD, .optstring = ":h", .longopts = long_opts, .opt = on_opt,
-    .max_args = 0, .usage = usage};
+static const struct dh_cli_cmd cli_cmd = {.name = CMD,
+                                          .optstring = ":h",
+                                          .longopts = long_opts,
+                                          .opt = on_opt,
+                                          .max_args = 0,
+                                          .usage = usage};
 
 static int parse_args(struct args *a, int argc, char **argv)
 {
@@ -236,16 +270,16 @@ static int parse_args(struct args *a, int argc, char **argv)
     if (!a->o.coordinator || !a->o.index_path ||
         (!a->have_rank && !a->o.remote))
         return dh_cli_usage_error(CMD, "--coordinator, --index and --rank "
-                                  "(or --remote) are required");
+                                       "(or --remote) are required");
     if (a->o.client_fd >= 0 && a->o.client_socket)
         return dh_cli_usage_error(CMD, "--client-socket and --client-fd "
-                                  "exclude each other");
+                                       "exclude each other");
     if (a->o.advertise && !a->o.listen)
         return dh_cli_usage_error(CMD, "--advertise needs --listen");
     if (a->o.python_dataset && a->o.client_fd < 0)
         return dh_cli_usage_error(CMD, "--python-dataset needs --client-fd: "
-                                  "a dataset is accepted only from the "
-                                  "client that started this server");
+                                       "a dataset is accepted only from the "
+                                       "client that started this server");
     if (a->o.remote && (r = check_remote(a)) != 0)
         return r;
     return DH_CLI_RUN;
@@ -256,16 +290,18 @@ static void announce(const struct args *a, const struct dh_dataserver *s)
     const char *ep = dh_dataserver_endpoint(s);
 
     if (a->o.remote)
-        fprintf(stderr, "datahelix: dataserver: remote server %u registered "
+        fprintf(stderr,
+                "datahelix: dataserver: remote server %u registered "
                 "with %s (%u workers, %zu MiB staging)\n",
                 dh_dataserver_id(s), a->o.coordinator, a->o.workers,
                 a->o.arena_bytes >> 20);
     else
-        fprintf(stderr, "datahelix: dataserver: rank %u (server %u) "
+        fprintf(stderr,
+                "datahelix: dataserver: rank %u (server %u) "
                 "registered with %s (%u workers, %zu MiB arena%s%s)\n",
-                a->o.rank, dh_dataserver_id(s), a->o.coordinator,
-                a->o.workers, a->o.arena_bytes >> 20,
-                ep ? ", payloads on " : "", ep ? ep : "");
+                a->o.rank, dh_dataserver_id(s), a->o.coordinator, a->o.workers,
+                a->o.arena_bytes >> 20, ep ? ", payloads on " : "",
+                ep ? ep : "");
 }
 
 static int serve(struct args *a)

@@ -50,40 +50,50 @@ struct decode_run {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-"usage: datahelix decode [options] PATH...\n"
-"\n"
-"Decodes the frames a sampling plan picks from each file, scaled into one\n"
-"tensor per file (see docs/media.md), and reports what it cost.\n"
-"\n"
-"  -n, --frames N        frames per clip (fps: a cap, 0 = none)          [16]\n"
-"  -p, --plan PLAN       uniform | fps:F | jitter | all | indices:I,J,K\n"
-"                                                                [uniform]\n"
-"      --seed S          seed for jitter and random-crop                  [0]\n"
-"  -s, --size WxH        output size                               [224x224]\n"
-"      --geometry G      crop | stretch | random-crop                  [crop]\n"
-"      --layout L        thwc | tchw                                   [thwc]\n"
-"      --dtype D         uint8 | float32 (ImageNet mean/std)          [uint8]\n"
-"      --pad P           repeat | zero: frames past a short clip's end\n"
-"                                                                 [repeat]\n"
-"      --snap M          exact | ref | key: take the nearest reference frame\n"
-"                        or keyframe instead of the exact one       [exact]\n"
-"      --snap-tol F      snap tolerance in frames (0: half the stride)    [0]\n"
-"      --max-pixels N    cap on frames x width x height of one file's output;\n"
-"                        a plan over it is refused before decoding [268435456]\n"
-"  -t, --threads T       decoder threads per file (0: FFmpeg's choice)    [1]\n"
-"  -r, --repeat R        decode each file R times, report the median ms   [1]\n"
-"  -o, --out FILE        write the raw tensors, one after another, to FILE\n"
-"                        (- for stdout; exactly the tensor bytes, no header)\n"
-"      --json            one JSON object per file and a total, on stdout\n"
-"  -h, --help            this text\n"
-"\n"
-"Exit status: 0 when every file decoded, 1 when any failed (each failure\n"
-"is one line on stderr), 2 for bad usage.\n");
+    fprintf(
+        f,
+        "usage: datahelix decode [options] PATH...\n"
+        "\n"
+        "Decodes the frames a sampling plan picks from each file, scaled into one\n"
+        "tensor per file (see docs/media.md), and reports what it cost.\n"
+        "\n"
+        "  -n, --frames N        frames per clip (fps: a cap, 0 = none)          [16]\n"
+        "  -p, --plan PLAN       uniform | fps:F | jitter | all | indices:I,J,K\n"
+        "                                                                [uniform]\n"
+        "      --seed S          seed for jitter and random-crop                  [0]\n"
+        "  -s, --size WxH        output size                               [224x224]\n"
+        "      --geometry G      crop | stretch | random-crop                  [crop]\n"
+        "      --layout L        thwc | tchw                                   [thwc]\n"
+        "      --dtype D         uint8 | float32 (ImageNet mean/std)          [uint8]\n"
+        "      --pad P           repeat | zero: frames past a short clip's end\n"
+        "                                                                 [repeat]\n"
+        "      --snap M          exact | ref | key: take the nearest reference frame\n"
+        "                        or keyframe instead of the exact one       [exact]\n"
+        "      --snap-tol F      snap tolerance in frames (0: half the stride)    [0]\n"
+        "      --max-pixels N    cap on frames x width x height of one file's output;\n"
+        "                        a plan over it is refused before decoding [268435456]\n"
+        "  -t, --threads T       decoder threads per file (0: FFmpeg's choice)    [1]\n"
+        "  -r, --repeat R        decode each file R times, report the median ms   [1]\n"
+        "  -o, --out FILE        write the raw tensors, one after another, to FILE\n"
+        "                        (- for stdout; exactly the tensor bytes, no header)\n"
+        "      --json            one JSON object per file and a total, on stdout\n"
+        "  -h, --help            this text\n"
+        "\n"
+        "Exit status: 0 when every file decoded, 1 when any failed (each failure\n"
+        "is one line on stderr), 2 for bad usage.\n");
 }
 
-enum { OPT_SEED = 256, OPT_GEOM, OPT_LAYOUT, OPT_DTYPE, OPT_PAD, OPT_SNAP,
-       OPT_SNAPTOL, OPT_JSON, OPT_MAXPX };
+enum {
+    OPT_SEED = 256,
+    OPT_GEOM,
+    OPT_LAYOUT,
+    OPT_DTYPE,
+    OPT_PAD,
+    OPT_SNAP,
+    OPT_SNAPTOL,
+    OPT_JSON,
+    OPT_MAXPX
+};
 
 static const struct option longopts[] = {
     {"frames", required_argument, NULL, 'n'},
@@ -122,17 +132,20 @@ static int lookup(const struct name_val *t, const char *s)
 }
 
 static const struct name_val geometries[] = {
-    {"crop", DH_GEOM_CROP}, {"stretch", DH_GEOM_STRETCH},
-    {"random-crop", DH_GEOM_RANDOM_CROP}, {NULL, 0}};
+    {"crop", DH_GEOM_CROP},
+    {"stretch", DH_GEOM_STRETCH},
+    {"random-crop", DH_GEOM_RANDOM_CROP},
+    {NULL, 0}};
 static const struct name_val layouts[] = {
     {"thwc", DH_LAYOUT_THWC}, {"tchw", DH_LAYOUT_TCHW}, {NULL, 0}};
 static const struct name_val dtypes[] = {
     {"uint8", DH_DTYPE_U8}, {"float32", DH_DTYPE_F32}, {NULL, 0}};
 static const struct name_val pads[] = {
     {"repeat", DH_PAD_REPEAT}, {"zero", DH_PAD_ZERO}, {NULL, 0}};
-static const struct name_val snaps[] = {
-    {"exact", DH_SNAP_EXACT}, {"ref", DH_SNAP_REF}, {"key", DH_SNAP_KEY},
-    {NULL, 0}};
+static const struct name_val snaps[] = {{"exact", DH_SNAP_EXACT},
+                                        {"ref", DH_SNAP_REF},
+                                        {"key", DH_SNAP_KEY},
+                                        {NULL, 0}};
 
 /* "I,J,K" -> o->indices; each a non-negative integer, at most the cap. */
 static int parse_indices(const char *s, struct decode_opts *o)
@@ -178,17 +191,22 @@ static int parse_plan(const char *s, struct decode_opts *o)
     } else if (!strncmp(s, "fps:", 4)) {
         p->kind = DH_PLAN_FPS;
         if (dh_cli_parse_double(s + 4, 1e-6, 1e6, &p->fps))
-            return dh_cli_usage_error("decode", "--plan '%s': expected "
-                                      "fps:F with F > 0", s);
+            return dh_cli_usage_error("decode",
+                                      "--plan '%s': expected "
+                                      "fps:F with F > 0",
+                                      s);
     } else if (!strncmp(s, "indices:", 8)) {
         p->kind = DH_PLAN_INDICES;
         if (parse_indices(s + 8, o))
-            return dh_cli_usage_error("decode", "--plan '%s': expected "
-                                      "indices:I,J,K (1..%d indices >= 0)", s,
-                                      DH_MEDIA_MAX_FRAMES);
+            return dh_cli_usage_error("decode",
+                                      "--plan '%s': expected "
+                                      "indices:I,J,K (1..%d indices >= 0)",
+                                      s, DH_MEDIA_MAX_FRAMES);
     } else {
-        return dh_cli_usage_error("decode", "--plan '%s': expected uniform, "
-                                  "fps:F, jitter, all or indices:I,J,K", s);
+        return dh_cli_usage_error("decode",
+                                  "--plan '%s': expected uniform, "
+                                  "fps:F, jitter, all or indices:I,J,K",
+                                  s);
     }
     return 0;
 }
@@ -214,35 +232,47 @@ static int parse_number(int c, struct decode_opts *o)
     switch (c) {
     case 'n':
         if (dh_cli_parse_i64(optarg, 0, DH_MEDIA_MAX_FRAMES, &p->frames))
-            return dh_cli_usage_error("decode", "--frames '%s': expected "
-                                      "0..%d", optarg, DH_MEDIA_MAX_FRAMES);
+            return dh_cli_usage_error("decode",
+                                      "--frames '%s': expected "
+                                      "0..%d",
+                                      optarg, DH_MEDIA_MAX_FRAMES);
         o->frames_given = 1;
         return 0;
     case OPT_SEED:
         if (dh_cli_parse_i64(optarg, 0, INT64_MAX, &v))
-            return dh_cli_usage_error("decode", "--seed '%s': expected a "
-                                      "non-negative integer", optarg);
+            return dh_cli_usage_error("decode",
+                                      "--seed '%s': expected a "
+                                      "non-negative integer",
+                                      optarg);
         p->seed = (uint64_t)v;
         return 0;
     case OPT_MAXPX:
         if (dh_cli_parse_i64(optarg, 1, INT64_MAX, &p->max_pixels))
-            return dh_cli_usage_error("decode", "--max-pixels '%s': "
-                                      "expected a positive integer", optarg);
+            return dh_cli_usage_error("decode",
+                                      "--max-pixels '%s': "
+                                      "expected a positive integer",
+                                      optarg);
         return 0;
     case OPT_SNAPTOL:
         if (dh_cli_parse_double(optarg, 0, 1e9, &p->snap_tol))
-            return dh_cli_usage_error("decode", "--snap-tol '%s': expected "
-                                      "a number >= 0", optarg);
+            return dh_cli_usage_error("decode",
+                                      "--snap-tol '%s': expected "
+                                      "a number >= 0",
+                                      optarg);
         return 0;
     case 't':
         if (dh_cli_parse_i64(optarg, 0, 256, &o->threads))
-            return dh_cli_usage_error("decode", "--threads '%s': expected "
-                                      "0..256", optarg);
+            return dh_cli_usage_error("decode",
+                                      "--threads '%s': expected "
+                                      "0..256",
+                                      optarg);
         return 0;
     default: /* 'r' */
         if (dh_cli_parse_i64(optarg, 1, MAX_REPEAT, &o->repeat))
-            return dh_cli_usage_error("decode", "--repeat '%s': expected "
-                                      "1..%d", optarg, MAX_REPEAT);
+            return dh_cli_usage_error("decode",
+                                      "--repeat '%s': expected "
+                                      "1..%d",
+                                      optarg, MAX_REPEAT);
         return 0;
     }
 }
@@ -253,10 +283,16 @@ static int parse_opt(int c, struct decode_opts *o)
     int v = 0, rc = 0;
 
     switch (c) {
-    case 'p': return parse_plan(optarg, o);
-    case 's': return dh_cli_opt_size("decode", optarg, p);
-    case 'o': o->out = optarg; return 0;
-    case OPT_JSON: o->json = 1; return 0;
+    case 'p':
+        return parse_plan(optarg, o);
+    case 's':
+        return dh_cli_opt_size("decode", optarg, p);
+    case 'o':
+        o->out = optarg;
+        return 0;
+    case OPT_JSON:
+        o->json = 1;
+        return 0;
     case OPT_GEOM:
         if (!(rc = parse_enum(geometries, "geometry",
                               "crop, stretch or random-crop", &v)))
@@ -292,7 +328,7 @@ static int check_opts(struct decode_opts *o, int npaths)
         return dh_cli_usage_error("decode", "no PATH given");
     if (o->json && o->out && !strcmp(o->out, "-"))
         return dh_cli_usage_error("decode", "--json and --out - both want "
-                                  "stdout");
+                                            "stdout");
     /* An fps plan is capped only when asked: its frame count is the
      * clip's duration times F, not the uniform default of 16. */
     if (o->plan.kind == DH_PLAN_FPS && !o->frames_given)
@@ -311,9 +347,12 @@ static int on_opt(void *o, int c)
     return parse_opt(c, o);
 }
 
-static const struct dh_cli_cmd cli_cmd = {
-    .name = "decode", .optstring = ":n:p:s:t:r:o:h", .longopts = longopts,
-    .opt = on_opt, .max_args = -1, .usage = usage};
+static const struct dh_cli_cmd cli_cmd = {.name = "decode",
+                                          .optstring = ":n:p:s:t:r:o:h",
+                                          .longopts = longopts,
+                                          .opt = on_opt,
+                                          .max_args = -1,
+                                          .usage = usage};
 
 static int parse_args(int argc, char **argv, struct decode_opts *o)
 {
@@ -356,8 +395,10 @@ static int ensure_buf(struct decode_run *r, size_t need, const char *path,
     r->cap = 0;
     r->buf = dh__malloc(need);
     if (!r->buf)
-        return dh_err_set(e, DH_ENOMEM, "%s: out of memory for a %zu-byte "
-                          "tensor", path, need);
+        return dh_err_set(e, DH_ENOMEM,
+                          "%s: out of memory for a %zu-byte "
+                          "tensor",
+                          path, need);
     r->cap = need;
     return 0;
 }
@@ -379,9 +420,10 @@ static int decode_once(struct decode_run *r, const char *path,
         return rc;
     bytes = dh_media_plan_bytes(p, frames);
     if (bytes > SIZE_MAX - DH_MEDIA_DST_PAD)
-        return dh_err_set(e, DH_ETOOBIG, "%s: %" PRId64 " frames of %dx%d "
-                          "do not fit in memory", path, frames, p->width,
-                          p->height);
+        return dh_err_set(e, DH_ETOOBIG,
+                          "%s: %" PRId64 " frames of %dx%d "
+                          "do not fit in memory",
+                          path, frames, p->width, p->height);
     if ((rc = ensure_buf(r, bytes + DH_MEDIA_DST_PAD, path, e)))
         return rc;
     rc = dh_media_decode(r->m, p, r->buf, r->cap, res, e);
@@ -440,7 +482,8 @@ static void report_file(struct decode_run *r, const char *path,
     json_t *o;
 
     if (!r->o->json) {
-        fprintf(stderr, "decode: %s: %" PRId64 " frames %dx%d (%" PRId64
+        fprintf(stderr,
+                "decode: %s: %" PRId64 " frames %dx%d (%" PRId64
                 " valid), %.2f ms, %" PRId64 " decoded, %" PRId64 " seeks",
                 path, res->frames, p->width, p->height, res->valid_frames, ms,
                 res->decoded_frames, res->seeks);
@@ -452,11 +495,11 @@ static void report_file(struct decode_run *r, const char *path,
         return;
     }
     o = json_pack("{s:o, s:I, s:i, s:i, s:I, s:f, s:I, s:I, s:I, s:o}", "path",
-                  path_json(path), "frames", (json_int_t)res->frames,
-                  "height", (int)p->height, "width", (int)p->width,
-                  "valid_frames", (json_int_t)res->valid_frames, "decode_ms",
-                  ms, "decoded_frames", (json_int_t)res->decoded_frames,
-                  "seeks", (json_int_t)res->seeks, "seek_fallbacks",
+                  path_json(path), "frames", (json_int_t)res->frames, "height",
+                  (int)p->height, "width", (int)p->width, "valid_frames",
+                  (json_int_t)res->valid_frames, "decode_ms", ms,
+                  "decoded_frames", (json_int_t)res->decoded_frames, "seeks",
+                  (json_int_t)res->seeks, "seek_fallbacks",
                   (json_int_t)res->seek_fallbacks, "indices",
                   indices_json(r->m, res->frames));
     if (o && p->snap != DH_SNAP_EXACT)
@@ -470,16 +513,16 @@ static void report_total(const struct decode_run *r)
     double fps = r->seconds > 0 ? (double)r->frames / r->seconds : 0;
 
     if (r->o->json) {
-        print_json(json_pack("{s:I, s:I, s:I, s:f, s:f}", "files",
-                             (json_int_t)r->files, "failed",
-                             (json_int_t)r->failed, "frames",
-                             (json_int_t)r->frames, "seconds", r->seconds,
-                             "frames_per_s", fps));
+        print_json(json_pack(
+            "{s:I, s:I, s:I, s:f, s:f}", "files", (json_int_t)r->files,
+            "failed", (json_int_t)r->failed, "frames", (json_int_t)r->frames,
+            "seconds", r->seconds, "frames_per_s", fps));
         return;
     }
-    fprintf(stderr, "decode: %" PRId64 " files, %" PRId64 " failed, %" PRId64
-            " frames in %.3f s (%.0f frames/s)\n", r->files, r->failed,
-            r->frames, r->seconds, fps);
+    fprintf(stderr,
+            "decode: %" PRId64 " files, %" PRId64 " failed, %" PRId64
+            " frames in %.3f s (%.0f frames/s)\n",
+            r->files, r->failed, r->frames, r->seconds, fps);
 }
 
 /* ---- per file ---- */
@@ -492,8 +535,7 @@ static int write_tensor(struct decode_run *r, int64_t frames)
 
     if (!r->out || fwrite(r->buf, 1, n, r->out) == n)
         return 0;
-    dh_cli_error("decode", "%s: write failed: %s", r->o->out,
-                 strerror(errno));
+    dh_cli_error("decode", "%s: write failed: %s", r->o->out, strerror(errno));
     return -1;
 }
 
@@ -554,8 +596,7 @@ static int close_out(struct decode_run *r)
     r->out = NULL;
     if (!bad)
         return 0;
-    dh_cli_error("decode", "%s: write failed: %s", r->o->out,
-                 strerror(errno));
+    dh_cli_error("decode", "%s: write failed: %s", r->o->out, strerror(errno));
     return -1;
 }
 

@@ -23,7 +23,8 @@ struct args {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    fprintf(
+        f,
         "usage: datahelix gen-data --out DIR [--profiles LIST] [--count N]\n"
         "                          [--seed S] [--captions] [--stamp]\n\n"
         "Writes N synthetic H.264 MP4 files (MPEG-4 Part 2 if libx264 is\n"
@@ -86,14 +87,17 @@ static int take_option(void *ctx, int c)
         return 0;
     case 'n':
         if (dh_cli_parse_i64(optarg, 1, DH_GEN_MAX_COUNT, &a->o.count))
-            return dh_cli_usage_error(CMD, "--count must be an integer in "
-                                      "1..%d, not '%s'", DH_GEN_MAX_COUNT,
-                                      optarg);
+            return dh_cli_usage_error(CMD,
+                                      "--count must be an integer in "
+                                      "1..%d, not '%s'",
+                                      DH_GEN_MAX_COUNT, optarg);
         return 0;
     case 's':
         if (parse_u64(optarg, &a->o.seed))
-            return dh_cli_usage_error(CMD, "--seed must be an unsigned 64-bit "
-                                      "integer, not '%s'", optarg);
+            return dh_cli_usage_error(CMD,
+                                      "--seed must be an unsigned 64-bit "
+                                      "integer, not '%s'",
+                                      optarg);
         return 0;
     case 'c':
         a->o.captions = 1;
@@ -106,9 +110,12 @@ static int take_option(void *ctx, int c)
     }
 }
 
-static const struct dh_cli_cmd cli_cmd = {
-    .name = CMD, .optstring = "+:o:p:n:s:h", .longopts = long_opts,
-    .opt = take_option, .max_args = 0, .usage = usage};
+static const struct dh_cli_cmd cli_cmd = {.name = CMD,
+                                          .optstring = "+:o:p:n:s:h",
+                                          .longopts = long_opts,
+                                          .opt = take_option,
+                                          .max_args = 0,
+                                          .usage = usage};
 
 static int parse_args(struct args *a, int argc, char **argv)
 {
@@ -151,8 +158,10 @@ int dh_cmd_gen_data(int argc, char **argv)
         dh_cli_error(CMD, "%s", e.msg);
         return DH_EXIT_FAIL;
     }
-    fprintf(stderr, "gen-data: %lld files, %llu bytes, %lld frames, %.2f s "
-            "(%s) in %s\n", (long long)st.files, (unsigned long long)st.bytes,
+    fprintf(stderr,
+            "gen-data: %lld files, %llu bytes, %lld frames, %.2f s "
+            "(%s) in %s\n",
+            (long long)st.files, (unsigned long long)st.bytes,
             (long long)st.frames, dh_cli_now() - bar.t_start,
             st.encoder ? st.encoder : "?", a.o.out_dir);
     return DH_EXIT_OK;

@@ -26,7 +26,8 @@ struct args {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    fprintf(
+        f,
         "usage: datahelix index [--renumber] M.jsonl -o M.dhx\n"
         "       datahelix index --verify M.dhx\n\n"
         "Writes the compact, mmap-able binary index of a descriptor table\n"
@@ -63,10 +64,10 @@ static int check_args(struct args *a, int argc, char **argv)
         return dh_cli_usage_error(CMD, "-o given without an input table");
     if (!a->in && a->renumber)
         return dh_cli_usage_error(CMD, "--renumber given without an input "
-                                  "table");
+                                       "table");
     if (!a->in && !a->verify)
         return dh_cli_usage_error(CMD, "an input table or --verify FILE is "
-                                  "required");
+                                       "required");
     return DH_CLI_RUN;
 }
 
@@ -85,9 +86,12 @@ static int take_option(void *ctx, int c)
     return 0;
 }
 
-static const struct dh_cli_cmd cli_cmd = {
-    .name = CMD, .optstring = ":o:h", .longopts = long_opts,
-    .opt = take_option, .max_args = 1, .usage = usage};
+static const struct dh_cli_cmd cli_cmd = {.name = CMD,
+                                          .optstring = ":o:h",
+                                          .longopts = long_opts,
+                                          .opt = take_option,
+                                          .max_args = 1,
+                                          .usage = usage};
 
 static int parse_args(struct args *a, int argc, char **argv)
 {
@@ -107,8 +111,8 @@ static int build(const struct args *a)
     uint64_t n, size;
 
     dh_err_clear(&e);
-    if (dh_index_build(a->in, a->out, a->renumber ? DH_INDEX_BUILD_RENUMBER
-                                                  : 0, &info, &e) < 0 ||
+    if (dh_index_build(a->in, a->out, a->renumber ? DH_INDEX_BUILD_RENUMBER : 0,
+                       &info, &e) < 0 ||
         dh_index_open(a->out, 0, &ix, &e) < 0) {
         dh_cli_error(CMD, "%s", e.msg);
         return DH_EXIT_FAIL;
@@ -119,12 +123,15 @@ static int build(const struct args *a)
     /* Said even when nothing changed: ids in telemetry and errors now
      * name rows of this index, not necessarily the table's `id`s. */
     if (a->renumber)
-        fprintf(stderr, "index: renumbered %llu samples 0..%lld in file "
+        fprintf(stderr,
+                "index: renumbered %llu samples 0..%lld in file "
                 "order, %llu ids changed (paths are the stable key)\n",
                 (unsigned long long)n, (long long)n - 1,
                 (unsigned long long)info.renumbered);
-    fprintf(stderr, "index: %llu samples, %llu bytes (%.1f bytes/sample), "
-            "%.2f s -> %s\n", (unsigned long long)n, (unsigned long long)size,
+    fprintf(stderr,
+            "index: %llu samples, %llu bytes (%.1f bytes/sample), "
+            "%.2f s -> %s\n",
+            (unsigned long long)n, (unsigned long long)size,
             n ? (double)size / (double)n : 0.0, dh_cli_now() - t0, a->out);
     return DH_EXIT_OK;
 }

@@ -44,7 +44,8 @@ struct manifest {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    fprintf(
+        f,
         "usage: datahelix plan --manifest M --world-size W --batch-size B\n"
         "                      [--seed S] [--epoch E] [--balance MODE]\n"
         "                      [--window N] [--no-drop-last] [--json]\n"
@@ -67,7 +68,8 @@ static void usage(FILE *f)
         "  --renumber        a .jsonl manifest whose ids are not dense (lines\n"
         "                    removed): number its samples 0..n-1 in file\n"
         "                    order, as `datahelix index --renumber` does\n"
-        "  -h, --help        this text\n", DH_PLAN_WINDOW_DEFAULT);
+        "  -h, --help        this text\n",
+        DH_PLAN_WINDOW_DEFAULT);
 }
 
 static const struct option long_opts[] = {
@@ -94,8 +96,10 @@ static int parse_balance(const char *s, int *out)
             *out = i;
             return 0;
         }
-    return dh_cli_usage_error(CMD, "--balance must be fixed, free or none, "
-                              "not '%s'", s);
+    return dh_cli_usage_error(CMD,
+                              "--balance must be fixed, free or none, "
+                              "not '%s'",
+                              s);
 }
 
 static int parse_opt(struct args *a, int c)
@@ -104,22 +108,47 @@ static int parse_opt(struct args *a, int c)
     int r = 0;
 
     switch (c) {
-    case 'm': a->manifest = optarg; break;
-    case 'w': r = dh_cli_opt_i64(CMD, "--world-size", optarg, 1, DH_PLAN_WORLD_MAX, &v);
-              a->o.world_size = (uint32_t)v; a->have_world = 1; break;
-    case 'b': r = dh_cli_opt_i64(CMD, "--batch-size", optarg, 1, DH_PLAN_BATCH_MAX, &v);
-              a->o.batch_size = (uint32_t)v; a->have_batch = 1; break;
-    case 's': r = dh_cli_opt_i64(CMD, "--seed", optarg, 0, INT64_MAX, &v);
-              a->o.seed = (uint64_t)v; break;
-    case 'e': r = dh_cli_opt_i64(CMD, "--epoch", optarg, 0, INT64_MAX, &v);
-              a->o.epoch = (uint64_t)v; break;
-    case 'W': r = dh_cli_opt_i64(CMD, "--window", optarg, 1, DH_PLAN_WINDOW_MAX, &v);
-              a->o.window = (uint32_t)v; break;
-    case 'B': r = parse_balance(optarg, &a->o.balance); break;
-    case 'D': a->o.drop_last = 0; break;
-    case 'j': a->json = 1; break;
-    case 'R': a->renumber = 1; break;
-    default: r = dh_cli_usage_error(CMD, "bad option");
+    case 'm':
+        a->manifest = optarg;
+        break;
+    case 'w':
+        r = dh_cli_opt_i64(CMD, "--world-size", optarg, 1, DH_PLAN_WORLD_MAX,
+                           &v);
+        a->o.world_size = (uint32_t)v;
+        a->have_world = 1;
+        break;
+    case 'b':
+        r = dh_cli_opt_i64(CMD, "--batch-size", optarg, 1, DH_PLAN_BATCH_MAX,
+                           &v);
+        a->o.batch_size = (uint32_t)v;
+        a->have_batch = 1;
+        break;
+    case 's':
+        r = dh_cli_opt_i64(CMD, "--seed", optarg, 0, INT64_MAX, &v);
+        a->o.seed = (uint64_t)v;
+        break;
+    case 'e':
+        r = dh_cli_opt_i64(CMD, "--epoch", optarg, 0, INT64_MAX, &v);
+        a->o.epoch = (uint64_t)v;
+        break;
+    case 'W':
+        r = dh_cli_opt_i64(CMD, "--window", optarg, 1, DH_PLAN_WINDOW_MAX, &v);
+        a->o.window = (uint32_t)v;
+        break;
+    case 'B':
+        r = parse_balance(optarg, &a->o.balance);
+        break;
+    case 'D':
+        a->o.drop_last = 0;
+        break;
+    case 'j':
+        a->json = 1;
+        break;
+    case 'R':
+        a->renumber = 1;
+        break;
+    default:
+        r = dh_cli_usage_error(CMD, "bad option");
     }
     return r;
 }
@@ -129,9 +158,12 @@ static int on_opt(void *a, int c)
     return parse_opt(a, c);
 }
 
-static const struct dh_cli_cmd cli_cmd = {
-    .name = CMD, .optstring = ":h", .longopts = long_opts, .opt = on_opt,
-    .max_args = 0, .usage = usage};
+static const struct dh_cli_cmd cli_cmd = {.name = CMD,
+                                          .optstring = ":h",
+                                          .longopts = long_opts,
+                                          .opt = on_opt,
+                                          .max_args = 0,
+                                          .usage = usage};
 
 static int parse_args(struct args *a, int argc, char **argv)
 {
@@ -144,7 +176,7 @@ static int parse_args(struct args *a, int argc, char **argv)
         return dh_cli_usage_error(CMD, "--manifest M is required");
     if (!a->have_world || !a->have_batch)
         return dh_cli_usage_error(CMD, "--world-size and --batch-size are "
-                                  "required");
+                                       "required");
     return DH_CLI_RUN;
 }
 
@@ -168,8 +200,10 @@ static int load_index(const char *path, struct manifest *m, struct dh_err *e)
     np = dh_index_profile_count(m->ix);
     for (uint64_t i = 0; i < c.count; i++)
         if (c.profile[i] >= np && np > 0)
-            return dh_err_set(e, DH_EFORMAT, "%s: sample %" PRIu64 " has "
-                              "profile %u of %u", path, i, c.profile[i], np);
+            return dh_err_set(e, DH_EFORMAT,
+                              "%s: sample %" PRIu64 " has "
+                              "profile %u of %u",
+                              path, i, c.profile[i], np);
     m->n = c.count;
     m->tokens = c.est_tokens;
     m->profile = c.profile;
@@ -244,12 +278,14 @@ static int read_rows(struct dh_table_reader *r, struct manifest *m,
 
         if ((rc = grow(m, &cap, id)) ||
             (rc = intern(t, d.profile, &m->own_profile[id]))) {
-            dh_err_set(e, rc, "%s", rc == DH_ENOMEM ? "out of memory"
-                       : "more than 65535 distinct profiles");
+            dh_err_set(e, rc, "%s",
+                       rc == DH_ENOMEM ? "out of memory"
+                                       : "more than 65535 distinct profiles");
             break;
         }
-        m->own_tokens[id] = tok < 0 ? 0 : tok > UINT32_MAX ? UINT32_MAX
-                                                          : (uint32_t)tok;
+        m->own_tokens[id] = tok < 0            ? 0
+                            : tok > UINT32_MAX ? UINT32_MAX
+                                               : (uint32_t)tok;
         m->n = id + 1 > m->n ? id + 1 : m->n;
     }
     dh_desc_fini(&d);
@@ -305,7 +341,8 @@ static void print_json(const struct dh_plan *p)
     }
     dh_plan_balance(p, &mean, &worst);
     printf("{\"summary\": {\"steps\": %" PRIu64 ", \"max_mean_avg\": %.17g, "
-           "\"max_mean_worst\": %.17g}}\n", dh_plan_steps(p), mean, worst);
+           "\"max_mean_worst\": %.17g}}\n",
+           dh_plan_steps(p), mean, worst);
 }
 
 static void print_step(const struct dh_plan *p, uint64_t g)
@@ -349,10 +386,10 @@ static void print_human(const struct dh_plan *p, const struct manifest *m,
 
     printf("plan: %" PRIu64 " samples, %" PRIu64 " steps of %u ranks x %u, "
            "%" PRIu64 " kept; balance %s, window %u, seed %" PRIu64
-           ", epoch %" PRIu64 " (%.3f s)\n\n", m->n, dh_plan_steps(p),
-           a->o.world_size, a->o.batch_size, dh_plan_kept(p),
-           names[a->o.balance], dh_plan_window(p), a->o.seed, a->o.epoch,
-           secs);
+           ", epoch %" PRIu64 " (%.3f s)\n\n",
+           m->n, dh_plan_steps(p), a->o.world_size, a->o.batch_size,
+           dh_plan_kept(p), names[a->o.balance], dh_plan_window(p), a->o.seed,
+           a->o.epoch, secs);
     printf("%6s %5s %8s %12s  %s\n", "step", "rank", "samples", "tokens",
            "ids");
     for (uint64_t g = 0; g < dh_plan_steps(p) && g < SHOW_STEPS; g++)
@@ -361,12 +398,12 @@ static void print_human(const struct dh_plan *p, const struct manifest *m,
     printf("\nbalance (max/mean rank tokens per step):\n");
     printf("  %-28s mean %.3f  worst %.3f\n", "this plan", mean, worst);
     if (!other_balance(m, &a->o, DH_BALANCE_NONE, 1, &mean, &worst))
-        printf("  %-28s mean %.3f  worst %.3f\n", "none (random split)",
-               mean, worst);
+        printf("  %-28s mean %.3f  worst %.3f\n", "none (random split)", mean,
+               worst);
     if (a->o.balance != DH_BALANCE_NONE &&
         !other_balance(m, &a->o, a->o.balance, 1, &mean, &worst))
-        printf("  %-28s mean %.3f  worst %.3f\n",
-               "per-step greedy (window 1)", mean, worst);
+        printf("  %-28s mean %.3f  worst %.3f\n", "per-step greedy (window 1)",
+               mean, worst);
 }
 
 static int run(const struct args *a)
@@ -378,9 +415,9 @@ static int run(const struct args *a)
     int rc;
 
     dh_err_clear(&e);
-    rc = ends_with(a->manifest, ".dhx") ? load_index(a->manifest, &m, &e)
-                                        : load_table(a->manifest, a->renumber,
-                                                     &m, &e);
+    rc = ends_with(a->manifest, ".dhx")
+             ? load_index(a->manifest, &m, &e)
+             : load_table(a->manifest, a->renumber, &m, &e);
     if (rc) {
         dh_cli_error(CMD, "%s", e.msg);
         goto out_manifest;

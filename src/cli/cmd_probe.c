@@ -58,42 +58,54 @@ struct probe_run {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-"usage: datahelix probe [options] --out M.jsonl INPUT...\n"
-"\n"
-"Scans media into a descriptor table, one JSON object per sample (DESIGN 4.2).\n"
-"INPUT: a file, a folder (walked recursively, media/text extensions only),\n"
-"or a .jsonl list of {\"path\": ..., \"text\": caption} (paths relative to it).\n"
-"\n"
-"  -o, --out FILE        table to write (- for stdout)                [required]\n"
-"      --index FILE.dhx  also write the compact binary index\n"
-"  -j, --jobs N          probe threads                    [default: CPU count]\n"
-"      --calibrate K     fit the CPU-cost model by decoding K files per profile\n"
-"      --tokens MODEL    qwen-vl | videomae | dit | patch=P,tpatch=T [qwen-vl]\n"
-"      --frames SPEC     sampling plan frames: N | fps:F | all        [fps:8]\n"
-"      --max-frames N    cap on frames derived from fps (0: none)      [256]\n"
-"      --size SPEC       sampling plan size: WxH | native            [native]\n"
-"      --max-side N      with native size, shrink the longer side to N    [0]\n"
-"      --verify          decode every video and image in full and leave out\n"
-"                        the files that fail (each on stderr); the header\n"
-"                        records it.  Resumable: verdicts go to OUT.verify.jsonl\n"
-"                        as files finish, and a re-run decodes only files\n"
-"                        not in it or changed since (size, mtime).  Progress\n"
-"                        is a line every $DATAHELIX_PROGRESS_S s (10) when\n"
-"                        stderr is not a terminal\n"
-"      --keep-going      report unreadable files and go on          [default]\n"
-"      --fail-fast       stop at the first unreadable file (exit 1)\n"
-"      --summary         print a per-profile summary of the table\n"
-"                        (stdout; stderr when the table goes to stdout)\n"
-"  -q, --quiet           no closing line on stderr\n"
-"  -h, --help            this text\n"
-"\n"
-"Exit status: 0 when at least one file was probed (unreadable files are\n"
-"listed on stderr and left out), 1 otherwise or with --fail-fast on error.\n");
+    fprintf(
+        f,
+        "usage: datahelix probe [options] --out M.jsonl INPUT...\n"
+        "\n"
+        "Scans media into a descriptor table, one JSON object per sample (DESIGN 4.2).\n"
+        "INPUT: a file, a folder (walked recursively, media/text extensions only),\n"
+        "or a .jsonl list of {\"path\": ..., \"text\": caption} (paths relative to it).\n"
+        "\n"
+        "  -o, --out FILE        table to write (- for stdout)                [required]\n"
+        "      --index FILE.dhx  also write the compact binary index\n"
+        "  -j, --jobs N          probe threads                    [default: CPU count]\n"
+        "      --calibrate K     fit the CPU-cost model by decoding K files per profile\n"
+        "      --tokens MODEL    qwen-vl | videomae | dit | patch=P,tpatch=T [qwen-vl]\n"
+        "      --frames SPEC     sampling plan frames: N | fps:F | all        [fps:8]\n"
+        "      --max-frames N    cap on frames derived from fps (0: none)      [256]\n"
+        "      --size SPEC       sampling plan size: WxH | native            [native]\n"
+        "      --max-side N      with native size, shrink the longer side to N    [0]\n"
+        "      --verify          decode every video and image in full and leave out\n"
+        "                        the files that fail (each on stderr); the header\n"
+        "                        records it.  Resumable: verdicts go to OUT.verify.jsonl\n"
+        "                        as files finish, and a re-run decodes only files\n"
+        "                        not in it or changed since (size, mtime).  Progress\n"
+        "                        is a line every $DATAHELIX_PROGRESS_S s (10) when\n"
+        "                        stderr is not a terminal\n"
+        "      --keep-going      report unreadable files and go on          [default]\n"
+        "      --fail-fast       stop at the first unreadable file (exit 1)\n"
+        "      --summary         print a per-profile summary of the table\n"
+        "                        (stdout; stderr when the table goes to stdout)\n"
+        "  -q, --quiet           no closing line on stderr\n"
+        "  -h, --help            this text\n"
+        "\n"
+        "Exit status: 0 when at least one file was probed (unreadable files are\n"
+        "listed on stderr and left out), 1 otherwise or with --fail-fast on error.\n");
 }
 
-enum { OPT_INDEX = 256, OPT_CAL, OPT_TOKENS, OPT_FRAMES, OPT_MAXF, OPT_SIZE,
-       OPT_MAXSIDE, OPT_KEEP, OPT_FAILFAST, OPT_SUMMARY, OPT_VERIFY };
+enum {
+    OPT_INDEX = 256,
+    OPT_CAL,
+    OPT_TOKENS,
+    OPT_FRAMES,
+    OPT_MAXF,
+    OPT_SIZE,
+    OPT_MAXSIDE,
+    OPT_KEEP,
+    OPT_FAILFAST,
+    OPT_SUMMARY,
+    OPT_VERIFY
+};
 
 static const struct option longopts[] = {
     {"out", required_argument, NULL, 'o'},
@@ -121,13 +133,27 @@ static int parse_opt(int c, struct probe_opts *o)
 
     dh_err_clear(&e);
     switch (c) {
-    case 'o': o->out = optarg; return 0;
-    case OPT_INDEX: o->index_out = optarg; return 0;
-    case 'q': o->quiet = 1; return 0;
-    case OPT_SUMMARY: o->summary = 1; return 0;
-    case OPT_VERIFY: o->verify = 1; return 0;
-    case OPT_KEEP: o->keep_going = 1; return 0;
-    case OPT_FAILFAST: o->keep_going = 0; return 0;
+    case 'o':
+        o->out = optarg;
+        return 0;
+    case OPT_INDEX:
+        o->index_out = optarg;
+        return 0;
+    case 'q':
+        o->quiet = 1;
+        return 0;
+    case OPT_SUMMARY:
+        o->summary = 1;
+        return 0;
+    case OPT_VERIFY:
+        o->verify = 1;
+        return 0;
+    case OPT_KEEP:
+        o->keep_going = 1;
+        return 0;
+    case OPT_FAILFAST:
+        o->keep_going = 0;
+        return 0;
     case 'j':
         if (dh_cli_parse_i64(optarg, 1, MAX_JOBS, &o->jobs))
             return dh_cli_usage_error("probe", "--jobs '%s': expected 1..%d",
@@ -135,13 +161,16 @@ static int parse_opt(int c, struct probe_opts *o)
         return 0;
     case OPT_CAL:
         if (dh_cli_parse_i64(optarg, 0, 10000, &o->calibrate))
-            return dh_cli_usage_error("probe", "--calibrate '%s': expected "
-                                      "0..10000 files per profile", optarg);
+            return dh_cli_usage_error("probe",
+                                      "--calibrate '%s': expected "
+                                      "0..10000 files per profile",
+                                      optarg);
         return 0;
     case OPT_MAXF:
     case OPT_MAXSIDE:
         if (dh_cli_parse_i64(optarg, 0, 1000000, &v))
-            return dh_cli_usage_error("probe", "--%s '%s': expected a "
+            return dh_cli_usage_error("probe",
+                                      "--%s '%s': expected a "
                                       "non-negative integer",
                                       c == OPT_MAXF ? "max-frames" : "max-side",
                                       optarg);
@@ -198,9 +227,12 @@ static int on_opt(void *o, int c)
     return parse_opt(c, o);
 }
 
-static const struct dh_cli_cmd cli_cmd = {
-    .name = "probe", .optstring = ":o:j:qh", .longopts = longopts,
-    .opt = on_opt, .max_args = -1, .usage = usage};
+static const struct dh_cli_cmd cli_cmd = {.name = "probe",
+                                          .optstring = ":o:j:qh",
+                                          .longopts = longopts,
+                                          .opt = on_opt,
+                                          .max_args = -1,
+                                          .usage = usage};
 
 static int parse_args(int argc, char **argv, struct probe_opts *o)
 {
@@ -224,7 +256,7 @@ static int parse_args(int argc, char **argv, struct probe_opts *o)
         return dh_cli_usage_error("probe", "no INPUT given");
     if (o->index_out && !strcmp(o->out, "-"))
         return dh_cli_usage_error("probe", "--index needs --out to name a "
-                                  "file");
+                                           "file");
     if ((rc = check_output(o->out)))
         return rc;
     return o->index_out ? check_output(o->index_out) : 0;
@@ -374,10 +406,12 @@ static int calibrate(struct probe_run *r, struct dh_cost_model *m)
         goto out_free;
     }
     if (!r->o->quiet)
-        fprintf(stderr, "probe: cost model from %zu decodes: %.3f ms + "
+        fprintf(stderr,
+                "probe: cost model from %zu decodes: %.3f ms + "
                 "%.3f ms/src-Mpx + %.3f ms/input-MB + %.3f ms/out-Mpx "
-                "(rmse %.2f ms)\n", cs.n, m->base_ms, m->ms_per_src_mpx,
-                m->ms_per_in_mb, m->ms_per_out_mpx, m->fit_rmse_ms);
+                "(rmse %.2f ms)\n",
+                cs.n, m->base_ms, m->ms_per_src_mpx, m->ms_per_in_mb,
+                m->ms_per_out_mpx, m->fit_rmse_ms);
 out_free:
     dh__free(cs.f);
     dh__free(cs.ms);
@@ -409,23 +443,22 @@ static char *header_json(const struct dh_estimator *est,
     dh_sample_plan_format_size(&est->plan, size, sizeof(size));
     h = json_pack("{s:i, s:s, s:{s:s, s:I, s:s, s:i}, s:s, s:{s:f, s:f, s:f, "
                   "s:f, s:b, s:I, s:f}}",
-                  "version", 1, "tool", "datahelix probe",
-                  "plan", "frames", frames, "max_frames",
-                  (json_int_t)est->plan.max_frames, "size", size, "max_side",
-                  (int)est->plan.max_side,
-                  "tokens", est->tokens.name,
-                  "cost_model", "base_ms", c->base_ms, "ms_per_src_mpx",
-                  c->ms_per_src_mpx, "ms_per_in_mb", c->ms_per_in_mb,
-                  "ms_per_out_mpx", c->ms_per_out_mpx, "calibrated",
-                  c->calibrated, "fit_samples", (json_int_t)c->fit_samples,
-                  "fit_rmse_ms", c->fit_rmse_ms);
+                  "version", 1, "tool", "datahelix probe", "plan", "frames",
+                  frames, "max_frames", (json_int_t)est->plan.max_frames,
+                  "size", size, "max_side", (int)est->plan.max_side, "tokens",
+                  est->tokens.name, "cost_model", "base_ms", c->base_ms,
+                  "ms_per_src_mpx", c->ms_per_src_mpx, "ms_per_in_mb",
+                  c->ms_per_in_mb, "ms_per_out_mpx", c->ms_per_out_mpx,
+                  "calibrated", c->calibrated, "fit_samples",
+                  (json_int_t)c->fit_samples, "fit_rmse_ms", c->fit_rmse_ms);
     if (!h)
         return NULL;
     if (verified && add_verified(h, verified)) {
         json_decref(h);
         return NULL;
     }
-    s = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+    s = json_dumps(h,
+                   JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
     json_decref(h);
     return s;
 }
@@ -536,9 +569,10 @@ static int verify_all(struct probe_run *r)
     for (size_t i = 0; i < r->list.count; i++)
         kept += r->ok[i] != 0;
     if (!rc && (r->vst.stopped || kept == 0)) {
-        dh_cli_error("probe", "%zu of %zu files failed to probe or verify; "
-                     "no table written", r->list.count - kept,
-                     r->list.count);
+        dh_cli_error("probe",
+                     "%zu of %zu files failed to probe or verify; "
+                     "no table written",
+                     r->list.count - kept, r->list.count);
         rc = DH_EXIT_FAIL;
     }
     return rc;
@@ -559,8 +593,10 @@ static int probe_all(struct probe_run *r, struct probe_opts *o)
     run_workers(r);
     if (atomic_load(&r->failed) == n ||
         (!o->keep_going && atomic_load(&r->failed))) {
-        dh_cli_error("probe", "%zu of %zu files could not be probed; no "
-                     "table written", (size_t)atomic_load(&r->failed), n);
+        dh_cli_error("probe",
+                     "%zu of %zu files could not be probed; no "
+                     "table written",
+                     (size_t)atomic_load(&r->failed), n);
         return DH_EXIT_FAIL;
     }
     if (o->verify && (rc = verify_all(r)))
@@ -579,7 +615,8 @@ static int probe_all(struct probe_run *r, struct probe_opts *o)
         if (o->verify)
             fprintf(stderr, ", %zu left out by --verify", r->vst.left_out);
         else if (atomic_load(&r->unchecked))
-            fprintf(stderr, ", %zu unchecked for truncation (nothing in "
+            fprintf(stderr,
+                    ", %zu unchecked for truncation (nothing in "
                     "them to check against: --verify decodes them)",
                     (size_t)atomic_load(&r->unchecked));
         fprintf(stderr, ", %.2f s (%.0f files/s) -> %s\n", s,

@@ -30,7 +30,8 @@ struct args {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    fprintf(
+        f,
         "usage: datahelix sim [--ranks R] [--local L] [--remote M] [--cores C]\n"
         "                     [--batch-size B] [--steps S] [--warmup W]\n"
         "                     [--workload NAME | --manifest M.jsonl]\n"
@@ -83,8 +84,19 @@ static void usage(FILE *f)
         "  -h, --help          this text\n");
 }
 
-enum { O_PREFETCH = 256, O_GBPS, O_LAT, O_DDL, O_NOISE, O_SCALE, O_AR,
-       O_GPU, O_NATIVE, O_HANDOVER, O_REPLAY };
+enum {
+    O_PREFETCH = 256,
+    O_GBPS,
+    O_LAT,
+    O_DDL,
+    O_NOISE,
+    O_SCALE,
+    O_AR,
+    O_GPU,
+    O_NATIVE,
+    O_HANDOVER,
+    O_REPLAY
+};
 
 static const struct option long_opts[] = {
     {"ranks", required_argument, NULL, 'r'},
@@ -128,8 +140,10 @@ static int opt_u32(const char *name, int64_t lo, int64_t hi, uint32_t *out)
 static int opt_dbl(const char *name, double lo, double hi, double *out)
 {
     if (dh_cli_parse_double(optarg, lo, hi, out))
-        return dh_cli_usage_error(CMD, "%s must be a number in [%g, %g], "
-                                  "not '%s'", name, lo, hi, optarg);
+        return dh_cli_usage_error(CMD,
+                                  "%s must be a number in [%g, %g], "
+                                  "not '%s'",
+                                  name, lo, hi, optarg);
     return 0;
 }
 
@@ -144,8 +158,10 @@ static int parse_systems(struct args *a, const char *list)
 
         snprintf(name, sizeof(name), "%.*s", n < 31 ? (int)n : 31, t);
         if (n >= sizeof(name) || dh_sim_system_parse(name, &s))
-            return dh_cli_usage_error(CMD, "unknown system '%.*s' (native, "
-                                      "pool, datahelix)", (int)n, t);
+            return dh_cli_usage_error(CMD,
+                                      "unknown system '%.*s' (native, "
+                                      "pool, datahelix)",
+                                      (int)n, t);
         a->nsys += !a->systems[s];
         a->systems[s] = 1;
         t += n + (t[n] == ',');
@@ -174,8 +190,10 @@ static int parse_numbers(const char *v, double *out, int n)
 static int parse_gpu(struct args *a, const char *v)
 {
     if (parse_numbers(v, a->gpu, 3))
-        return dh_cli_usage_error(CMD, "--gpu-ms must be A,B,C (three "
-                                  "non-negative numbers), not '%s'", v);
+        return dh_cli_usage_error(CMD,
+                                  "--gpu-ms must be A,B,C (three "
+                                  "non-negative numbers), not '%s'",
+                                  v);
     a->have_gpu = 1;
     return 0;
 }
@@ -189,14 +207,19 @@ static int parse_handover(struct args *a, const char *v)
     enum dh_sim_system s;
 
     if (!eq || eq - v >= (ptrdiff_t)sizeof(name))
-        return dh_cli_usage_error(CMD, "--handover must be SYSTEM=A,B,C,D, "
-                                  "not '%s'", v);
+        return dh_cli_usage_error(CMD,
+                                  "--handover must be SYSTEM=A,B,C,D, "
+                                  "not '%s'",
+                                  v);
     snprintf(name, sizeof(name), "%.*s", (int)(eq - v), v);
     if (dh_sim_system_parse(name, &s))
-        return dh_cli_usage_error(CMD, "--handover: unknown system '%s' "
-                                  "(native, pool, datahelix)", name);
+        return dh_cli_usage_error(CMD,
+                                  "--handover: unknown system '%s' "
+                                  "(native, pool, datahelix)",
+                                  name);
     if (parse_numbers(eq + 1, x, 4))
-        return dh_cli_usage_error(CMD, "--handover %s= must be four "
+        return dh_cli_usage_error(CMD,
+                                  "--handover %s= must be four "
                                   "non-negative numbers A,B,C,D, not '%s'",
                                   name, eq + 1);
     a->c.handover[s] = (struct dh_sim_handover){x[0], x[1], x[2], x[3]};
@@ -209,41 +232,70 @@ static int parse_opt(struct args *a, int c)
     uint64_t seed;
 
     switch (c) {
-    case 'r': return opt_u32("--ranks", 1, 1 << 20, &k->ranks);
-    case 'l': a->have_local = 1;
-              return opt_u32("--local", 1, 1 << 20, &k->local);
-    case 'm': return opt_u32("--remote", 0, 1 << 20, &k->remote);
-    case 'c': return opt_u32("--cores", 1, 4096, &k->cores);
-    case 'b': return opt_u32("--batch-size", 1, 1 << 16, &k->batch);
-    case 's': return opt_u32("--steps", 1, 1 << 20, &k->steps);
-    case 'w': return opt_u32("--warmup", 0, 1 << 20, &k->warmup);
-    case 'W': a->workload = optarg; return 0;
-    case 'M': a->manifest = optarg; return 0;
+    case 'r':
+        return opt_u32("--ranks", 1, 1 << 20, &k->ranks);
+    case 'l':
+        a->have_local = 1;
+        return opt_u32("--local", 1, 1 << 20, &k->local);
+    case 'm':
+        return opt_u32("--remote", 0, 1 << 20, &k->remote);
+    case 'c':
+        return opt_u32("--cores", 1, 4096, &k->cores);
+    case 'b':
+        return opt_u32("--batch-size", 1, 1 << 16, &k->batch);
+    case 's':
+        return opt_u32("--steps", 1, 1 << 20, &k->steps);
+    case 'w':
+        return opt_u32("--warmup", 0, 1 << 20, &k->warmup);
+    case 'W':
+        a->workload = optarg;
+        return 0;
+    case 'M':
+        a->manifest = optarg;
+        return 0;
     case 'o':
         if (dh_sim_model_parse(optarg, &a->model))
-            return dh_cli_usage_error(CMD, "--model must be videomae, "
-                                      "qwen-vl or dit, not '%s'", optarg);
+            return dh_cli_usage_error(CMD,
+                                      "--model must be videomae, "
+                                      "qwen-vl or dit, not '%s'",
+                                      optarg);
         return 0;
-    case 'S': return parse_systems(a, optarg);
+    case 'S':
+        return parse_systems(a, optarg);
     case 'e':
         if (dh_cli_parse_i64(optarg, 0, INT64_MAX, (int64_t *)&seed))
-            return dh_cli_usage_error(CMD, "--seed must be a non-negative "
-                                      "integer, not '%s'", optarg);
+            return dh_cli_usage_error(CMD,
+                                      "--seed must be a non-negative "
+                                      "integer, not '%s'",
+                                      optarg);
         k->seed = seed;
         return 0;
-    case 'j': a->json = 1; return 0;
-    case O_PREFETCH: return opt_u32("--prefetch", 1, 64, &k->prefetch);
-    case O_GBPS: return opt_dbl("--link-gbps", 1e-3, 1e6, &k->link_gbps);
-    case O_LAT: return opt_dbl("--link-latency-ms", 0, 1e6, &k->link_lat_ms);
-    case O_DDL: return opt_dbl("--ddl-ms", 0, 1e9, &k->ddl_ms);
-    case O_NOISE: return opt_dbl("--noise", 0, 3, &k->noise_sigma);
-    case O_SCALE: return opt_dbl("--cpu-scale", 1e-3, 1e4, &k->cpu_scale);
-    case O_AR: return opt_dbl("--allreduce-ms", 0, 1e6, &k->allreduce_ms);
-    case O_GPU: return parse_gpu(a, optarg);
+    case 'j':
+        a->json = 1;
+        return 0;
+    case O_PREFETCH:
+        return opt_u32("--prefetch", 1, 64, &k->prefetch);
+    case O_GBPS:
+        return opt_dbl("--link-gbps", 1e-3, 1e6, &k->link_gbps);
+    case O_LAT:
+        return opt_dbl("--link-latency-ms", 0, 1e6, &k->link_lat_ms);
+    case O_DDL:
+        return opt_dbl("--ddl-ms", 0, 1e9, &k->ddl_ms);
+    case O_NOISE:
+        return opt_dbl("--noise", 0, 3, &k->noise_sigma);
+    case O_SCALE:
+        return opt_dbl("--cpu-scale", 1e-3, 1e4, &k->cpu_scale);
+    case O_AR:
+        return opt_dbl("--allreduce-ms", 0, 1e6, &k->allreduce_ms);
+    case O_GPU:
+        return parse_gpu(a, optarg);
     case O_NATIVE:
         return opt_u32("--native-cores", 1, 1 << 20, &k->native_cores);
-    case O_HANDOVER: return parse_handover(a, optarg);
-    case O_REPLAY: k->replay_order = 1; return 0;
+    case O_HANDOVER:
+        return parse_handover(a, optarg);
+    case O_REPLAY:
+        k->replay_order = 1;
+        return 0;
     }
     return dh_cli_usage_error(CMD, "bad option");
 }
@@ -253,9 +305,12 @@ static int on_opt(void *a, int c)
     return parse_opt(a, c);
 }
 
-static const struct dh_cli_cmd cli_cmd = {
-    .name = CMD, .optstring = ":h", .longopts = long_opts, .opt = on_opt,
-    .max_args = 0, .usage = usage};
+static const struct dh_cli_cmd cli_cmd = {.name = CMD,
+                                          .optstring = ":h",
+                                          .longopts = long_opts,
+                                          .opt = on_opt,
+                                          .max_args = 0,
+                                          .usage = usage};
 
 static int parse_args(struct args *a, int argc, char **argv)
 {
@@ -270,19 +325,20 @@ static int parse_args(struct args *a, int argc, char **argv)
         return r;
     if (a->workload && a->manifest)
         return dh_cli_usage_error(CMD, "--workload and --manifest exclude "
-                                  "each other");
+                                       "each other");
     if (!a->have_local)
         a->c.local = a->c.ranks;
     if (a->c.local > a->c.ranks)
-        return dh_cli_usage_error(CMD, "--local %u exceeds --ranks %u (one "
+        return dh_cli_usage_error(CMD,
+                                  "--local %u exceeds --ranks %u (one "
                                   "local DataServer per rank at most)",
                                   a->c.local, a->c.ranks);
     if (dh_sim_samples_needed(&a->c) > UINT32_MAX)
         return dh_cli_usage_error(CMD, "(steps + warmup) x ranks x batch "
-                                  "must stay under 2^32");
+                                       "must stay under 2^32");
     if (a->c.replay_order && !a->manifest)
         return dh_cli_usage_error(CMD, "--replay-order replays a --manifest's "
-                                  "order (a profile mix has none)");
+                                       "order (a profile mix has none)");
     if (!a->manifest && !a->workload)
         a->workload = "kinetics-mixed";
     return DH_CLI_RUN;
@@ -322,8 +378,8 @@ static int load(const struct args *a, const char *name, const char *mix,
     uint64_t n = dh_sim_samples_needed(&a->c);
     struct dh_err e = {0};
     int rc = a->manifest
-             ? dh_sim_workload_manifest(a->manifest, model, n, w, &e)
-             : dh_sim_workload_mix(mix, model, n, a->c.seed, w, &e);
+                 ? dh_sim_workload_manifest(a->manifest, model, n, w, &e)
+                 : dh_sim_workload_mix(mix, model, n, a->c.seed, w, &e);
 
     if (rc) {
         dh_cli_error(CMD, "%s", e.msg);
@@ -360,8 +416,8 @@ static void json_metrics(const struct dh_sim_metrics *m)
 {
     printf("{\"throughput\": %.6g, \"input_wait_p95_s\": %.6g, "
            "\"ready_p95_s\": %.6g, \"ddl_miss_rate\": %.6g, "
-           "\"cross_ds_gb_per_100_steps\": %.6g}", m->throughput,
-           m->input_wait_p95_s, m->ready_p95_s, m->ddl_miss_rate,
+           "\"cross_ds_gb_per_100_steps\": %.6g}",
+           m->throughput, m->input_wait_p95_s, m->ready_p95_s, m->ddl_miss_rate,
            m->cross_ds_gb_per_100_steps);
 }
 
@@ -406,8 +462,8 @@ static void aggregate(const struct result *r, int n, int *have,
     }
 }
 
-static void print_table(const char *title, const char *model,
-                        const int *have, const struct dh_sim_metrics *m)
+static void print_table(const char *title, const char *model, const int *have,
+                        const struct dh_sim_metrics *m)
 {
     double base = have[DH_SIM_NATIVE] ? m[DH_SIM_NATIVE].throughput : 0;
 
@@ -439,14 +495,16 @@ static void print_human(const struct args *a, const struct result *r, int n,
 
     printf("datahelix sim: %u ranks; %u local + %u remote DataServers x %u "
            "cores (native: %u cores over %u rank-local servers); batch %u; "
-           "%u measured + %u warm-up steps; seed %" PRIu64 "\n", c->ranks,
-           c->local, c->remote, c->cores, (c->local + c->remote) * c->cores,
-           c->ranks, c->batch, c->steps, c->warmup, c->seed);
+           "%u measured + %u warm-up steps; seed %" PRIu64 "\n",
+           c->ranks, c->local, c->remote, c->cores,
+           (c->local + c->remote) * c->cores, c->ranks, c->batch, c->steps,
+           c->warmup, c->seed);
     for (int i = 0; i < n; i++)
         print_table(r[i].name, r[i].model, r[i].have, r[i].m);
     if (n > 1)
         print_table("aggregate (geometric mean of throughput, arithmetic "
-                    "means of the rest)", NULL, have, agg);
+                    "means of the rest)",
+                    NULL, have, agg);
 }
 
 static void print_json(const struct result *r, int n, const int *have,

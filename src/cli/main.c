@@ -17,11 +17,11 @@ struct dh_cmd {
 static const struct dh_cmd commands[] = {
     {"gen-data", dh_cmd_gen_data,
      "write a synthetic heterogeneous video set (real H.264 files)"},
-    {"probe", dh_cmd_probe,
-     "scan media files into a descriptor table (JSONL)"},
+    {"probe", dh_cmd_probe, "scan media files into a descriptor table (JSONL)"},
     {"index", dh_cmd_index,
      "compile a descriptor table into a compact mmap-able index (.dhx)"},
-    {"decode", dh_cmd_decode, "run the media pipeline on files (sampled decode)"},
+    {"decode", dh_cmd_decode,
+     "run the media pipeline on files (sampled decode)"},
     {"coordinator", dh_cmd_coordinator, "run the control plane"},
     {"dataserver", dh_cmd_dataserver, "run a data-plane server"},
     {"consume", dh_cmd_consume, "iterate batches like a training rank"},
@@ -63,7 +63,7 @@ int main(int argc, char **argv)
             continue;
         if (!commands[i].fn) {
             dh_cli_error(commands[i].name, "not implemented yet in this "
-                         "version of datahelix");
+                                           "version of datahelix");
             return DH_EXIT_USAGE;
         }
         return commands[i].fn(argc - 1, argv + 1);

@@ -153,8 +153,8 @@ static void verify_one(struct vpass *p, struct dh_media *m, size_t i)
         it->v.reason = dh__strdup(strerror(errno));
     } else {
         it->v.size = (int64_t)st.st_size;
-        it->v.mtime_ns =
-            (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        it->v.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 +
+                         st.st_mtim.tv_nsec;
         if (!reuse(p, path, it)) {
             decode(p, m, i, it);
             record(p, path, it);

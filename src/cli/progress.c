@@ -9,8 +9,7 @@
 
 #include "cli/cli.h"
 
-void dh_progress_start(struct dh_progress *p, const char *label,
-                       uint64_t total)
+void dh_progress_start(struct dh_progress *p, const char *label, uint64_t total)
 {
     p->label = label;
     p->total = total;
@@ -68,11 +67,10 @@ static void log_line(struct dh_progress *p, double now)
     double rate, eta;
 
     rates(p, now, &rate, &eta);
-    fprintf(stderr, "%s: %llu/%llu (%.0f%%), %.1f/s, ETA %.0f s",
-            p->label, (unsigned long long)p->done,
-            (unsigned long long)p->total,
-            p->total ? 100.0 * (double)p->done / (double)p->total : 100.0,
-            rate, eta);
+    fprintf(stderr, "%s: %llu/%llu (%.0f%%), %.1f/s, ETA %.0f s", p->label,
+            (unsigned long long)p->done, (unsigned long long)p->total,
+            p->total ? 100.0 * (double)p->done / (double)p->total : 100.0, rate,
+            eta);
     if (p->failed)
         fprintf(stderr, ", %llu failed", (unsigned long long)p->failed);
     fprintf(stderr, "%s%s\n", p->note[0] ? ", " : "", p->note);

@@ -46,8 +46,8 @@ static void row(FILE *f, const struct prof_acc *p)
 
     fprintf(f, "%-10s %6lld %8.0f %5.0fx%-5.0f %9.1f %9.0f %9.2f %9.1f\n",
             p->name, (long long)p->count, p->frames / n, p->width / n,
-            p->height / n, p->cpu_ms / n, p->tokens / n,
-            p->out_bytes / n / 1e6, p->cpu_ms / 1e3);
+            p->height / n, p->cpu_ms / n, p->tokens / n, p->out_bytes / n / 1e6,
+            p->cpu_ms / 1e3);
 }
 
 /* Orders "FxS" names by frames, then short side; others ("text") last. */

@@ -130,8 +130,8 @@ static int fit_active(const struct dh_cost_features *f, const double *ms,
     return 0;
 }
 
-static double rmse(const struct dh_cost_features *f, const double *ms,
-                   size_t n, const struct dh_cost_model *m)
+static double rmse(const struct dh_cost_features *f, const double *ms, size_t n,
+                   const struct dh_cost_model *m)
 {
     double s = 0;
 
@@ -156,14 +156,17 @@ int dh_cost_model_fit(const struct dh_cost_features *f, const double *ms,
                           n);
     for (size_t i = 0; i < n; i++)
         if (!isfinite(ms[i]) || ms[i] < 0)
-            return dh_err_set(e, DH_EINVAL, "measurement %zu is not a "
-                              "finite non-negative time", i);
+            return dh_err_set(e, DH_EINVAL,
+                              "measurement %zu is not a "
+                              "finite non-negative time",
+                              i);
     for (int round = 0; round < NF; round++) {
         int worst = -1;
         if (fit_active(f, ms, n, active, coef))
             return dh_err_set(e, DH_EINVAL, "cost model fit is singular");
         for (int j = 0; j < NF; j++)
-            if (active[j] && coef[j] < 0 && (worst < 0 || coef[j] < coef[worst]))
+            if (active[j] && coef[j] < 0 &&
+                (worst < 0 || coef[j] < coef[worst]))
                 worst = j;
         if (worst < 0)
             break;

@@ -102,28 +102,34 @@ static const struct field *find_field(const char *name)
 static const char *type_name(const json_t *v)
 {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "object";
-    case JSON_ARRAY: return "array";
-    case JSON_STRING: return "string";
-    case JSON_INTEGER: return "integer";
-    case JSON_REAL: return "real";
+    case JSON_OBJECT:
+        return "object";
+    case JSON_ARRAY:
+        return "array";
+    case JSON_STRING:
+        return "string";
+    case JSON_INTEGER:
+        return "integer";
+    case JSON_REAL:
+        return "real";
     case JSON_TRUE:
-    case JSON_FALSE: return "boolean";
-    default: return "null";
+    case JSON_FALSE:
+        return "boolean";
+    default:
+        return "null";
     }
 }
 
 static int type_error(const struct field *f, const char *want, const json_t *v,
                       struct dh_err *e)
 {
-    return dh_err_set(e, DH_EFORMAT, "field '%s': expected %s, got %s",
-                      f->name, want, type_name(v));
+    return dh_err_set(e, DH_EFORMAT, "field '%s': expected %s, got %s", f->name,
+                      want, type_name(v));
 }
 
 static int range_error(const struct field *f, struct dh_err *e)
 {
-    return dh_err_set(e, DH_EFORMAT, "field '%s': value out of range",
-                      f->name);
+    return dh_err_set(e, DH_EFORMAT, "field '%s': value out of range", f->name);
 }
 
 static int parse_int(const struct field *f, const json_t *v, char *slot,
@@ -192,8 +198,8 @@ static int parse_buf(const struct field *f, const json_t *v, char *slot,
     return 0;
 }
 
-static int parse_kind(const struct field *f, const json_t *v,
-                      struct dh_desc *d, struct dh_err *e)
+static int parse_kind(const struct field *f, const json_t *v, struct dh_desc *d,
+                      struct dh_err *e)
 {
     if (!json_is_string(v))
         return type_error(f, "string", v, e);
@@ -209,11 +215,16 @@ static int parse_field(const struct field *f, const json_t *v,
     char *slot = (char *)d + f->off;
 
     switch (f->type) {
-    case F_INT: return parse_int(f, v, slot, e);
-    case F_REAL: return parse_real(f, v, slot, e);
-    case F_STR: return parse_str(f, v, slot, e);
-    case F_BUF: return parse_buf(f, v, slot, e);
-    default: return parse_kind(f, v, d, e);
+    case F_INT:
+        return parse_int(f, v, slot, e);
+    case F_REAL:
+        return parse_real(f, v, slot, e);
+    case F_STR:
+        return parse_str(f, v, slot, e);
+    case F_BUF:
+        return parse_buf(f, v, slot, e);
+    default:
+        return parse_kind(f, v, d, e);
     }
 }
 
@@ -261,7 +272,8 @@ int dh__desc_from_object(json_t *obj, struct dh_desc *d, struct dh_err *e)
     if (!json_is_object(obj))
         return dh_err_set(e, DH_EFORMAT, "expected a JSON object, got %s",
                           type_name(obj));
-    json_object_foreach(obj, key, v) {
+    json_object_foreach(obj, key, v)
+    {
         const struct field *f = find_field(key);
 
         rc = f ? parse_field(f, v, d, e) : keep_unknown(&extra, key, v, e);
@@ -353,8 +365,10 @@ static json_t *field_value(const struct field *f, const struct dh_desc *d)
     case F_STR:
         memcpy(&s, slot, sizeof(s));
         return json_string(s);
-    case F_BUF: return json_stringn(slot, strnlen(slot, f->size));
-    default: return json_string(dh_kind_name(d->kind));
+    case F_BUF:
+        return json_stringn(slot, strnlen(slot, f->size));
+    default:
+        return json_string(dh_kind_name(d->kind));
     }
 }
 
@@ -434,7 +448,8 @@ static int add_extra(json_t *obj, const char *extra_json)
         return dh__json_error_is_oom(&je) ? DH_ENOMEM : DH_EINVAL;
     if (!json_is_object(extra))
         rc = DH_EINVAL;
-    json_object_foreach(extra, key, v) {
+    json_object_foreach(extra, key, v)
+    {
         if (rc)
             break;
         if (find_field(key) || strcmp(key, "datahelix_header") == 0)
@@ -462,8 +477,8 @@ int dh_desc_to_json(const struct dh_desc *d, char **out)
         rc = add_extra(obj, d->extra_json);
     if (!rc) {
         /* extra reals were stored with 17 digits: keep them exact */
-        flags |= JSON_REAL_PRECISION(
-            d->extra_json || reals_need_17(d) ? 17 : 15);
+        flags |= JSON_REAL_PRECISION(d->extra_json || reals_need_17(d) ? 17
+                                                                       : 15);
         *out = json_dumps(obj, flags);
         rc = *out ? 0 : DH_ENOMEM;
     }

@@ -14,8 +14,8 @@
 #include "datahelix/table.h"
 
 /* Fills `d` (fini'ed first) from a parsed object; `e` gets "field ...". */
-int dh__desc_from_object(json_t *obj, struct dh_desc *d, struct dh_err *e)
-    DH_MUST_CHECK;
+int dh__desc_from_object(json_t *obj, struct dh_desc *d,
+                         struct dh_err *e) DH_MUST_CHECK;
 
 /*
  * Whether a failed jansson load was an allocation failure.  jansson reports

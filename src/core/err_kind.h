@@ -14,8 +14,12 @@
 static inline int dh__err_blames_sample(int code)
 {
     switch (code) {
-    case DH_ETIMEOUT: case DH_ENOMEM: case DH_ETOOBIG: case DH_EARENA:
-    case DH_EPROTO: case DH_EPEERDEAD:
+    case DH_ETIMEOUT:
+    case DH_ENOMEM:
+    case DH_ETOOBIG:
+    case DH_EARENA:
+    case DH_EPROTO:
+    case DH_EPEERDEAD:
         return 0;
     default:
         return code < 0;

@@ -13,8 +13,8 @@ const char *dh_strerror(int code)
     switch (code) {
     case DH_OK:
         return "success";
-#define DH_ERR_CASE_(name, val, text) \
-    case DH_E##name:                  \
+#define DH_ERR_CASE_(name, val, text)                                          \
+    case DH_E##name:                                                           \
         return text;
         DH_ERRNO_MAP(DH_ERR_CASE_)
 #undef DH_ERR_CASE_

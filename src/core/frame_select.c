@@ -42,8 +42,7 @@ static uint64_t rand_below(uint64_t *s, uint64_t m)
 /* ---- shared pieces ---- */
 
 /* out[valid..count) as padding: the last valid index, or -1. */
-static void pad_out(int64_t *out, int64_t valid, int64_t count,
-                    enum dh_pad pad)
+static void pad_out(int64_t *out, int64_t valid, int64_t count, enum dh_pad pad)
 {
     int64_t v = pad == DH_PAD_ZERO ? -1 : out[valid - 1];
 
@@ -52,8 +51,8 @@ static void pad_out(int64_t *out, int64_t valid, int64_t count,
 }
 
 /* A clip shorter than the plan: every frame, then padding. */
-static void short_clip(const struct dh_media_plan *p, int64_t n,
-                       int64_t *out, int64_t *count, int64_t *valid)
+static void short_clip(const struct dh_media_plan *p, int64_t n, int64_t *out,
+                       int64_t *count, int64_t *valid)
 {
     for (int64_t i = 0; i < n; i++)
         out[i] = i;
@@ -72,20 +71,25 @@ static int check_plan(const struct dh_media_plan *p,
         return 0;
     case DH_PLAN_FPS:
         if (!(p->fps > 0) || !isfinite(p->fps))
-            return dh_err_set(e, DH_EINVAL, "plan: fps %g must be positive "
-                              "and finite", p->fps);
+            return dh_err_set(e, DH_EINVAL,
+                              "plan: fps %g must be positive "
+                              "and finite",
+                              p->fps);
         if (p->frames < 0 || p->frames > MAXF)
-            return dh_err_set(e, DH_EINVAL, "plan: frame cap %" PRId64
-                              " out of range 0..%d", p->frames, MAXF);
+            return dh_err_set(e, DH_EINVAL,
+                              "plan: frame cap %" PRId64 " out of range 0..%d",
+                              p->frames, MAXF);
         return 0;
     case DH_PLAN_UNIFORM:
     case DH_PLAN_INDICES:
     case DH_PLAN_JITTER:
         if (p->frames < 1 || p->frames > MAXF)
-            return dh_err_set(e, DH_EINVAL, "plan: frames %" PRId64
-                              " out of range 1..%d", p->frames, MAXF);
+            return dh_err_set(e, DH_EINVAL,
+                              "plan: frames %" PRId64 " out of range 1..%d",
+                              p->frames, MAXF);
         if (p->kind == DH_PLAN_INDICES && !p->indices)
-            return dh_err_set(e, DH_EINVAL, "plan: an index plan has no "
+            return dh_err_set(e, DH_EINVAL,
+                              "plan: an index plan has no "
                               "indices");
         return 0;
     }
@@ -99,9 +103,8 @@ static int check_plan(const struct dh_media_plan *p,
  * floor((2i + 1) n / 2N) without overflow: with n = q 2N + r it is
  * (2i + 1) q + floor((2i + 1) r / 2N), and (2i + 1) r < (2 MAXF)^2.
  */
-static void plan_uniform(const struct dh_media_plan *p, int64_t n,
-                         int64_t *out, int64_t *count, int64_t *valid,
-                         double *stride)
+static void plan_uniform(const struct dh_media_plan *p, int64_t n, int64_t *out,
+                         int64_t *count, int64_t *valid, double *stride)
 {
     int64_t big_n = p->frames, q = n / (2 * big_n), r = n % (2 * big_n);
 
@@ -125,9 +128,9 @@ static void plan_uniform(const struct dh_media_plan *p, int64_t n,
  */
 struct fps_walk {
     const struct dh__clip_frames *c;
-    double fps;      /* the plan's sampling rate */
-    double dur_u;    /* clip duration, clip units */
-    double dur_s;    /* clip duration, seconds */
+    double fps;   /* the plan's sampling rate */
+    double dur_u; /* clip duration, clip units */
+    double dur_s; /* clip duration, seconds */
 };
 
 static double frame_pos(const struct dh__clip_frames *c, int64_t i)
@@ -170,15 +173,18 @@ static int fps_walk_init(struct fps_walk *w, const struct dh_media_plan *p,
     w->fps = p->fps;
     if (!c->pts) {
         if (!(c->fps > 0) || !isfinite(c->fps))
-            return dh_err_set(e, DH_EINVAL, "plan: the clip has neither "
+            return dh_err_set(e, DH_EINVAL,
+                              "plan: the clip has neither "
                               "timestamps nor a frame rate");
         w->dur_u = (double)c->n;
         w->dur_s = (double)c->n / c->fps;
         return 0;
     }
     if (!(c->time_base > 0) || !isfinite(c->time_base))
-        return dh_err_set(e, DH_EINVAL, "plan: time base %g must be "
-                          "positive", c->time_base);
+        return dh_err_set(e, DH_EINVAL,
+                          "plan: time base %g must be "
+                          "positive",
+                          c->time_base);
     double span = frame_pos(c, c->n - 1);
     if (c->n > 1)
         w->dur_u = span + span / (double)(c->n - 1);
@@ -207,10 +213,11 @@ static int plan_fps(const struct dh_media_plan *p,
         out[k] = nearest_frame(c, u);
     }
     if (p->frames == 0 && k == cap && sample_pos(&w, k) < w.dur_u)
-        return dh_err_set(e, DH_EINVAL, "plan: fps %g over a %.1f s clip "
+        return dh_err_set(e, DH_EINVAL,
+                          "plan: fps %g over a %.1f s clip "
                           "asks for %.0f frames, over the %d limit; set a "
-                          "frame cap", p->fps, w.dur_s,
-                          ceil(w.dur_s * p->fps), MAXF);
+                          "frame cap",
+                          p->fps, w.dur_s, ceil(w.dur_s * p->fps), MAXF);
     if (k == 0)
         out[k++] = 0; /* at least one frame */
     *count = k;
@@ -220,17 +227,18 @@ static int plan_fps(const struct dh_media_plan *p,
 
 /* ---- INDICES ---- */
 
-static int plan_indices(const struct dh_media_plan *p, int64_t n,
-                        int64_t *out, double *stride, struct dh_err *e)
+static int plan_indices(const struct dh_media_plan *p, int64_t n, int64_t *out,
+                        double *stride, struct dh_err *e)
 {
     double gaps = 0;
 
     for (int64_t i = 0; i < p->frames; i++) {
         int64_t v = p->indices[i];
         if (v < 0 || v >= n)
-            return dh_err_set(e, DH_EINVAL, "plan: frame index %" PRId64
-                              " out of range (the clip has %" PRId64
-                              " frames)", v, n);
+            return dh_err_set(e, DH_EINVAL,
+                              "plan: frame index %" PRId64
+                              " out of range (the clip has %" PRId64 " frames)",
+                              v, n);
     }
     for (int64_t i = 0; i < p->frames; i++) {
         out[i] = p->indices[i];
@@ -243,9 +251,8 @@ static int plan_indices(const struct dh_media_plan *p, int64_t n,
 
 /* ---- JITTER ---- */
 
-static void plan_jitter(const struct dh_media_plan *p, int64_t n,
-                        int64_t *out, int64_t *count, int64_t *valid,
-                        double *stride)
+static void plan_jitter(const struct dh_media_plan *p, int64_t n, int64_t *out,
+                        int64_t *count, int64_t *valid, double *stride)
 {
     int64_t big_n = p->frames, s, off;
     uint64_t rng = p->seed;
@@ -352,9 +359,9 @@ static int64_t first_ge(const int64_t *a, int64_t n, double x)
 }
 
 struct snap_bounds {
-    int has_lo;   /* candidates must be > lo (the previous output) */
+    int has_lo; /* candidates must be > lo (the previous output) */
     int64_t lo;
-    int has_hi;   /* ... and <= hi, or < hi when hi_strict */
+    int has_hi; /* ... and <= hi, or < hi when hi_strict */
     int64_t hi;
     int hi_strict;
 };

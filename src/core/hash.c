@@ -74,7 +74,11 @@ static uint64_t stripes(const unsigned char **pp, size_t *np, uint64_t seed)
     *pp = p;
     *np = n;
     return fold(fold(fold(fold(rotl64(a, 1) + rotl64(b, 7) + rotl64(c, 12) +
-                                   rotl64(d, 18), a), b), c), d);
+                                   rotl64(d, 18),
+                               a),
+                          b),
+                     c),
+                d);
 }
 
 uint64_t dh__hash64(const void *data, size_t n, uint64_t seed)

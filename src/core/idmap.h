@@ -82,8 +82,7 @@ void *dh__idmap_get(const struct dh_idmap *m, uint64_t key);
  * initialized; on any error nothing changes and *value is not written.
  * May move other entries (growth).
  */
-int dh__idmap_put(struct dh_idmap *m, uint64_t key,
-                  void **value) DH_MUST_CHECK;
+int dh__idmap_put(struct dh_idmap *m, uint64_t key, void **value) DH_MUST_CHECK;
 
 /*
  * Removes `key` and its value: 0, or DH_ENOTFOUND (nothing changes).  May

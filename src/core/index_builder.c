@@ -39,7 +39,7 @@ struct dh_index_builder {
     uint64_t slen, scap;
     uint64_t *prof_off; /* string offsets of profile names */
     uint32_t nprof, prof_cap;
-    uint32_t *slots;    /* profile index + 1, 0 = empty */
+    uint32_t *slots; /* profile index + 1, 0 = empty */
     uint32_t nslots;
     uint64_t header_off;
 };
@@ -109,8 +109,7 @@ static int grow_rows(struct dh_index_builder *b, uint64_t need)
 }
 
 /* Appends `s` (with its NUL) to the string table; *off = its offset. */
-static int add_string(struct dh_index_builder *b, const char *s,
-                      uint64_t *off)
+static int add_string(struct dh_index_builder *b, const char *s, uint64_t *off)
 {
     size_t n = strlen(s) + 1;
 
@@ -243,9 +242,10 @@ static int check_fits(const struct dh_desc *d, struct dh_err *e)
         field = "height", v = d->height, max = UINT16_MAX;
     if (!field)
         return 0;
-    return dh_err_set(e, DH_ETOOBIG, "index: sample %lld: field '%s' %lld "
-                      "does not fit the index (0..%lld)", (long long)d->id,
-                      field, (long long)v, (long long)max);
+    return dh_err_set(e, DH_ETOOBIG,
+                      "index: sample %lld: field '%s' %lld "
+                      "does not fit the index (0..%lld)",
+                      (long long)d->id, field, (long long)v, (long long)max);
 }
 
 static int check_row(struct dh_index_builder *b, const struct dh_desc *d,
@@ -256,8 +256,10 @@ static int check_row(struct dh_index_builder *b, const struct dh_desc *d,
 
     if (d->id < 0 || d->id >= DH_TABLE_ID_MAX || !dh_kind_name(d->kind) ||
         !memchr(d->profile, 0, sizeof(d->profile)))
-        return dh_err_set(e, DH_EINVAL, "index: sample %lld: invalid "
-                          "descriptor", (long long)d->id);
+        return dh_err_set(e, DH_EINVAL,
+                          "index: sample %lld: invalid "
+                          "descriptor",
+                          (long long)d->id);
     if ((rc = check_fits(d, e)))
         return rc;
     if (i < b->cap && (b->present[i / 64] >> (i % 64) & 1))
@@ -398,12 +400,14 @@ static int check_dense(const struct dh_index_builder *b, struct dh_err *e)
         return 0;
     while (b->present[i / 64] >> (i % 64) & 1)
         i++;
-    return dh_err_set(e, DH_EFORMAT, "index: ids are not dense: id %llu is "
-                      "missing", (unsigned long long)i);
+    return dh_err_set(e, DH_EFORMAT,
+                      "index: ids are not dense: id %llu is "
+                      "missing",
+                      (unsigned long long)i);
 }
 
-static int write_file(int fd, const struct dh_index_builder *b,
-                      const char *tmp, struct dh_err *e)
+static int write_file(int fd, const struct dh_index_builder *b, const char *tmp,
+                      struct dh_err *e)
 {
     unsigned char hdr[DHX_HEADER_SIZE];
     struct layout l;
@@ -446,14 +450,18 @@ int dh_index_builder_finish(struct dh_index_builder *b, const char *path,
         return rc;
     /* Renaming over a device or folder would replace it: refuse. */
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return dh_err_set(e, DH_EINVAL, "%s: exists and is not a regular "
-                          "file", path);
+        return dh_err_set(e, DH_EINVAL,
+                          "%s: exists and is not a regular "
+                          "file",
+                          path);
     if (!(tmp = tmp_name(path)))
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", path);
     fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
-        rc = dh_err_set(e, DH_EIO, "%s: cannot create its temporary file "
-                        "%s: %s", path, tmp, strerror(errno));
+        rc = dh_err_set(e, DH_EIO,
+                        "%s: cannot create its temporary file "
+                        "%s: %s",
+                        path, tmp, strerror(errno));
         goto out_free_tmp;
     }
     rc = write_file(fd, b, tmp, e);
@@ -493,9 +501,8 @@ int dh_index_build_from_table(const char *jsonl_path, const char *dhx_path,
     return dh_index_build(jsonl_path, dhx_path, 0, NULL, e);
 }
 
-int dh_index_build(const char *jsonl_path, const char *dhx_path,
-                   unsigned flags, struct dh_index_build_info *info,
-                   struct dh_err *e)
+int dh_index_build(const char *jsonl_path, const char *dhx_path, unsigned flags,
+                   struct dh_index_build_info *info, struct dh_err *e)
 {
     struct dh_table_reader *r;
     struct dh_index_builder *b;

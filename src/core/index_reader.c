@@ -47,15 +47,19 @@ static int check_ident(struct dh_index *ix, struct dh_err *e)
     uint32_t version;
 
     if (ix->size < DHX_HEADER_SIZE)
-        return FAIL(DH_EFORMAT, "%s: file too small for an index (%llu "
-                    "bytes)", ix->name, (unsigned long long)ix->size);
+        return FAIL(DH_EFORMAT,
+                    "%s: file too small for an index (%llu "
+                    "bytes)",
+                    ix->name, (unsigned long long)ix->size);
     if (memcmp(h, DHX_MAGIC, 8) != 0)
         return FAIL(DH_EFORMAT, "%s: not a datahelix index (bad magic)",
                     ix->name);
     version = dhx_get32(h + DHX_OFF_VERSION);
     if (version != DH_INDEX_FORMAT_VERSION)
-        return FAIL(DH_EVERSION, "%s: index format version %u, this build "
-                    "reads %u", ix->name, version, DH_INDEX_FORMAT_VERSION);
+        return FAIL(DH_EVERSION,
+                    "%s: index format version %u, this build "
+                    "reads %u",
+                    ix->name, version, DH_INDEX_FORMAT_VERSION);
     if (dhx_get64(h + DHX_OFF_HEADER_SUM) !=
         dh__hash64(h, DHX_OFF_HEADER_SUM, DHX_SEED_HEADER))
         return FAIL(DH_ECHECKSUM, "%s: header checksum mismatch", ix->name);
@@ -74,8 +78,10 @@ static int check_fields(struct dh_index *ix, struct dh_err *e)
         dhx_get32(h + DHX_OFF_SECTION_COUNT) != DHX_NSECTIONS)
         return FAIL(DH_EFORMAT, "%s: bad header or section count", ix->name);
     if (fsize != ix->size)
-        return FAIL(DH_EFORMAT, "%s: file is %llu bytes, header says %llu "
-                    "(truncated?)", ix->name, (unsigned long long)ix->size,
+        return FAIL(DH_EFORMAT,
+                    "%s: file is %llu bytes, header says %llu "
+                    "(truncated?)",
+                    ix->name, (unsigned long long)ix->size,
                     (unsigned long long)fsize);
     ix->count = dhx_get64(h + DHX_OFF_COUNT);
     ix->nprof = dhx_get32(h + DHX_OFF_PROFILE_COUNT);
@@ -106,8 +112,10 @@ static int check_sections(struct dh_index *ix, struct dh_err *e)
             return FAIL(DH_EFORMAT, "%s: section %u out of bounds", ix->name,
                         s);
         if (s != DHX_S_STRINGS && sz != expected_size(ix, s))
-            return FAIL(DH_EFORMAT, "%s: section %u has size %llu, expected "
-                        "%llu", ix->name, s, (unsigned long long)sz,
+            return FAIL(DH_EFORMAT,
+                        "%s: section %u has size %llu, expected "
+                        "%llu",
+                        ix->name, s, (unsigned long long)sz,
                         (unsigned long long)expected_size(ix, s));
         ix->sec[s] = ix->base + off;
         end = off + sz;
@@ -270,8 +278,7 @@ void dh_index_columns(const struct dh_index *ix, struct dh_index_columns *c)
     c->kind = ix->sec[DHX_S_KIND];
 }
 
-static const char *string_at(const struct dh_index *ix, unsigned s,
-                             uint64_t id)
+static const char *string_at(const struct dh_index *ix, unsigned s, uint64_t id)
 {
     uint64_t off;
 

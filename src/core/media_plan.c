@@ -44,11 +44,13 @@ void dh_media_plan_init(struct dh_media_plan *p)
 static int check_dims(const struct dh_media_plan *p, struct dh_err *e)
 {
     if (p->width < 1 || p->width > DIM_MAX)
-        return dh_err_set(e, DH_EINVAL, "plan: width %" PRId32
-                          " out of range 1..%d", p->width, DIM_MAX);
+        return dh_err_set(e, DH_EINVAL,
+                          "plan: width %" PRId32 " out of range 1..%d",
+                          p->width, DIM_MAX);
     if (p->height < 1 || p->height > DIM_MAX)
-        return dh_err_set(e, DH_EINVAL, "plan: height %" PRId32
-                          " out of range 1..%d", p->height, DIM_MAX);
+        return dh_err_set(e, DH_EINVAL,
+                          "plan: height %" PRId32 " out of range 1..%d",
+                          p->height, DIM_MAX);
     return 0;
 }
 
@@ -84,23 +86,28 @@ static int check_counts(const struct dh_media_plan *p, struct dh_err *e)
         return 0; /* `frames` is not used */
     case DH_PLAN_FPS:
         if (!(p->fps > 0) || !isfinite(p->fps))
-            return dh_err_set(e, DH_EINVAL, "plan: fps %g must be positive "
-                              "and finite", p->fps);
+            return dh_err_set(e, DH_EINVAL,
+                              "plan: fps %g must be positive "
+                              "and finite",
+                              p->fps);
         if (p->frames < 0 || p->frames > DH_MEDIA_MAX_FRAMES)
-            return dh_err_set(e, DH_EINVAL, "plan: frames %" PRId64
-                              " out of range 0..%d (0: no cap)", p->frames,
-                              DH_MEDIA_MAX_FRAMES);
+            return dh_err_set(e, DH_EINVAL,
+                              "plan: frames %" PRId64
+                              " out of range 0..%d (0: no cap)",
+                              p->frames, DH_MEDIA_MAX_FRAMES);
         return 0;
     default:
         break;
     }
     if (p->frames < 1 || p->frames > DH_MEDIA_MAX_FRAMES)
-        return dh_err_set(e, DH_EINVAL, "plan: frames %" PRId64
-                          " out of range 1..%d", p->frames,
-                          DH_MEDIA_MAX_FRAMES);
+        return dh_err_set(e, DH_EINVAL,
+                          "plan: frames %" PRId64 " out of range 1..%d",
+                          p->frames, DH_MEDIA_MAX_FRAMES);
     if (p->kind == DH_PLAN_INDICES && !p->indices)
-        return dh_err_set(e, DH_EINVAL, "plan: an index plan of %" PRId64
-                          " frames has no indices", p->frames);
+        return dh_err_set(e, DH_EINVAL,
+                          "plan: an index plan of %" PRId64
+                          " frames has no indices",
+                          p->frames);
     return 0;
 }
 
@@ -111,11 +118,15 @@ static int check_norm(const struct dh_media_plan *p, struct dh_err *e)
         return 0;
     for (int i = 0; i < 3; i++) {
         if (!isfinite(p->mean[i]))
-            return dh_err_set(e, DH_EINVAL, "plan: mean[%d] %g is not "
-                              "finite", i, (double)p->mean[i]);
+            return dh_err_set(e, DH_EINVAL,
+                              "plan: mean[%d] %g is not "
+                              "finite",
+                              i, (double)p->mean[i]);
         if (!(p->std[i] > 0) || !isfinite(p->std[i]))
-            return dh_err_set(e, DH_EINVAL, "plan: std[%d] %g must be "
-                              "positive and finite", i, (double)p->std[i]);
+            return dh_err_set(e, DH_EINVAL,
+                              "plan: std[%d] %g must be "
+                              "positive and finite",
+                              i, (double)p->std[i]);
     }
     return 0;
 }
@@ -143,8 +154,9 @@ int dh_media_plan_check_pixels(const struct dh_media_plan *p, int64_t frames,
 static int check_fixed_pixels(const struct dh_media_plan *p, struct dh_err *e)
 {
     if (p->max_pixels < 0)
-        return dh_err_set(e, DH_EINVAL, "plan: max_pixels %" PRId64
-                          " is negative", p->max_pixels);
+        return dh_err_set(e, DH_EINVAL,
+                          "plan: max_pixels %" PRId64 " is negative",
+                          p->max_pixels);
     /* An fps plan's `frames` is a cap, not its count. */
     if (p->kind == DH_PLAN_ALL || p->kind == DH_PLAN_FPS)
         return 0;
@@ -190,8 +202,7 @@ size_t dh_media_plan_bytes(const struct dh_media_plan *p, int64_t frames)
 
     if (frames <= 0 || p->width <= 0 || p->height <= 0)
         return 0;
-    if (!mul_sat(&n, (uint64_t)frames) ||
-        !mul_sat(&n, (uint64_t)p->width) ||
+    if (!mul_sat(&n, (uint64_t)frames) || !mul_sat(&n, (uint64_t)p->width) ||
         !mul_sat(&n, (uint64_t)p->height) || !mul_sat(&n, 3) ||
         !mul_sat(&n, p->dtype == DH_DTYPE_F32 ? 4 : 1))
         return SIZE_MAX;

@@ -36,13 +36,20 @@
 const char *dh_place_reason_name(enum dh_place_reason r)
 {
     switch (r) {
-    case DH_PLACE_REASON_LOCAL_MEETS: return "local_meets";
-    case DH_PLACE_REASON_REMOTE_GAIN: return "remote_gain";
-    case DH_PLACE_REASON_LEAST_MISS: return "least_miss";
-    case DH_PLACE_REASON_EARLIEST_FINISH: return "earliest_finish";
-    case DH_PLACE_REASON_BACKPRESSURE: return "backpressure";
-    case DH_PLACE_REASON_ROUND_ROBIN: return "round_robin";
-    case DH_PLACE_REASON_LEAST_REQUEST: return "least_request";
+    case DH_PLACE_REASON_LOCAL_MEETS:
+        return "local_meets";
+    case DH_PLACE_REASON_REMOTE_GAIN:
+        return "remote_gain";
+    case DH_PLACE_REASON_LEAST_MISS:
+        return "least_miss";
+    case DH_PLACE_REASON_EARLIEST_FINISH:
+        return "earliest_finish";
+    case DH_PLACE_REASON_BACKPRESSURE:
+        return "backpressure";
+    case DH_PLACE_REASON_ROUND_ROBIN:
+        return "round_robin";
+    case DH_PLACE_REASON_LEAST_REQUEST:
+        return "least_request";
     }
     return "unknown";
 }
@@ -68,7 +75,8 @@ int dh_place_policy_parse(const char *s, enum dh_place_policy *out,
     }
     return dh_err_set(e, DH_EINVAL,
                       "placement policy '%s': expected round-robin, "
-                      "least-request or deadline", s ? s : "(null)");
+                      "least-request or deadline",
+                      s ? s : "(null)");
 }
 
 void dh_place_opts_default(struct dh_place_opts *o)
@@ -156,8 +164,8 @@ static double key_of(const struct dh_place *p, int32_t hi, int32_t id)
         return INFINITY;
     if (p->o.policy != DH_PLACE_POLICY_DEADLINE)
         return (double)(s->tasks + s->ext_tasks);
-    k = s->ratio * ((s->inflight_ms + s->ext_ms) / s->workers +
-                    p->o.key_cpu_ms);
+    k = s->ratio *
+        ((s->inflight_ms + s->ext_ms) / s->workers + p->o.key_cpu_ms);
     if (hi < p->o.max_local)
         k += link_ms(p, id, hi, p->o.key_bytes);
     return k;
@@ -289,8 +297,8 @@ static int alloc_arrays(struct dh_place *p)
     p->lslot_owner = dh__malloc(nl * sizeof(int32_t));
     p->remotes = dh__malloc(n * sizeof(int32_t));
     p->rpos = dh__malloc(n * sizeof(int32_t));
-    if (!p->srv || !p->links || !p->lslot_owner || !p->remotes ||
-        !p->rpos || alloc_heaps(p) < 0)
+    if (!p->srv || !p->links || !p->lslot_owner || !p->remotes || !p->rpos ||
+        alloc_heaps(p) < 0)
         return DH_ENOMEM;
     for (size_t i = 0; i < n * nl; i++)
         p->links[i] = (struct dh__place_link){.bw = 0, .lat_ms = -1};
@@ -380,9 +388,9 @@ static void push_remote(struct dh_place *p, int32_t id)
             heap_push(p, hi, id);
 }
 
-int dh_place_add_server(struct dh_place *p, int32_t id,
-                        enum dh_place_role role, int32_t local_rank,
-                        int32_t workers, int32_t queue_cap, struct dh_err *e)
+int dh_place_add_server(struct dh_place *p, int32_t id, enum dh_place_role role,
+                        int32_t local_rank, int32_t workers, int32_t queue_cap,
+                        struct dh_err *e)
 {
     struct dh__place_srv *s;
 
@@ -390,19 +398,19 @@ int dh_place_add_server(struct dh_place *p, int32_t id,
         (role != DH_PLACE_ROLE_LOCAL && role != DH_PLACE_ROLE_REMOTE))
         return dh_err_set(e, DH_EINVAL,
                           "server %d: id must be in 0..%d, workers >= 1, "
-                          "queue cap >= 0", (int)id, (int)p->max_servers - 1);
+                          "queue cap >= 0",
+                          (int)id, (int)p->max_servers - 1);
     s = &p->srv[id];
     if (s->used)
-        return dh_err_set(e, DH_EDUP, "server %d already registered",
-                          (int)id);
+        return dh_err_set(e, DH_EDUP, "server %d already registered", (int)id);
     memset(s, 0, sizeof(*s));
     s->lslot = -1;
     if (role == DH_PLACE_ROLE_LOCAL) {
         s->lslot = take_lslot(p, id);
         if (s->lslot < 0)
             return dh_err_set(e, DH_ETOOBIG,
-                              "server %d: more than %d local servers",
-                              (int)id, p->o.max_local);
+                              "server %d: more than %d local servers", (int)id,
+                              p->o.max_local);
     }
     s->used = 1;
     s->role = role;
@@ -411,8 +419,8 @@ int dh_place_add_server(struct dh_place *p, int32_t id,
     s->queue_cap = queue_cap;
     s->ratio = 1.0;
     for (int32_t t = 0; t < p->o.max_local; t++)
-        p->links[(size_t)id * p->o.max_local + t] =
-            (struct dh__place_link){.bw = 0, .lat_ms = -1};
+        p->links[(size_t)id * p->o.max_local + t] = (struct dh__place_link){
+            .bw = 0, .lat_ms = -1};
     if (role == DH_PLACE_ROLE_REMOTE)
         push_remote(p, id);
     else if (p->o.policy == DH_PLACE_POLICY_DEADLINE)
@@ -438,8 +446,7 @@ int dh_place_remove_server(struct dh_place *p, int32_t id, struct dh_err *e)
     struct dh__place_srv *s;
 
     if (id < 0 || id >= p->max_servers || !p->srv[id].used)
-        return dh_err_set(e, DH_ENOTFOUND, "server %d not registered",
-                          (int)id);
+        return dh_err_set(e, DH_ENOTFOUND, "server %d not registered", (int)id);
     s = &p->srv[id];
     if (s->role == DH_PLACE_ROLE_REMOTE)
         drop_remote(p, id);
@@ -633,14 +640,14 @@ static void apply_rule(const struct dh_place *p, const struct acc *a,
                        struct dh_place_decision *o)
 {
     if (a->has_local && a->local.m <= 0) {
-        if (a->fast_r.id >= 0 &&
-            a->local.t - a->fast_r.t > p->o.remote_gain_ms)
+        if (a->fast_r.id >= 0 && a->local.t - a->fast_r.t > p->o.remote_gain_ms)
             set_out(o, &a->fast_r, DH_PLACE_REASON_REMOTE_GAIN);
         else
             set_out(o, &a->local, DH_PLACE_REASON_LOCAL_MEETS);
     } else if (a->best.id >= 0) {
-        set_out(o, &a->best, a->best.m > 0 ? DH_PLACE_REASON_EARLIEST_FINISH
-                                            : DH_PLACE_REASON_LEAST_MISS);
+        set_out(o, &a->best,
+                a->best.m > 0 ? DH_PLACE_REASON_EARLIEST_FINISH
+                              : DH_PLACE_REASON_LEAST_MISS);
     } else {
         o->server = -1;
         o->reason = DH_PLACE_REASON_BACKPRESSURE;
@@ -843,8 +850,8 @@ static void decide_lr(struct dh_place *p, const struct dh_place_req *r,
     fill_winner(p, r, id, DH_PLACE_REASON_LEAST_REQUEST, scored, o);
 }
 
-static int decide(struct dh_place *p, const struct dh_place_req *req,
-                  int full, struct dh_place_decision *out)
+static int decide(struct dh_place *p, const struct dh_place_req *req, int full,
+                  struct dh_place_decision *out)
 {
     if (!req_ok(req))
         return DH_EINVAL;
@@ -895,9 +902,8 @@ static void app(char *buf, size_t len, size_t *pos, const char *fmt, ...)
         *pos += (size_t)n;
 }
 
-size_t dh_place_decision_format(const struct dh_place_decision *d,
-                                int64_t task, double decide_us, char *buf,
-                                size_t len)
+size_t dh_place_decision_format(const struct dh_place_decision *d, int64_t task,
+                                double decide_us, char *buf, size_t len)
 {
     size_t pos = 0;
 

@@ -78,8 +78,8 @@ int dh_place_link(struct dh_place *p, int32_t from, int32_t to, double bytes,
 
     if (!srv_of(p, from) || !t)
         return DH_ENOTFOUND;
-    if (t->lslot < 0 || !(bytes >= 0) || !(seconds > 0) ||
-        !isfinite(bytes) || !isfinite(seconds))
+    if (t->lslot < 0 || !(bytes >= 0) || !(seconds > 0) || !isfinite(bytes) ||
+        !isfinite(seconds))
         return DH_EINVAL;
     l = &p->links[(size_t)from * p->o.max_local + t->lslot];
     if (bytes < p->o.small_xfer_bytes) {
@@ -95,9 +95,8 @@ int dh_place_link(struct dh_place *p, int32_t from, int32_t to, double bytes,
     return 0;
 }
 
-int dh_place_heartbeat(struct dh_place *p, int32_t server,
-                       int32_t queue_depth, int32_t busy_workers,
-                       double recent_latency_ms)
+int dh_place_heartbeat(struct dh_place *p, int32_t server, int32_t queue_depth,
+                       int32_t busy_workers, double recent_latency_ms)
 {
     struct dh__place_srv *s = srv_of(p, server);
     int64_t reported;
@@ -133,9 +132,9 @@ void dh_window_assume(struct dh_window *w, double hint_ms,
                       double step_deadline_ms)
 {
     w->hint_ms = hint_ms > 0 && isfinite(hint_ms) ? hint_ms : 0;
-    w->step_deadline_ms =
-        step_deadline_ms > 0 && isfinite(step_deadline_ms) ? step_deadline_ms
-                                                           : 0;
+    w->step_deadline_ms = step_deadline_ms > 0 && isfinite(step_deadline_ms)
+                              ? step_deadline_ms
+                              : 0;
 }
 
 void dh_window_update(struct dh_window *w, double period_ms)

@@ -14,17 +14,17 @@ struct dh__place_srv {
     int used;
     enum dh_place_role role;
     int32_t local_rank, workers, queue_cap;
-    int32_t lslot;       /* column in the link table (local servers), or -1 */
-    int64_t tasks;       /* assigned through the table, not completed */
-    int64_t ext_tasks;   /* reported by heartbeat beyond `tasks` */
-    double inflight_ms;  /* predicted work of `tasks` */
-    double ext_ms;       /* work of ext_tasks */
-    double ratio;        /* EWMA actual / predicted, starts at 1 */
+    int32_t lslot;      /* column in the link table (local servers), or -1 */
+    int64_t tasks;      /* assigned through the table, not completed */
+    int64_t ext_tasks;  /* reported by heartbeat beyond `tasks` */
+    double inflight_ms; /* predicted work of `tasks` */
+    double ext_ms;      /* work of ext_tasks */
+    double ratio;       /* EWMA actual / predicted, starts at 1 */
 };
 
 struct dh__place_link {
-    double bw;      /* bytes per ms; 0 = no sample yet */
-    double lat_ms;  /* < 0 = no sample yet */
+    double bw;     /* bytes per ms; 0 = no sample yet */
+    double lat_ms; /* < 0 = no sample yet */
 };
 
 /* Remotes ordered by key: predicted free time for one delivery target

@@ -105,19 +105,20 @@ static int check_opts(const struct dh_plan_opts *o, uint64_t n,
         return dh_err_set(e, DH_EINVAL, "batch size %u not in [1, %u]",
                           o->batch_size, DH_PLAN_BATCH_MAX);
     if (step > DH_PLAN_STEP_MAX)
-        return dh_err_set(e, DH_EINVAL, "world size x batch size = %llu "
-                          "is over %u", (unsigned long long)step,
-                          DH_PLAN_STEP_MAX);
+        return dh_err_set(e, DH_EINVAL,
+                          "world size x batch size = %llu "
+                          "is over %u",
+                          (unsigned long long)step, DH_PLAN_STEP_MAX);
     if (o->balance < DH_BALANCE_FIXED || o->balance > DH_BALANCE_NONE)
-        return dh_err_set(e, DH_EINVAL, "unknown balance mode %d",
-                          o->balance);
+        return dh_err_set(e, DH_EINVAL, "unknown balance mode %d", o->balance);
     if (o->window > DH_PLAN_WINDOW_MAX)
         return dh_err_set(e, DH_EINVAL, "window %u is over %u", o->window,
                           DH_PLAN_WINDOW_MAX);
     if (n == 0)
         return dh_err_set(e, DH_EINVAL, "the manifest has no samples");
     if (o->drop_last && n < step)
-        return dh_err_set(e, DH_EINVAL, "a global step needs world size x "
+        return dh_err_set(e, DH_EINVAL,
+                          "a global step needs world size x "
                           "batch size = %llu samples but the epoch has %llu "
                           "(drop_last leaves no step)",
                           (unsigned long long)step, (unsigned long long)n);
@@ -190,9 +191,10 @@ static void plan_none(struct dh_plan *p)
     for (uint64_t g = 0; g < p->steps; g++)
         for (uint32_t r = 0; r < p->world; r++) {
             uint64_t k = g * p->world + r;
-            uint64_t c = g < full ? p->batch
-                : partial_cap(p->kept - full * p->world * p->batch,
-                              p->world, r);
+            uint64_t c = g < full
+                             ? p->batch
+                             : partial_cap(p->kept - full * p->world * p->batch,
+                                           p->world, r);
             p->off[k + 1] = p->off[k] + c;
         }
 }
@@ -203,8 +205,9 @@ static int plan_windows(struct dh_plan *p, const struct dh__plan_input *in)
     uint64_t full = p->n / per_step;
     /* Scratch for the largest window actually planned: O(n), not
      * O(window x world x batch), when the epoch is short. */
-    uint32_t wmax = full == 0 ? 1 : full < p->window ? (uint32_t)full
-                                                     : p->window;
+    uint32_t wmax = full == 0          ? 1
+                    : full < p->window ? (uint32_t)full
+                                       : p->window;
     uint32_t nb = wmax * p->world;
     struct dh__plan_scratch *s = NULL;
     uint32_t *caps = dh__malloc(nb * sizeof(*caps));
@@ -224,7 +227,8 @@ static int plan_windows(struct dh_plan *p, const struct dh__plan_input *in)
 
         for (uint32_t k = 0; k < p->world; k++)
             caps[k] = p->balance == DH_BALANCE_FIXED
-                          ? partial_cap(r, p->world, k) : UINT32_MAX;
+                          ? partial_cap(r, p->world, k)
+                          : UINT32_MAX;
         dh__plan_window(p, s, in, full, 1, r, caps, 1);
     }
     rc = 0;
@@ -259,7 +263,8 @@ static int plan_alloc(const struct dh_plan_opts *o, uint64_t n,
     /* `free` plans step by step: pooling a window's bins would let a
      * step's total (the global batch) vary, not only the per-rank counts. */
     p->window = o->balance != DH_BALANCE_FIXED ? 1
-                : o->window ? o->window : DH_PLAN_WINDOW_DEFAULT;
+                : o->window                    ? o->window
+                                               : DH_PLAN_WINDOW_DEFAULT;
     p->n = n;
     p->kept = o->drop_last ? n / per_step * per_step : n;
     p->steps = (p->kept + per_step - 1) / per_step;
@@ -274,9 +279,9 @@ static int plan_alloc(const struct dh_plan_opts *o, uint64_t n,
     return 0;
 }
 
-int dh_plan_create(const uint32_t *tokens, const uint16_t *profile,
-                   uint64_t n, const struct dh_plan_opts *o,
-                   struct dh_plan **out, struct dh_err *e)
+int dh_plan_create(const uint32_t *tokens, const uint16_t *profile, uint64_t n,
+                   const struct dh_plan_opts *o, struct dh_plan **out,
+                   struct dh_err *e)
 {
     struct dh_plan *p = NULL;
     struct dh__plan_input in = {tokens, profile, NULL, o->seed, o->epoch};
@@ -287,9 +292,12 @@ int dh_plan_create(const uint32_t *tokens, const uint16_t *profile,
         return rc;
     if (o->balance != DH_BALANCE_NONE &&
         (uint64_t)(o->window ? o->window : DH_PLAN_WINDOW_DEFAULT) *
-                o->world_size * o->batch_size > DH_PLAN_WINDOW_IDS)
-        return dh_err_set(e, DH_ETOOBIG, "window x world size x batch size "
-                          "is over %u samples", DH_PLAN_WINDOW_IDS);
+                o->world_size * o->batch_size >
+            DH_PLAN_WINDOW_IDS)
+        return dh_err_set(e, DH_ETOOBIG,
+                          "window x world size x batch size "
+                          "is over %u samples",
+                          DH_PLAN_WINDOW_IDS);
     if ((rc = plan_alloc(o, n, &p)))
         goto out_nomem;
     dh_plan_permutation(n, o->seed, o->epoch, p->ids);
@@ -328,10 +336,22 @@ void dh_plan_destroy(struct dh_plan *p)
 }
 
 /* ---- reading ---- */
-uint64_t dh_plan_steps(const struct dh_plan *p) { return p->steps; }
-uint32_t dh_plan_world_size(const struct dh_plan *p) { return p->world; }
-uint64_t dh_plan_kept(const struct dh_plan *p) { return p->kept; }
-uint32_t dh_plan_window(const struct dh_plan *p) { return p->window; }
+uint64_t dh_plan_steps(const struct dh_plan *p)
+{
+    return p->steps;
+}
+uint32_t dh_plan_world_size(const struct dh_plan *p)
+{
+    return p->world;
+}
+uint64_t dh_plan_kept(const struct dh_plan *p)
+{
+    return p->kept;
+}
+uint32_t dh_plan_window(const struct dh_plan *p)
+{
+    return p->window;
+}
 
 const uint64_t *dh_plan_rank_ids(const struct dh_plan *p, uint64_t step,
                                  uint32_t rank, uint64_t *count)

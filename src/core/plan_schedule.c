@@ -13,13 +13,13 @@
 
 /* The subset's own columns (positions 0..n_subset-1). */
 static int subset_columns(const uint32_t *tokens, const uint16_t *profile,
-                          uint64_t n, const uint64_t *subset,
-                          uint64_t n_subset, uint32_t **stok,
-                          uint16_t **sprof, struct dh_err *e)
+                          uint64_t n, const uint64_t *subset, uint64_t n_subset,
+                          uint32_t **stok, uint16_t **sprof, struct dh_err *e)
 {
     for (uint64_t i = 0; i < n_subset; i++)
         if (subset[i] >= n)
-            return dh_err_set(e, DH_EINVAL, "subset id %llu is not in the "
+            return dh_err_set(e, DH_EINVAL,
+                              "subset id %llu is not in the "
                               "index (%llu samples)",
                               (unsigned long long)subset[i],
                               (unsigned long long)n);

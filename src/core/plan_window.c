@@ -46,12 +46,12 @@ struct load_idx {
 struct dh__plan_scratch {
     struct item *items;
     struct load_idx *by_load;
-    uint32_t *bin_of;    /* per item */
+    uint32_t *bin_of; /* per item */
     struct bin *bins;
-    uint32_t *heap;      /* bin indices */
-    uint32_t *order;     /* bins by load, then per (step, rank) */
-    uint32_t *step_seq;  /* position in the window -> step (load rank) */
-    uint64_t *cursor;    /* per bin: next write position */
+    uint32_t *heap;     /* bin indices */
+    uint32_t *order;    /* bins by load, then per (step, rank) */
+    uint32_t *step_seq; /* position in the window -> step (load rank) */
+    uint64_t *cursor;   /* per bin: next write position */
 };
 
 int dh__plan_scratch_create(uint64_t max_items, uint64_t max_bins,
@@ -69,8 +69,8 @@ int dh__plan_scratch_create(uint64_t max_items, uint64_t max_bins,
     s->order = dh__malloc(2 * max_bins * sizeof(*s->order));
     s->step_seq = dh__malloc(max_bins * sizeof(*s->step_seq));
     s->cursor = dh__malloc(max_bins * sizeof(*s->cursor));
-    if (!s->items || !s->by_load || !s->bin_of || !s->bins || !s->heap || !s->order ||
-        !s->step_seq || !s->cursor) {
+    if (!s->items || !s->by_load || !s->bin_of || !s->bins || !s->heap ||
+        !s->order || !s->step_seq || !s->cursor) {
         dh__plan_scratch_destroy(s);
         return DH_ENOMEM;
     }
@@ -205,8 +205,7 @@ static void interleave_steps(uint32_t *seq, uint32_t nsteps,
 
     for (uint32_t q = 0; q < npairs; q++)
         seq[q] = q;
-    dh__rng_seed(&rng, in->seed, in->epoch, DH__RNG_WINDOW_ORDER,
-                 first_step);
+    dh__rng_seed(&rng, in->seed, in->epoch, DH__RNG_WINDOW_ORDER, first_step);
     for (uint32_t k = npairs; k > 1; k--) {
         uint32_t j = (uint32_t)dh__rng_below(&rng, k), t = seq[k - 1];
 
@@ -244,15 +243,13 @@ static void form_steps(struct dh_plan *p, struct dh__plan_scratch *s,
         uint64_t g = first_step + pos;
 
         for (uint32_t i = 0; i < w; i++)
-            rank_bin[pos * w + (uint32_t)((i + g) % w)] =
-                s->order[k * w + i];
+            rank_bin[pos * w + (uint32_t)((i + g) % w)] = s->order[k * w + i];
     }
 }
 
 /* Offsets of the window's (step, rank) lists, then the ids in place. */
 static void write_window(struct dh_plan *p, struct dh__plan_scratch *s,
-                         uint64_t first_step, uint32_t nsteps,
-                         uint64_t nitems)
+                         uint64_t first_step, uint32_t nsteps, uint64_t nitems)
 {
     uint32_t nbins = nsteps * p->world;
     const uint32_t *rank_bin = s->order + nbins;

@@ -137,8 +137,8 @@ static int64_t plan_frames(const struct dh_sample_plan *p,
     return n;
 }
 
-static void native_size(const struct dh_sample_plan *p,
-                        const struct dh_desc *d, int32_t *w, int32_t *h)
+static void native_size(const struct dh_sample_plan *p, const struct dh_desc *d,
+                        int32_t *w, int32_t *h)
 {
     int32_t sw = d->width, sh = d->height, t;
     int32_t longer;
@@ -212,7 +212,7 @@ static int64_t nearest_pow2(int64_t n)
 
 static int32_t nearest_rung(int32_t side)
 {
-    static const int32_t rungs[] = {144, 224, 336, 448, 576,
+    static const int32_t rungs[] = {144, 224,  336,  448, 576,
                                     720, 1080, 1440, 2160};
     size_t n = sizeof(rungs) / sizeof(rungs[0]);
     int32_t best = rungs[0];

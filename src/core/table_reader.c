@@ -30,13 +30,13 @@
 struct dh_table_reader {
     int fd;
     int own_fd;
-    int err;       /* sticky error code, 0 if none */
-    int eof;       /* end of input reached */
-    long line;     /* 1-based number of the line last read */
-    int any_line;  /* a non-blank line was seen */
+    int err;      /* sticky error code, 0 if none */
+    int eof;      /* end of input reached */
+    long line;    /* 1-based number of the line last read */
+    int any_line; /* a non-blank line was seen */
     char *name;
-    char *header;  /* compact JSON of the header object, or NULL */
-    char *lbuf;    /* current line */
+    char *header; /* compact JSON of the header object, or NULL */
+    char *lbuf;   /* current line */
     size_t llen, lcap;
     char rbuf[RBUF_SIZE];
     size_t rpos, rlen;
@@ -44,7 +44,7 @@ struct dh_table_reader {
     size_t seen_words;
     int64_t max_id;
     int64_t nsamples;
-    int64_t id_limit; /* ids at or above cannot be dense; -1: unknown */
+    int64_t id_limit;    /* ids at or above cannot be dense; -1: unknown */
     int renumber;        /* ids are positions in file order */
     uint64_t renumbered; /* samples whose id changed */
 };
@@ -228,8 +228,7 @@ static int is_blank(const char *s, size_t n)
 
 /* ---- per-line handling ---- */
 
-static int take_header(struct dh_table_reader *r, json_t *obj,
-                       struct dh_err *e)
+static int take_header(struct dh_table_reader *r, json_t *obj, struct dh_err *e)
 {
     json_t *h = json_object_get(obj, "datahelix_header");
 
@@ -256,7 +255,8 @@ static int mark_id(struct dh_table_reader *r, int64_t id, struct dh_err *e)
     char msg[192];
 
     if (r->id_limit >= 0 && id >= r->id_limit) {
-        snprintf(msg, sizeof(msg), "id %lld cannot be dense: a file this "
+        snprintf(msg, sizeof(msg),
+                 "id %lld cannot be dense: a file this "
                  "size holds fewer than %lld samples; renumber the samples "
                  "in file order with `datahelix index --renumber`",
                  (long long)id, (long long)r->id_limit);
@@ -339,10 +339,12 @@ static int check_dense(struct dh_table_reader *r, struct dh_err *e)
     while (r->seen[id >> 6] & ((uint64_t)1 << (id & 63)))
         id++;
     r->err = DH_EFORMAT;
-    return dh_err_set(e, DH_EFORMAT, "%s: ids are not dense: id %lld is "
+    return dh_err_set(e, DH_EFORMAT,
+                      "%s: ids are not dense: id %lld is "
                       "missing (%lld of ids 0..%lld missing); renumber the "
                       "samples in file order with `datahelix index "
-                      "--renumber`", r->name, (long long)id,
+                      "--renumber`",
+                      r->name, (long long)id,
                       (long long)(r->max_id + 1 - r->nsamples),
                       (long long)r->max_id);
 }
@@ -354,8 +356,8 @@ int dh_table_reader_next(struct dh_table_reader *r, struct dh_desc *d,
 
     dh_desc_fini(d);
     if (r->err)
-        return dh_err_set(e, r->err, "%s:%ld: reader already failed",
-                          r->name, r->line);
+        return dh_err_set(e, r->err, "%s:%ld: reader already failed", r->name,
+                          r->line);
     for (;;) {
         rc = read_line(r, e);
         if (rc < 0)

@@ -28,8 +28,8 @@
 struct dh_table_writer {
     int fd;
     int to_stdout;
-    int direct;    /* a device or FIFO: written in place, not renamed */
-    int created;   /* tmp exists and is ours to remove */
+    int direct;  /* a device or FIFO: written in place, not renamed */
+    int created; /* tmp exists and is ours to remove */
     char *path;
     char *tmp;
     size_t wlen;
@@ -46,8 +46,7 @@ static int flush_buf(struct dh_table_writer *w, struct dh_err *e)
 }
 
 /* Appends `s` and a newline, spilling through the buffer. */
-static int put_line(struct dh_table_writer *w, const char *s,
-                    struct dh_err *e)
+static int put_line(struct dh_table_writer *w, const char *s, struct dh_err *e)
 {
     size_t n = strlen(s);
     int rc;
@@ -55,7 +54,8 @@ static int put_line(struct dh_table_writer *w, const char *s,
     if (w->wlen + n + 1 > sizeof(w->wbuf) && (rc = flush_buf(w, e)) != 0)
         return rc;
     if (n + 1 > sizeof(w->wbuf)) {
-        if (dh__write_all(w->fd, s, n) != 0 || dh__write_all(w->fd, "\n", 1) != 0)
+        if (dh__write_all(w->fd, s, n) != 0 ||
+            dh__write_all(w->fd, "\n", 1) != 0)
             return dh_err_set(e, DH_EIO, "%s: write failed: %s", w->path,
                               strerror(errno));
         return 0;
@@ -97,8 +97,10 @@ static int open_target(struct dh_table_writer *w, const char *path,
     memcpy(w->tmp + strlen(path), pid, n + 1);
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w->fd < 0)
-        return dh_err_set(e, DH_EIO, "%s: cannot create its temporary file "
-                          "%s: %s", path, w->tmp, strerror(errno));
+        return dh_err_set(e, DH_EIO,
+                          "%s: cannot create its temporary file "
+                          "%s: %s",
+                          path, w->tmp, strerror(errno));
     w->created = 1;
     return 0;
 }
@@ -172,11 +174,11 @@ int dh_table_writer_write(struct dh_table_writer *w, const struct dh_desc *d,
     int rc = dh_desc_to_json(d, &text);
 
     if (rc == DH_EINVAL)
-        return dh_err_set(e, rc, "%s: sample %lld (%s): invalid descriptor "
+        return dh_err_set(e, rc,
+                          "%s: sample %lld (%s): invalid descriptor "
                           "(a field out of range, or text that is not UTF-8)",
                           w->path, (long long)d->id,
-                          d->path && dh__utf8_valid(d->path) ? d->path
-                                                             : "?");
+                          d->path && dh__utf8_valid(d->path) ? d->path : "?");
     if (rc)
         return dh_err_set(e, rc, "%s: %s", w->path, dh_strerror(rc));
     rc = put_line(w, text, e);

@@ -277,9 +277,9 @@ int dh_wire_set_result_samples(struct dh_wire_result *r, const uint64_t *ids,
     void *pi = NULL, *pv = NULL;
     int rc;
 
-    if ((rc =
-             dh__wire_copy_array(&pi, ids, n, sizeof(*ids), DH_WIRE_MAX_SAMPLES,
-                                 "result_notice.sample_ids", e)) < 0)
+    if ((rc = dh__wire_copy_array(&pi, ids, n, sizeof(*ids),
+                                  DH_WIRE_MAX_SAMPLES,
+                                  "result_notice.sample_ids", e)) < 0)
         return rc;
     if ((rc = dh__wire_copy_array(&pv, valid_frames, n, sizeof(*valid_frames),
                                   DH_WIRE_MAX_SAMPLES,
@@ -463,8 +463,8 @@ int dh_wire_decode(const uint8_t *buf, size_t len, struct dh_wire_msg *out,
                         len, DH_WIRE_MAX_MSG);
         goto out_count;
     }
-    if (!(env =
-              datahelix__wire__envelope__unpack(&al, len, buf ? buf : empty))) {
+    if (!(env = datahelix__wire__envelope__unpack(&al, len,
+                                                  buf ? buf : empty))) {
         rc = unpack_failed(&a, len, e);
         goto out_count;
     }

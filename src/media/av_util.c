@@ -84,14 +84,14 @@ static int check_claimed_size(const AVStream *st, int idx, const char *path,
     int w = st->codecpar->width, h = st->codecpar->height;
 
     if (av_image_check_size((unsigned)w, (unsigned)h, 0, NULL) < 0)
-        return dh_err_set(e, DH_EMEDIA, "%s: the header claims %dx%d "
-                          "pictures, beyond what FFmpeg decodes", path, w,
-                          h);
+        return dh_err_set(e, DH_EMEDIA,
+                          "%s: the header claims %dx%d "
+                          "pictures, beyond what FFmpeg decodes",
+                          path, w, h);
     return idx;
 }
 
-int dh__av_find_video(AVFormatContext *fc, const char *path,
-                      struct dh_err *e)
+int dh__av_find_video(AVFormatContext *fc, const char *path, struct dh_err *e)
 {
     int idx = find_video_stream(fc);
     char buf[128];
@@ -108,8 +108,7 @@ int dh__av_find_video(AVFormatContext *fc, const char *path,
                           dh__av_errstr(rc, buf, sizeof(buf)));
     idx = find_video_stream(fc);
     if (idx < 0)
-        return dh_err_set(e, DH_EMEDIA, "%s: no video or image stream",
-                          path);
+        return dh_err_set(e, DH_EMEDIA, "%s: no video or image stream", path);
     if (fc->streams[idx]->codecpar->width <= 0)
         return dh_err_set(e, DH_EMEDIA, "%s: video stream has no frame size",
                           path);
@@ -175,8 +174,8 @@ int dh__av_check_complete(const AVFormatContext *fc, const AVStream *st,
                           "%s: truncated or damaged: the header promises %lld "
                           "frames, the file holds %lld",
                           path, (long long)st->nb_frames, (long long)packets);
-    if (end_s <= 0 || fc->duration_estimation_method ==
-                          AVFMT_DURATION_FROM_BITRATE)
+    if (end_s <= 0 ||
+        fc->duration_estimation_method == AVFMT_DURATION_FROM_BITRATE)
         return no_duration(st, unchecked); /* no timestamps, or a duration
                                               guessed from the size */
     /* The video's own duration, or the container's when the video is all

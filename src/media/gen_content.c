@@ -28,27 +28,27 @@
 #define MAX_BOXES 6
 
 struct box {
-    int w, h;         /* size in luma pixels (even) */
-    int x0, y0;       /* start phase along each bounce path */
-    int vx, vy;       /* pixels per frame */
-    uint8_t y, u, v;  /* fill colour */
+    int w, h;        /* size in luma pixels (even) */
+    int x0, y0;      /* start phase along each bounce path */
+    int vx, vy;      /* pixels per frame */
+    uint8_t y, u, v; /* fill colour */
 };
 
 struct scene {
-    int16_t wave[256];   /* one period of a sine-like wave, -128..128 */
-    uint32_t angle0;     /* camera angle at frame 0, 1/1024 turn */
-    int32_t spin;        /* camera angle step per frame, 1/1024 turn */
-    uint32_t su, sv;     /* scroll per frame, 16.16 texture pixels */
-    uint32_t noise_key;  /* per-seed noise salt */
+    int16_t wave[256];  /* one period of a sine-like wave, -128..128 */
+    uint32_t angle0;    /* camera angle at frame 0, 1/1024 turn */
+    int32_t spin;       /* camera angle step per frame, 1/1024 turn */
+    uint32_t su, sv;    /* scroll per frame, 16.16 texture pixels */
+    uint32_t noise_key; /* per-seed noise salt */
     int nbox;
     struct box box[MAX_BOXES];
 };
 
 /* Camera for one frame: texture coords of pixel (0,0) and per-pixel steps. */
 struct camera {
-    uint32_t u0, v0;       /* texture coordinate of pixel (0, 0) */
-    uint32_t dux, dvx;     /* step for x + 1 */
-    uint32_t duy, dvy;     /* step for y + 1 */
+    uint32_t u0, v0;   /* texture coordinate of pixel (0, 0) */
+    uint32_t dux, dvx; /* step for x + 1 */
+    uint32_t duy, dvy; /* step for y + 1 */
 };
 
 /* Parabolic sine of p/1024 of a turn, in 16.16 (-65536..65536). */
@@ -145,8 +145,8 @@ static void draw_luma(const struct dh__gen_planes *pl, const struct scene *s,
         uint32_t v = c->v0 + (uint32_t)y * c->dvy;
 
         for (int x = 0; x < pl->width; x++) {
-            int px = texture_luma(s, u, v) + noise((uint32_t)x, (uint32_t)y,
-                                                   key);
+            int px = texture_luma(s, u, v) +
+                     noise((uint32_t)x, (uint32_t)y, key);
             row[x] = clamp_u8(px, 16, 235);
             u += c->dux;
             v += c->dvx;

@@ -67,8 +67,10 @@ static int parse_item(const char *item, size_t len,
     if (len == 0)
         return dh_err_set(e, DH_EINVAL, "empty profile name in list");
     if (len >= sizeof(name))
-        return dh_err_set(e, DH_EINVAL, "unknown profile '%.*s' (known: S, "
-                          "M, L, XL, mixed)", (int)len, item);
+        return dh_err_set(e, DH_EINVAL,
+                          "unknown profile '%.*s' (known: S, "
+                          "M, L, XL, mixed)",
+                          (int)len, item);
     memcpy(name, item, len);
     name[len] = '\0';
     if (!strcasecmp(name, "mixed")) {
@@ -78,8 +80,10 @@ static int parse_item(const char *item, size_t len,
     }
     p = dh_gen_profile_find(name);
     if (!p)
-        return dh_err_set(e, DH_EINVAL, "unknown profile '%s' (known: S, M, "
-                          "L, XL, mixed)", name);
+        return dh_err_set(e, DH_EINVAL,
+                          "unknown profile '%s' (known: S, M, "
+                          "L, XL, mixed)",
+                          name);
     return list_add(l, p, e);
 }
 
@@ -110,7 +114,7 @@ int64_t dh_gen_file_frames(const struct dh_gen_profile *p, uint64_t seed,
 {
     int64_t nominal = (int64_t)(p->seconds * DH_GEN_FPS + 0.5);
     uint64_t r = dh__mix64(dh__mix64(seed ^ 0x6A69747465720000ull) ^
-                               (uint64_t)index);
+                           (uint64_t)index);
     int64_t permille = 800 + (int64_t)(r % 401); /* 0.800 .. 1.200 */
     int64_t n = (nominal * permille + 500) / 1000;
 
@@ -134,8 +138,7 @@ static int mkdir_one(const char *path, struct dh_err *e)
         return dh_err_set(e, DH_EIO, "%s: cannot create directory: %s", path,
                           strerror(errno));
     if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return dh_err_set(e, DH_EIO, "%s: exists and is not a directory",
-                          path);
+        return dh_err_set(e, DH_EIO, "%s: exists and is not a directory", path);
     return 0;
 }
 
@@ -158,8 +161,7 @@ static int make_dirs(const char *dir, struct dh_err *e)
         r = mkdir_one(buf, e);
     dh__free(buf);
     if (r == 0 && access(dir, W_OK | X_OK) != 0)
-        r = dh_err_set(e, DH_EIO, "%s: not writable: %s", dir,
-                       strerror(errno));
+        r = dh_err_set(e, DH_EIO, "%s: not writable: %s", dir, strerror(errno));
     return r;
 }
 
@@ -224,9 +226,12 @@ static int write_video(const struct dh_gen_opts *o,
     r = paths_init(&op, o->out_dir, name, e);
     if (r < 0)
         goto out_paths;
-    clip = (struct dh__gen_clip){op.tmp_path, p->width, p->height,
+    clip = (struct dh__gen_clip){op.tmp_path,
+                                 p->width,
+                                 p->height,
                                  dh_gen_file_frames(p, o->seed, i),
-                                 clip_seed(o->seed, i), o->stamp};
+                                 clip_seed(o->seed, i),
+                                 o->stamp};
     r = dh__gen_encode_clip(&clip, e);
     if (r < 0) {
         remove(op.tmp_path); /* never leave a hidden half file behind */
@@ -257,24 +262,26 @@ static const char *const w_noun[] = {
     "child",  "guitar", "table",   "door",   "wave",   "texture", "crowd",
     "dancer", "horse",  "garden",  "screen", "shadow", "bridge",  "stage"};
 static const char *const w_verb[] = {
-    "moves", "bounces", "slides",  "rotates", "drifts", "jumps",
-    "turns", "crosses", "follows", "circles", "passes", "shakes",
+    "moves", "bounces", "slides",  "rotates", "drifts",  "jumps",
+    "turns", "crosses", "follows", "circles", "passes",  "shakes",
     "spins", "waves",   "rolls",   "climbs",  "appears", "flickers"};
 static const char *const w_prep[] = {"across", "over",   "past",  "toward",
                                      "behind", "around", "under", "beside",
                                      "along",  "through"};
-static const char *const w_adv[] = {"slowly", "quickly", "again", "away",
-                                    "sideways", "twice", "briefly", "upward"};
+static const char *const w_adv[] = {"slowly",   "quickly", "again",   "away",
+                                    "sideways", "twice",   "briefly", "upward"};
 
 struct word_class {
     const char *const *w;
     size_t n;
 };
-#define WC(a) {a, sizeof(a) / sizeof(a[0])}
+#define WC(a)                                                                  \
+    {                                                                          \
+        a, sizeof(a) / sizeof(a[0])                                            \
+    }
 enum { DET, ADJ, NOUN, VERB, PREP, ADV };
-static const struct word_class classes[] = {WC(w_det),  WC(w_adj),
-                                            WC(w_noun), WC(w_verb),
-                                            WC(w_prep), WC(w_adv)};
+static const struct word_class classes[] = {WC(w_det),  WC(w_adj),  WC(w_noun),
+                                            WC(w_verb), WC(w_prep), WC(w_adv)};
 
 /* Sentence shapes of 4..8 words ("the red dog jumps quickly", ...). */
 #define SENT_MIN 4
@@ -383,16 +390,14 @@ static int write_caption_lines(const char *tmp, const struct dh_gen_opts *o,
     for (int64_t i = 0; i < o->count && r == 0; i++)
         r = caption_line(f, o, l, i, e);
     if (fclose(f) != 0 && r == 0)
-        r = dh_err_set(e, DH_EIO, "%s: write failed: %s", tmp,
-                       strerror(errno));
+        r = dh_err_set(e, DH_EIO, "%s: write failed: %s", tmp, strerror(errno));
     if (r < 0)
         remove(tmp);
     return r;
 }
 
 static int write_captions(const struct dh_gen_opts *o,
-                          const struct dh_gen_profile_list *l,
-                          struct dh_err *e)
+                          const struct dh_gen_profile_list *l, struct dh_err *e)
 {
     struct out_paths op = {0};
     int r;

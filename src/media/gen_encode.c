@@ -147,8 +147,7 @@ static int write_header(struct enc *x, struct dh_err *e)
     {
         /* "file:" so that a ':' in the folder is not read as a protocol */
         char *url = av_asprintf("file:%s", x->clip->path);
-        r = url ? avio_open(&x->oc->pb, url, AVIO_FLAG_WRITE)
-                : AVERROR(ENOMEM);
+        r = url ? avio_open(&x->oc->pb, url, AVIO_FLAG_WRITE) : AVERROR(ENOMEM);
         av_free(url);
     }
     if (r < 0)
@@ -275,8 +274,10 @@ int dh__gen_encode_clip(const struct dh__gen_clip *c, struct dh_err *e)
 
     dh__av_quiet();
     if (!name)
-        return dh_err_set(e, DH_EUNSUPPORTED, "%s: this FFmpeg has neither "
-                          "libx264 nor mpeg4 encoder", c->path);
+        return dh_err_set(e, DH_EUNSUPPORTED,
+                          "%s: this FFmpeg has neither "
+                          "libx264 nor mpeg4 encoder",
+                          c->path);
     x.codec = avcodec_find_encoder_by_name(name);
     r = open_output(&x, e);
     if (r < 0)

@@ -26,8 +26,8 @@ struct run {
     struct dh_media *m;
     const struct dh_media_plan *p;
     uint8_t *dst;
-    int64_t *ord;  /* output slots of the valid part, by source index */
-    int64_t next;  /* position in ord of the next target */
+    int64_t *ord; /* output slots of the valid part, by source index */
+    int64_t next; /* position in ord of the next target */
     int64_t valid;
     int64_t counter; /* counting mode: output order of the last frame */
     int missed;      /* a target went by without its picture */
@@ -89,7 +89,8 @@ int dh_media_select(struct dh_media *m, const struct dh_media_plan *p,
         return dh_err_set(e, rc, "%s: %s", m->name, sub.msg);
     m->shift = 0;
     memcpy(m->planned, m->idx, (size_t)m->count * sizeof(*m->idx));
-    if (p->snap == DH_SNAP_KEY && c.nkey > 0 && is_ascending(m->idx, m->valid)) {
+    if (p->snap == DH_SNAP_KEY && c.nkey > 0 &&
+        is_ascending(m->idx, m->valid)) {
         double tol = p->snap_tol > 0 ? p->snap_tol : m->stride / 2;
         m->shift = dh__frames_snap(m->idx, m->valid, m->key_idx, m->nkey, tol);
         for (int64_t i = m->valid; i < m->count; i++)
@@ -213,14 +214,14 @@ int dh__media_av_fail(struct dh_media *m, int rc, const char *what,
 
     if (dh__media_overdue(m)) /* the interrupt callback cut a read */
         return dh__media_watchdog_error(m, e);
-    return dh_err_set(e, DH_EMEDIA, "%s: %s%sframe %lld (%.3f s): %s",
-                      m->name, what ? what : "", what ? " near " : "",
-                      (long long)at, dh__media_frame_time(m, at),
+    return dh_err_set(e, DH_EMEDIA, "%s: %s%sframe %lld (%.3f s): %s", m->name,
+                      what ? what : "", what ? " near " : "", (long long)at,
+                      dh__media_frame_time(m, at),
                       dh__media_errstr(rc, buf, sizeof(buf)));
 }
 
-static int drain(struct dh_media *m, const char *what,
-                 dh__media_picture_fn pic, void *ctx, struct dh_err *e)
+static int drain(struct dh_media *m, const char *what, dh__media_picture_fn pic,
+                 void *ctx, struct dh_err *e)
 {
     int rc;
 
@@ -301,7 +302,7 @@ static void choose_discard(struct run *r, const AVPacket *pkt)
     if (pkt->flags & AV_PKT_FLAG_KEY)
         m->cur_key = dh__media_key_at_or_before(m, k);
     m->cc->skip_frame = !r->ref && pending(r, k) ? AVDISCARD_DEFAULT
-                                                  : AVDISCARD_NONREF;
+                                                 : AVDISCARD_NONREF;
 }
 
 /* Reads and decodes one packet; 1 once the stream is drained. */
@@ -342,8 +343,7 @@ static int must_seek(const struct dh_media *m, int64_t key, int64_t t)
 }
 
 /* Positions the decoder so that target t comes next. */
-static int position_for(struct run *r, int64_t t, int back,
-                        struct dh_err *e)
+static int position_for(struct run *r, int64_t t, int back, struct dh_err *e)
 {
     struct dh_media *m = r->m;
     int64_t key;
@@ -369,8 +369,8 @@ static int missing(struct run *r, struct dh_err *e)
     return dh_err_set(e, DH_EMEDIA,
                       "%s: decoding ended after frame %lld, before frame "
                       "%lld of %lld (truncated or damaged)",
-                      m->name, (long long)m->last_index,
-                      (long long)target(r), (long long)m->n);
+                      m->name, (long long)m->last_index, (long long)target(r),
+                      (long long)m->n);
 }
 
 #define MAX_BACK 2 /* retries from earlier keyframes before giving up */
@@ -507,14 +507,14 @@ static int run_all(struct run *r, struct dh_err *e)
     }
     while (!rc && r->next < r->valid) {
         int64_t key = r->p->snap == DH_SNAP_KEY ? key_number(r->m, target(r))
-                                                 : -1;
+                                                : -1;
         /* Another target in the same GOP: decode it once, from its key. */
         if (key >= 0 && r->next + 1 < r->valid &&
-            dh__media_key_at_or_before(r->m, r->m->idx[r->ord[r->next + 1]])
-                == key)
+            dh__media_key_at_or_before(r->m, r->m->idx[r->ord[r->next + 1]]) ==
+                key)
             key = -1;
         rc = key >= 0 && !r->m->forward_only ? run_key_one(r, key, e)
-                                         : run_exact_one(r, e);
+                                             : run_exact_one(r, e);
     }
     return rc;
 }

@@ -43,8 +43,8 @@ struct dh_media {
     uint8_t *scratch;
     size_t scratch_cap;
     int threads;
-    int watchdog_ms;      /* dh_media_set_watchdog(); 0: off */
-    uint64_t deadline_ms; /* monotonic; 0: none for this file */
+    int watchdog_ms;            /* dh_media_set_watchdog(); 0: off */
+    uint64_t deadline_ms;       /* monotonic; 0: none for this file */
     struct SwsContext *sws_set; /* the context colour details were set on */
     int sws_cs, sws_range;
     int sws_key[5]; /* source w, h, format, output w, h of m->sws */
@@ -58,8 +58,8 @@ struct dh_media {
     size_t key_cap;
     int64_t n, nkey;
     int counting;
-    double tb;     /* seconds per pts unit */
-    int64_t half;  /* half a frame duration, in pts units */
+    double tb;    /* seconds per pts unit */
+    int64_t half; /* half a frame duration, in pts units */
 
     /* selection: idx[i] = source index of output frame i (after snapping:
      * the frame actually used); planned[i] = what the plan asked for */
@@ -87,17 +87,17 @@ struct dh_media {
     int64_t last_index; /* presentation index of the last decoded frame */
     int eof;
     int64_t decoded, seeks;
-    int emit_in_order; /* slots are written in increasing order: swscale
+    int emit_in_order;   /* slots are written in increasing order: swscale
                           may write straight into them (media_scale.c) */
-    int gate;          /* since the last seek or restart no keyframe picture
+    int gate;            /* since the last seek or restart no keyframe picture
                           came out: what does is not yet trustworthy (a
                           P-picture decoded against a missing reference) */
-    int gate_key_sent; /* a keyframe packet went in since the gate closed */
+    int gate_key_sent;   /* a keyframe packet went in since the gate closed */
     int64_t gate_key_ts; /* its timestamp */
-    int forward_only;  /* seeking is off for this file: a seek missed its
+    int forward_only;    /* seeking is off for this file: a seek missed its
                           target (or timestamps cannot identify frames);
                           targets are reached by decoding forward */
-    int64_t fallbacks; /* times a missed seek fell back to decoding from
+    int64_t fallbacks;   /* times a missed seek fell back to decoding from
                           the start */
 };
 
@@ -136,11 +136,10 @@ int dh__media_av_fail(struct dh_media *m, int averr, const char *what,
 
 /* media_scale.c: writes frame `f` as output frame `slot` of plan `p`. */
 int dh__media_emit(struct dh_media *m, const struct dh_media_plan *p,
-                   AVFrame *f, int64_t slot, uint8_t *dst,
-                   struct dh_err *e);
+                   AVFrame *f, int64_t slot, uint8_t *dst, struct dh_err *e);
 /* Fills output frame `slot` with zeros or a copy of output frame `from`. */
-void dh__media_fill(const struct dh_media_plan *p, uint8_t *dst,
-                    int64_t slot, int64_t from);
+void dh__media_fill(const struct dh_media_plan *p, uint8_t *dst, int64_t slot,
+                    int64_t from);
 void dh__media_scale_fini(struct dh_media *m);
 
 /* 1 once the open file's watchdog deadline has passed (media_open.c). */

@@ -59,9 +59,10 @@ int dh__media_overdue(const struct dh_media *m)
 
 int dh__media_watchdog_error(const struct dh_media *m, struct dh_err *e)
 {
-    return dh_err_set(e, DH_ETIMEOUT, "%s: abandoned after %d ms: "
-                      "per-sample watchdog", m->name ? m->name : "input",
-                      m->watchdog_ms);
+    return dh_err_set(e, DH_ETIMEOUT,
+                      "%s: abandoned after %d ms: "
+                      "per-sample watchdog",
+                      m->name ? m->name : "input", m->watchdog_ms);
 }
 
 /* FFmpeg polls this inside blocking reads: non-zero aborts them. */
@@ -138,8 +139,9 @@ static int64_t mem_seek(void *opaque, int64_t off, int whence)
     whence &= ~AVSEEK_FORCE;
     if (whence == AVSEEK_SIZE)
         return (int64_t)s->len;
-    base = whence == SEEK_CUR ? (int64_t)s->pos
-         : whence == SEEK_END ? (int64_t)s->len : 0;
+    base = whence == SEEK_CUR   ? (int64_t)s->pos
+           : whence == SEEK_END ? (int64_t)s->len
+                                : 0;
     if (whence != SEEK_SET && whence != SEEK_CUR && whence != SEEK_END)
         return AVERROR(EINVAL);
     if (off > (int64_t)s->len - base || base + off < 0)
@@ -161,19 +163,19 @@ static int open_input(struct dh_media *m, struct dh_err *e)
     if (!m->mem.data) {
         if (!(m->fc = avformat_alloc_context()))
             return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
-        m->fc->interrupt_callback =
-            (AVIOInterruptCB){.callback = interrupt_cb, .opaque = m};
+        m->fc->interrupt_callback = (AVIOInterruptCB){.callback = interrupt_cb,
+                                                      .opaque = m};
     }
     if (m->mem.data) {
         m->mem.pos = 0;
         m->fc = avformat_alloc_context();
         if (m->fc)
-            m->fc->interrupt_callback =
-                (AVIOInterruptCB){.callback = interrupt_cb, .opaque = m};
+            m->fc->interrupt_callback = (AVIOInterruptCB){
+                .callback = interrupt_cb, .opaque = m};
         iobuf = av_malloc(AVIO_BUF);
         if (iobuf)
-            m->avio = avio_alloc_context(iobuf, AVIO_BUF, 0, &m->mem,
-                                         mem_read, NULL, mem_seek);
+            m->avio = avio_alloc_context(iobuf, AVIO_BUF, 0, &m->mem, mem_read,
+                                         NULL, mem_seek);
         if (!m->fc || !m->avio) {
             if (!m->avio)
                 av_free(iobuf);
@@ -193,8 +195,8 @@ static int open_input(struct dh_media *m, struct dh_err *e)
         return rc;
     m->stream = rc;
     for (unsigned i = 0; i < m->fc->nb_streams; i++)
-        m->fc->streams[i]->discard =
-            (int)i == m->stream ? AVDISCARD_DEFAULT : AVDISCARD_ALL;
+        m->fc->streams[i]->discard = (int)i == m->stream ? AVDISCARD_DEFAULT
+                                                         : AVDISCARD_ALL;
     return 0;
 }
 
@@ -251,8 +253,8 @@ static int table_from_index(struct dh_media *m, AVStream *st)
         ie = avformat_index_get_entry(st, i);
         if (ie->flags & AVINDEX_DISCARD_FRAME)
             return 0;
-        if (i > 0 && ie->timestamp - avformat_index_get_entry(st, i - 1)
-                                          ->timestamp != d)
+        if (i > 0 &&
+            ie->timestamp - avformat_index_get_entry(st, i - 1)->timestamp != d)
             return 0;
     }
     if (d <= 0 || grow(&m->pts, &m->pts_cap, (size_t)n) ||
@@ -310,12 +312,12 @@ static int finish_scan(struct dh_media *m)
 }
 
 struct scan {
-    int ts_trusted;  /* some packet carries a presentation time that is
+    int ts_trusted; /* some packet carries a presentation time that is
                         not simply its decode time */
     int seen_key;
-    int64_t packets; /* every packet of the stream, for the completeness
+    int64_t packets;  /* every packet of the stream, for the completeness
                         check against the header */
-    int64_t t0;      /* earliest timestamp of any packet, skipped or not */
+    int64_t t0;       /* earliest timestamp of any packet, skipped or not */
     int64_t last_dts; /* of the previous packet, AV_NOPTS_VALUE: none */
     int seek_by_dts;  /* see seek_ts() */
 };
@@ -327,14 +329,12 @@ struct scan {
  * on a packet after the key and the decode starts a GOP late.  So its dts
  * where the packets carry one - except MOV, whose demuxer shifts dts and
  * seeks by the index's presentation order. */
-static int64_t seek_ts(const struct scan *sc, const AVPacket *pkt,
-                       int64_t ts)
+static int64_t seek_ts(const struct scan *sc, const AVPacket *pkt, int64_t ts)
 {
     return sc->seek_by_dts && pkt->dts != AV_NOPTS_VALUE ? pkt->dts : ts;
 }
 
-static int scan_packet(struct dh_media *m, const AVPacket *pkt,
-                       struct scan *sc)
+static int scan_packet(struct dh_media *m, const AVPacket *pkt, struct scan *sc)
 {
     int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
 
@@ -373,8 +373,8 @@ static int scan_packet(struct dh_media *m, const AVPacket *pkt,
 /* Demuxes the whole stream once, decoding nothing. */
 static int table_from_scan(struct dh_media *m, struct dh_err *e)
 {
-    const AVCodecDescriptor *cd =
-        avcodec_descriptor_get(m->fc->streams[m->stream]->codecpar->codec_id);
+    const AVCodecDescriptor *cd = avcodec_descriptor_get(
+        m->fc->streams[m->stream]->codecpar->codec_id);
     char buf[128];
     struct scan sc = {
         .last_dts = AV_NOPTS_VALUE,
@@ -384,17 +384,15 @@ static int table_from_scan(struct dh_media *m, struct dh_err *e)
 
     m->n = m->nkey = 0;
     while ((rc = av_read_frame(m->fc, m->pkt)) >= 0) {
-        if (m->pkt->stream_index == m->stream &&
-            scan_packet(m, m->pkt, &sc)) {
+        if (m->pkt->stream_index == m->stream && scan_packet(m, m->pkt, &sc)) {
             av_packet_unref(m->pkt);
             return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
         }
         av_packet_unref(m->pkt);
     }
     if (rc != AVERROR_EOF)
-        return dh_err_set(e, DH_EMEDIA, "%s: reading packet %lld: %s",
-                          m->name, (long long)m->n,
-                          dh__av_errstr(rc, buf, sizeof(buf)));
+        return dh_err_set(e, DH_EMEDIA, "%s: reading packet %lld: %s", m->name,
+                          (long long)m->n, dh__av_errstr(rc, buf, sizeof(buf)));
     if (m->n == 0)
         return dh_err_set(e, DH_EMEDIA, "%s: the video stream has no %s",
                           m->name, sc.packets ? "keyframe" : "packets");
@@ -406,9 +404,8 @@ static int table_from_scan(struct dh_media *m, struct dh_err *e)
         m->counting = 1;
     if ((rc = finish_scan(m)))
         return rc;
-    return dh__av_check_complete(m->fc, m->fc->streams[m->stream],
-                                 sc.packets, scan_end_s(m, sc.t0), 0, NULL,
-                                 m->name, e);
+    return dh__av_check_complete(m->fc, m->fc->streams[m->stream], sc.packets,
+                                 scan_end_s(m, sc.t0), 0, NULL, m->name, e);
 }
 
 static int build_table(struct dh_media *m, struct dh_err *e)
@@ -448,8 +445,8 @@ static int open_decoder(struct dh_media *m, struct dh_err *e)
     int rc;
 
     if (!dec)
-        return dh_err_set(e, DH_EMEDIA, "%s: no decoder for codec %s",
-                          m->name, avcodec_get_name(par->codec_id));
+        return dh_err_set(e, DH_EMEDIA, "%s: no decoder for codec %s", m->name,
+                          avcodec_get_name(par->codec_id));
     m->cc = avcodec_alloc_context3(dec);
     if (!m->cc)
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
@@ -573,9 +570,8 @@ int dh__media_in_table(const struct dh_media *m, int64_t ts)
  * picture before the table's first frame is not in the clip either. */
 int64_t dh__media_picture_ts(const AVFrame *f)
 {
-    return f->best_effort_timestamp != AV_NOPTS_VALUE
-               ? f->best_effort_timestamp
-               : f->pts;
+    return f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp
+                                                      : f->pts;
 }
 
 double dh__media_frame_time(const struct dh_media *m, int64_t at)
@@ -589,12 +585,11 @@ int dh__media_trustworthy(struct dh_media *m, const AVFrame *f)
 {
     int64_t ts = dh__media_picture_ts(f);
     int after_key = m->gate_key_sent &&
-                    (ts == AV_NOPTS_VALUE ||
-                     m->gate_key_ts == AV_NOPTS_VALUE ||
+                    (ts == AV_NOPTS_VALUE || m->gate_key_ts == AV_NOPTS_VALUE ||
                      ts >= m->gate_key_ts);
 
-    if (m->gate && (f->key_frame || f->pict_type == AV_PICTURE_TYPE_I ||
-                    after_key))
+    if (m->gate &&
+        (f->key_frame || f->pict_type == AV_PICTURE_TYPE_I || after_key))
         m->gate = 0;
     if (m->gate)
         return 0;

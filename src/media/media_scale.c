@@ -30,8 +30,8 @@ static size_t frame_bytes(const struct dh_media_plan *p)
            (p->dtype == DH_DTYPE_F32 ? sizeof(float) : 1);
 }
 
-void dh__media_fill(const struct dh_media_plan *p, uint8_t *dst,
-                    int64_t slot, int64_t from)
+void dh__media_fill(const struct dh_media_plan *p, uint8_t *dst, int64_t slot,
+                    int64_t from)
 {
     size_t fb = frame_bytes(p);
 
@@ -51,8 +51,7 @@ void dh__media_scale_fini(struct dh_media *m)
 }
 
 /* The region of the displayed (rotated) picture that the output shows. */
-static struct rect display_region(const struct dh_media_plan *p, int wd,
-                                  int hd)
+static struct rect display_region(const struct dh_media_plan *p, int wd, int hd)
 {
     struct rect r = {0, 0, wd, hd};
     double s;
@@ -60,9 +59,8 @@ static struct rect display_region(const struct dh_media_plan *p, int wd,
 
     if (p->geometry == DH_GEOM_STRETCH)
         return r;
-    s = (double)p->width / wd > (double)p->height / hd
-            ? (double)p->width / wd
-            : (double)p->height / hd;
+    s = (double)p->width / wd > (double)p->height / hd ? (double)p->width / wd
+                                                       : (double)p->height / hd;
     r.w = (int)(p->width / s + 0.5);
     r.h = (int)(p->height / s + 0.5);
     r.w = r.w < 1 ? 1 : r.w > wd ? wd : r.w;
@@ -100,7 +98,8 @@ static int crop_planes(const AVFrame *f, struct rect *c, const uint8_t *out[4])
 {
     const AVPixFmtDescriptor *d = av_pix_fmt_desc_get(f->format);
 
-    if (!d || (d->flags & (AV_PIX_FMT_FLAG_BITSTREAM | AV_PIX_FMT_FLAG_HWACCEL)))
+    if (!d ||
+        (d->flags & (AV_PIX_FMT_FLAG_BITSTREAM | AV_PIX_FMT_FLAG_HWACCEL)))
         return -1;
     /* Whole chroma samples only: at most one luma pixel of shift. */
     c->x &= ~((1 << d->log2_chroma_w) - 1);
@@ -126,12 +125,17 @@ static int crop_planes(const AVFrame *f, struct rect *c, const uint8_t *out[4])
 static int sws_cs_of(enum AVColorSpace cs)
 {
     switch (cs) {
-    case AVCOL_SPC_BT709: return SWS_CS_ITU709;
-    case AVCOL_SPC_FCC: return SWS_CS_FCC;
-    case AVCOL_SPC_SMPTE240M: return SWS_CS_SMPTE240M;
+    case AVCOL_SPC_BT709:
+        return SWS_CS_ITU709;
+    case AVCOL_SPC_FCC:
+        return SWS_CS_FCC;
+    case AVCOL_SPC_SMPTE240M:
+        return SWS_CS_SMPTE240M;
     case AVCOL_SPC_BT2020_NCL:
-    case AVCOL_SPC_BT2020_CL: return SWS_CS_BT2020;
-    default: return SWS_CS_DEFAULT;
+    case AVCOL_SPC_BT2020_CL:
+        return SWS_CS_BT2020;
+    default:
+        return SWS_CS_DEFAULT;
     }
 }
 
@@ -154,16 +158,17 @@ static int get_scaler(struct dh_media *m, const AVFrame *f, int sw, int sh,
                                   NULL);
     if (!m->sws) {
         const char *n = av_get_pix_fmt_name(f->format);
-        return dh_err_set(e, DH_EMEDIA, "%s: cannot convert pixel format %s "
-                          "(%dx%d) to RGB %dx%d", m->name, n ? n : "?", sw,
-                          sh, w, h);
+        return dh_err_set(e, DH_EMEDIA,
+                          "%s: cannot convert pixel format %s "
+                          "(%dx%d) to RGB %dx%d",
+                          m->name, n ? n : "?", sw, sh, w, h);
     }
     if (m->sws_set != m->sws || m->sws_cs != cs || m->sws_range != want) {
         /* An unspecified range keeps swscale's own choice for the format
          * (full for gray and yuvj, limited for yuv), as ffmpeg does. */
         if (f->color_range == AVCOL_RANGE_UNSPECIFIED &&
-            sws_getColorspaceDetails(m->sws, &inv, &src_range, &tab,
-                                     &dst_range, &bri, &con, &sat) >= 0)
+            sws_getColorspaceDetails(m->sws, &inv, &src_range, &tab, &dst_range,
+                                     &bri, &con, &sat) >= 0)
             range = src_range;
         sws_setColorspaceDetails(m->sws, sws_getCoefficients(cs), range,
                                  sws_getCoefficients(SWS_CS_DEFAULT), 1, 0,
@@ -191,10 +196,22 @@ static uint8_t *scratch(struct dh_media *m, size_t bytes)
 static void rotate_src(int rot, int W, int H, int xo, int yo, int *xs, int *ys)
 {
     switch (rot) {
-    case 90: *xs = yo; *ys = W - 1 - xo; break;
-    case 180: *xs = W - 1 - xo; *ys = H - 1 - yo; break;
-    case 270: *xs = H - 1 - yo; *ys = xo; break;
-    default: *xs = xo; *ys = yo; break;
+    case 90:
+        *xs = yo;
+        *ys = W - 1 - xo;
+        break;
+    case 180:
+        *xs = W - 1 - xo;
+        *ys = H - 1 - yo;
+        break;
+    case 270:
+        *xs = H - 1 - yo;
+        *ys = xo;
+        break;
+    default:
+        *xs = xo;
+        *ys = yo;
+        break;
     }
 }
 
@@ -244,15 +261,18 @@ int dh__media_emit(struct dh_media *m, const struct dh_media_plan *p,
     int stride = direct ? p->width * 3 : FFALIGN(sw * 3, 64), rc;
 
     if (crop_planes(f, &c, src))
-        return dh_err_set(e, DH_EMEDIA, "%s: decoder returned a picture in a "
-                          "format that cannot be read on the CPU", m->name);
+        return dh_err_set(e, DH_EMEDIA,
+                          "%s: decoder returned a picture in a "
+                          "format that cannot be read on the CPU",
+                          m->name);
     if ((rc = get_scaler(m, f, c.w, c.h, sw, sh, e)))
         return rc;
     buf = direct ? out : scratch(m, (size_t)stride * sh + DH_MEDIA_DST_PAD);
     if (!buf)
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
-    sws_scale(m->sws, src, f->linesize, 0, c.h, (uint8_t *const[]){buf, NULL,
-              NULL, NULL}, (const int[]){stride, 0, 0, 0});
+    sws_scale(m->sws, src, f->linesize, 0, c.h,
+              (uint8_t *const[]){buf, NULL, NULL, NULL},
+              (const int[]){stride, 0, 0, 0});
     if (!direct)
         transform(p, rot, buf, stride, out);
     return 0;

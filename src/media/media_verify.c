@@ -35,8 +35,7 @@ static int check_picture(struct vrun *v, const AVFrame *f, struct dh_err *e)
     char why[160];
 
     if (f->decode_error_flags || (f->flags & AV_FRAME_FLAG_CORRUPT))
-        return fail(m, v->next, "the decoder reports the picture damaged",
-                    e);
+        return fail(m, v->next, "the decoder reports the picture damaged", e);
     if (v->next >= m->n) {
         snprintf(why, sizeof(why),
                  "a picture past the %lld frames the file's packets promise",

@@ -63,8 +63,8 @@ static double packet_end_s(const AVFormatContext *fc, const AVStream *st,
                        ? (double)fc->start_time / AV_TIME_BASE
                        : 0;
 
-    return t == INT64_MIN ? -INFINITY : (double)t * av_q2d(st->time_base) -
-                                            start;
+    return t == INT64_MIN ? -INFINITY
+                          : (double)t * av_q2d(st->time_base) - start;
 }
 
 /* Counts the frames of stream `idx` (c->frames: dh__av_counts_as_frame) and
@@ -213,8 +213,8 @@ static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
         struct packet_count c;
         rc = count_packets(fc, idx, &c, path, e);
         if (!rc)
-            rc = dh__av_check_complete(fc, st, c.packets, c.end_s,
-                                       c.all_end_s, unchecked, path, e);
+            rc = dh__av_check_complete(fc, st, c.packets, c.end_s, c.all_end_s,
+                                       unchecked, path, e);
         if (rc)
             return rc;
         frames = c.frames;
@@ -222,9 +222,9 @@ static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
          * says, unless it is clearly another stream's (an audio track
          * seconds longer than the video): then the video packets'. */
         if (d->duration_s <= 0 ||
-            (fc->nb_streams > 1 && (st->duration == AV_NOPTS_VALUE ||
-                                    st->duration <= 0) && c.end_s > 0 &&
-             d->duration_s > c.end_s + 0.5))
+            (fc->nb_streams > 1 &&
+             (st->duration == AV_NOPTS_VALUE || st->duration <= 0) &&
+             c.end_s > 0 && d->duration_s > c.end_s + 0.5))
             d->duration_s = round6(c.end_s);
     }
     if (frames <= 0)
@@ -236,8 +236,7 @@ static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
     return 0;
 }
 
-static int open_media(const char *path, AVFormatContext **out,
-                      struct dh_err *e)
+static int open_media(const char *path, AVFormatContext **out, struct dh_err *e)
 {
     AVFormatContext *fc = NULL;
     char buf[128];
@@ -275,8 +274,10 @@ int dh_probe_file_notes(const char *path, struct dh_desc *d,
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", path);
     d->bytes = (int64_t)st.st_size;
     if (!dh__utf8_valid(path)) {
-        rc = dh_err_set(e, DH_EINVAL, "%s: the path is not valid UTF-8, which "
-                        "a JSON table cannot hold", path);
+        rc = dh_err_set(e, DH_EINVAL,
+                        "%s: the path is not valid UTF-8, which "
+                        "a JSON table cannot hold",
+                        path);
         goto out_fini;
     }
     if (has_suffix(path, ".txt")) {

@@ -23,9 +23,9 @@
 #define WALK_MAX_DEPTH 64
 
 static const char *const media_exts[] = {
-    "mp4", "m4v", "mov", "mkv", "webm", "avi", "ts", "mts", "m2ts", "flv",
-    "mpg", "mpeg", "wmv", "3gp", "ogv", "gif", "jpg", "jpeg", "png", "webp",
-    "bmp", "tif", "tiff", "txt",
+    "mp4",  "m4v",  "mov", "mkv",  "webm", "avi", "ts",   "mts",
+    "m2ts", "flv",  "mpg", "mpeg", "wmv",  "3gp", "ogv",  "gif",
+    "jpg",  "jpeg", "png", "webp", "bmp",  "tif", "tiff", "txt",
 };
 
 void dh_probe_list_init(struct dh_probe_list *l)
@@ -161,8 +161,8 @@ static int walk_entry(struct dh_probe_list *l, const char *dir,
 
     if (!path)
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", dir);
-    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) &&
-        stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && stat(path, &st) == 0 &&
+        S_ISDIR(st.st_mode))
         goto out_free; /* no link-to-folder: no cycles */
     if (stat(path, &st)) {
         /* A dangling link or a link loop: a media name is handed to the
@@ -230,9 +230,12 @@ static int list_line(struct dh_probe_list *l, const char *list,
     }
     jp = json_object_get(o, "path");
     jt = json_object_get(o, "text");
-    if (!json_is_string(jp) || (jt && !json_is_string(jt) && !json_is_null(jt))) {
-        rc = dh_err_set(e, DH_EFORMAT, "%s:%ld: expected {\"path\": string, "
-                        "\"text\": string}", list, lineno);
+    if (!json_is_string(jp) ||
+        (jt && !json_is_string(jt) && !json_is_null(jt))) {
+        rc = dh_err_set(e, DH_EFORMAT,
+                        "%s:%ld: expected {\"path\": string, "
+                        "\"text\": string}",
+                        list, lineno);
         goto out;
     }
     path = json_string_value(jp)[0] == '/' ? dh__strdup(json_string_value(jp))
@@ -269,8 +272,10 @@ static int read_list(struct dh_probe_list *l, const char *list,
     while (!rc && (n = getline(&line, &cap, f)) >= 0) {
         lineno++;
         if ((size_t)n > DH_TABLE_LINE_MAX) {
-            rc = dh_err_set(e, DH_ETOOBIG, "%s:%ld: line longer than %u "
-                            "bytes", list, lineno, DH_TABLE_LINE_MAX);
+            rc = dh_err_set(e, DH_ETOOBIG,
+                            "%s:%ld: line longer than %u "
+                            "bytes",
+                            list, lineno, DH_TABLE_LINE_MAX);
             break;
         }
         if (strspn(line, " \t\r\n") == (size_t)n)

@@ -26,15 +26,13 @@
 /* ---- Batch and Part ---- */
 
 typedef struct {
-    PyObject_HEAD
-    struct dh_client_batch *b;
+    PyObject_HEAD struct dh_client_batch *b;
 } BatchObject;
 
 typedef struct {
-    PyObject_HEAD
-    BatchObject *batch; /* owned reference */
+    PyObject_HEAD BatchObject *batch; /* owned reference */
     uint32_t j;
-    Py_ssize_t len;     /* bytes of the tensor (not of the slot) */
+    Py_ssize_t len; /* bytes of the tensor (not of the slot) */
 } PartObject;
 
 static size_t elem_size(enum dh_dtype t)
@@ -77,7 +75,8 @@ static PyObject *batch_part(BatchObject *self, PyObject *arg)
     p->len = tensor_bytes(&self->b->parts[j]);
     if (p->len < 0) {
         Py_DECREF(p);
-        return PyErr_Format(dhpy_DataError, "step %llu part %ld: the shape "
+        return PyErr_Format(dhpy_DataError,
+                            "step %llu part %ld: the shape "
                             "does not fit its slot",
                             (unsigned long long)self->b->step, j);
     }
@@ -125,10 +124,10 @@ static PyObject *batch_get(BatchObject *self, void *what)
         return PyBytes_FromStringAndSize((const char *)b->valid_frames,
                                          (Py_ssize_t)b->n_samples * 4);
     if (!strcmp(w, "dtype"))
-        return PyUnicode_FromString(b->parts[0].dtype == DH_DTYPE_F32
-                                        ? "float32" : "uint8");
-    return PyUnicode_FromString(b->parts[0].layout == DH_LAYOUT_TCHW
-                                    ? "TCHW" : "THWC");
+        return PyUnicode_FromString(
+            b->parts[0].dtype == DH_DTYPE_F32 ? "float32" : "uint8");
+    return PyUnicode_FromString(b->parts[0].layout == DH_LAYOUT_TCHW ? "TCHW"
+                                                                     : "THWC");
 }
 
 static PyGetSetDef batch_getset[] = {
@@ -155,8 +154,7 @@ static PyMethodDef batch_methods[] = {
 };
 
 static PyTypeObject BatchType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "datahelix._C.Batch",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._C.Batch",
     .tp_basicsize = sizeof(BatchObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "One consumed step; its arena slots return when it is freed.",
@@ -177,8 +175,8 @@ static int part_getbuffer(PartObject *self, Py_buffer *view, int flags)
 
     /* Writable: the slot is this consumer's until released (in-place
      * normalisation is fine); torch.frombuffer() wants it so. */
-    return PyBuffer_FillInfo(view, (PyObject *)self, (void *)p->data,
-                             self->len, 0, flags);
+    return PyBuffer_FillInfo(view, (PyObject *)self, (void *)p->data, self->len,
+                             0, flags);
 }
 
 static PyBufferProcs part_buffer = {
@@ -186,8 +184,7 @@ static PyBufferProcs part_buffer = {
 };
 
 static PyTypeObject PartType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "datahelix._C.Part",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._C.Part",
     .tp_basicsize = sizeof(PartObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A microbatch's tensor in shared memory (buffer protocol).",
@@ -198,8 +195,7 @@ static PyTypeObject PartType = {
 /* ---- Client ---- */
 
 typedef struct {
-    PyObject_HEAD
-    struct dh_client *c;
+    PyObject_HEAD struct dh_client *c;
     FILE *telemetry;
     int busy;
     unsigned rank;
@@ -213,8 +209,8 @@ static int parse_enum(const char *s, const char *a, const char *b,
     else if (!strcmp(s, b))
         *out = 1;
     else {
-        PyErr_Format(PyExc_ValueError, "%s '%s': expected '%s' or '%s'",
-                     what, s, a, b);
+        PyErr_Format(PyExc_ValueError, "%s '%s': expected '%s' or '%s'", what,
+                     s, a, b);
         return -1;
     }
     return 0;
@@ -239,8 +235,7 @@ static int dataserver_args(PyObject *seq, PyObject *keep[17],
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(f, i),
-                                   &keep[i])) {
+        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(f, i), &keep[i])) {
             Py_DECREF(f);
             for (Py_ssize_t k = 0; k < i; k++)
                 Py_CLEAR(keep[k]);
@@ -255,13 +250,33 @@ static int dataserver_args(PyObject *seq, PyObject *keep[17],
 
 static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {
-        "coordinator", "index", "rank", "world_size", "frames", "width",
-        "height", "layout", "dtype", "prefetch", "microbatches",
-        "timeout_ms", "start_timeout_ms", "dataserver", "datahelix_bin",
-        "workers", "max_batch", "listen", "seed", "telemetry",
-        "max_restarts", "random_crop", "arena_bytes", "dataserver_args",
-        "ddl_ms", "step_deadline_ms", NULL};
+    static char *names[] = {"coordinator",
+                            "index",
+                            "rank",
+                            "world_size",
+                            "frames",
+                            "width",
+                            "height",
+                            "layout",
+                            "dtype",
+                            "prefetch",
+                            "microbatches",
+                            "timeout_ms",
+                            "start_timeout_ms",
+                            "dataserver",
+                            "datahelix_bin",
+                            "workers",
+                            "max_batch",
+                            "listen",
+                            "seed",
+                            "telemetry",
+                            "max_restarts",
+                            "random_crop",
+                            "arena_bytes",
+                            "dataserver_args",
+                            "ddl_ms",
+                            "step_deadline_ms",
+                            NULL};
     struct dh_client_opts o;
     const char *layout = "THWC", *dtype = "uint8", *tel = NULL;
     unsigned long long seed = 0;
@@ -281,10 +296,10 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
             args, kw, "ss|IILiissIIiizzIIzKzipKOdd", names, &o.coordinator,
             &o.index_path, &o.rank, &o.world_size, &frames, &w, &h, &layout,
             &dtype, &o.prefetch, &o.microbatches, &o.timeout_ms,
-            &o.start_timeout_ms, &o.dataserver, &o.datahelix_bin,
-            &o.ds_workers, &o.max_batch, &o.ds_listen, &seed, &tel,
-            &o.max_restarts, &random_crop, &arena_bytes, &ds_args,
-            &o.ddl_ms, &o.step_deadline_ms))
+            &o.start_timeout_ms, &o.dataserver, &o.datahelix_bin, &o.ds_workers,
+            &o.max_batch, &o.ds_listen, &seed, &tel, &o.max_restarts,
+            &random_crop, &arena_bytes, &ds_args, &o.ddl_ms,
+            &o.step_deadline_ms))
         return -1;
     o.arena_bytes = (size_t)arena_bytes;
     if (parse_enum(layout, "THWC", "TCHW", "layout", &lay) < 0 ||
@@ -308,11 +323,10 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
         dataserver_args(ds_args, ds_bytes, ds_argv) < 0)
         return -1;
     o.ds_args = ds_argv[0] ? ds_argv : NULL;
-    Py_BEGIN_ALLOW_THREADS
-    self->rank = o.rank;
+    Py_BEGIN_ALLOW_THREADS self->rank = o.rank;
     rc = dh_client_create(&o, &self->c, &e);
-    Py_END_ALLOW_THREADS
-    for (int i = 0; i < 17; i++) /* the client copied them */
+    Py_END_ALLOW_THREADS for (int i = 0; i < 17;
+                              i++) /* the client copied them */
         Py_XDECREF(ds_bytes[i]);
     if (rc < 0) {
         self->c = NULL;
@@ -328,8 +342,7 @@ static void client_close_c(ClientObject *self)
 
     self->c = NULL;
     if (c) {
-        Py_BEGIN_ALLOW_THREADS
-        dh_client_destroy(c);
+        Py_BEGIN_ALLOW_THREADS dh_client_destroy(c);
         Py_END_ALLOW_THREADS
     }
     if (self->telemetry) {
@@ -352,7 +365,7 @@ static int check_open(const ClientObject *self)
     }
     if (self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "next() is already running on "
-                        "this client in another thread");
+                                            "this client in another thread");
         return -1;
     }
     return 0;
@@ -371,8 +384,7 @@ static PyObject *client_close(ClientObject *self, PyObject *unused)
 
 /* start_epoch(epoch, first, ids, offs) and start_pass(epoch, pass, first,
  * ids, offs): the ranges are dh_client_start_pass()'s to check. */
-static PyObject *client_start(ClientObject *self, PyObject *args,
-                              int with_pass)
+static PyObject *client_start(ClientObject *self, PyObject *args, int with_pass)
 {
     unsigned long long epoch, pass = 0, first;
     Py_buffer ids = {0}, offs = {0};
@@ -382,14 +394,15 @@ static PyObject *client_start(ClientObject *self, PyObject *args,
 
     if (check_open(self) < 0)
         return NULL;
-    ok = with_pass ? PyArg_ParseTuple(args, "KKKy*y*", &epoch, &pass, &first,
-                                      &ids, &offs)
-                   : PyArg_ParseTuple(args, "KKy*y*", &epoch, &first, &ids,
-                                      &offs);
+    ok = with_pass
+             ? PyArg_ParseTuple(args, "KKKy*y*", &epoch, &pass, &first, &ids,
+                                &offs)
+             : PyArg_ParseTuple(args, "KKy*y*", &epoch, &first, &ids, &offs);
     if (!ok)
         return NULL;
     if (offs.len < 8 || offs.len % 8 || ids.len % 8) {
-        PyErr_SetString(PyExc_ValueError, "ids and offsets must be native "
+        PyErr_SetString(PyExc_ValueError,
+                        "ids and offsets must be native "
                         "uint64 bytes, offsets at least one entry");
         rc = -1;
         goto out;
@@ -405,14 +418,12 @@ static PyObject *client_start(ClientObject *self, PyObject *args,
         rc = -1;
         goto out;
     }
-    Py_BEGIN_ALLOW_THREADS
-    rc = with_pass ? dh_client_start_pass(self->c, epoch, pass, first, n,
-                                          ids.buf, offs.buf, &e)
-                   : dh_client_start_epoch(self->c, (uint32_t)epoch, first,
-                                           n, ids.buf, offs.buf, &e);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        dhpy_raise(rc, &e);
+    Py_BEGIN_ALLOW_THREADS rc =
+        with_pass ? dh_client_start_pass(self->c, epoch, pass, first, n,
+                                         ids.buf, offs.buf, &e)
+                  : dh_client_start_epoch(self->c, (uint32_t)epoch, first, n,
+                                          ids.buf, offs.buf, &e);
+    Py_END_ALLOW_THREADS if (rc < 0) dhpy_raise(rc, &e);
 out:
     PyBuffer_Release(&ids);
     PyBuffer_Release(&offs);
@@ -467,13 +478,14 @@ static PyObject *raise_failure(ClientObject *self, int rc,
                       ? Py_NewRef(Py_None)
                       : PyLong_FromUnsignedLongLong(f.sample_id)) < 0 ||
         set_field(exc, "consumed", PyBool_FromLong(f.consumed)) < 0 ||
-        set_field(exc, "path", f.path[0] ? PyUnicode_DecodeFSDefault(f.path)
-                                         : Py_NewRef(Py_None)) < 0 ||
-        set_field(exc, "stage", PyUnicode_FromString(dh_stage_name(f.stage)))
-            < 0 ||
-        set_field(exc, "cause", PyUnicode_DecodeUTF8(f.message,
-                                                     strlen(f.message),
-                                                     "replace")) < 0 ||
+        set_field(exc, "path",
+                  f.path[0] ? PyUnicode_DecodeFSDefault(f.path)
+                            : Py_NewRef(Py_None)) < 0 ||
+        set_field(exc, "stage", PyUnicode_FromString(dh_stage_name(f.stage))) <
+            0 ||
+        set_field(exc, "cause",
+                  PyUnicode_DecodeUTF8(f.message, strlen(f.message),
+                                       "replace")) < 0 ||
         set_field(exc, "code", PyLong_FromLong(f.cause)) < 0 ||
         set_field(exc, "server", PyLong_FromUnsignedLong(f.server_id)) < 0 ||
         set_field(exc, "epoch", PyLong_FromUnsignedLong(f.epoch)) < 0 ||
@@ -504,10 +516,10 @@ static PyObject *client_next(ClientObject *self, PyObject *args)
         return NULL;
     self->busy = 1;
     for (;;) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = dh_client_next_for(self->c, SLICE_MS, &b, &e);
-        Py_END_ALLOW_THREADS
-        if (rc != DH_ETIMEOUT) /* only a slice that ran out */
+        Py_BEGIN_ALLOW_THREADS rc = dh_client_next_for(self->c, SLICE_MS, &b,
+                                                       &e);
+        Py_END_ALLOW_THREADS if (rc !=
+                                 DH_ETIMEOUT) /* only a slice that ran out */
             break;
         if (PyErr_CheckSignals() < 0) {
             self->busy = 0;
@@ -528,8 +540,7 @@ static PyObject *client_next(ClientObject *self, PyObject *args)
 
         /* The data plane failed: DataError with the code. */
         if (!(exc = PyObject_CallFunction(dhpy_DataError, "s",
-                                          e.msg[0] ? e.msg
-                                                   : dh_strerror(rc))))
+                                          e.msg[0] ? e.msg : dh_strerror(rc))))
             return NULL;
         if (set_field(exc, "code", PyLong_FromLong(rc)) < 0) {
             Py_DECREF(exc);
@@ -563,14 +574,14 @@ static PyObject *client_stats(ClientObject *self, PyObject *unused)
     dh_client_stats(self->c, &s);
     d = Py_BuildValue(
         "{sKsKsKsdsdsdsdsKsKsKsKsKsdsKsKsKsK}", "steps", s.steps, "errors",
-        s.errors, "misses", s.misses, "input_wait_p50_ms",
-        s.input_wait_p50_ms, "input_wait_p95_ms", s.input_wait_p95_ms,
-        "input_wait_max_ms", s.input_wait_max_ms, "window_p50_ms",
-        s.window_p50_ms, "requests", s.requests, "reissued", s.reissued,
-        "restarts", s.restarts, "late_released", s.late_released,
-        "quarantined", s.quarantined, "elapsed_s", s.elapsed_s,
-        "cross_ds_bytes", s.cross_ds_bytes, "batch_bytes", s.batch_bytes,
-        "arena_bytes", s.arena_bytes, "held_bytes", s.held_bytes);
+        s.errors, "misses", s.misses, "input_wait_p50_ms", s.input_wait_p50_ms,
+        "input_wait_p95_ms", s.input_wait_p95_ms, "input_wait_max_ms",
+        s.input_wait_max_ms, "window_p50_ms", s.window_p50_ms, "requests",
+        s.requests, "reissued", s.reissued, "restarts", s.restarts,
+        "late_released", s.late_released, "quarantined", s.quarantined,
+        "elapsed_s", s.elapsed_s, "cross_ds_bytes", s.cross_ds_bytes,
+        "batch_bytes", s.batch_bytes, "arena_bytes", s.arena_bytes,
+        "held_bytes", s.held_bytes);
     if (!d || !(load = PyDict_New()))
         goto fail;
     n = dh_client_server_load(self->c, ids, parts, 256);
@@ -635,8 +646,7 @@ static PyMethodDef client_methods[] = {
 };
 
 static PyTypeObject ClientType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "datahelix._C.Client",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._C.Client",
     .tp_basicsize = sizeof(ClientObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Client(coordinator, index, ...): a training rank's side of "

@@ -23,14 +23,28 @@ PyObject *dhpy_raise(int rc, const struct dh_err *e)
     PyObject *type;
 
     switch (rc) {
-    case DH_ETIMEOUT: type = dhpy_TimeoutError; break;
-    case DH_EARENA: type = dhpy_ArenaExhausted; break;
-    case DH_ESAMPLE: type = dhpy_SampleError; break;
-    case DH_ENOMEM: return PyErr_NoMemory();
-    case DH_EINVAL: type = PyExc_ValueError; break;
-    case DH_ENOTFOUND: type = PyExc_FileNotFoundError; break;
-    case DH_EIO: type = PyExc_OSError; break;
-    default: type = dhpy_DataError;
+    case DH_ETIMEOUT:
+        type = dhpy_TimeoutError;
+        break;
+    case DH_EARENA:
+        type = dhpy_ArenaExhausted;
+        break;
+    case DH_ESAMPLE:
+        type = dhpy_SampleError;
+        break;
+    case DH_ENOMEM:
+        return PyErr_NoMemory();
+    case DH_EINVAL:
+        type = PyExc_ValueError;
+        break;
+    case DH_ENOTFOUND:
+        type = PyExc_FileNotFoundError;
+        break;
+    case DH_EIO:
+        type = PyExc_OSError;
+        break;
+    default:
+        type = dhpy_DataError;
     }
     PyErr_SetString(type, msg);
     return NULL;
@@ -40,8 +54,8 @@ PyObject *dhpy_raise(int rc, const struct dh_err *e)
 
 static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"index", "world_size", "batch_size", "rank",
-                            "epoch", "seed", "balance", "drop_last",
+    static char *names[] = {"index",  "world_size", "batch_size", "rank",
+                            "epoch",  "seed",       "balance",    "drop_last",
                             "subset", NULL};
     const char *path;
     unsigned world, batch, rank;
@@ -63,7 +77,7 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
     if (sub.buf && sub.len % 8) {
         PyBuffer_Release(&sub);
         return PyErr_Format(PyExc_ValueError, "subset: native uint64 "
-                            "bytes expected");
+                                              "bytes expected");
     }
     dh_plan_opts_init(&po);
     po.world_size = world;
@@ -72,19 +86,15 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
     po.seed = seed;
     po.balance = balance;
     po.drop_last = drop_last;
-    Py_BEGIN_ALLOW_THREADS
-    rc = dh_index_open(path, 0, &ix, &e);
+    Py_BEGIN_ALLOW_THREADS rc = dh_index_open(path, 0, &ix, &e);
     if (rc == 0) {
         dh_index_columns(ix, &col);
-        rc = dh_plan_schedule(col.est_tokens, col.profile, col.count,
-                              sub.buf, (uint64_t)sub.len / 8, &po, rank, 0,
-                              &sc, &e);
+        rc = dh_plan_schedule(col.est_tokens, col.profile, col.count, sub.buf,
+                              (uint64_t)sub.len / 8, &po, rank, 0, &sc, &e);
     }
-    Py_END_ALLOW_THREADS
-    if (rc == 0)
-        out = Py_BuildValue(
-            "(y#y#)", (const char *)sc.ids, (Py_ssize_t)(sc.n_ids * 8),
-            (const char *)sc.offs, (Py_ssize_t)((sc.n_steps + 1) * 8));
+    Py_END_ALLOW_THREADS if (rc == 0) out = Py_BuildValue(
+        "(y#y#)", (const char *)sc.ids, (Py_ssize_t)(sc.n_ids * 8),
+        (const char *)sc.offs, (Py_ssize_t)((sc.n_steps + 1) * 8));
     dh_plan_schedule_free(&sc);
     PyBuffer_Release(&sub);
     dh_index_close(ix);
@@ -102,11 +112,8 @@ static PyObject *py_build_index(PyObject *self, PyObject *args)
     (void)self;
     if (!PyArg_ParseTuple(args, "ss", &jsonl, &dhx))
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = dh_index_build_from_table(jsonl, dhx, &e);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return dhpy_raise(rc, &e);
+    Py_BEGIN_ALLOW_THREADS rc = dh_index_build_from_table(jsonl, dhx, &e);
+    Py_END_ALLOW_THREADS if (rc < 0) return dhpy_raise(rc, &e);
     Py_RETURN_NONE;
 }
 
@@ -128,8 +135,8 @@ static PyObject *py_decode(PyObject *self, PyObject *args, PyObject *kw)
     uint8_t *buf = NULL;
 
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|Lii", names, &path,
-                                     &frames, &w, &h))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|Lii", names, &path, &frames,
+                                     &w, &h))
         return NULL;
     dh_media_plan_init(&p);
     p.frames = frames;
@@ -140,8 +147,7 @@ static PyObject *py_decode(PyObject *self, PyObject *args, PyObject *kw)
     len = dh_media_plan_bytes(&p, frames);
     if (!(buf = PyMem_RawMalloc(len + DH_MEDIA_DST_PAD)))
         return PyErr_NoMemory();
-    Py_BEGIN_ALLOW_THREADS
-    rc = dh_media_create(&m, &e);
+    Py_BEGIN_ALLOW_THREADS rc = dh_media_create(&m, &e);
     if (rc == 0)
         rc = dh_media_open(m, path, &e);
     if (rc == 0)
@@ -149,8 +155,7 @@ static PyObject *py_decode(PyObject *self, PyObject *args, PyObject *kw)
     if (rc == 0)
         rc = dh_media_decode(m, &p, buf, len + DH_MEDIA_DST_PAD, NULL, &e);
     dh_media_destroy(m);
-    Py_END_ALLOW_THREADS
-    if (rc == 0)
+    Py_END_ALLOW_THREADS if (rc == 0)
         out = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)len);
     PyMem_RawFree(buf);
     return rc < 0 ? dhpy_raise(rc, &e) : out;
@@ -159,8 +164,7 @@ static PyObject *py_decode(PyObject *self, PyObject *args, PyObject *kw)
 /* ---- Index ---- */
 
 typedef struct {
-    PyObject_HEAD
-    struct dh_index *ix;
+    PyObject_HEAD struct dh_index *ix;
     struct dh_index_columns col;
 } IndexObject;
 
@@ -219,9 +223,9 @@ static PyObject *index_path(IndexObject *self, PyObject *arg)
 {
     uint64_t id;
 
-    return index_id(self, arg, &id) < 0 ? NULL
-                                        : str_or_none(dh_index_path(self->ix,
-                                                                    id));
+    return index_id(self, arg, &id) < 0
+               ? NULL
+               : str_or_none(dh_index_path(self->ix, id));
 }
 
 static PyObject *index_text(IndexObject *self, PyObject *arg)
@@ -252,10 +256,8 @@ static PyObject *index_digest(IndexObject *self, PyObject *noargs)
     (void)noargs;
     if (!self->ix)
         return PyErr_Format(PyExc_ValueError, "index not open");
-    Py_BEGIN_ALLOW_THREADS
-    h = dh_index_digest(self->ix);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromUnsignedLongLong(h);
+    Py_BEGIN_ALLOW_THREADS h = dh_index_digest(self->ix);
+    Py_END_ALLOW_THREADS return PyLong_FromUnsignedLongLong(h);
 }
 
 static PyMethodDef index_methods[] = {
@@ -273,8 +275,7 @@ static PyMethodDef index_methods[] = {
 static PySequenceMethods index_seq = {.sq_length = (lenfunc)index_len};
 
 static PyTypeObject IndexType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "datahelix._C.Index",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._C.Index",
     .tp_basicsize = sizeof(IndexObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Index(path): a .dhx index, read-only (mmap).",
@@ -304,10 +305,16 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "datahelix._C",
+    PyModuleDef_HEAD_INIT,
+    "datahelix._C",
     "datahelix's C core: planning, indexes and the client "
-    "(see the datahelix package).", -1, module_methods,
-    NULL, NULL, NULL, NULL,
+    "(see the datahelix package).",
+    -1,
+    module_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 /* The exception types (dhpy.h); the package re-exports them. */
@@ -350,8 +357,7 @@ static int add_errors(PyObject *m)
     if (dhpy_TimeoutError &&
         PyModule_AddObjectRef(m, "DataError", dhpy_DataError) == 0 &&
         PyModule_AddObjectRef(m, "SampleError", dhpy_SampleError) == 0 &&
-        PyModule_AddObjectRef(m, "ArenaExhausted", dhpy_ArenaExhausted) ==
-            0 &&
+        PyModule_AddObjectRef(m, "ArenaExhausted", dhpy_ArenaExhausted) == 0 &&
         PyModule_AddObjectRef(m, "TimeoutError", dhpy_TimeoutError) == 0)
         rc = 0;
     Py_DECREF(both);

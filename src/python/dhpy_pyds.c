@@ -28,15 +28,13 @@
 /* ---- Arena ---- */
 
 typedef struct {
-    PyObject_HEAD
-    struct dh_arena *a;
+    PyObject_HEAD struct dh_arena *a;
 } ArenaObject;
 
 /* A slot's bytes, exported writable with the buffer protocol; holds the
  * Arena so that the mapping outlives every view. */
 typedef struct {
-    PyObject_HEAD
-    ArenaObject *arena;
+    PyObject_HEAD ArenaObject *arena;
     void *p;
     Py_ssize_t len;
 } SlotViewObject;
@@ -101,14 +99,11 @@ static PyObject *arena_alloc(ArenaObject *self, PyObject *args)
     struct dh_slot_ref r;
     struct dh_err e;
 
-    if (arena_ready(self) < 0 ||
-        !PyArg_ParseTuple(args, "Ki", &n, &timeout_ms))
+    if (arena_ready(self) < 0 || !PyArg_ParseTuple(args, "Ki", &n, &timeout_ms))
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = dh_arena_alloc(self->a, (size_t)n, timeout_ms, &r, &e);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return raise_code(rc, &e);
+    Py_BEGIN_ALLOW_THREADS rc = dh_arena_alloc(self->a, (size_t)n, timeout_ms,
+                                               &r, &e);
+    Py_END_ALLOW_THREADS if (rc < 0) return raise_code(rc, &e);
     return Py_BuildValue("(KKI)", (unsigned long long)r.offset,
                          (unsigned long long)r.len, (unsigned)r.gen);
 }
@@ -137,7 +132,8 @@ static PyObject *arena_view(ArenaObject *self, PyObject *args)
     if (arena_ready(self) < 0 || parse_ref(args, &r) < 0)
         return NULL;
     if (!(p = dh_arena_ptr(self->a, &r)) || r.len > PY_SSIZE_T_MAX)
-        return PyErr_Format(PyExc_ValueError, "slot (offset %llu, %llu "
+        return PyErr_Format(PyExc_ValueError,
+                            "slot (offset %llu, %llu "
                             "bytes, generation %u) is not live",
                             (unsigned long long)r.offset,
                             (unsigned long long)r.len, r.gen);
@@ -192,14 +188,12 @@ static PyMethodDef arena_methods[] = {
 };
 
 static PyGetSetDef arena_getset[] = {
-    {"capacity", (getter)arena_capacity, NULL, "bytes of the data area",
-     NULL},
+    {"capacity", (getter)arena_capacity, NULL, "bytes of the data area", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyTypeObject ArenaType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "datahelix._C.Arena",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._C.Arena",
     .tp_basicsize = sizeof(ArenaObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Arena(fd): attach a DataServer's arena (a memfd) to write "
@@ -217,8 +211,7 @@ static void slotview_dealloc(SlotViewObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int slotview_getbuffer(SlotViewObject *self, Py_buffer *view,
-                              int flags)
+static int slotview_getbuffer(SlotViewObject *self, Py_buffer *view, int flags)
 {
     return PyBuffer_FillInfo(view, (PyObject *)self, self->p, self->len, 0,
                              flags);
@@ -229,8 +222,7 @@ static PyBufferProcs slotview_buffer = {
 };
 
 static PyTypeObject SlotViewType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "datahelix._C.SlotView",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._C.SlotView",
     .tp_basicsize = sizeof(SlotViewObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A slot's bytes (buffer protocol); see Arena.view().",
@@ -266,8 +258,7 @@ static int build_index(const char *path, uint64_t n, const double *cost,
 }
 
 /* python_index(path, n, est_cpu_ms=None, name="dataset") */
-static PyObject *py_python_index(PyObject *self, PyObject *args,
-                                 PyObject *kw)
+static PyObject *py_python_index(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"path", "n", "est_cpu_ms", "name", NULL};
     const char *path, *name = "dataset";
@@ -283,14 +274,14 @@ static PyObject *py_python_index(PyObject *self, PyObject *args,
     if (n < 1 || n >= (unsigned long long)DH_TABLE_ID_MAX ||
         (cost.buf && (size_t)cost.len != n * sizeof(double))) {
         PyBuffer_Release(&cost);
-        return PyErr_Format(PyExc_ValueError, "python_index: %llu samples "
+        return PyErr_Format(PyExc_ValueError,
+                            "python_index: %llu samples "
                             "(1..2^32-1), est_cpu_ms must be n native "
-                            "doubles", n);
+                            "doubles",
+                            n);
     }
-    Py_BEGIN_ALLOW_THREADS
-    rc = build_index(path, n, cost.buf, name, &e);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&cost);
+    Py_BEGIN_ALLOW_THREADS rc = build_index(path, n, cost.buf, name, &e);
+    Py_END_ALLOW_THREADS PyBuffer_Release(&cost);
     if (rc < 0)
         return dhpy_raise(rc, &e);
     Py_RETURN_NONE;

@@ -48,8 +48,8 @@ void dh_batch_sample_plan(const struct dh_media_plan *p, uint64_t epoch,
 }
 
 static int check_args(const struct dh_index *ix, const uint64_t *ids,
-                      uint32_t n, const struct dh_media_plan *p,
-                      size_t dst_len, struct dh_err *e)
+                      uint32_t n, const struct dh_media_plan *p, size_t dst_len,
+                      struct dh_err *e)
 {
     size_t need = dh_batch_bytes(p, n);
     int rc;
@@ -60,15 +60,18 @@ static int check_args(const struct dh_index *ix, const uint64_t *ids,
         return dh_err_set(e, DH_EINVAL, "batch: %u samples (1..%d)", n,
                           DH_BATCH_MAX_SAMPLES);
     if (need == 0)
-        return dh_err_set(e, DH_EINVAL, "batch: an fps plan needs a frame "
+        return dh_err_set(e, DH_EINVAL,
+                          "batch: an fps plan needs a frame "
                           "cap to be batched");
     if (need == SIZE_MAX || dst_len < need + DH_MEDIA_DST_PAD)
-        return dh_err_set(e, DH_EINVAL, "batch: destination holds %zu "
+        return dh_err_set(e, DH_EINVAL,
+                          "batch: destination holds %zu "
                           "bytes, %u samples need %zu + %d",
                           dst_len, n, need, DH_MEDIA_DST_PAD);
     for (uint32_t i = 0; i < n; i++)
         if (ids[i] >= dh_index_count(ix))
-            return dh_err_set(e, DH_EINVAL, "batch: sample id %llu is not "
+            return dh_err_set(e, DH_EINVAL,
+                              "batch: sample id %llu is not "
                               "in the index (%llu samples)",
                               (unsigned long long)ids[i],
                               (unsigned long long)dh_index_count(ix));
@@ -77,9 +80,9 @@ static int check_args(const struct dh_index *ix, const uint64_t *ids,
 
 /* One sample into its slice; zero the frames it does not fill. */
 static int one_sample(struct dh_media *m, const char *path, uint64_t epoch,
-                      uint64_t id,
-                      const struct dh_media_plan *p, uint8_t *slice,
-                      size_t slice_len, int32_t *valid, struct dh_err *e)
+                      uint64_t id, const struct dh_media_plan *p,
+                      uint8_t *slice, size_t slice_len, int32_t *valid,
+                      struct dh_err *e)
 {
     struct dh_media_plan sp;
     struct dh_media_result res;
@@ -93,8 +96,7 @@ static int one_sample(struct dh_media *m, const char *path, uint64_t epoch,
         rc = dh_media_select(m, &sp, &frames, e);
     if (!rc && frames > dh_batch_frames(p))
         rc = dh_err_set(e, DH_ETOOBIG, "%s: %lld frames, the batch holds %lld",
-                        path, (long long)frames,
-                        (long long)dh_batch_frames(p));
+                        path, (long long)frames, (long long)dh_batch_frames(p));
     /* The slice plus the pad of the whole buffer bounds swscale's stores. */
     if (!rc)
         rc = dh_media_decode(m, &sp, slice, slice_len, &res, e);
@@ -109,9 +111,9 @@ static int one_sample(struct dh_media *m, const char *path, uint64_t epoch,
 
 int dh_batch_decode(struct dh_media *m, const struct dh_index *ix,
                     uint64_t epoch, const uint64_t *ids, uint32_t n,
-                    const struct dh_media_plan *p, uint8_t *dst,
-                    size_t dst_len, int32_t *valid_frames,
-                    uint32_t *failed_at, struct dh_err *e)
+                    const struct dh_media_plan *p, uint8_t *dst, size_t dst_len,
+                    int32_t *valid_frames, uint32_t *failed_at,
+                    struct dh_err *e)
 {
     size_t one = dh_batch_bytes(p, 1);
     struct dh_err sub;
@@ -124,10 +126,10 @@ int dh_batch_decode(struct dh_media *m, const struct dh_index *ix,
         uint8_t *slice = dst + (size_t)i * one;
 
         dh_err_clear(&sub);
-        rc = path ? one_sample(m, path, epoch, ids[i], p, slice,
-                               dst_len - (size_t)i * one, &valid_frames[i],
-                               &sub)
-                  : dh_err_set(&sub, DH_EFORMAT, "no path in the index");
+        rc = path
+                 ? one_sample(m, path, epoch, ids[i], p, slice,
+                              dst_len - (size_t)i * one, &valid_frames[i], &sub)
+                 : dh_err_set(&sub, DH_EFORMAT, "no path in the index");
         if (rc) {
             if (failed_at)
                 *failed_at = i;

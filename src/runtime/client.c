@@ -66,10 +66,12 @@ static int check_opts(const struct dh_client_opts *o, struct dh_err *e)
 {
     if (!o || !o->coordinator || !o->coordinator[0] || !o->index_path ||
         !o->index_path[0])
-        return dh_err_set(e, DH_EINVAL, "client: the coordinator address and "
+        return dh_err_set(e, DH_EINVAL,
+                          "client: the coordinator address and "
                           "the index path are required");
     if (strlen(o->coordinator) > DH_WIRE_MAX_ADDR)
-        return dh_err_set(e, DH_EINVAL, "client: coordinator address too "
+        return dh_err_set(e, DH_EINVAL,
+                          "client: coordinator address too "
                           "long");
     if (o->world_size < 1 || o->world_size > DH_WIRE_MAX_RANKS ||
         o->rank >= o->world_size)
@@ -77,9 +79,10 @@ static int check_opts(const struct dh_client_opts *o, struct dh_err *e)
                           o->rank, o->world_size);
     if (o->prefetch < 1 || o->prefetch > DH_CLIENT_MAX_PREFETCH ||
         o->microbatches < 1 || o->microbatches > DH_CLIENT_MAX_MICROBATCHES)
-        return dh_err_set(e, DH_EINVAL, "client: prefetch %u (1..%u) or "
-                          "microbatches %u (1..%u) out of range", o->prefetch,
-                          DH_CLIENT_MAX_PREFETCH, o->microbatches,
+        return dh_err_set(e, DH_EINVAL,
+                          "client: prefetch %u (1..%u) or "
+                          "microbatches %u (1..%u) out of range",
+                          o->prefetch, DH_CLIENT_MAX_PREFETCH, o->microbatches,
                           DH_CLIENT_MAX_MICROBATCHES);
     if (o->timeout_ms < 1 || o->start_timeout_ms < 1 || o->max_restarts < 0 ||
         o->ds_workers < 1 || !(o->step_ms_hint >= 0) ||
@@ -87,14 +90,16 @@ static int check_opts(const struct dh_client_opts *o, struct dh_err *e)
         !(o->step_deadline_ms >= 0 &&
           o->step_deadline_ms <= DH_CLIENT_MAX_STEP_MS) ||
         !(o->ddl_ms >= 0 && o->ddl_ms <= DH_CLIENT_MAX_STEP_MS))
-        return dh_err_set(e, DH_EINVAL, "client: timeouts must be >= 1 ms, "
+        return dh_err_set(e, DH_EINVAL,
+                          "client: timeouts must be >= 1 ms, "
                           "workers >= 1, restarts >= 0, and the step hint, "
                           "step deadline and ddl_ms in [0, %.0f] ms",
                           DH_CLIENT_MAX_STEP_MS);
     if (dh_media_plan_check(&o->plan, e) < 0)
         return DH_EINVAL;
     if (dh_batch_frames(&o->plan) <= 0)
-        return dh_err_set(e, DH_EINVAL, "client: the plan has no frame "
+        return dh_err_set(e, DH_EINVAL,
+                          "client: the plan has no frame "
                           "bound, so its samples cannot be batched");
     return 0;
 }
@@ -126,7 +131,8 @@ static int copy_opts(struct dh_client *c, const struct dh_client_opts *o,
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     for (int i = 0; o->ds_args && o->ds_args[i]; i++) {
         if (i >= 16)
-            return dh_err_set(e, DH_EINVAL, "client: more than 16 extra "
+            return dh_err_set(e, DH_EINVAL,
+                              "client: more than 16 extra "
                               "dataserver arguments");
         if (!(c->ds_args[i] = dh__strdup(o->ds_args[i])))
             return dh_err_set(e, DH_ENOMEM, "out of memory");
@@ -181,8 +187,10 @@ static int alloc_state(struct dh_client *c, struct dh_err *e)
 /* Sends RegisterClient and waits (bounded) for its echo. */
 static int do_register(struct dh_client *c, struct dh_err *e)
 {
-    struct dh_tp_opts o = {.kind = DH_TP_CLIENT_CTL, .addr = c->coord,
-                           .who = "client", .peer = "coordinator"};
+    struct dh_tp_opts o = {.kind = DH_TP_CLIENT_CTL,
+                           .addr = c->coord,
+                           .who = "client",
+                           .peer = "coordinator"};
     struct dh_wire_msg m;
     char peer[DH_WIRE_MAX_ADDR + 16];
     uint64_t end = dh__mono_ms() + (uint64_t)c->start_timeout_ms, t;
@@ -223,8 +231,10 @@ static int do_register(struct dh_client *c, struct dh_err *e)
         if (rc != 0)
             return rc < 0 ? rc : 0;
     }
-    return dh_err_set(e, DH_ETIMEOUT, "coordinator %s did not answer within "
-                      "%d ms", c->coord, c->start_timeout_ms);
+    return dh_err_set(e, DH_ETIMEOUT,
+                      "coordinator %s did not answer within "
+                      "%d ms",
+                      c->coord, c->start_timeout_ms);
 }
 
 /* Frees everything; the last reference does it. */
@@ -346,7 +356,8 @@ static int check_schedule(const struct dh_client *c, uint64_t first_step,
 {
     if (first_step > DH_WIRE_MAX_STEPS || n_steps > DH_WIRE_MAX_STEPS ||
         first_step + n_steps > DH_WIRE_MAX_STEPS)
-        return dh_err_set(e, DH_ETOOBIG, "client: steps %llu..%llu beyond "
+        return dh_err_set(e, DH_ETOOBIG,
+                          "client: steps %llu..%llu beyond "
                           "the task id's range (%u steps an epoch)",
                           (unsigned long long)first_step,
                           (unsigned long long)(first_step + n_steps),
@@ -356,9 +367,9 @@ static int check_schedule(const struct dh_client *c, uint64_t first_step,
     for (uint64_t k = 0; k < n_steps; k++) {
         uint64_t n = offs[k + 1] - offs[k];
 
-        if (offs[k + 1] < offs[k] || n < c->mb ||
-            n > DH_WIRE_MAX_SAMPLES)
-            return dh_err_set(e, DH_EINVAL, "client: step %llu has %lld "
+        if (offs[k + 1] < offs[k] || n < c->mb || n > DH_WIRE_MAX_SAMPLES)
+            return dh_err_set(e, DH_EINVAL,
+                              "client: step %llu has %lld "
                               "samples (want %u..%u)",
                               (unsigned long long)(first_step + k),
                               (long long)(offs[k + 1] - offs[k]), c->mb,
@@ -370,32 +381,36 @@ static int check_schedule(const struct dh_client *c, uint64_t first_step,
 /* A pass is new (>= pass_next) or the current one continued with later
  * steps of its epoch; never a reused one (client.h).  Consumer thread: the
  * fields read here are written only by start_pass on that thread. */
-static int check_pass(const struct dh_client *c, uint64_t epoch,
-                      uint64_t pass, uint64_t first_step, struct dh_err *e)
+static int check_pass(const struct dh_client *c, uint64_t epoch, uint64_t pass,
+                      uint64_t first_step, struct dh_err *e)
 {
     if (epoch > UINT32_MAX)
-        return dh_err_set(e, DH_ETOOBIG, "client: epoch %llu beyond "
-                          "UINT32_MAX", (unsigned long long)epoch);
+        return dh_err_set(e, DH_ETOOBIG,
+                          "client: epoch %llu beyond "
+                          "UINT32_MAX",
+                          (unsigned long long)epoch);
     if (pass >= DH_WIRE_MAX_PASSES)
-        return dh_err_set(e, DH_ETOOBIG, "client: pass %llu: a rank starts "
+        return dh_err_set(e, DH_ETOOBIG,
+                          "client: pass %llu: a rank starts "
                           "at most %u passes (iterations, re-plans, "
                           "resumes) in a job, after which task ids would "
-                          "repeat", (unsigned long long)pass,
-                          DH_WIRE_MAX_PASSES);
+                          "repeat",
+                          (unsigned long long)pass, DH_WIRE_MAX_PASSES);
     if (c->pass_next && pass == c->pass) {
         if (epoch != c->epoch || first_step < c->first_step + c->n_steps)
-            return dh_err_set(e, DH_EINVAL, "client: pass %llu continued "
+            return dh_err_set(e, DH_EINVAL,
+                              "client: pass %llu continued "
                               "with epoch %llu steps %llu.., but it is epoch "
                               "%u and was given steps up to %llu",
                               (unsigned long long)pass,
                               (unsigned long long)epoch,
                               (unsigned long long)first_step, c->epoch,
-                              (unsigned long long)(c->first_step +
-                                                   c->n_steps));
+                              (unsigned long long)(c->first_step + c->n_steps));
         return 0;
     }
     if (pass < c->pass_next)
-        return dh_err_set(e, DH_EINVAL, "client: pass %llu was started "
+        return dh_err_set(e, DH_EINVAL,
+                          "client: pass %llu was started "
                           "before (the next new pass is %llu): a reused "
                           "pass would give two schedules one task id",
                           (unsigned long long)pass,
@@ -538,9 +553,12 @@ static int arena_held_up(struct dh_client *c, struct dh_err *e)
             st.live_bytes > held + pooled_bytes(c, i))
             continue;
         c->last_fail = (struct dh_client_failure){
-            .epoch = c->epoch, .step = c->first_step + c->next_consume,
-            .sample_id = DH_CLIENT_NO_SAMPLE, .cause = DH_EARENA,
-            .stage = DH_STAGE_ARENA, .server_id = a->server_id};
+            .epoch = c->epoch,
+            .step = c->first_step + c->next_consume,
+            .sample_id = DH_CLIENT_NO_SAMPLE,
+            .cause = DH_EARENA,
+            .stage = DH_STAGE_ARENA,
+            .server_id = a->server_id};
         snprintf(c->last_fail.message, sizeof(c->last_fail.message),
                  "arena exhausted: %u batch part%s (%.1f MiB) still held by "
                  "the consumer, the arena holds %.1f MiB: release batches "
@@ -548,10 +566,9 @@ static int arena_held_up(struct dh_client *c, struct dh_err *e)
                  parts, parts == 1 ? "" : "s", (double)held / (1 << 20),
                  (double)st.capacity / (1 << 20));
         c->has_fail = 1;
-        return dh_err_set(e, DH_EARENA, "rank %u epoch %u step %llu: %s",
-                          c->rank, c->epoch,
-                          (unsigned long long)c->last_fail.step,
-                          c->last_fail.message);
+        return dh_err_set(
+            e, DH_EARENA, "rank %u epoch %u step %llu: %s", c->rank, c->epoch,
+            (unsigned long long)c->last_fail.step, c->last_fail.message);
     }
     return 0;
 }
@@ -593,12 +610,10 @@ static int take_one(struct dh_client *c, const struct timespec *deadline,
 
 /* The server that prepared a part: the one the Coordinator routed it to,
  * or, unrouted, the server whose arena holds it. */
-static uint32_t part_server(const struct dh_client *c,
-                            const struct cl_sent *s,
+static uint32_t part_server(const struct dh_client *c, const struct cl_sent *s,
                             const struct cl_result *r)
 {
-    return s->route_server ? s->route_server
-                           : c->arenas[r->arena].server_id;
+    return s->route_server ? s->route_server : c->arenas[r->arena].server_id;
 }
 
 /* A part prepared on a server other than the one whose arena holds it
@@ -641,7 +656,8 @@ static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
             "\"ready_latency_ms\":%llu,\"samples\":%llu,\"servers\":[%s],"
             "\"cross_ds_bytes\":%llu}\n",
             c->rank, c->epoch, (unsigned long long)(c->first_step + k), wait,
-            window, (long long)slack, dh_window_is_miss(wait, c->ddl_ms) ? "true" : "false",
+            window, (long long)slack,
+            dh_window_is_miss(wait, c->ddl_ms) ? "true" : "false",
             (unsigned long long)ready, (unsigned long long)samples, servers,
             (unsigned long long)cross);
     fflush(c->telemetry);
@@ -675,15 +691,26 @@ static void count_load(struct dh_client *c, const size_t *idx)
 enum dh_stage dh__stage_of(int cause)
 {
     switch (cause) {
-    case DH_EIO: case DH_ENOTFOUND: return DH_STAGE_READ;
-    case DH_EMEDIA: case DH_EFORMAT: case DH_EUNSUPPORTED:
+    case DH_EIO:
+    case DH_ENOTFOUND:
+        return DH_STAGE_READ;
+    case DH_EMEDIA:
+    case DH_EFORMAT:
+    case DH_EUNSUPPORTED:
         return DH_STAGE_DECODE;
-    case DH_ETIMEOUT: return DH_STAGE_WATCHDOG;
-    case DH_ETOOBIG: return DH_STAGE_LIMIT;
-    case DH_EARENA: return DH_STAGE_ARENA;
-    case DH_ENOMEM: return DH_STAGE_MEMORY;
-    case DH_EPROTO: case DH_EPEERDEAD: return DH_STAGE_TRANSFER;
-    default: return DH_STAGE_PREPARE;
+    case DH_ETIMEOUT:
+        return DH_STAGE_WATCHDOG;
+    case DH_ETOOBIG:
+        return DH_STAGE_LIMIT;
+    case DH_EARENA:
+        return DH_STAGE_ARENA;
+    case DH_ENOMEM:
+        return DH_STAGE_MEMORY;
+    case DH_EPROTO:
+    case DH_EPEERDEAD:
+        return DH_STAGE_TRANSFER;
+    default:
+        return DH_STAGE_PREPARE;
     }
 }
 
@@ -779,18 +806,26 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
         uint64_t at = 0;
 
         b->c = c;
-        b->pub = (struct dh_client_batch){
-            .epoch = c->epoch, .step = c->first_step + k, .n_parts = c->mb,
-            .parts = parts, .n_samples = (uint32_t)total, .sample_ids = ids,
-            .valid_frames = valid, .input_wait_ms = wait};
+        b->pub = (struct dh_client_batch){.epoch = c->epoch,
+                                          .step = c->first_step + k,
+                                          .n_parts = c->mb,
+                                          .parts = parts,
+                                          .n_samples = (uint32_t)total,
+                                          .sample_ids = ids,
+                                          .valid_frames = valid,
+                                          .input_wait_ms = wait};
         for (uint32_t j = 0; j < c->mb; j++) {
             struct cl_result *r = &c->pool[idx[j]];
             struct cl_arena *a = &c->arenas[r->arena];
 
             parts[j] = (struct dh_client_part){
-                .data = dh_arena_ptr(a->a, &r->ref), .len = r->ref.len,
-                .ndims = r->ndims, .dtype = r->dtype, .layout = r->layout,
-                .n_samples = r->n, .server_id = a->server_id};
+                .data = dh_arena_ptr(a->a, &r->ref),
+                .len = r->ref.len,
+                .ndims = r->ndims,
+                .dtype = r->dtype,
+                .layout = r->layout,
+                .n_samples = r->n,
+                .server_id = a->server_id};
             memcpy(parts[j].dims, r->dims, sizeof(parts[j].dims));
             memcpy(ids + at, r->ids, r->n * sizeof(*ids));
             memcpy(valid + at, r->valid, r->n * sizeof(*valid));
@@ -840,7 +875,8 @@ int dh_client_next_for(struct dh_client *c, int timeout_ms,
     if (c->step_t_call == 0) {
         c->step_t_call = t_call;
         c->step_window = c->last_return_us
-                             ? t_call - (double)c->last_return_us / 1e3 : 0;
+                             ? t_call - (double)c->last_return_us / 1e3
+                             : 0;
     }
     t_call = c->step_t_call;
     window = c->step_window;
@@ -858,14 +894,14 @@ int dh_client_next_for(struct dh_client *c, int timeout_ms,
     /* Parts taken by an earlier call that timed out come first: a reorder
      * buffer only moves forward, so they wait in c->taken. */
     while (c->n_taken < c->mb) {
-        if ((rc = take_one(c, &deadline, &idx[c->n_taken], e)) ==
-            DH_ETIMEOUT) {
-            rc = dh_err_set(e, DH_ETIMEOUT, "rank %u: no batch for epoch %u "
-                            "step %llu after %.0f ms (coordinator %s)",
-                            c->rank, c->epoch,
-                            (unsigned long long)(c->first_step +
-                                                 c->next_consume),
-                            dh__mono_msf() - c->step_t_call, c->coord);
+        if ((rc = take_one(c, &deadline, &idx[c->n_taken], e)) == DH_ETIMEOUT) {
+            rc = dh_err_set(
+                e, DH_ETIMEOUT,
+                "rank %u: no batch for epoch %u "
+                "step %llu after %.0f ms (coordinator %s)",
+                c->rank, c->epoch,
+                (unsigned long long)(c->first_step + c->next_consume),
+                dh__mono_msf() - c->step_t_call, c->coord);
             break;
         }
         if (rc < 0)

@@ -112,7 +112,7 @@ struct dh_client {
     struct dh_err fatal_e;
     /* consumer-side measurements (consumer thread; copied under mu) */
     uint64_t t0_ms, last_return_us;
-    double step_t_call, step_window; /* of the step being waited for */
+    double step_t_call, step_window;   /* of the step being waited for */
     size_t taken[DH_CLIENT_MAX_PARTS]; /* parts of the head step in hand */
     uint32_t n_taken;
     double *waits, *windows;
@@ -120,13 +120,15 @@ struct dh_client {
     struct dh_window win; /* the deadline model (place.h) */
     uint64_t *quar;
     size_t n_quar, cap_quar;
-    struct dh_client_stats st; /* counters (mu) */
+    struct dh_client_stats st;          /* counters (mu) */
     struct dh_client_failure last_fail; /* (mu) */
     int has_fail;
-    struct { uint32_t id; uint64_t parts; } load[CL_MAX_LOAD]; /* (mu) */
+    struct {
+        uint32_t id;
+        uint64_t parts;
+    } load[CL_MAX_LOAD]; /* (mu) */
     size_t n_load;
 };
-
 
 /* Frees a pool entry's owned parts and marks it unused (mu held); its
  * slot, if any, is the caller's to release first. */

@@ -41,8 +41,7 @@ uint64_t dh__cl_task_id(const struct dh_client *c, uint64_t k, uint32_t j)
     uint64_t id;
 
     /* Cannot fail: send_request() made this task from the same fields. */
-    if (dh_wire_task_id(c->pass, c->first_step + k, c->rank, j, &id,
-                        NULL) < 0)
+    if (dh_wire_task_id(c->pass, c->first_step + k, c->rank, j, &id, NULL) < 0)
         return UINT64_MAX;
     return id;
 }
@@ -92,8 +91,8 @@ static int send_request(struct dh_client *c, uint64_t k, uint32_t j,
     r->hints.est_cpu_ms = cpu > 0 && cpu < DH_WIRE_MAX_LATENCY_MS ? cpu : 0;
     r->hints.est_out_bytes = dh_batch_bytes(&c->plan, (uint32_t)(hi - lo));
     r->hints.steps_ahead = (uint32_t)(k - c->next_consume);
-    if ((rc = dh_wire_task_make(&r->task, c->epoch, c->pass,
-                                c->first_step + k, c->rank, j, e)) < 0 ||
+    if ((rc = dh_wire_task_make(&r->task, c->epoch, c->pass, c->first_step + k,
+                                c->rank, j, e)) < 0 ||
         (rc = dh_wire_set_samples(r, c->ids + lo, hi - lo, e)) < 0 ||
         (rc = dh_wire_plan_from_media(&r->plan, &c->plan, e)) < 0)
         goto out;
@@ -108,8 +107,7 @@ int64_t dh__cl_slack_ms(const struct dh_client *c, uint64_t k)
 {
     /* next_consume - 1 is the step being computed; issued at the start of
      * its window (place.h), so elapsed is 0, as in the simulator. */
-    double s = dh_window_slack_ms(&c->win, (int)(k - c->next_consume + 1),
-                                  0);
+    double s = dh_window_slack_ms(&c->win, (int)(k - c->next_consume + 1), 0);
 
     if (!(s < DH_WIRE_MAX_SLACK_MS)) /* INFINITY: no deadline known */
         return DH_WIRE_MAX_SLACK_MS;
@@ -166,11 +164,14 @@ static void reissue(struct dh_client *c)
         k = t.step - c->first_step;
         if (t.pass != c->pass || k >= c->n_steps)
             continue;
-        if (send_request(c, k, t.microbatch,
-                         c->sent[(k % c->prefetch) * c->mb + t.microbatch]
-                             .slack_ms, &e) < 0)
-            fprintf(stderr, "datahelix: client %u: re-issuing task %llu: "
-                    "%s\n", c->rank, (unsigned long long)ids[i], e.msg);
+        if (send_request(
+                c, k, t.microbatch,
+                c->sent[(k % c->prefetch) * c->mb + t.microbatch].slack_ms,
+                &e) < 0)
+            fprintf(stderr,
+                    "datahelix: client %u: re-issuing task %llu: "
+                    "%s\n",
+                    c->rank, (unsigned long long)ids[i], e.msg);
         else
             c->st.reissued++;
     }
@@ -206,8 +207,8 @@ static void file_result(struct dh_client *c, struct cl_result *r)
     int accepted = 0;
 
     r->arrived_ms = dh__mono_ms();
-    if (c->ro && dh_reorder_arrive(c->ro, r->task_id,
-                                   (uint64_t)(r - c->pool), &accepted) < 0)
+    if (c->ro && dh_reorder_arrive(c->ro, r->task_id, (uint64_t)(r - c->pool),
+                                   &accepted) < 0)
         accepted = 0;
     if (accepted) {
         pthread_cond_broadcast(&c->cv);
@@ -237,15 +238,16 @@ void dh__cl_result_free(struct cl_result *r)
 static void on_result(struct dh_client *c, const struct dh_wire_result *w)
 {
     int ai = arena_of(c, w->server_id);
-    struct dh_slot_ref ref = {.offset = w->arena_offset, .len = w->length,
-                              .gen = w->slot_generation};
+    struct dh_slot_ref ref = {
+        .offset = w->arena_offset, .len = w->length, .gen = w->slot_generation};
     struct cl_result *r;
 
     if (ai < 0 || !dh_arena_ptr(c->arenas[ai].a, &ref)) {
         /* Not in an arena we know: nothing to release, nothing to use. */
-        fprintf(stderr, "datahelix: client %u: result of task %llu names "
-                "%s (server %u, offset %llu); ignored\n", c->rank,
-                (unsigned long long)w->task.id,
+        fprintf(stderr,
+                "datahelix: client %u: result of task %llu names "
+                "%s (server %u, offset %llu); ignored\n",
+                c->rank, (unsigned long long)w->task.id,
                 ai < 0 ? "an unknown arena" : "no live slot", w->server_id,
                 (unsigned long long)w->arena_offset);
         return;
@@ -305,8 +307,9 @@ static const char *cause_of(const struct dh_wire_error *w)
         if (p[0] == ':' && p[1] == ' ')
             m = p + 2;
     }
-    n = (size_t)snprintf(pre, sizeof(pre), "sample %llu (%s): ",
-                         (unsigned long long)w->sample_id, w->path);
+    n = (size_t)snprintf(pre, sizeof(pre),
+                         "sample %llu (%s): ", (unsigned long long)w->sample_id,
+                         w->path);
     if (n < sizeof(pre) && !strncmp(m, pre, n))
         m += n;
     n = (size_t)snprintf(pre, sizeof(pre), "%s: ", w->path);
@@ -356,20 +359,29 @@ static void dispatch(struct dh_client *c, const struct dh_wire_msg *m)
     char why[512];
 
     switch (m->type) {
-    case DH_WIRE_RESULT_NOTICE: on_result(c, &m->u.result); break;
-    case DH_WIRE_ERROR_NOTICE: on_error(c, &m->u.error); break;
-    case DH_WIRE_ROUTE: on_route(c, &m->u.route); break;
-    case DH_WIRE_REGISTER_CLIENT: break; /* a repeated ack */
+    case DH_WIRE_RESULT_NOTICE:
+        on_result(c, &m->u.result);
+        break;
+    case DH_WIRE_ERROR_NOTICE:
+        on_error(c, &m->u.error);
+        break;
+    case DH_WIRE_ROUTE:
+        on_route(c, &m->u.route);
+        break;
+    case DH_WIRE_REGISTER_CLIENT:
+        break; /* a repeated ack */
     case DH_WIRE_SHUTDOWN:
-        snprintf(why, sizeof(why), "coordinator %.200s shut down: %.200s", c->coord,
-                 m->u.shutdown.reason);
+        snprintf(why, sizeof(why), "coordinator %.200s shut down: %.200s",
+                 c->coord, m->u.shutdown.reason);
         pthread_mutex_lock(&c->mu);
         set_fatal(c, DH_EIO, why);
         pthread_mutex_unlock(&c->mu);
         break;
     default:
-        fprintf(stderr, "datahelix: client %u: the coordinator may not send "
-                "%s; ignored\n", c->rank, dh_wire_type_name(m->type));
+        fprintf(stderr,
+                "datahelix: client %u: the coordinator may not send "
+                "%s; ignored\n",
+                c->rank, dh_wire_type_name(m->type));
     }
 }
 
@@ -384,8 +396,10 @@ static int drain(struct dh_client *c)
         if (rc == 0 || rc == DH_EIO)
             return rc == 0 ? 0 : -1;
         if (rc < 0) {
-            fprintf(stderr, "datahelix: client %u: malformed message from "
-                    "the coordinator: %s\n", c->rank, e.msg);
+            fprintf(stderr,
+                    "datahelix: client %u: malformed message from "
+                    "the coordinator: %s\n",
+                    c->rank, e.msg);
         } else {
             dispatch(c, &m);
             dh_wire_msg_fini(&m);
@@ -416,7 +430,8 @@ static void on_link_dead(struct dh_client *c)
     /* Exit status 0: it was asked to stop (a Shutdown from the
      * Coordinator, a signal it handles), so it is not restarted. */
     if (dh__cl_reap(c, 2000, why, sizeof(why)) == 0) {
-        snprintf(msg, sizeof(msg), "local dataserver stopped (%s): the "
+        snprintf(msg, sizeof(msg),
+                 "local dataserver stopped (%s): the "
                  "coordinator %.200s shut down or it was told to stop",
                  why, c->coord);
         pthread_mutex_lock(&c->mu);
@@ -427,18 +442,20 @@ static void on_link_dead(struct dh_client *c)
     pthread_mutex_lock(&c->mu);
     restarts = c->st.restarts;
     pthread_mutex_unlock(&c->mu);
-    if ((int)restarts >= c->max_restarts ||
-        restarts + 1 >= CL_MAX_ARENAS) {
-        snprintf(msg, sizeof(msg), "local dataserver died (%s) and %llu "
-                 "restarts are used up", why, (unsigned long long)restarts);
+    if ((int)restarts >= c->max_restarts || restarts + 1 >= CL_MAX_ARENAS) {
+        snprintf(msg, sizeof(msg),
+                 "local dataserver died (%s) and %llu "
+                 "restarts are used up",
+                 why, (unsigned long long)restarts);
         pthread_mutex_lock(&c->mu);
         set_fatal(c, DH_EPEERDEAD, msg);
         pthread_mutex_unlock(&c->mu);
         return;
     }
-    fprintf(stderr, "datahelix: client %u: local dataserver died (%s); "
-            "starting a new one (restart %llu of %d)\n", c->rank, why,
-            (unsigned long long)restarts + 1, c->max_restarts);
+    fprintf(stderr,
+            "datahelix: client %u: local dataserver died (%s); "
+            "starting a new one (restart %llu of %d)\n",
+            c->rank, why, (unsigned long long)restarts + 1, c->max_restarts);
     /* A new server id: the Coordinator lets it supersede the old one. */
     next_id = c->server_id + (1u << 16);
     if (dh__cl_start_server(c, next_id, &e) < 0) {
@@ -464,9 +481,8 @@ void *dh__cl_io_main(void *arg)
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     while (!atomic_load(&c->stop)) {
-        zmq_pollitem_t it[3] = {
-            {.socket = c->sock, .events = ZMQ_POLLIN},
-            {.fd = c->wake_fd, .events = ZMQ_POLLIN}};
+        zmq_pollitem_t it[3] = {{.socket = c->sock, .events = ZMQ_POLLIN},
+                                {.fd = c->wake_fd, .events = ZMQ_POLLIN}};
         int n = 2;
 
         if (c->link_fd >= 0)

@@ -40,28 +40,38 @@ static int greet(struct dh_client *c, uint32_t want_id, const char *who,
     struct dh_arena *a = NULL;
 
     if (n >= CL_MAX_ARENAS)
-        return dh_err_set(e, DH_ETOOBIG, "rank %u: too many local dataserver "
-                          "restarts (%d)", c->rank, n);
+        return dh_err_set(e, DH_ETOOBIG,
+                          "rank %u: too many local dataserver "
+                          "restarts (%d)",
+                          c->rank, n);
     rc = dh__fd_recv(c->link_fd, &fd, buf, sizeof(buf), &len,
                      c->start_timeout_ms, e);
     if (rc == DH_EPEERDEAD)
-        return dh_err_set(e, DH_EIO, "%s closed the link before handing "
-                          "over its arena", who);
+        return dh_err_set(e, DH_EIO,
+                          "%s closed the link before handing "
+                          "over its arena",
+                          who);
     if (rc == DH_ETIMEOUT)
-        return dh_err_set(e, DH_ETIMEOUT, "%s did not hand over its arena "
-                          "within %d ms", who, c->start_timeout_ms);
+        return dh_err_set(e, DH_ETIMEOUT,
+                          "%s did not hand over its arena "
+                          "within %d ms",
+                          who, c->start_timeout_ms);
     if (rc < 0)
         return rc;
     if ((rc = dh__link_hello_unpack(buf, len, &h, e)) < 0)
         goto out;
     if (fd < 0) {
-        rc = dh_err_set(e, DH_EFORMAT, "%s sent its hello without the arena "
-                        "descriptor", who);
+        rc = dh_err_set(e, DH_EFORMAT,
+                        "%s sent its hello without the arena "
+                        "descriptor",
+                        who);
         goto out;
     }
     if (h.rank != c->rank || (want_id && h.server_id != want_id)) {
-        rc = dh_err_set(e, DH_EINVAL, "%s serves rank %u as server %u, not "
-                        "rank %u", who, h.rank, h.server_id, c->rank);
+        rc = dh_err_set(e, DH_EINVAL,
+                        "%s serves rank %u as server %u, not "
+                        "rank %u",
+                        who, h.rank, h.server_id, c->rank);
         goto out;
     }
     if ((rc = dh_arena_attach(fd, &a, e)) < 0)
@@ -104,9 +114,10 @@ int dh__cl_start_server(struct dh_client *c, uint32_t server_id,
     snprintf(mb, sizeof(mb), "%zu", (c->arena_bytes + (1u << 20) - 1) >> 20);
     snprintf(fdn, sizeof(fdn), "%d", CHILD_FD);
     char *argv[16 + 2 + 16 + 1] = {
-        (char *)bin, "dataserver", "--coordinator", c->coord, "--rank", rank,
-        "--index", c->index_path, "--workers", workers, "--server-id", sid,
-        "--arena-mb", mb, "--client-fd", fdn};
+        (char *)bin,  "dataserver", "--coordinator", c->coord,
+        "--rank",     rank,         "--index",       c->index_path,
+        "--workers",  workers,      "--server-id",   sid,
+        "--arena-mb", mb,           "--client-fd",   fdn};
     int argc = 16;
 
     if (c->ds_listen) { /* payloads from remote DataServers */
@@ -131,24 +142,24 @@ int dh__cl_start_server(struct dh_client *c, uint32_t server_id,
     posix_spawn_file_actions_adddup2(&fa, sv[1], CHILD_FD);
     posix_spawnattr_setpgroup(&at, 0);
     posix_spawnattr_setsigmask(&at, &none);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP |
-                                      POSIX_SPAWN_SETSIGMASK);
-    rc = sv[1] < 0 ? EMFILE
-                   : posix_spawnp(&pid, bin, &fa, &at, argv, environ);
+    posix_spawnattr_setflags(&at,
+                             POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
+    rc = sv[1] < 0 ? EMFILE : posix_spawnp(&pid, bin, &fa, &at, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     if (sv[1] >= 0)
         close(sv[1]);
     if (rc != 0) {
         close(sv[0]);
-        return dh_err_set(e, DH_EIO, "rank %u: cannot start the local "
-                          "dataserver '%s': %s (set DATAHELIX_BIN)", c->rank,
-                          bin, strerror(rc));
+        return dh_err_set(e, DH_EIO,
+                          "rank %u: cannot start the local "
+                          "dataserver '%s': %s (set DATAHELIX_BIN)",
+                          c->rank, bin, strerror(rc));
     }
     c->child = pid;
     c->link_fd = sv[0];
-    snprintf(who, sizeof(who), "local dataserver of rank %u (pid %d)",
-             c->rank, (int)pid);
+    snprintf(who, sizeof(who), "local dataserver of rank %u (pid %d)", c->rank,
+             (int)pid);
     if ((rc = greet(c, server_id, who, e)) < 0) {
         char why[128];
 

@@ -133,8 +133,9 @@ static int reregister(struct dh_coordinator *c, int slot,
     struct co_server *s = &c->servers[slot];
 
     if (s->role != r->role || s->rank != r->rank) {
-        send_refusal(c, from, "server id already registered with another "
-                              "role or rank");
+        send_refusal(c, from,
+                     "server id already registered with another "
+                     "role or rank");
         return -1;
     }
     s->peer = *from;
@@ -178,9 +179,13 @@ static int add_server(struct dh_coordinator *c, const struct co_peer *from,
     send_refusal(c, from, why);
     return -1;
 added:
-    c->servers[slot] = (struct co_server){
-        .used = 1, .wire_id = r->server_id, .gen = ++c->next_gen,
-        .peer = *from, .role = r->role, .rank = r->rank, .last_seen_ms = now};
+    c->servers[slot] = (struct co_server){.used = 1,
+                                          .wire_id = r->server_id,
+                                          .gen = ++c->next_gen,
+                                          .peer = *from,
+                                          .role = r->role,
+                                          .rank = r->rank,
+                                          .last_seen_ms = now};
     snprintf(c->servers[slot].addr, sizeof(c->servers[slot].addr), "%s",
              r->addr);
     if (local)
@@ -243,8 +248,8 @@ static void on_register_client(struct dh_coordinator *c,
         CO_INC(c, clients);
     else if (!same_peer(&c->clients[slot].peer, from))
         dh__co_client_moved(c, r->rank, from); /* a restarted client */
-    c->clients[slot] = (struct co_client){.used = 1, .rank = r->rank,
-                                          .peer = *from};
+    c->clients[slot] = (struct co_client){
+        .used = 1, .rank = r->rank, .peer = *from};
     (void)dh__co_send(c, from, m);
 }
 
@@ -256,8 +261,10 @@ static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
 
     if (slot < 0) {
         if (!h->leaving) /* a leaving one may have been dropped already */
-            dh__co_malformed(c, from, "heartbeat from unregistered server "
-                             "%u", h->server_id);
+            dh__co_malformed(c, from,
+                             "heartbeat from unregistered server "
+                             "%u",
+                             h->server_id);
         return;
     }
     if (h->leaving && same_peer(&c->servers[slot].peer, from)) {
@@ -282,8 +289,8 @@ static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
         /* Only links into a local server feed C_net; others are ignored. */
         if (to >= 0 && c->servers[to].role == DH_WIRE_ROLE_LOCAL &&
             h->links[i].bytes_per_s > 0 &&
-            dh_place_link(c->place, slot, to,
-                          (double)h->links[i].bytes_per_s, 1.0) < 0)
+            dh_place_link(c->place, slot, to, (double)h->links[i].bytes_per_s,
+                          1.0) < 0)
             break;
     }
     dh__co_drain(c, now);
@@ -301,16 +308,21 @@ static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
         fprintf(stderr, "datahelix: coordinator: server %u (%s) left\n",
                 s->wire_id, s->addr); /* it said so: not a failure */
     else if (why)
-        fprintf(stderr, "datahelix: coordinator: server %u (%s) %s: "
-                "declared dead, re-routing its tasks\n", s->wire_id,
-                s->addr, why);
+        fprintf(stderr,
+                "datahelix: coordinator: server %u (%s) %s: "
+                "declared dead, re-routing its tasks\n",
+                s->wire_id, s->addr, why);
     else
-        fprintf(stderr, "datahelix: coordinator: server %u (%s) silent for "
-                "%llu ms: declared dead, re-routing its tasks\n", s->wire_id,
-                s->addr, (unsigned long long)(now - s->last_seen_ms));
+        fprintf(stderr,
+                "datahelix: coordinator: server %u (%s) silent for "
+                "%llu ms: declared dead, re-routing its tasks\n",
+                s->wire_id, s->addr,
+                (unsigned long long)(now - s->last_seen_ms));
     if (dh_place_remove_server(c->place, slot, NULL) < 0)
-        fprintf(stderr, "datahelix: coordinator: server %u was not in "
-                "placement\n", s->wire_id); /* cannot happen */
+        fprintf(stderr,
+                "datahelix: coordinator: server %u was not in "
+                "placement\n",
+                s->wire_id); /* cannot happen */
     if (s->role == DH_WIRE_ROLE_LOCAL && s->rank < DH_WIRE_MAX_RANKS &&
         c->rank_local[s->rank] == slot)
         c->rank_local[s->rank] = -1;
@@ -343,20 +355,32 @@ static void dispatch(struct dh_coordinator *c, const struct co_peer *from,
     struct dh_wire_msg *m = &c->in;
 
     switch (m->type) {
-    case DH_WIRE_REGISTER_SERVER: on_register_server(c, from, m, now); break;
-    case DH_WIRE_REGISTER_CLIENT: on_register_client(c, from, m); break;
-    case DH_WIRE_HEARTBEAT: on_heartbeat(c, from, m, now); break;
-    case DH_WIRE_DESCRIPTOR_REQUEST: dh__co_on_request(c, from, m, now); break;
+    case DH_WIRE_REGISTER_SERVER:
+        on_register_server(c, from, m, now);
+        break;
+    case DH_WIRE_REGISTER_CLIENT:
+        on_register_client(c, from, m);
+        break;
+    case DH_WIRE_HEARTBEAT:
+        on_heartbeat(c, from, m, now);
+        break;
+    case DH_WIRE_DESCRIPTOR_REQUEST:
+        dh__co_on_request(c, from, m, now);
+        break;
     case DH_WIRE_RESULT_NOTICE:
-    case DH_WIRE_ERROR_NOTICE: dh__co_on_done(c, from, m, now); break;
+    case DH_WIRE_ERROR_NOTICE:
+        dh__co_on_done(c, from, m, now);
+        break;
     case DH_WIRE_SHUTDOWN:
         fprintf(stderr, "datahelix: coordinator: shutdown requested: %s\n",
                 m->u.shutdown.reason);
         c->shutdown = 1;
         break;
     default:
-        dh__co_malformed(c, from, "a peer may not send %s to the "
-                         "coordinator", dh_wire_type_name(m->type));
+        dh__co_malformed(c, from,
+                         "a peer may not send %s to the "
+                         "coordinator",
+                         dh_wire_type_name(m->type));
     }
 }
 
@@ -372,8 +396,7 @@ static int recv_one(struct dh_coordinator *c, struct dh_err *e)
     if (rc == 0)
         return 0;
     if (!dh__tp_dropped(rc) && rc < 0)
-        return dh_err_set(e, DH_EIO, "coordinator %s: %s", c->endpoint,
-                          de.msg);
+        return dh_err_set(e, DH_EIO, "coordinator %s: %s", c->endpoint, de.msg);
     peer.len = from.id_len;
     memcpy(peer.id, from.id, peer.len);
     c->cur_addr = from.addr;
@@ -410,8 +433,7 @@ static int unused_for_long(struct dh_coordinator *c, uint64_t now)
     int locals = 0;
 
     for (int i = 0; i < c->max_servers && !locals; i++)
-        locals = c->servers[i].used &&
-                 c->servers[i].role == DH_WIRE_ROLE_LOCAL;
+        locals = c->servers[i].used && c->servers[i].role == DH_WIRE_ROLE_LOCAL;
     if (locals) {
         c->had_local = 1;
         c->unused_since_ms = 0;
@@ -438,8 +460,8 @@ int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
         zmq_pollitem_t it = {.socket = c->sock, .events = ZMQ_POLLIN};
 
         if (zmq_poll(&it, 1, timeout) < 0 && zmq_errno() != EINTR)
-            rc = dh_err_set(e, DH_EIO, "coordinator %s: poll: %s",
-                            c->endpoint, zmq_strerror(zmq_errno()));
+            rc = dh_err_set(e, DH_EIO, "coordinator %s: poll: %s", c->endpoint,
+                            zmq_strerror(zmq_errno()));
         for (int i = 0; rc == 0 && i < BURST && !c->shutdown; i++) {
             int r = recv_one(c, e);
 
@@ -450,7 +472,8 @@ int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
         }
         check_heartbeats(c, dh__mono_ms());
         if (c->exit_unused_ms > 0 && unused_for_long(c, dh__mono_ms())) {
-            fprintf(stderr, "datahelix: coordinator: no local dataserver "
+            fprintf(stderr,
+                    "datahelix: coordinator: no local dataserver "
                     "for %d ms: every rank is gone; exiting\n",
                     c->exit_unused_ms);
             break;
@@ -468,24 +491,27 @@ static int check_opts(const struct dh_coordinator_opts *o,
                       enum dh_place_policy *pol, struct dh_err *e)
 {
     if (o->heartbeat_timeout_ms < 1 || o->heartbeat_timeout_ms > 3600000)
-        return dh_err_set(e, DH_EINVAL, "heartbeat timeout %d ms is not in "
-                          "1..3600000", o->heartbeat_timeout_ms);
+        return dh_err_set(e, DH_EINVAL,
+                          "heartbeat timeout %d ms is not in "
+                          "1..3600000",
+                          o->heartbeat_timeout_ms);
     if (o->max_servers < 1 || o->max_servers > 65536 || o->max_clients < 1 ||
         o->max_clients > 65536 || o->max_inflight < 1 ||
         o->max_inflight > DH_INFLIGHT_MAX_CAPACITY || o->max_pending < 1 ||
-        o->max_pending > DH_INFLIGHT_MAX_CAPACITY ||
-        o->queue_per_worker < 0 || o->queue_per_worker > 1000000)
-        return dh_err_set(e, DH_EINVAL, "coordinator size limits out of "
+        o->max_pending > DH_INFLIGHT_MAX_CAPACITY || o->queue_per_worker < 0 ||
+        o->queue_per_worker > 1000000)
+        return dh_err_set(e, DH_EINVAL,
+                          "coordinator size limits out of "
                           "range");
-    return dh_place_policy_parse(o->policy ? o->policy : "least-request",
-                                 pol, e);
+    return dh_place_policy_parse(o->policy ? o->policy : "least-request", pol,
+                                 e);
 }
 
 static int bind_socket(struct dh_coordinator *c, const char *addr,
                        struct dh_err *e)
 {
-    struct dh_tp_opts o = {.kind = DH_TP_COORD, .addr = addr,
-                           .who = "coordinator"};
+    struct dh_tp_opts o = {
+        .kind = DH_TP_COORD, .addr = addr, .who = "coordinator"};
     int rc;
 
     if (!(c->ctx = zmq_ctx_new()))
@@ -547,8 +573,9 @@ int dh_coordinator_create(const struct dh_coordinator_opts *o,
     dh_wire_msg_init(&c->in, DH_WIRE_NONE);
     dh_wire_msg_init(&c->out, DH_WIRE_NONE);
     if ((rc = alloc_tables(c, o, pol, e)) < 0 ||
-        (rc = bind_socket(c, o->listen ? o->listen
-                                       : DH_COORDINATOR_DEFAULT_LISTEN, e)) < 0) {
+        (rc = bind_socket(c,
+                          o->listen ? o->listen : DH_COORDINATOR_DEFAULT_LISTEN,
+                          e)) < 0) {
         dh_coordinator_destroy(c);
         return rc;
     }
@@ -566,8 +593,8 @@ void dh_coordinator_stats(const struct dh_coordinator *c,
 {
     struct dh_coordinator *m = (struct dh_coordinator *)c;
 
-#define CO_LOAD_(n) out->n = atomic_load_explicit(&m->st_##n, \
-                                                  memory_order_relaxed);
+#define CO_LOAD_(n)                                                            \
+    out->n = atomic_load_explicit(&m->st_##n, memory_order_relaxed);
     CO_STATS(CO_LOAD_)
 #undef CO_LOAD_
 }
@@ -580,8 +607,7 @@ void dh_coordinator_destroy(struct dh_coordinator *c)
     if (c->ctx)
         zmq_ctx_term(c->ctx);
     /* ZeroMQ leaves the socket file of an ipc:// endpoint we bound. */
-    if (c->bound && !strncmp(c->endpoint, "ipc://", 6) &&
-        c->endpoint[6] != '@')
+    if (c->bound && !strncmp(c->endpoint, "ipc://", 6) && c->endpoint[6] != '@')
         unlink(c->endpoint + 6);
     dh__co_tasks_fini(c);
     dh_wire_msg_fini(&c->in);

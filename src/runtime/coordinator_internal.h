@@ -50,10 +50,10 @@ struct co_task {
     struct dh_wire_request req; /* owns its arrays */
     struct co_peer client;
     enum co_state state;
-    int cancelled;  /* completed while in the FIFO: the FIFO frees it */
-    int bp_logged;  /* a BACKPRESSURE decision was already in telemetry */
+    int cancelled;   /* completed while in the FIFO: the FIFO frees it */
+    int bp_logged;   /* a BACKPRESSURE decision was already in telemetry */
     int counted_new; /* counted in pending_new while in the FIFO */
-    int32_t server; /* placement slot while running, else -1 */
+    int32_t server;  /* placement slot while running, else -1 */
     uint64_t server_gen;
     double work_ms;
     uint64_t arrived_ms, since_ms;
@@ -88,9 +88,9 @@ struct dh_coordinator {
     int32_t *rank_local; /* rank -> slot of its local server, or -1 */
     uint64_t next_gen;
 
-    struct dh_idmap tasks;  /* task id -> struct co_task *, all but the
+    struct dh_idmap tasks; /* task id -> struct co_task *, all but the
                                cancelled ones; limit inflight + pending */
-    struct co_task **fifo;  /* ring of waiting tasks */
+    struct co_task **fifo; /* ring of waiting tasks */
     size_t fifo_cap, fifo_head, fifo_len, pending_new, max_pending;
     uint64_t *dead_buf;
     size_t dead_cap;
@@ -103,10 +103,10 @@ struct dh_coordinator {
 #undef CO_STAT_FIELD_
 };
 
-#define CO_INC(c, n) atomic_fetch_add_explicit(&(c)->st_##n, 1, \
-                                               memory_order_relaxed)
-#define CO_SET(c, n, v) atomic_store_explicit(&(c)->st_##n, (uint64_t)(v), \
-                                              memory_order_relaxed)
+#define CO_INC(c, n)                                                           \
+    atomic_fetch_add_explicit(&(c)->st_##n, 1, memory_order_relaxed)
+#define CO_SET(c, n, v)                                                        \
+    atomic_store_explicit(&(c)->st_##n, (uint64_t)(v), memory_order_relaxed)
 
 /* ---- coordinator.c ---- */
 /* Encodes `m` and sends it to `to` without blocking.  0 or negative

@@ -133,7 +133,8 @@ static void send_route(struct dh_coordinator *c, struct co_task *t,
 {
     const struct co_server *s = &c->servers[t->server];
     int32_t tgt = t->req.requester_rank < DH_WIRE_MAX_RANKS
-                      ? c->rank_local[t->req.requester_rank] : -1;
+                      ? c->rank_local[t->req.requester_rank]
+                      : -1;
     struct dh_wire_route *r;
 
     if (tgt < 0)
@@ -193,7 +194,8 @@ static double now_us(void)
 static int32_t wire_id_of(const struct dh_coordinator *c, int32_t slot)
 {
     return slot >= 0 && slot < c->max_servers && c->servers[slot].used
-               ? (int32_t)c->servers[slot].wire_id : -1;
+               ? (int32_t)c->servers[slot].wire_id
+               : -1;
 }
 
 /* One line per decision (DESIGN 4.4), servers named by their wire ids; a
@@ -248,8 +250,7 @@ static int local_only(const struct dh_coordinator *c, const struct co_task *t,
 
 /* The decision among the local server alone: it, or backpressure when it
  * is at its queue cap or the rank has none (yet). */
-static int decide_local(struct dh_coordinator *c,
-                        const struct dh_place_req *q,
+static int decide_local(struct dh_coordinator *c, const struct dh_place_req *q,
                         struct dh_place_decision *d)
 {
     struct dh_cost_terms ct;
@@ -277,8 +278,7 @@ static int decide_local(struct dh_coordinator *c,
 }
 
 /* 1: placed and sent, 0: backpressure (try later), <0: cannot place. */
-static int place_task(struct dh_coordinator *c, struct co_task *t,
-                      uint64_t now)
+static int place_task(struct dh_coordinator *c, struct co_task *t, uint64_t now)
 {
     struct dh_place_req q;
     struct dh_place_decision d;
@@ -431,8 +431,7 @@ static void note_alive(struct dh_coordinator *c, const struct co_peer *from,
 static void complete_task(struct dh_coordinator *c, struct co_task *t,
                           uint64_t now, double service_ms)
 {
-    const struct co_server *s = t->server >= 0 ? &c->servers[t->server]
-                                               : NULL;
+    const struct co_server *s = t->server >= 0 ? &c->servers[t->server] : NULL;
 
     /* A completion from the server the task runs on, still the same
      * registration: its work leaves the queue and the EWMA learns. */
@@ -440,8 +439,10 @@ static void complete_task(struct dh_coordinator *c, struct co_task *t,
         dh_place_complete(c->place, t->server, t->work_ms,
                           service_ms > 0 ? service_ms
                                          : (double)(now - t->since_ms)) < 0)
-        fprintf(stderr, "datahelix: coordinator: placement lost server "
-                "slot %d\n", (int)t->server); /* cannot happen */
+        fprintf(stderr,
+                "datahelix: coordinator: placement lost server "
+                "slot %d\n",
+                (int)t->server); /* cannot happen */
     task_remove(c, t->req.task.id);
     if (t->state == CO_RUNNING)
         task_free(c, t);

@@ -87,8 +87,8 @@ static void on_done(void *arg, const struct ds_done *d)
 
     if (d->latency_ms >= 0)
         s->latency_ms = s->latency_ms == 0 ? d->latency_ms
-                        : (1 - EWMA_ALPHA) * s->latency_ms +
-                          EWMA_ALPHA * d->latency_ms;
+                                           : (1 - EWMA_ALPHA) * s->latency_ms +
+                                                 EWMA_ALPHA * d->latency_ms;
     if (d->kind == DS_DONE_ERROR) {
         if (d->quarantine)
             dh__ds_quarantine_add(&s->quar, &s->env, d->sample, d->code,
@@ -127,8 +127,10 @@ static int admit(struct dh_dataserver *s, const struct dh_wire_route *r,
     int rc;
 
     if (!j)
-        return dh_err_set(e, DH_ETOOBIG, "dataserver %u busy: %zu jobs in "
-                          "flight", s->env.server_id, s->jobs.n);
+        return dh_err_set(e, DH_ETOOBIG,
+                          "dataserver %u busy: %zu jobs in "
+                          "flight",
+                          s->env.server_id, s->jobs.n);
     if (!(j->ids = dh__malloc(rq->n_samples * sizeof(*j->ids))))
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     memcpy(j->ids, rq->sample_ids, rq->n_samples * sizeof(*j->ids));
@@ -142,7 +144,7 @@ static int admit(struct dh_dataserver *s, const struct dh_wire_route *r,
         dh__ds_job_clear(j);
         return rc;
     }
-    if (j->used) /* (it may have ended already) */
+    if (j->used)                /* (it may have ended already) */
         j->plan.indices = NULL; /* borrowed from rq: executors copied it */
     return 0;
 }
@@ -154,7 +156,8 @@ static void on_route(struct dh_dataserver *s, const struct dh_wire_route *r)
     struct dh_err e;
 
     if (!r->has_request) {
-        dh__ds_malformed(&s->env, "the coordinator", "route without a "
+        dh__ds_malformed(&s->env, "the coordinator",
+                         "route without a "
                          "request");
         return;
     }
@@ -177,19 +180,24 @@ static void on_route(struct dh_dataserver *s, const struct dh_wire_route *r)
 static void dispatch(struct dh_dataserver *s, const struct dh_wire_msg *m)
 {
     switch (m->type) {
-    case DH_WIRE_ROUTE: on_route(s, &m->u.route); break;
+    case DH_WIRE_ROUTE:
+        on_route(s, &m->u.route);
+        break;
     case DH_WIRE_RELEASE:
         dh__ds_slot_release(&s->slots, &s->env, &m->u.release);
         break;
-    case DH_WIRE_REGISTER_SERVER: break; /* a repeated ack */
+    case DH_WIRE_REGISTER_SERVER:
+        break; /* a repeated ack */
     case DH_WIRE_SHUTDOWN:
         fprintf(stderr, "datahelix: dataserver %u: shutdown requested: %s\n",
                 s->env.server_id, m->u.shutdown.reason);
         s->shutdown = 1;
         break;
     default:
-        dh__ds_malformed(&s->env, "the coordinator", "the coordinator may "
-                         "not send %s", dh_wire_type_name(m->type));
+        dh__ds_malformed(&s->env, "the coordinator",
+                         "the coordinator may "
+                         "not send %s",
+                         dh_wire_type_name(m->type));
     }
 }
 
@@ -287,21 +295,25 @@ static int bad_addr(const char *a)
 /* Options that only make sense in one mode. */
 static int check_mode(const struct dh_dataserver_opts *o, struct dh_err *e)
 {
-    if (o->remote && (o->listen || o->advertise || o->client_fd >= 0 ||
-                      o->client_socket))
-        return dh_err_set(e, DH_EINVAL, "dataserver: a remote server takes "
+    if (o->remote &&
+        (o->listen || o->advertise || o->client_fd >= 0 || o->client_socket))
+        return dh_err_set(e, DH_EINVAL,
+                          "dataserver: a remote server takes "
                           "no --listen, --advertise or client link");
     if (o->advertise && !o->listen)
-        return dh_err_set(e, DH_EINVAL, "dataserver: --advertise needs "
+        return dh_err_set(e, DH_EINVAL,
+                          "dataserver: --advertise needs "
                           "--listen");
     if (o->listen && o->addr)
-        return dh_err_set(e, DH_EINVAL, "dataserver: with --listen the "
+        return dh_err_set(e, DH_EINVAL,
+                          "dataserver: with --listen the "
                           "announced address is the bound one or "
                           "--advertise, not `addr`");
     /* Unpickling runs code: only a dataset named by the client that
      * started this server (its command line) is accepted. */
     if (o->python_dataset && (o->remote || o->client_fd < 0))
-        return dh_err_set(e, DH_EINVAL, "dataserver: --python-dataset needs "
+        return dh_err_set(e, DH_EINVAL,
+                          "dataserver: --python-dataset needs "
                           "--client-fd (a dataset is accepted only from the "
                           "client that started this server)");
     return 0;
@@ -310,21 +322,25 @@ static int check_mode(const struct dh_dataserver_opts *o, struct dh_err *e)
 static int check_opts(const struct dh_dataserver_opts *o, struct dh_err *e)
 {
     if (!o || !o->coordinator || !o->coordinator[0] || !o->index_path)
-        return dh_err_set(e, DH_EINVAL, "dataserver: coordinator endpoint "
+        return dh_err_set(e, DH_EINVAL,
+                          "dataserver: coordinator endpoint "
                           "and index path are required");
-    if (bad_addr(o->coordinator) || bad_addr(o->addr) ||
-        bad_addr(o->listen) || bad_addr(o->advertise))
-        return dh_err_set(e, DH_EINVAL, "dataserver: bad address (empty or "
-                          "over %u bytes)", DH_WIRE_MAX_ADDR);
+    if (bad_addr(o->coordinator) || bad_addr(o->addr) || bad_addr(o->listen) ||
+        bad_addr(o->advertise))
+        return dh_err_set(e, DH_EINVAL,
+                          "dataserver: bad address (empty or "
+                          "over %u bytes)",
+                          DH_WIRE_MAX_ADDR);
     if (o->rank >= DH_WIRE_MAX_RANKS || o->workers < 1 ||
         o->workers > DH_WORKERS_MAX_THREADS || o->arena_bytes == 0 ||
         o->heartbeat_ms < 1 || o->register_timeout_ms < 1 ||
         o->alloc_timeout_ms < 0 || o->deliver_timeout_ms < 1 ||
         (o->client_fd >= 0 && o->client_socket) ||
         o->server_id == UINT32_MAX) /* the Coordinator's own notices */
-        return dh_err_set(e, DH_EINVAL, "dataserver: option out of range "
-                          "(rank %u, workers %u, heartbeat %d ms)", o->rank,
-                          o->workers, o->heartbeat_ms);
+        return dh_err_set(e, DH_EINVAL,
+                          "dataserver: option out of range "
+                          "(rank %u, workers %u, heartbeat %d ms)",
+                          o->rank, o->workers, o->heartbeat_ms);
     return check_mode(o, e);
 }
 
@@ -377,13 +393,12 @@ static int open_exec(struct dh_dataserver *s,
     unsigned queue = o->workers * DS_QUEUE_PER_THREAD;
 
     if (o->python_dataset)
-        return dh__ds_py_create(&s->env, o, s->jobs.n, sink_of(s), &s->exec,
-                                e);
+        return dh__ds_py_create(&s->env, o, s->jobs.n, sink_of(s), &s->exec, e);
     if (s->env.remote)
-        return dh__ds_fwd_create(&s->env, s->ctx, o->workers, queue,
-                                 s->jobs.n, sink_of(s), &s->exec, e);
-    return dh__ds_pool_create(&s->env, o->workers, queue, s->jobs.n,
-                              sink_of(s), &s->exec, e);
+        return dh__ds_fwd_create(&s->env, s->ctx, o->workers, queue, s->jobs.n,
+                                 sink_of(s), &s->exec, e);
+    return dh__ds_pool_create(&s->env, o->workers, queue, s->jobs.n, sink_of(s),
+                              &s->exec, e);
 }
 
 static int open_parts(struct dh_dataserver *s,
@@ -397,19 +412,17 @@ static int open_parts(struct dh_dataserver *s,
     if ((rc = dh__ds_jobs_init(&s->jobs, jobs, e)) < 0 ||
         (rc = dh_index_open(o->index_path, 0, &s->env.ix, e)) < 0 ||
         (rc = dh_arena_create(o->arena_bytes, &s->env.arena, e)) < 0 ||
-        (rc = arena_capacity(s, e)) < 0 ||
-        (rc = open_sockets(s, o, e)) < 0 ||
+        (rc = arena_capacity(s, e)) < 0 || (rc = open_sockets(s, o, e)) < 0 ||
         (rc = open_exec(s, o, e)) < 0)
         return rc;
     if (o->client_socket &&
         (s->link.listen_fd = dh__link_listen(o->client_socket, e)) < 0)
         return s->link.listen_fd;
-    if ((rc = dh__ds_ctl_register(s->ctl, o,
-                                  s->inbox ? dh__ds_inbox_endpoint(s->inbox)
-                                           : NULL, e)) < 0)
+    if ((rc = dh__ds_ctl_register(
+             s->ctl, o, s->inbox ? dh__ds_inbox_endpoint(s->inbox) : NULL, e)) <
+        0)
         return rc;
-    if (s->link.fd >= 0 &&
-        (rc = dh__ds_link_hello(&s->env, s->link.fd, e)) < 0)
+    if (s->link.fd >= 0 && (rc = dh__ds_link_hello(&s->env, s->link.fd, e)) < 0)
         return rc;
     return 0;
 }
@@ -433,8 +446,8 @@ static struct dh_dataserver *alloc_server(const struct dh_dataserver_opts *o)
                                   : o->rank + 1;
     s->heartbeat_ms = o->heartbeat_ms;
     env->alloc_timeout_ms = o->alloc_timeout_ms;
-    env->sample_timeout_ms = o->sample_timeout_ms < 0
-                                 ? 0 : o->sample_timeout_ms;
+    env->sample_timeout_ms = o->sample_timeout_ms < 0 ? 0
+                                                      : o->sample_timeout_ms;
     env->deliver_timeout_ms = o->deliver_timeout_ms;
     return s;
 }
@@ -485,8 +498,8 @@ void dh_dataserver_stats(const struct dh_dataserver *s,
 {
     struct dh_dataserver *m = (struct dh_dataserver *)s;
 
-#define DS_LOAD_(n) out->n = atomic_load_explicit(&m->st.st_##n, \
-                                                  memory_order_relaxed);
+#define DS_LOAD_(n)                                                            \
+    out->n = atomic_load_explicit(&m->st.st_##n, memory_order_relaxed);
     DS_STATS(DS_LOAD_)
 #undef DS_LOAD_
 }

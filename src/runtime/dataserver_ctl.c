@@ -47,8 +47,10 @@ void dh__ds_malformed(const struct ds_env *env, const char *from,
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "datahelix: dataserver %u: malformed message from %s: "
-            "%s\n", env->server_id, from, why);
+    fprintf(stderr,
+            "datahelix: dataserver %u: malformed message from %s: "
+            "%s\n",
+            env->server_id, from, why);
 }
 
 /* ---- sending ---- */
@@ -70,8 +72,8 @@ static void send_out(struct ds_ctl *c)
 }
 
 int dh__ds_notice_fill(struct dh_wire_msg *m, uint32_t server_id,
-                       const struct dh_wire_task *t,
-                       const struct ds_result *r, struct dh_err *e)
+                       const struct dh_wire_task *t, const struct ds_result *r,
+                       struct dh_err *e)
 {
     struct dh_wire_result *n;
 
@@ -87,9 +89,9 @@ int dh__ds_notice_fill(struct dh_wire_msg *m, uint32_t server_id,
     memcpy(n->dims, r->dims, sizeof(n->dims));
     n->dtype = r->dtype;
     n->layout = r->layout;
-    n->service_ms = r->service_ms > 0 &&
-                            r->service_ms < DH_WIRE_MAX_LATENCY_MS
-                        ? r->service_ms : 0;
+    n->service_ms = r->service_ms > 0 && r->service_ms < DH_WIRE_MAX_LATENCY_MS
+                        ? r->service_ms
+                        : 0;
     return dh_wire_set_result_samples(n, r->ids, r->valid, r->n, e);
 }
 
@@ -136,8 +138,8 @@ void dh__ds_ctl_heartbeat(struct ds_ctl *c, uint64_t queued, uint64_t busy,
     h->queue_depth = (uint32_t)(depth > DH_WIRE_MAX_QUEUE ? DH_WIRE_MAX_QUEUE
                                                           : depth);
     h->busy_workers = (uint32_t)busy;
-    h->latency_ms = latency_ms > DH_WIRE_MAX_LATENCY_MS
-                        ? DH_WIRE_MAX_LATENCY_MS : latency_ms;
+    h->latency_ms = latency_ms > DH_WIRE_MAX_LATENCY_MS ? DH_WIRE_MAX_LATENCY_MS
+                                                        : latency_ms;
     if (n_links > 0 && dh_wire_set_links(h, links, n_links, &e) < 0)
         fprintf(stderr, "datahelix: dataserver %u: heartbeat links: %s\n",
                 c->env->server_id, e.msg); /* sent without them */
@@ -163,8 +165,7 @@ void dh__ds_ctl_leave(struct ds_ctl *c)
 
 /* Receives one message into m (type DH_WIRE_NONE if it was bad).
  * 1: got one, 0: none waiting, < 0: socket error. */
-static int recv_one(struct ds_ctl *c, struct dh_wire_msg *m,
-                    struct dh_err *e)
+static int recv_one(struct ds_ctl *c, struct dh_wire_msg *m, struct dh_err *e)
 {
     struct dh_err de;
     int rc = dh__tp_recv(c->sock, NULL, m, c->peer, &de);
@@ -180,19 +181,20 @@ static int recv_one(struct ds_ctl *c, struct dh_wire_msg *m,
     return rc;
 }
 
-int dh__ds_ctl_recv(struct ds_ctl *c, struct dh_wire_msg *m,
-                    struct dh_err *e)
+int dh__ds_ctl_recv(struct ds_ctl *c, struct dh_wire_msg *m, struct dh_err *e)
 {
     return recv_one(c, m, e);
 }
 
 /* ---- socket and registration ---- */
 
-int dh__ds_ctl_open(const struct ds_env *env, void *zmq_ctx,
-                    const char *coord, struct ds_ctl **out, struct dh_err *e)
+int dh__ds_ctl_open(const struct ds_env *env, void *zmq_ctx, const char *coord,
+                    struct ds_ctl **out, struct dh_err *e)
 {
-    struct dh_tp_opts o = {.kind = DH_TP_SERVER_CTL, .addr = coord,
-                           .who = "dataserver", .peer = "coordinator"};
+    struct dh_tp_opts o = {.kind = DH_TP_SERVER_CTL,
+                           .addr = coord,
+                           .who = "dataserver",
+                           .peer = "coordinator"};
     struct ds_ctl *c = dh__calloc(1, sizeof(*c));
     int rc;
 
@@ -271,8 +273,10 @@ static int check_ack(struct ds_ctl *c, const struct dh_wire_msg *m,
         return dh_err_set(e, DH_EIO, "coordinator %s refused server %u: %s",
                           c->coord, c->env->server_id, m->u.shutdown.reason);
     if (m->type != DH_WIRE_NONE)
-        dh__ds_malformed(c->env, "the coordinator", "%s before the "
-                         "registration ack", dh_wire_type_name(m->type));
+        dh__ds_malformed(c->env, "the coordinator",
+                         "%s before the "
+                         "registration ack",
+                         dh_wire_type_name(m->type));
     return 0;
 }
 
@@ -300,6 +304,8 @@ int dh__ds_ctl_register(struct ds_ctl *c, const struct dh_dataserver_opts *o,
             return rc < 0 ? rc : 0;
         }
     }
-    return dh_err_set(e, DH_ETIMEOUT, "coordinator %s did not answer within "
-                      "%d ms", c->coord, o->register_timeout_ms);
+    return dh_err_set(e, DH_ETIMEOUT,
+                      "coordinator %s did not answer within "
+                      "%d ms",
+                      c->coord, o->register_timeout_ms);
 }

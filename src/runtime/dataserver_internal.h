@@ -53,7 +53,8 @@
 #define DS_MAX_PEERS 256 /* delivery targets with a cached socket */
 #define DS_MAX_FRAMES 64 /* payload frames in one message */
 #define DS_BURST 64      /* messages read per socket per loop turn */
-#define DS_PY_JOBS 512   /* jobs in Python mode (the client's prefetch
+#define DS_PY_JOBS                                                             \
+    512 /* jobs in Python mode (the client's prefetch
                             window is at most 256 steps) */
 #define DS_PY_MAX_WORKERS 64
 
@@ -72,9 +73,9 @@ struct ds_stats {
 #undef DS_STAT_FIELD_
 };
 
-#define DS_ADD(env, n, v) atomic_fetch_add_explicit(&(env)->st->st_##n,   \
-                                                    (uint64_t)(v),        \
-                                                    memory_order_relaxed)
+#define DS_ADD(env, n, v)                                                      \
+    atomic_fetch_add_explicit(&(env)->st->st_##n, (uint64_t)(v),               \
+                              memory_order_relaxed)
 #define DS_INC(env, n) DS_ADD(env, n, 1)
 
 /* What every part may read: set by the core at create, then fixed (but
@@ -197,19 +198,17 @@ int dh__ds_py_create(const struct ds_env *env,
                      struct ds_sink sink, struct ds_exec **out,
                      struct dh_err *e) DH_MUST_CHECK;
 /* dataserver_remote.c: a pool (as above) whose batches are forwarded. */
-int dh__ds_fwd_create(const struct ds_env *env, void *zmq_ctx,
-                      unsigned workers, unsigned queue, size_t max_jobs,
-                      struct ds_sink sink, struct ds_exec **out,
-                      struct dh_err *e) DH_MUST_CHECK;
+int dh__ds_fwd_create(const struct ds_env *env, void *zmq_ctx, unsigned workers,
+                      unsigned queue, size_t max_jobs, struct ds_sink sink,
+                      struct ds_exec **out, struct dh_err *e) DH_MUST_CHECK;
 
 /* ---- dataserver_ctl.c: the sender (and the Coordinator link) ---- */
 struct ds_ctl;
 /* Counts one malformed message and logs it on one line naming `from`. */
 void dh__ds_malformed(const struct ds_env *env, const char *from,
                       const char *fmt, ...) DH_PRINTF(3, 4);
-int dh__ds_ctl_open(const struct ds_env *env, void *zmq_ctx,
-                    const char *coord, struct ds_ctl **out,
-                    struct dh_err *e) DH_MUST_CHECK;
+int dh__ds_ctl_open(const struct ds_env *env, void *zmq_ctx, const char *coord,
+                    struct ds_ctl **out, struct dh_err *e) DH_MUST_CHECK;
 /* Sends, once, a last heartbeat marked `leaving` if registered and not
  * told to stop, so the Coordinator drops this server at once (best effort:
  * the socket lingers briefly to send it).  NULL ok. */
@@ -240,8 +239,7 @@ void dh__ds_ctl_heartbeat(struct ds_ctl *c, uint64_t queued, uint64_t busy,
 /* Fills m with a ResultNotice for task t from `server_id` (also the
  * payload header a remote sends). */
 int dh__ds_notice_fill(struct dh_wire_msg *m, uint32_t server_id,
-                       const struct dh_wire_task *t,
-                       const struct ds_result *r,
+                       const struct dh_wire_task *t, const struct ds_result *r,
                        struct dh_err *e) DH_MUST_CHECK;
 
 /* ---- dataserver_jobs.c: the core's tables ---- */
@@ -284,8 +282,9 @@ struct ds_quarantines {
 };
 void dh__ds_quarantine_add(struct ds_quarantines *q, const struct ds_env *env,
                            uint64_t id, int code, const char *msg);
-const struct ds_quarantine *dh__ds_quarantine_find(
-    const struct ds_quarantines *q, const struct dh_wire_request *rq);
+const struct ds_quarantine *
+dh__ds_quarantine_find(const struct ds_quarantines *q,
+                       const struct dh_wire_request *rq);
 
 /* ---- dataserver_link.c: handing the arena to the client ---- */
 struct ds_link {
@@ -302,8 +301,8 @@ int dh__ds_link_gone(struct ds_link *l, const struct ds_env *env);
 struct ds_inbox;
 /* Binds o->listen.  DH_EINVAL for a wildcard bind without advertise. */
 int dh__ds_inbox_open(const struct ds_env *env, void *zmq_ctx,
-                      const struct dh_dataserver_opts *o,
-                      struct ds_inbox **out, struct dh_err *e) DH_MUST_CHECK;
+                      const struct dh_dataserver_opts *o, struct ds_inbox **out,
+                      struct dh_err *e) DH_MUST_CHECK;
 void dh__ds_inbox_close(struct ds_inbox *in);
 /* The announced address: o->advertise or the endpoint bound. */
 const char *dh__ds_inbox_endpoint(const struct ds_inbox *in);

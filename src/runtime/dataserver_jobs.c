@@ -85,17 +85,19 @@ void dh__ds_slot_release(struct ds_slots *t, const struct ds_env *env,
             continue;
         s->used = 0;
         if (dh_arena_release(env->arena, &s->ref, &e) < 0)
-            fprintf(stderr, "datahelix: dataserver %u: release of task "
-                    "%llu: %s\n", env->server_id,
-                    (unsigned long long)r->task.id, e.msg);
+            fprintf(stderr,
+                    "datahelix: dataserver %u: release of task "
+                    "%llu: %s\n",
+                    env->server_id, (unsigned long long)r->task.id, e.msg);
         else
             DS_INC(env, releases);
         return;
     }
-    fprintf(stderr, "datahelix: dataserver %u: release of unknown slot "
+    fprintf(stderr,
+            "datahelix: dataserver %u: release of unknown slot "
             "(offset %llu, generation %u) for task %llu ignored\n",
-            env->server_id, (unsigned long long)r->slot_offset,
-            r->generation, (unsigned long long)r->task.id);
+            env->server_id, (unsigned long long)r->slot_offset, r->generation,
+            (unsigned long long)r->task.id);
 }
 
 /* ---- quarantine ---- */
@@ -120,8 +122,9 @@ void dh__ds_quarantine_add(struct ds_quarantines *q, const struct ds_env *env,
     DS_INC(env, quarantined);
 }
 
-const struct ds_quarantine *dh__ds_quarantine_find(
-    const struct ds_quarantines *q, const struct dh_wire_request *rq)
+const struct ds_quarantine *
+dh__ds_quarantine_find(const struct ds_quarantines *q,
+                       const struct dh_wire_request *rq)
 {
     for (uint32_t k = 0; k < rq->n_samples; k++)
         for (size_t i = 0; i < DS_QUARANTINE; i++)

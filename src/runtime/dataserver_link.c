@@ -20,7 +20,8 @@
 int dh__ds_link_hello(const struct ds_env *env, int fd, struct dh_err *e)
 {
     unsigned char buf[DH_LINK_HELLO_BYTES];
-    struct dh_link_hello h = {.server_id = env->server_id, .rank = env->rank,
+    struct dh_link_hello h = {.server_id = env->server_id,
+                              .rank = env->rank,
                               .capacity = env->arena_cap};
 
     dh__link_hello_pack(buf, &h);
@@ -37,15 +38,18 @@ void dh__ds_link_accept(struct ds_link *l, const struct ds_env *env)
     if (fd < 0)
         return;
     if (l->fd >= 0) {
-        fprintf(stderr, "datahelix: dataserver %u: a second client tried to "
+        fprintf(stderr,
+                "datahelix: dataserver %u: a second client tried to "
                 "attach while rank %u's is connected; refused\n",
                 env->server_id, env->rank);
         close(fd);
         return;
     }
     if (dh__ds_link_hello(env, fd, &e) < 0) {
-        fprintf(stderr, "datahelix: dataserver %u: handing the arena to the "
-                "client: %s\n", env->server_id, e.msg);
+        fprintf(stderr,
+                "datahelix: dataserver %u: handing the arena to the "
+                "client: %s\n",
+                env->server_id, e.msg);
         close(fd);
         return;
     }
@@ -61,8 +65,10 @@ int dh__ds_link_gone(struct ds_link *l, const struct ds_env *env)
 
     if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
         return 0;
-    fprintf(stderr, "datahelix: dataserver %u: the client of rank %u went "
-            "away; stopping\n", env->server_id, env->rank);
+    fprintf(stderr,
+            "datahelix: dataserver %u: the client of rank %u went "
+            "away; stopping\n",
+            env->server_id, env->rank);
     close(l->fd);
     l->fd = -1;
     return 1;

@@ -44,7 +44,7 @@
 /* One payload message waiting for arena space. */
 struct ds_inbox {
     const struct ds_env *env;
-    void *sock; /* ROUTER */
+    void *sock;                          /* ROUTER */
     char endpoint[DH_WIRE_MAX_ADDR + 1]; /* announced payload address */
     char bound[DH_WIRE_MAX_ADDR + 1];    /* what the socket bound */
     int held;
@@ -53,16 +53,15 @@ struct ds_inbox {
     int n_frames;
     uint64_t give_up_ms;
     uint64_t tries, releases_seen; /* arena releases at the last try */
-    char from[96]; /* the sender, for logs */
+    char from[96];                 /* the sender, for logs */
 };
 
 /* ---- the socket ---- */
 
 static int is_wildcard(const char *ep)
 {
-    static const char *const any[] = {"tcp://*", "tcp://0.0.0.0:",
-                                      "tcp://[::]:", "tcp://[*]",
-                                      "tcp://::"};
+    static const char *const any[] = {
+        "tcp://*", "tcp://0.0.0.0:", "tcp://[::]:", "tcp://[*]", "tcp://::"};
 
     for (size_t i = 0; i < sizeof(any) / sizeof(any[0]); i++)
         if (!strncmp(ep, any[i], strlen(any[i])))
@@ -76,9 +75,11 @@ static int bind_payload(struct ds_inbox *in, void *ctx, const char *addr,
                         struct dh_err *e)
 {
     uint64_t cap = in->env->arena_cap;
-    struct dh_tp_opts o = {
-        .kind = DH_TP_PAYLOAD_IN, .addr = addr, .who = "dataserver",
-        .max_msg = cap > DH_WIRE_MAX_MSG ? (int64_t)cap : DH_WIRE_MAX_MSG};
+    struct dh_tp_opts o = {.kind = DH_TP_PAYLOAD_IN,
+                           .addr = addr,
+                           .who = "dataserver",
+                           .max_msg = cap > DH_WIRE_MAX_MSG ? (int64_t)cap
+                                                            : DH_WIRE_MAX_MSG};
 
     return dh__tp_open(ctx, &o, &in->sock, in->bound, sizeof(in->bound), e);
 }
@@ -89,23 +90,26 @@ static int inbox_bind(struct ds_inbox *in, void *ctx,
     int rc;
 
     if (!o->advertise && is_wildcard(o->listen))
-        return dh_err_set(e, DH_EINVAL, "dataserver: --listen %s binds "
+        return dh_err_set(e, DH_EINVAL,
+                          "dataserver: --listen %s binds "
                           "every interface: --advertise ADDR must say where "
-                          "remote servers reach it", o->listen);
+                          "remote servers reach it",
+                          o->listen);
     if ((rc = bind_payload(in, ctx, o->listen, e)) < 0)
         return rc;
     if (!o->advertise && is_wildcard(in->bound))
-        return dh_err_set(e, DH_EINVAL, "dataserver: --listen %s bound %s: "
-                          "--advertise ADDR is required", o->listen,
-                          in->bound);
+        return dh_err_set(e, DH_EINVAL,
+                          "dataserver: --listen %s bound %s: "
+                          "--advertise ADDR is required",
+                          o->listen, in->bound);
     snprintf(in->endpoint, sizeof(in->endpoint), "%s",
              o->advertise ? o->advertise : in->bound);
     return 0;
 }
 
 int dh__ds_inbox_open(const struct ds_env *env, void *zmq_ctx,
-                      const struct dh_dataserver_opts *o,
-                      struct ds_inbox **out, struct dh_err *e)
+                      const struct dh_dataserver_opts *o, struct ds_inbox **out,
+                      struct dh_err *e)
 {
     struct ds_inbox *in = dh__calloc(1, sizeof(*in));
     int rc;
@@ -182,7 +186,8 @@ static int check_shape(const struct ds_inbox *in,
     uint64_t bytes = r->dtype == DH_DTYPE_F32 ? 4 : 1;
 
     if (r->length == 0 || r->length > cap)
-        return dh_err_set(e, DH_EPROTO, "task %llu: length %llu is not in "
+        return dh_err_set(e, DH_EPROTO,
+                          "task %llu: length %llu is not in "
                           "1..%llu (the arena)",
                           (unsigned long long)r->task.id,
                           (unsigned long long)r->length,
@@ -190,13 +195,17 @@ static int check_shape(const struct ds_inbox *in,
     for (uint32_t i = 0; i < r->ndims; i++) /* <= length: the codec */
         bytes *= r->dims[i];
     if (bytes != r->length)
-        return dh_err_set(e, DH_EPROTO, "task %llu: dims hold %llu bytes, "
-                          "length says %llu", (unsigned long long)r->task.id,
+        return dh_err_set(e, DH_EPROTO,
+                          "task %llu: dims hold %llu bytes, "
+                          "length says %llu",
+                          (unsigned long long)r->task.id,
                           (unsigned long long)bytes,
                           (unsigned long long)r->length);
     if (r->n_samples == 0 || r->dims[0] != r->n_samples)
-        return dh_err_set(e, DH_EPROTO, "task %llu: dims[0] %llu for %u "
-                          "samples", (unsigned long long)r->task.id,
+        return dh_err_set(e, DH_EPROTO,
+                          "task %llu: dims[0] %llu for %u "
+                          "samples",
+                          (unsigned long long)r->task.id,
                           (unsigned long long)r->dims[0], r->n_samples);
     return 0;
 }
@@ -208,16 +217,18 @@ static int check_payload(struct ds_inbox *in, int extra, struct dh_err *e)
     int rc;
 
     if (in->n_frames < 2 || extra > 0)
-        return dh_err_set(e, DH_EPROTO, "%d frames: a payload is a header "
-                          "and 1..%d data frames", in->n_frames + extra,
-                          DS_MAX_FRAMES - 1);
+        return dh_err_set(e, DH_EPROTO,
+                          "%d frames: a payload is a header "
+                          "and 1..%d data frames",
+                          in->n_frames + extra, DS_MAX_FRAMES - 1);
     if ((rc = dh__tp_decode(&in->frames[0], &in->hdr, e)) < 0)
         return rc;
     if (in->hdr.type != DH_WIRE_RESULT_NOTICE)
         return dh_err_set(e, DH_EPROTO, "a %s header, not a result_notice",
                           dh_wire_type_name(in->hdr.type));
     if (r->task.rank != in->env->rank)
-        return dh_err_set(e, DH_EPROTO, "task %llu is rank %u's; this "
+        return dh_err_set(e, DH_EPROTO,
+                          "task %llu is rank %u's; this "
                           "server serves rank %u",
                           (unsigned long long)r->task.id, r->task.rank,
                           in->env->rank);
@@ -226,7 +237,8 @@ static int check_payload(struct ds_inbox *in, int extra, struct dh_err *e)
     for (int i = 1; i < in->n_frames; i++)
         sum += zmq_msg_size(&in->frames[i]);
     if (sum != r->length)
-        return dh_err_set(e, DH_EPROTO, "task %llu: data frames hold %llu "
+        return dh_err_set(e, DH_EPROTO,
+                          "task %llu: data frames hold %llu "
                           "bytes, length says %llu",
                           (unsigned long long)r->task.id,
                           (unsigned long long)sum,
@@ -246,11 +258,13 @@ static void refuse(struct ds_inbox *in, struct ds_sink sink, int rc,
 
     snprintf(msg, sizeof(msg), "payload from remote server %u: %s",
              r->server_id, why);
-    fprintf(stderr, "datahelix: dataserver %u: %s\n", in->env->server_id,
-            msg);
-    sink.done(sink.arg, &(struct ds_done){
-        .kind = DS_DONE_ERROR, .task = r->task, .code = rc,
-        .sample = r->sample_ids[0], .msg = msg, .latency_ms = -1});
+    fprintf(stderr, "datahelix: dataserver %u: %s\n", in->env->server_id, msg);
+    sink.done(sink.arg, &(struct ds_done){.kind = DS_DONE_ERROR,
+                                          .task = r->task,
+                                          .code = rc,
+                                          .sample = r->sample_ids[0],
+                                          .msg = msg,
+                                          .latency_ms = -1});
 }
 
 /* Copies the data frames into `ref` and reports the result. */
@@ -258,8 +272,8 @@ static void deliver(struct ds_inbox *in, struct ds_sink sink,
                     const struct dh_slot_ref *ref, uint8_t *dst)
 {
     const struct dh_wire_result *r = &in->hdr.u.result;
-    struct ds_done d = {.kind = DS_DONE_RESULT, .task = r->task,
-                        .latency_ms = -1};
+    struct ds_done d = {
+        .kind = DS_DONE_RESULT, .task = r->task, .latency_ms = -1};
     size_t off = 0;
 
     for (int i = 1; i < in->n_frames; i++) {
@@ -267,9 +281,12 @@ static void deliver(struct ds_inbox *in, struct ds_sink sink,
                zmq_msg_size(&in->frames[i]));
         off += zmq_msg_size(&in->frames[i]);
     }
-    d.res = (struct ds_result){.slot = *ref, .ndims = r->ndims,
-                               .dtype = r->dtype, .layout = r->layout,
-                               .ids = r->sample_ids, .valid = r->valid_frames,
+    d.res = (struct ds_result){.slot = *ref,
+                               .ndims = r->ndims,
+                               .dtype = r->dtype,
+                               .layout = r->layout,
+                               .ids = r->sample_ids,
+                               .valid = r->valid_frames,
                                .n = r->n_samples,
                                .service_ms = r->service_ms};
     memcpy(d.res.dims, r->dims, sizeof(d.res.dims));
@@ -303,8 +320,7 @@ static int try_place(struct ds_inbox *in, struct ds_sink sink)
 
     if (nothing_freed(in, now))
         return 0;
-    rc = dh_arena_alloc(in->env->arena, in->hdr.u.result.length, 0, &ref,
-                        &e);
+    rc = dh_arena_alloc(in->env->arena, in->hdr.u.result.length, 0, &ref, &e);
     if (rc == DH_EARENA && now < in->give_up_ms)
         return 0;
     if (rc == DH_EARENA) {

@@ -32,8 +32,11 @@ struct ds_pool {
 static int pool_submit(struct ds_exec *x, struct ds_job *j, struct dh_err *e)
 {
     struct ds_pool *p = (struct ds_pool *)x;
-    struct dh_work w = {.task_id = j->task.id, .epoch = j->task.epoch,
-                        .ids = j->ids, .n = j->n, .plan = &j->plan,
+    struct dh_work w = {.task_id = j->task.id,
+                        .epoch = j->task.epoch,
+                        .ids = j->ids,
+                        .n = j->n,
+                        .plan = &j->plan,
                         .alloc_timeout_ms = p->env->alloc_timeout_ms,
                         .sample_timeout_ms = p->env->sample_timeout_ms};
     size_t i = 0;
@@ -99,8 +102,12 @@ static uint64_t failed_sample(const struct ds_pool *p, const struct ds_job *j,
 static void report(struct ds_pool *p, struct ds_job *j,
                    const struct dh_work_done *d)
 {
-    struct ds_done o = {.kind = DS_DONE_ERROR, .job = j, .task = j->task,
-                        .code = d->code, .msg = d->msg, .quarantine = 1,
+    struct ds_done o = {.kind = DS_DONE_ERROR,
+                        .job = j,
+                        .task = j->task,
+                        .code = d->code,
+                        .msg = d->msg,
+                        .quarantine = 1,
                         .latency_ms = d->decode_ms};
     uint32_t *valid = NULL;
 
@@ -108,17 +115,24 @@ static void report(struct ds_pool *p, struct ds_job *j,
         o.sample = failed_sample(p, j, d);
     } else if (!(valid = dh__malloc(j->n * sizeof(*valid)))) {
         dh__ds_release(p->env, &d->slot);
-        o = (struct ds_done){.kind = DS_DONE_ERROR, .job = j, .task = j->task,
-                             .code = DH_ENOMEM, .sample = j->ids[0],
-                             .msg = "out of memory", .latency_ms = -1};
+        o = (struct ds_done){.kind = DS_DONE_ERROR,
+                             .job = j,
+                             .task = j->task,
+                             .code = DH_ENOMEM,
+                             .sample = j->ids[0],
+                             .msg = "out of memory",
+                             .latency_ms = -1};
     } else {
         for (uint32_t i = 0; i < j->n; i++)
             valid[i] = d->valid_frames[i] < 0 ? 0
                                               : (uint32_t)d->valid_frames[i];
         o.kind = DS_DONE_RESULT;
-        o.res = (struct ds_result){.slot = d->slot, .dtype = j->plan.dtype,
-                                   .layout = j->plan.layout, .ids = j->ids,
-                                   .valid = valid, .n = j->n,
+        o.res = (struct ds_result){.slot = d->slot,
+                                   .dtype = j->plan.dtype,
+                                   .layout = j->plan.layout,
+                                   .ids = j->ids,
+                                   .valid = valid,
+                                   .n = j->n,
                                    .service_ms = d->decode_ms};
         o.res.ndims = fill_dims(j, o.res.dims);
     }
@@ -137,9 +151,10 @@ static void pool_drain(struct ds_exec *x)
         if (j) {
             report(p, j, &d);
         } else { /* cannot happen: every admitted job has an entry */
-            fprintf(stderr, "datahelix: dataserver %u: completion of unknown "
-                    "task %llu\n", p->env->server_id,
-                    (unsigned long long)d.task_id);
+            fprintf(stderr,
+                    "datahelix: dataserver %u: completion of unknown "
+                    "task %llu\n",
+                    p->env->server_id, (unsigned long long)d.task_id);
             if (d.code == 0)
                 dh__ds_release(p->env, &d.slot);
         }

@@ -74,7 +74,7 @@ extern char **environ;
 #define PY_REAP_MS 2000            /* exit after EOF / SIGKILL */
 #define PY_STOP_GRACE_MS 500       /* destroy: EOF, then SIGKILL */
 #define PY_MAX_START_FAILS 3
-#define PY_RESPAWN_MS 500          /* after a failed fork */
+#define PY_RESPAWN_MS 500 /* after a failed fork */
 #define PY_HDR_BIT (UINT64_C(1) << 63)
 #define PY_NO_SAMPLE UINT64_MAX
 
@@ -85,15 +85,15 @@ struct ds_pyw {
     unsigned id;
     pid_t pid;
     int fd;
-    struct ds_job *job;    /* BUSY (and DYING, if it died on one) */
-    uint64_t deadline_ms;  /* STARTING: ready by; BUSY: done by; DYING:
+    struct ds_job *job;   /* BUSY (and DYING, if it died on one) */
+    uint64_t deadline_ms; /* STARTING: ready by; BUSY: done by; DYING:
                               exited by (then SIGKILL, then give up) */
-    uint64_t respawn_ms;   /* EMPTY: start again at */
-    uint64_t sample;       /* the sample it said it is on */
+    uint64_t respawn_ms;  /* EMPTY: start again at */
+    uint64_t sample;      /* the sample it said it is on */
     int has_slot;
     struct dh_slot_ref slot;
     int killed, timed_out, was_ready;
-    char why[160];         /* DYING: what we did to it, "" if it just died */
+    char why[160]; /* DYING: what we did to it, "" if it just died */
 };
 
 struct ds_py {
@@ -128,8 +128,9 @@ static char *find_program(const char *name)
         const char *end = strchr(p, ':');
         size_t n = end ? (size_t)(end - p) : strlen(p);
 
-        if (n && (size_t)snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, p,
-                                  name) < sizeof(buf) &&
+        if (n &&
+            (size_t)snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, p, name) <
+                sizeof(buf) &&
             access(buf, X_OK) == 0)
             return dh__strdup(buf);
         p += n + (end ? 1 : 0);
@@ -170,8 +171,8 @@ static int build_env(struct ds_py *py, const char *python_path,
 static void set_broken(struct ds_py *py, const char *why);
 
 /* In the child between fork and exec: async-signal-safe calls only. */
-static void child_exec(int sock, int arena_fd, pid_t parent,
-                       char *const argv[], char *const envp[])
+static void child_exec(int sock, int arena_fd, pid_t parent, char *const argv[],
+                       char *const envp[])
 {
     sigset_t none;
     int a, b;
@@ -195,10 +196,26 @@ static void spawn(struct ds_py *py, struct ds_pyw *w)
 {
     int sv[2];
     char id[16], nw[16], seed[24], at[16], sid[16];
-    char *argv[] = {py->python, "-m", "datahelix._worker", "--fd", "3",
-                    "--arena-fd", "4", "--dataset", py->dataset,
-                    "--worker-id", id, "--num-workers", nw, "--seed", seed,
-                    "--alloc-timeout-ms", at, "--server-id", sid, NULL};
+    char *argv[] = {py->python,
+                    "-m",
+                    "datahelix._worker",
+                    "--fd",
+                    "3",
+                    "--arena-fd",
+                    "4",
+                    "--dataset",
+                    py->dataset,
+                    "--worker-id",
+                    id,
+                    "--num-workers",
+                    nw,
+                    "--seed",
+                    seed,
+                    "--alloc-timeout-ms",
+                    at,
+                    "--server-id",
+                    sid,
+                    NULL};
     pid_t parent = getpid(), pid;
 
     snprintf(id, sizeof(id), "%u", w->id);
@@ -209,8 +226,10 @@ static void spawn(struct ds_py *py, struct ds_pyw *w)
     w->st = PYW_EMPTY;
     w->respawn_ms = dh__mono_ms() + PY_RESPAWN_MS;
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-        fprintf(stderr, "datahelix: dataserver %u: python worker %u: "
-                "socketpair: %s\n", py->env->server_id, w->id, strerror(errno));
+        fprintf(stderr,
+                "datahelix: dataserver %u: python worker %u: "
+                "socketpair: %s\n",
+                py->env->server_id, w->id, strerror(errno));
         return;
     }
     pid = fork();
@@ -218,8 +237,10 @@ static void spawn(struct ds_py *py, struct ds_pyw *w)
         child_exec(sv[1], dh_arena_fd(py->env->arena), parent, argv, py->envp);
     close(sv[1]);
     if (pid < 0) {
-        fprintf(stderr, "datahelix: dataserver %u: python worker %u: "
-                "fork: %s\n", py->env->server_id, w->id, strerror(errno));
+        fprintf(stderr,
+                "datahelix: dataserver %u: python worker %u: "
+                "fork: %s\n",
+                py->env->server_id, w->id, strerror(errno));
         close(sv[0]);
         if (++py->start_fails >= PY_MAX_START_FAILS)
             set_broken(py, "python workers cannot be started: fork failed");
@@ -228,10 +249,12 @@ static void spawn(struct ds_py *py, struct ds_pyw *w)
     if (fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK) < 0) {
         /* reads use MSG_DONTWAIT anyway */
     }
-    *w = (struct ds_pyw){.st = PYW_STARTING, .id = w->id, .pid = pid,
-                         .fd = sv[0], .sample = PY_NO_SAMPLE,
-                         .deadline_ms = dh__mono_ms() +
-                                        PY_START_TIMEOUT_MS};
+    *w = (struct ds_pyw){.st = PYW_STARTING,
+                         .id = w->id,
+                         .pid = pid,
+                         .fd = sv[0],
+                         .sample = PY_NO_SAMPLE,
+                         .deadline_ms = dh__mono_ms() + PY_START_TIMEOUT_MS};
 }
 
 /* The worker stops counting as alive: its socket closes, it is reaped
@@ -275,11 +298,15 @@ static uint64_t first_index(const struct ds_job *j)
 }
 
 /* The job ends with an ErrorNotice (the core frees it). */
-static void job_fail(struct ds_py *py, struct ds_job *j,
-                     uint64_t sample, int code, const char *msg)
+static void job_fail(struct ds_py *py, struct ds_job *j, uint64_t sample,
+                     int code, const char *msg)
 {
-    struct ds_done d = {.kind = DS_DONE_ERROR, .job = j, .task = j->task,
-                        .code = code, .msg = msg, .latency_ms = -1,
+    struct ds_done d = {.kind = DS_DONE_ERROR,
+                        .job = j,
+                        .task = j->task,
+                        .code = code,
+                        .msg = msg,
+                        .latency_ms = -1,
                         .sample = sample == PY_NO_SAMPLE ? first_index(j)
                                                          : sample};
 
@@ -320,24 +347,29 @@ static void finish_dead(struct ds_py *py, struct ds_pyw *w, int status,
     if (w->has_slot)
         dh__ds_release(py->env, &w->slot);
     if (w->job) {
-        snprintf(msg, sizeof(msg), "python worker %u (pid %d) %s while "
+        snprintf(msg, sizeof(msg),
+                 "python worker %u (pid %d) %s while "
                  "loading %s (task %llu); a new worker takes its place",
                  w->id, (int)w->pid, how,
                  w->sample == PY_NO_SAMPLE ? "its batch" : "this sample",
                  (unsigned long long)w->job->task.id);
-        job_fail(py, w->job, w->sample,
-                 w->timed_out ? DH_ETIMEOUT : DH_EIO, msg);
+        job_fail(py, w->job, w->sample, w->timed_out ? DH_ETIMEOUT : DH_EIO,
+                 msg);
     } else if (w->was_ready) {
-        fprintf(stderr, "datahelix: dataserver %u: idle python worker %u "
-                "(pid %d) %s\n", py->env->server_id, w->id, (int)w->pid, how);
+        fprintf(stderr,
+                "datahelix: dataserver %u: idle python worker %u "
+                "(pid %d) %s\n",
+                py->env->server_id, w->id, (int)w->pid, how);
     } else if (!py->broken) {
-        fprintf(stderr, "datahelix: dataserver %u: python worker %u (pid "
-                "%d) %s before it was ready\n", py->env->server_id, w->id,
-                (int)w->pid, how);
+        fprintf(stderr,
+                "datahelix: dataserver %u: python worker %u (pid "
+                "%d) %s before it was ready\n",
+                py->env->server_id, w->id, (int)w->pid, how);
         if (++py->start_fails >= PY_MAX_START_FAILS) {
-            snprintf(msg, sizeof(msg), "python workers (%s) failed to start "
-                     "%u times in a row; the last %s", py->python,
-                     py->start_fails, how);
+            snprintf(msg, sizeof(msg),
+                     "python workers (%s) failed to start "
+                     "%u times in a row; the last %s",
+                     py->python, py->start_fails, how);
             set_broken(py, msg);
         }
     }
@@ -363,7 +395,8 @@ static void reap(struct ds_py *py, struct ds_pyw *w, uint64_t now)
         w->deadline_ms = now + PY_REAP_MS;
         return;
     }
-    fprintf(stderr, "datahelix: dataserver %u: python worker %u (pid %d) "
+    fprintf(stderr,
+            "datahelix: dataserver %u: python worker %u (pid %d) "
             "did not exit %d ms after SIGKILL; no longer waited for\n",
             py->env->server_id, w->id, (int)w->pid, PY_REAP_MS);
     finish_dead(py, w, 0, 0);
@@ -371,8 +404,7 @@ static void reap(struct ds_py *py, struct ds_pyw *w, uint64_t now)
 
 /* ---- jobs ---- */
 
-static int send_job(struct ds_pyw *w, const struct ds_job *j,
-                    struct dh_err *e)
+static int send_job(struct ds_pyw *w, const struct ds_job *j, struct dh_err *e)
 {
     static unsigned char buf[16 + 8 * PY_IDS_PER_MSG];
     uint32_t at = 0;
@@ -456,15 +488,16 @@ static void job_done(struct ds_py *py, struct ds_job *j,
 {
     uint32_t skip = j->n > 1 && (j->ids[0] & PY_HDR_BIT) ? 1 : 0;
     uint32_t n = j->n - skip, *valid = dh__calloc(n + 1, sizeof(*valid));
-    struct ds_done d = {.kind = DS_DONE_RESULT, .job = j, .task = j->task,
-                        .latency_ms = -1};
+    struct ds_done d = {
+        .kind = DS_DONE_RESULT, .job = j, .task = j->task, .latency_ms = -1};
     struct dh_err e;
 
     if (!valid || ref->len == 0 || ref->len > (UINT64_C(1) << 32)) {
         if (!valid)
             dh_err_set(&e, DH_ENOMEM, "out of memory");
         else
-            dh_err_set(&e, DH_ETOOBIG, "python batch of %llu bytes: over "
+            dh_err_set(&e, DH_ETOOBIG,
+                       "python batch of %llu bytes: over "
                        "the 4 GiB a notice can describe",
                        (unsigned long long)ref->len);
         dh__free(valid);
@@ -472,31 +505,37 @@ static void job_done(struct ds_py *py, struct ds_job *j,
         job_fail(py, j, PY_NO_SAMPLE, e.code, e.msg);
         return;
     }
-    d.res = (struct ds_result){.slot = *ref, .ndims = 1,
-                               .dims = {ref->len}, .dtype = DH_DTYPE_U8,
-                               .layout = DH_LAYOUT_THWC, .ids = j->ids + skip,
-                               .valid = valid, .n = n};
+    d.res = (struct ds_result){.slot = *ref,
+                               .ndims = 1,
+                               .dims = {ref->len},
+                               .dtype = DH_DTYPE_U8,
+                               .layout = DH_LAYOUT_THWC,
+                               .ids = j->ids + skip,
+                               .valid = valid,
+                               .n = n};
     py->sink.done(py->sink.arg, &d);
     dh__free(valid);
 }
 
 /* ---- worker messages ---- */
 
-static void protocol_error(struct ds_py *py, struct ds_pyw *w,
-                           const char *what)
+static void protocol_error(struct ds_py *py, struct ds_pyw *w, const char *what)
 {
     char why[160];
 
-    fprintf(stderr, "datahelix: dataserver %u: python worker %u (pid %d): "
-            "%s; killed\n", py->env->server_id, w->id, (int)w->pid, what);
-    snprintf(why, sizeof(why), "broke the worker protocol (%s) and was "
-             "killed", what);
+    fprintf(stderr,
+            "datahelix: dataserver %u: python worker %u (pid %d): "
+            "%s; killed\n",
+            py->env->server_id, w->id, (int)w->pid, what);
+    snprintf(why, sizeof(why),
+             "broke the worker protocol (%s) and was "
+             "killed",
+             what);
     kill_worker(w, why);
 }
 
 /* The worker's job, if `task` names it; else a protocol error. */
-static struct ds_job *own_job(struct ds_py *py, struct ds_pyw *w,
-                              uint64_t task)
+static struct ds_job *own_job(struct ds_py *py, struct ds_pyw *w, uint64_t task)
 {
     if (w->st == PYW_BUSY && w->job && w->job->task.id == task)
         return w->job;
@@ -504,8 +543,8 @@ static struct ds_job *own_job(struct ds_py *py, struct ds_pyw *w,
     return NULL;
 }
 
-static void on_msg(struct ds_py *py, struct ds_pyw *w,
-                   const unsigned char *m, size_t n)
+static void on_msg(struct ds_py *py, struct ds_pyw *w, const unsigned char *m,
+                   size_t n)
 {
     struct dh_slot_ref ref;
     struct ds_job *j;
@@ -515,8 +554,10 @@ static void on_msg(struct ds_py *py, struct ds_pyw *w,
         w->st = PYW_IDLE;
         py->start_fails = 0;
     } else if (n >= 4 && !memcmp(m, "DHPF", 4)) {
-        snprintf(text, sizeof(text), "python workers cannot load the "
-                 "dataset: %.*s", (int)(n - 4), (const char *)m + 4);
+        snprintf(text, sizeof(text),
+                 "python workers cannot load the "
+                 "dataset: %.*s",
+                 (int)(n - 4), (const char *)m + 4);
         set_broken(py, text);
         kill_worker(w, "could not load the dataset");
     } else if (n == 20 && !memcmp(m, "DHPS", 4)) {
@@ -586,14 +627,17 @@ static void py_drain(struct ds_exec *x)
         if (w->fd >= 0)
             read_worker(py, w);
         if (w->st == PYW_BUSY && now >= w->deadline_ms) {
-            snprintf(why, sizeof(why), "was still busy after %d ms "
+            snprintf(why, sizeof(why),
+                     "was still busy after %d ms "
                      "(python job timeout) and was killed",
                      py->job_timeout_ms);
             w->timed_out = 1;
             kill_worker(w, why);
         } else if (w->st == PYW_STARTING && now >= w->deadline_ms) {
-            snprintf(why, sizeof(why), "was not ready after %d ms and was "
-                     "killed", PY_START_TIMEOUT_MS);
+            snprintf(why, sizeof(why),
+                     "was not ready after %d ms and was "
+                     "killed",
+                     PY_START_TIMEOUT_MS);
             kill_worker(w, why);
         }
         if (w->st == PYW_DYING)
@@ -622,8 +666,7 @@ static int py_pollitems(struct ds_exec *x, zmq_pollitem_t *it, int cap)
 
     for (unsigned i = 0; i < py->n && n < cap; i++)
         if (py->w[i].fd >= 0)
-            it[n++] = (zmq_pollitem_t){.fd = py->w[i].fd,
-                                       .events = ZMQ_POLLIN};
+            it[n++] = (zmq_pollitem_t){.fd = py->w[i].fd, .events = ZMQ_POLLIN};
     return n;
 }
 
@@ -644,7 +687,8 @@ static int py_init(struct ds_py *py, const struct dh_dataserver_opts *o,
                    struct dh_err *e)
 {
     if (!(py->python = find_program(o->python ? o->python : "python3")))
-        return dh_err_set(e, DH_ENOTFOUND, "dataserver: python interpreter "
+        return dh_err_set(e, DH_ENOTFOUND,
+                          "dataserver: python interpreter "
                           "'%s' not found or not executable",
                           o->python ? o->python : "python3");
     if (!(py->dataset = dh__strdup(o->python_dataset)) ||
@@ -665,9 +709,11 @@ int dh__ds_py_create(const struct ds_env *env,
 
     if (o->python_workers < 1 || o->python_workers > PY_MAX_WORKERS ||
         o->python_job_timeout_ms < 1)
-        return dh_err_set(e, DH_EINVAL, "dataserver: --python-workers %u "
+        return dh_err_set(e, DH_EINVAL,
+                          "dataserver: --python-workers %u "
                           "(1..%d) or --python-job-timeout-ms %d out of "
-                          "range", o->python_workers, PY_MAX_WORKERS,
+                          "range",
+                          o->python_workers, PY_MAX_WORKERS,
                           o->python_job_timeout_ms);
     if ((rc = check_dataset_file(o->python_dataset, e)) < 0)
         return rc;
@@ -755,8 +801,10 @@ static void py_destroy(struct ds_exec *x)
             if (py->w[i].pid > 0)
                 kill(py->w[i].pid, SIGKILL);
         if (wait_all(py, PY_REAP_MS))
-            fprintf(stderr, "datahelix: dataserver %u: a python worker did "
-                    "not exit after SIGKILL\n", py->env->server_id);
+            fprintf(stderr,
+                    "datahelix: dataserver %u: a python worker did "
+                    "not exit after SIGKILL\n",
+                    py->env->server_id);
     }
     for (unsigned i = 0; py->w && i < py->n; i++)
         if (py->w[i].has_slot)

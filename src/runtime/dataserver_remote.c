@@ -43,7 +43,7 @@
 #include "runtime/dataserver_internal.h"
 #include "runtime/transport.h"
 
-#define EVICT_LINGER_MS 1000  /* an evicted target may still flush */
+#define EVICT_LINGER_MS 1000 /* an evicted target may still flush */
 #define LINK_ALPHA 0.3
 
 /* A cached DEALER socket to one delivery target. */
@@ -75,8 +75,8 @@ struct ds_fwd {
     struct ds_exec x; /* first */
     const struct ds_env *env;
     void *ctx;
-    struct ds_sink sink;  /* the core's */
-    struct ds_exec *pool; /* reports to fwd_on_pool() */
+    struct ds_sink sink;   /* the core's */
+    struct ds_exec *pool;  /* reports to fwd_on_pool() */
     struct ds_peer *peers; /* DS_MAX_PEERS */
     struct ds_parked *parked;
     size_t cap;
@@ -135,8 +135,10 @@ static int peer_open(struct ds_fwd *f, struct ds_peer *p, uint32_t id,
                      const char *addr, struct dh_err *e)
 {
     char peer[64];
-    struct dh_tp_opts o = {.kind = DH_TP_PAYLOAD_OUT, .addr = addr,
-                           .who = "dataserver", .peer = peer};
+    struct dh_tp_opts o = {.kind = DH_TP_PAYLOAD_OUT,
+                           .addr = addr,
+                           .who = "dataserver",
+                           .peer = peer};
     int rc;
 
     snprintf(peer, sizeof(peer), "the delivery target, server %u at", id);
@@ -150,8 +152,8 @@ static int peer_open(struct ds_fwd *f, struct ds_peer *p, uint32_t id,
     return 0;
 }
 
-static struct ds_peer *peer_get(struct ds_fwd *f, uint32_t id,
-                                const char *addr, struct dh_err *e)
+static struct ds_peer *peer_get(struct ds_fwd *f, uint32_t id, const char *addr,
+                                struct dh_err *e)
 {
     struct ds_peer *p = NULL;
 
@@ -195,9 +197,11 @@ static int send_payload(struct ds_fwd *f, struct ds_parked *k,
     k->parked = 0; /* the message owned the slot: sent or released */
     if (rc < 0) {
         peer_close(p, 0);
-        return dh_err_set(e, DH_EIO, "sending task %llu to server %u at "
-                          "%s: %s", (unsigned long long)j->task.id,
-                          j->target_id, j->target_addr, se.msg);
+        return dh_err_set(e, DH_EIO,
+                          "sending task %llu to server %u at "
+                          "%s: %s",
+                          (unsigned long long)j->task.id, j->target_id,
+                          j->target_addr, se.msg);
     }
     p->bytes += k->payload_len;
     DS_INC(f->env, forwarded);
@@ -206,8 +210,7 @@ static int send_payload(struct ds_fwd *f, struct ds_parked *k,
 }
 
 /* 1: sent, 0: the target cannot take it yet, < 0: it never will. */
-static int try_deliver(struct ds_fwd *f, struct ds_parked *k,
-                       struct dh_err *e)
+static int try_deliver(struct ds_fwd *f, struct ds_parked *k, struct dh_err *e)
 {
     const struct ds_job *j = k->job;
     struct ds_peer *p;
@@ -215,19 +218,23 @@ static int try_deliver(struct ds_fwd *f, struct ds_parked *k,
     int rc;
 
     if (j->target_id == f->env->server_id)
-        return dh_err_set(e, DH_EINVAL, "remote dataserver %u has no "
+        return dh_err_set(e, DH_EINVAL,
+                          "remote dataserver %u has no "
                           "delivery target for task %llu (rank %u has no "
-                          "local DataServer)", f->env->server_id,
-                          (unsigned long long)j->task.id, j->task.rank);
+                          "local DataServer)",
+                          f->env->server_id, (unsigned long long)j->task.id,
+                          j->task.rank);
     if (!(p = peer_get(f, j->target_id, j->target_addr, e)))
         return e->code;
     p->last_use_ms = dh__mono_ms();
     if ((rc = dh__tp_send_more(p->sock, k->hdr, k->hdr_len, &se)) == 0)
         return 0; /* not connected yet, or its queue is full */
     if (rc < 0)
-        return dh_err_set(e, DH_EIO, "sending task %llu to server %u at "
-                          "%s: %s", (unsigned long long)j->task.id,
-                          j->target_id, j->target_addr, se.msg);
+        return dh_err_set(e, DH_EIO,
+                          "sending task %llu to server %u at "
+                          "%s: %s",
+                          (unsigned long long)j->task.id, j->target_id,
+                          j->target_addr, se.msg);
     return send_payload(f, k, p, e);
 }
 
@@ -245,7 +252,9 @@ static void finish(struct ds_fwd *f, struct ds_parked *k, int rc,
                    const struct dh_err *e)
 {
     struct ds_job *j = k->job;
-    struct ds_done d = {.kind = DS_DONE_FORWARDED, .job = j, .task = j->task,
+    struct ds_done d = {.kind = DS_DONE_FORWARDED,
+                        .job = j,
+                        .task = j->task,
                         .latency_ms = k->latency_ms};
 
     if (rc < 0) {
@@ -277,8 +286,8 @@ static int encode_header(struct ds_fwd *f, struct ds_parked *k,
     int rc;
 
     r.slot = (struct dh_slot_ref){.offset = 0, .len = k->payload_len};
-    if ((rc = dh__ds_notice_fill(&f->hdr, f->env->server_id, &d->task, &r,
-                                 e)) < 0)
+    if ((rc = dh__ds_notice_fill(&f->hdr, f->env->server_id, &d->task, &r, e)) <
+        0)
         return rc;
     return dh_wire_encode(&f->hdr, &k->hdr, &k->hdr_len, e);
 }
@@ -299,21 +308,28 @@ static void fwd_on_pool(void *arg, const struct ds_done *d)
     }
     if (!(k = entry_new(f))) { /* cannot happen: cap = the job table */
         dh__ds_release(f->env, &d->res.slot);
-        f->sink.done(f->sink.arg, &(struct ds_done){
-            .kind = DS_DONE_ERROR, .job = j, .task = j->task,
-            .code = DH_ETOOBIG, .sample = j->ids[0],
-            .msg = "too many batches waiting for their target",
-            .latency_ms = d->latency_ms});
+        f->sink.done(f->sink.arg,
+                     &(struct ds_done){
+                         .kind = DS_DONE_ERROR,
+                         .job = j,
+                         .task = j->task,
+                         .code = DH_ETOOBIG,
+                         .sample = j->ids[0],
+                         .msg = "too many batches waiting for their target",
+                         .latency_ms = d->latency_ms});
         return;
     }
-    *k = (struct ds_parked){.job = j, .parked = 1, .slot = d->res.slot,
+    *k = (struct ds_parked){.job = j,
+                            .parked = 1,
+                            .slot = d->res.slot,
                             .payload_len = dh_batch_bytes(&j->plan, j->n),
                             .latency_ms = d->latency_ms};
     k->give_up_ms = dh__mono_ms() + (uint64_t)f->env->deliver_timeout_ms;
     if (k->payload_len == 0 || k->payload_len > d->res.slot.len)
-        rc = dh_err_set(&e, DH_EINVAL, "task %llu: batch of %zu bytes in a "
-                        "slot of %llu", (unsigned long long)j->task.id,
-                        k->payload_len,
+        rc = dh_err_set(&e, DH_EINVAL,
+                        "task %llu: batch of %zu bytes in a "
+                        "slot of %llu",
+                        (unsigned long long)j->task.id, k->payload_len,
                         (unsigned long long)d->res.slot.len);
     else if ((rc = encode_header(f, k, d, &e)) == 0)
         rc = try_deliver(f, k, &e);
@@ -335,7 +351,8 @@ static void retry(struct ds_fwd *f)
             continue;
         rc = try_deliver(f, k, &e);
         if (rc == 0 && now >= k->give_up_ms)
-            rc = dh_err_set(&e, DH_ETIMEOUT, "remote dataserver %u: the "
+            rc = dh_err_set(&e, DH_ETIMEOUT,
+                            "remote dataserver %u: the "
                             "delivery target, server %u at %s, did not take "
                             "task %llu within %d ms (unreachable or full)",
                             f->env->server_id, k->job->target_id,
@@ -401,14 +418,15 @@ static uint32_t fwd_links(struct ds_exec *x, struct dh_wire_link *out,
         if (delta > 0 && !first) { /* an idle link is not a slow one */
             double v = (double)delta / dt;
 
-            p->bps = p->bps == 0 ? v : (1 - LINK_ALPHA) * p->bps +
-                                       LINK_ALPHA * v;
+            p->bps = p->bps == 0 ? v
+                                 : (1 - LINK_ALPHA) * p->bps + LINK_ALPHA * v;
         }
         if (p->bps >= 1 && n < cap)
             out[n++] = (struct dh_wire_link){
                 .peer_server_id = p->server_id,
                 .bytes_per_s = p->bps > (double)DH_WIRE_MAX_BYTES
-                                   ? DH_WIRE_MAX_BYTES : (uint64_t)p->bps};
+                                   ? DH_WIRE_MAX_BYTES
+                                   : (uint64_t)p->bps};
     }
     return n;
 }
@@ -445,10 +463,9 @@ static const struct ds_exec_ops fwd_ops = {
     .destroy = fwd_destroy,
 };
 
-int dh__ds_fwd_create(const struct ds_env *env, void *zmq_ctx,
-                      unsigned workers, unsigned queue, size_t max_jobs,
-                      struct ds_sink sink, struct ds_exec **out,
-                      struct dh_err *e)
+int dh__ds_fwd_create(const struct ds_env *env, void *zmq_ctx, unsigned workers,
+                      unsigned queue, size_t max_jobs, struct ds_sink sink,
+                      struct ds_exec **out, struct dh_err *e)
 {
     struct ds_fwd *f = dh__calloc(1, sizeof(*f));
     int rc;

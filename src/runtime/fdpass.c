@@ -197,7 +197,7 @@ static int refuse(int sock, ssize_t n, int flags, const int *fds, int nfds,
 }
 
 int dh__fd_recv(int sock, int *fd, void *msg, size_t cap, size_t *len,
-               int timeout_ms, struct dh_err *e)
+                int timeout_ms, struct dh_err *e)
 {
     union {
         struct cmsghdr align;

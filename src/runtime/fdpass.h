@@ -30,7 +30,7 @@
  * DH_EINVAL for bad arguments, DH_EIO otherwise.
  */
 int dh__fd_send(int sock, int fd, const void *msg, size_t len,
-               struct dh_err *e) DH_MUST_CHECK;
+                struct dh_err *e) DH_MUST_CHECK;
 
 /*
  * Receives one message of at most `cap` bytes into `msg` and the
@@ -43,6 +43,6 @@ int dh__fd_send(int sock, int fd, const void *msg, size_t len,
  * closed the socket.  Out-params are written only on success.
  */
 int dh__fd_recv(int sock, int *fd, void *msg, size_t cap, size_t *len,
-               int timeout_ms, struct dh_err *e) DH_MUST_CHECK;
+                int timeout_ms, struct dh_err *e) DH_MUST_CHECK;
 
 #endif

@@ -29,8 +29,10 @@ int dh__link_hello_unpack(const unsigned char *in, size_t len,
                           struct dh_link_hello *h, struct dh_err *e)
 {
     if (len != DH_LINK_HELLO_BYTES || memcmp(in, MAGIC, sizeof(MAGIC)) != 0)
-        return dh_err_set(e, DH_EFORMAT, "local link: not a datahelix arena "
-                          "hello (%zu bytes)", len);
+        return dh_err_set(e, DH_EFORMAT,
+                          "local link: not a datahelix arena "
+                          "hello (%zu bytes)",
+                          len);
     h->server_id = dh__get_le32(in + 8);
     h->rank = dh__get_le32(in + 12);
     h->capacity = dh__get_le64(in + 16);
@@ -47,8 +49,10 @@ static int abstract_addr(const char *name, struct sockaddr_un *a,
         name++;
     if (!name || !(n = strlen(name)) || n > DH_LINK_MAX_NAME ||
         n + 1 > sizeof(a->sun_path))
-        return dh_err_set(e, DH_EINVAL, "local link: bad socket name '%s' "
-                          "(1..%d bytes)", name ? name : "", DH_LINK_MAX_NAME);
+        return dh_err_set(e, DH_EINVAL,
+                          "local link: bad socket name '%s' "
+                          "(1..%d bytes)",
+                          name ? name : "", DH_LINK_MAX_NAME);
     memset(a, 0, sizeof(*a));
     a->sun_family = AF_UNIX;
     memcpy(a->sun_path + 1, name, n); /* sun_path[0] = 0: abstract */
@@ -66,15 +70,14 @@ int dh__link_listen(const char *name, struct dh_err *e)
         return rc;
     fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
-        return dh_err_set(e, DH_EIO, "local link: socket: %s",
-                          strerror(errno));
+        return dh_err_set(e, DH_EIO, "local link: socket: %s", strerror(errno));
     if (bind(fd, (struct sockaddr *)&a, len) < 0 || listen(fd, 4) < 0) {
         int err = errno;
 
         close(fd);
-        return dh_err_set(e, DH_EIO, "local link: cannot listen on @%s: %s",
-                          a.sun_path + 1, err == EADDRINUSE
-                              ? "name in use (another dataserver?)"
+        return dh_err_set(
+            e, DH_EIO, "local link: cannot listen on @%s: %s", a.sun_path + 1,
+            err == EADDRINUSE ? "name in use (another dataserver?)"
                               : strerror(err));
     }
     return fd;
@@ -90,8 +93,7 @@ int dh__link_connect(const char *name, struct dh_err *e)
         return rc;
     fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return dh_err_set(e, DH_EIO, "local link: socket: %s",
-                          strerror(errno));
+        return dh_err_set(e, DH_EIO, "local link: socket: %s", strerror(errno));
     if (connect(fd, (struct sockaddr *)&a, len) < 0) {
         int err = errno;
 

@@ -43,8 +43,7 @@ struct tp_kind {
 };
 
 static const struct tp_kind kinds[] = {
-    [DH_TP_CLIENT_CTL] = {ZMQ_DEALER, 0, 0, 0, 0, 0, -1, -1,
-                          DH_WIRE_MAX_MSG},
+    [DH_TP_CLIENT_CTL] = {ZMQ_DEALER, 0, 0, 0, 0, 0, -1, -1, DH_WIRE_MAX_MSG},
     [DH_TP_COORD] = {ZMQ_ROUTER, 1, 1, 0, 0, 0, 100, 100, DH_WIRE_MAX_MSG},
     [DH_TP_SERVER_CTL] = {ZMQ_DEALER, 0, 0, 0, 0, 0, 1000, 1000,
                           DH_WIRE_MAX_MSG},
@@ -84,13 +83,14 @@ static void set_options(void *sock, const struct tp_kind *k, int64_t maxmsg)
  * keys and the ZAP domain go here, for every role, before bind / connect,
  * so no call site sets them itself.  Today `auth` is always NULL and
  * nothing is set: every socket is plain TCP / IPC, as before. */
-static int apply_auth(void *sock, const struct dh_tp_opts *o,
-                      struct dh_err *e)
+static int apply_auth(void *sock, const struct dh_tp_opts *o, struct dh_err *e)
 {
     (void)sock;
     if (o->auth)
-        return dh_err_set(e, DH_ENOTIMPL, "%s: transport security is not "
-                          "implemented yet", o->who);
+        return dh_err_set(e, DH_ENOTIMPL,
+                          "%s: transport security is not "
+                          "implemented yet",
+                          o->who);
     return 0;
 }
 
@@ -102,18 +102,20 @@ static int do_bind(void *sock, const struct dh_tp_opts *o, char *bound,
     if (zmq_bind(sock, o->addr) < 0) {
         int err = zmq_errno();
 
-        return dh_err_set(e, err == EADDRINUSE || err == EADDRNOTAVAIL ||
-                                     err == EACCES ? DH_EIO : DH_EINVAL,
-                          "%s: cannot listen on %s: %s", o->who, o->addr,
-                          zmq_strerror(err));
+        return dh_err_set(
+            e,
+            err == EADDRINUSE || err == EADDRNOTAVAIL || err == EACCES
+                ? DH_EIO
+                : DH_EINVAL,
+            "%s: cannot listen on %s: %s", o->who, o->addr, zmq_strerror(err));
     }
     if (bound && zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, bound, &len) < 0)
         snprintf(bound, bound_len, "%s", o->addr);
     return 0;
 }
 
-int dh__tp_open(void *ctx, const struct dh_tp_opts *o, void **out,
-                char *bound, size_t bound_len, struct dh_err *e)
+int dh__tp_open(void *ctx, const struct dh_tp_opts *o, void **out, char *bound,
+                size_t bound_len, struct dh_err *e)
 {
     const struct tp_kind *k = &kinds[o->kind];
     void *sock = zmq_socket(ctx, k->type);
@@ -129,8 +131,8 @@ int dh__tp_open(void *ctx, const struct dh_tp_opts *o, void **out,
         if ((rc = do_bind(sock, o, bound, bound_len, e)) < 0)
             goto out_close;
     } else if (zmq_connect(sock, o->addr) < 0) {
-        rc = dh_err_set(e, DH_EINVAL, "cannot connect to %s %s: %s",
-                        o->peer, o->addr, zmq_strerror(zmq_errno()));
+        rc = dh_err_set(e, DH_EINVAL, "cannot connect to %s %s: %s", o->peer,
+                        o->addr, zmq_strerror(zmq_errno()));
         goto out_close;
     }
     *out = sock;
@@ -168,8 +170,7 @@ int dh__tp_wait(void *sock, long ms, struct dh_err *e)
 /* ---- sending ---- */
 
 int dh__tp_send(void *sock, const struct dh_tp_from *to,
-                const struct dh_wire_msg *m, const char *peer,
-                struct dh_err *e)
+                const struct dh_wire_msg *m, const char *peer, struct dh_err *e)
 {
     uint8_t *buf = NULL;
     size_t len = 0;
@@ -177,8 +178,8 @@ int dh__tp_send(void *sock, const struct dh_tp_from *to,
 
     if (rc < 0)
         return rc;
-    if ((to && zmq_send(sock, to->id, to->id_len,
-                        ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) ||
+    if ((to &&
+         zmq_send(sock, to->id, to->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) ||
         zmq_send(sock, buf, len, ZMQ_DONTWAIT) < 0)
         rc = peer ? dh_err_set(e, DH_EIO, "sending %s to %s: %s",
                                dh_wire_type_name(m->type), peer,
@@ -188,8 +189,7 @@ int dh__tp_send(void *sock, const struct dh_tp_from *to,
     return rc;
 }
 
-int dh__tp_send_more(void *sock, const void *buf, size_t len,
-                     struct dh_err *e)
+int dh__tp_send_more(void *sock, const void *buf, size_t len, struct dh_err *e)
 {
     if (zmq_send(sock, buf, len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
         return 1;
@@ -328,8 +328,7 @@ void dh__tp_frames_close(zmq_msg_t *f, int n)
         zmq_msg_close(&f[i]);
 }
 
-int dh__tp_decode(const zmq_msg_t *f, struct dh_wire_msg *m,
-                  struct dh_err *e)
+int dh__tp_decode(const zmq_msg_t *f, struct dh_wire_msg *m, struct dh_err *e)
 {
     zmq_msg_t *mf = (zmq_msg_t *)f; /* zmq_msg_data() takes no const */
 

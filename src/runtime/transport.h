@@ -62,8 +62,8 @@ struct dh_tp_from {
  * Errors: DH_EIO (no socket; bind: address in use, not available or not
  * permitted), DH_EINVAL (a bad endpoint).
  */
-int dh__tp_open(void *ctx, const struct dh_tp_opts *o, void **out,
-                char *bound, size_t bound_len, struct dh_err *e) DH_MUST_CHECK;
+int dh__tp_open(void *ctx, const struct dh_tp_opts *o, void **out, char *bound,
+                size_t bound_len, struct dh_err *e) DH_MUST_CHECK;
 /* Sets the linger (ms) and closes *sock; *sock becomes NULL.  NULL ok. */
 void dh__tp_close(void **sock, int linger_ms);
 /* Lets messages still queued go out for up to `ms` when the socket closes. */

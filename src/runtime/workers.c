@@ -68,7 +68,7 @@ struct dh_workers {
     struct fifo jobs, dones;
     unsigned cap;
     int stopping;
-    unsigned alive;   /* threads not yet returned from their loop */
+    unsigned alive; /* threads not yet returned from their loop */
     uint64_t running, done, failed;
     const struct dh_index *ix;
     struct dh_arena *arena;
@@ -238,8 +238,7 @@ static int start_threads(struct dh_workers *w, struct dh_err *e)
             pthread_mutex_lock(&w->mu);
             w->alive--;
             pthread_mutex_unlock(&w->mu);
-            return dh_err_set(e, DH_EIO, "workers: cannot start thread %u",
-                              i);
+            return dh_err_set(e, DH_EIO, "workers: cannot start thread %u", i);
         }
         t->started = 1;
     }
@@ -313,9 +312,10 @@ int dh_workers_create(unsigned nthreads, const struct dh_index *ix,
     if (!ix || !arena || !out || nthreads < 1 ||
         nthreads > DH_WORKERS_MAX_THREADS || queue_cap < 1 ||
         queue_cap > DH_WORKERS_MAX_QUEUE)
-        return dh_err_set(e, DH_EINVAL, "workers: %u threads (1..%d), queue "
-                          "%u (1..%d), index and arena required", nthreads,
-                          DH_WORKERS_MAX_THREADS, queue_cap,
+        return dh_err_set(e, DH_EINVAL,
+                          "workers: %u threads (1..%d), queue "
+                          "%u (1..%d), index and arena required",
+                          nthreads, DH_WORKERS_MAX_THREADS, queue_cap,
                           DH_WORKERS_MAX_QUEUE);
     w = dh__calloc(1, sizeof(*w));
     if (!w)
@@ -354,16 +354,21 @@ static int check_job(const struct dh_work *job, struct dh_err *e)
     if ((rc = dh_media_plan_check(job->plan, e)))
         return rc;
     if (job->plan->kind == DH_PLAN_INDICES)
-        return dh_err_set(e, DH_EINVAL, "task %llu: index-list plans are not "
+        return dh_err_set(e, DH_EINVAL,
+                          "task %llu: index-list plans are not "
                           "supported by the worker pool",
                           (unsigned long long)job->task_id);
-    if (job->n < 1 || job->n > DH_BATCH_MAX_SAMPLES || job->alloc_timeout_ms < 0)
-        return dh_err_set(e, DH_EINVAL, "task %llu: %u samples (1..%d), "
-                          "alloc timeout %d ms", (unsigned long long)job->task_id,
-                          job->n, DH_BATCH_MAX_SAMPLES, job->alloc_timeout_ms);
+    if (job->n < 1 || job->n > DH_BATCH_MAX_SAMPLES ||
+        job->alloc_timeout_ms < 0)
+        return dh_err_set(e, DH_EINVAL,
+                          "task %llu: %u samples (1..%d), "
+                          "alloc timeout %d ms",
+                          (unsigned long long)job->task_id, job->n,
+                          DH_BATCH_MAX_SAMPLES, job->alloc_timeout_ms);
     need = dh_batch_bytes(job->plan, job->n);
     if (need == 0 || need > SIZE_MAX - DH_MEDIA_DST_PAD)
-        return dh_err_set(e, DH_EINVAL, "task %llu: the plan cannot be batched "
+        return dh_err_set(e, DH_EINVAL,
+                          "task %llu: the plan cannot be batched "
                           "(no frame cap, or too large)",
                           (unsigned long long)job->task_id);
     return 0;
@@ -431,9 +436,10 @@ int dh_workers_submit(struct dh_workers *w, const struct dh_work *job,
         return 0;
     job_free(j);
     if (rc == DH_ETIMEOUT)
-        return dh_err_set(e, rc, "task %llu: job queue full (%u jobs) for "
-                          "%d ms", (unsigned long long)job->task_id, w->cap,
-                          timeout_ms);
+        return dh_err_set(e, rc,
+                          "task %llu: job queue full (%u jobs) for "
+                          "%d ms",
+                          (unsigned long long)job->task_id, w->cap, timeout_ms);
     return dh_err_set(e, rc, "task %llu: worker pool is shutting down",
                       (unsigned long long)job->task_id);
 }

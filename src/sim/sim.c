@@ -225,8 +225,8 @@ static int choose(struct sim *s, uint32_t r, uint64_t step, uint64_t id,
     req.deadline_ms = INFINITY;
     if (s->sys == DH_SIM_DATAHELIX) {
         req.local_server = s->srv[k->local].pid;
-        req.deadline_ms = dh_window_slack_ms(&k->w,
-                                             (int)(step - k->consumed), 0);
+        req.deadline_ms = dh_window_slack_ms(&k->w, (int)(step - k->consumed),
+                                             0);
     }
     if ((rc = dh_place_decide(t->p, &req, &d)) != 0)
         return dh_err_set(s->e, rc, "sim: placement decision failed");
@@ -240,8 +240,8 @@ static int choose(struct sim *s, uint32_t r, uint64_t step, uint64_t id,
 /* Rank r's samples of `step`: the plan's (or the random split's), or with
  * replay_order the workload's own order, B samples per (step, rank) in
  * turn. */
-static const uint64_t *batch_ids(const struct sim *s, uint64_t step,
-                                 uint32_t r, uint64_t *cnt)
+static const uint64_t *batch_ids(const struct sim *s, uint64_t step, uint32_t r,
+                                 uint64_t *cnt)
 {
     if (s->seq) {
         *cnt = s->c->batch;
@@ -282,8 +282,8 @@ static int begin_compute(struct sim *s, uint32_t r)
 
     k->waiting = 0;
     if (step >= s->c->warmup)
-        s->wait[(step - s->c->warmup) * s->c->ranks + r] =
-            s->now - s->step_start[step];
+        s->wait[(step - s->c->warmup) * s->c->ranks + r] = s->now -
+                                                           s->step_start[step];
     if (k->consumed >= 0)
         dh_window_update(&k->w, s->now - k->last_next);
     k->last_next = s->now;
@@ -310,8 +310,7 @@ static int batch_ready(struct sim *s, uint32_t r)
     t = h->next_ms + h->next_ms_per_mb * bytes / 1e6;
     s->rk[r].waiting = 0;
     if (t > 0)
-        return dh__sim_evq_push(&s->q, s->now + t, EV_HANDED, r,
-                                s->cur_step);
+        return dh__sim_evq_push(&s->q, s->now + t, EV_HANDED, r, s->cur_step);
     return begin_compute(s, r);
 }
 
@@ -374,8 +373,8 @@ static int deliver(struct sim *s, uint32_t sv, uint64_t id)
     if (b / s->c->ranks >= s->c->warmup)
         s->cross_measured += (uint64_t)bytes;
     if (s->sys == DH_SIM_DATAHELIX &&
-        (rc = dh_place_link(s->tab[v->tab].p, v->pid, s->srv[local].pid,
-                            bytes, (arrive - s->now) / 1000)) != 0)
+        (rc = dh_place_link(s->tab[v->tab].p, v->pid, s->srv[local].pid, bytes,
+                            (arrive - s->now) / 1000)) != 0)
         return dh_err_set(s->e, rc, "sim: link feedback failed");
     return dh__sim_evq_push(&s->q, arrive, EV_ARRIVE, sv, id);
 }
@@ -407,11 +406,21 @@ static int loop(struct sim *s)
         s->now = ev.t;
         s->events++;
         switch (ev.type) {
-        case EV_STEP: rc = on_step(s, ev.b); break;
-        case EV_DONE: rc = on_done(s, ev.a, ev.b); break;
-        case EV_ARRIVE: rc = on_arrive(s, ev.b); break;
-        case EV_HANDED: rc = begin_compute(s, ev.a); break;
-        default: rc = on_computed(s); break;
+        case EV_STEP:
+            rc = on_step(s, ev.b);
+            break;
+        case EV_DONE:
+            rc = on_done(s, ev.a, ev.b);
+            break;
+        case EV_ARRIVE:
+            rc = on_arrive(s, ev.b);
+            break;
+        case EV_HANDED:
+            rc = begin_compute(s, ev.a);
+            break;
+        default:
+            rc = on_computed(s);
+            break;
         }
     }
     if (rc == DH_ENOMEM)
@@ -425,28 +434,34 @@ static int check_config(const struct dh_sim_config *c,
 {
     if (c->ranks < 1 || c->batch < 1 || c->cores < 1 || c->steps < 1 ||
         c->prefetch < 1 || c->local < 1 || c->local > c->ranks)
-        return dh_err_set(e, DH_EINVAL, "sim: ranks, batch, cores, steps, "
+        return dh_err_set(e, DH_EINVAL,
+                          "sim: ranks, batch, cores, steps, "
                           "prefetch >= 1 and 1 <= local <= ranks needed");
-    if ((uint64_t)c->local + c->remote > (1u << 20) ||
-        !(c->link_gbps > 0) || !(c->link_lat_ms >= 0) ||
-        !(c->cpu_scale > 0) || !(c->noise_sigma >= 0) ||
-        !(c->allreduce_ms >= 0) || !(c->ddl_ms >= 0))
+    if ((uint64_t)c->local + c->remote > (1u << 20) || !(c->link_gbps > 0) ||
+        !(c->link_lat_ms >= 0) || !(c->cpu_scale > 0) ||
+        !(c->noise_sigma >= 0) || !(c->allreduce_ms >= 0) || !(c->ddl_ms >= 0))
         return dh_err_set(e, DH_EINVAL, "sim: a size or rate out of range");
     for (int i = 0; i < DH_SIM_NSYSTEMS; i++) {
         const struct dh_sim_handover *h = &c->handover[i];
 
         if (!(h->cpu_ms >= 0 && h->cpu_ms_per_mb >= 0 && h->next_ms >= 0 &&
-              h->next_ms_per_mb >= 0 && h->cpu_ms + h->cpu_ms_per_mb +
-              h->next_ms + h->next_ms_per_mb < INFINITY))
-            return dh_err_set(e, DH_EINVAL, "sim: %s's hand-over costs must "
-                              "be finite and >= 0", system_names[i]);
+              h->next_ms_per_mb >= 0 &&
+              h->cpu_ms + h->cpu_ms_per_mb + h->next_ms + h->next_ms_per_mb <
+                  INFINITY))
+            return dh_err_set(e, DH_EINVAL,
+                              "sim: %s's hand-over costs must "
+                              "be finite and >= 0",
+                              system_names[i]);
     }
     if (dh_sim_samples_needed(c) > UINT32_MAX)
-        return dh_err_set(e, DH_ETOOBIG, "sim: (steps + warmup) x ranks x "
+        return dh_err_set(e, DH_ETOOBIG,
+                          "sim: (steps + warmup) x ranks x "
                           "batch over 2^32");
     if (!w->s || w->n < dh_sim_samples_needed(c))
-        return dh_err_set(e, DH_EINVAL, "sim: workload has %llu samples, "
-                          "the run needs %llu", (unsigned long long)w->n,
+        return dh_err_set(e, DH_EINVAL,
+                          "sim: workload has %llu samples, "
+                          "the run needs %llu",
+                          (unsigned long long)w->n,
                           (unsigned long long)dh_sim_samples_needed(c));
     return 0;
 }
@@ -510,7 +525,7 @@ static void place_opts(const struct sim *s, int32_t nlocal,
     dh_place_opts_default(o);
     o->policy = s->sys == DH_SIM_POOL ? DH_PLACE_POLICY_LEAST_REQUEST
                                       : DH_PLACE_POLICY_DEADLINE;
-    o->key_cpu_ms = cpu / (double)s->nsamp; /* the mix's mean, as */
+    o->key_cpu_ms = cpu / (double)s->nsamp;  /* the mix's mean, as */
     o->key_bytes = bytes / (double)s->nsamp; /* docs/placement.md asks */
     o->default_bw_mbps = s->c->link_gbps * 1000 / 8;
     o->default_latency_ms = s->c->link_lat_ms;
@@ -550,10 +565,9 @@ static int make_table(struct sim *s, uint32_t t, uint32_t nt)
         if (domain_of(s, i, nt) != t)
             continue;
         tb->srv_of[v->pid] = i;
-        rc = dh_place_add_server(tb->p, v->pid, loc ? DH_PLACE_ROLE_LOCAL
-                                 : DH_PLACE_ROLE_REMOTE,
-                                 loc ? (int32_t)i : -1, (int32_t)v->cores, 0,
-                                 s->e);
+        rc = dh_place_add_server(
+            tb->p, v->pid, loc ? DH_PLACE_ROLE_LOCAL : DH_PLACE_ROLE_REMOTE,
+            loc ? (int32_t)i : -1, (int32_t)v->cores, 0, s->e);
         if (rc)
             return rc;
     }
@@ -611,8 +625,7 @@ static int make_plan(struct sim *s)
     o.world_size = s->c->ranks;
     o.batch_size = s->c->batch;
     o.seed = s->c->seed;
-    o.balance = s->sys == DH_SIM_DATAHELIX ? DH_BALANCE_FIXED
-                                           : DH_BALANCE_NONE;
+    o.balance = s->sys == DH_SIM_DATAHELIX ? DH_BALANCE_FIXED : DH_BALANCE_NONE;
     rc = dh_plan_create(tok, prof, s->nsamp, &o, &s->plan, s->e);
 out_free:
     dh__free(tok);
@@ -700,8 +713,8 @@ static void metrics(struct sim *s, struct dh_sim_metrics *m)
     for (uint64_t b = b0; b < s->nbatch; b++) /* reuse b_req as scratch */
         s->b_req[b - b0] = s->b_ready[b] - s->b_req[b];
     m->ready_p95_s = p95(s->b_req, nmeas) / 1000;
-    m->cross_ds_gb_per_100_steps =
-        (double)s->cross_measured / 1e9 * 100.0 / c->steps;
+    m->cross_ds_gb_per_100_steps = (double)s->cross_measured / 1e9 * 100.0 /
+                                   c->steps;
     for (uint64_t i = 0; i < s->nsamp; i++)
         bad += s->s_done[i] != 1;
     for (uint64_t b = 0; b < s->nbatch; b++)

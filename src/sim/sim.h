@@ -22,8 +22,12 @@
 
 #include "datahelix/error.h"
 
-enum dh_sim_system { DH_SIM_NATIVE, DH_SIM_POOL, DH_SIM_DATAHELIX,
-                     DH_SIM_NSYSTEMS };
+enum dh_sim_system {
+    DH_SIM_NATIVE,
+    DH_SIM_POOL,
+    DH_SIM_DATAHELIX,
+    DH_SIM_NSYSTEMS
+};
 enum dh_sim_model { DH_SIM_VIDEOMAE, DH_SIM_QWEN_VL, DH_SIM_DIT };
 
 /* "native" / "pool" / "datahelix"; "videomae" / "qwen-vl" / "dit". */
@@ -47,31 +51,31 @@ struct dh_sim_handover {
 };
 
 struct dh_sim_config {
-    uint32_t ranks;      /* training ranks (default 8) */
-    uint32_t local;      /* local DataServers (default = ranks) */
-    uint32_t remote;     /* remote sidecar DataServers (default 16) */
-    uint32_t cores;      /* workers per DataServer (default 4) */
-    uint32_t batch;      /* samples per rank per step (default 2) */
-    uint32_t steps;      /* measured steps (default 100) */
-    uint32_t warmup;     /* warm-up steps, excluded (default 20) */
-    uint32_t prefetch;   /* batches requested ahead (default 2) */
-    double link_gbps;    /* remote link bandwidth, Gbit/s (default 10) */
-    double link_lat_ms;  /* remote link latency (default 0.2) */
-    double ddl_ms;       /* DDL miss: input wait > ddl_ms (default 0) */
-    double noise_sigma;  /* lognormal sigma of actual/estimated CPU (0.3) */
-    double cpu_scale;    /* multiplies every est_cpu_ms (default 1) */
-    double allreduce_ms; /* fixed all-reduce time per step (default 0) */
+    uint32_t ranks;        /* training ranks (default 8) */
+    uint32_t local;        /* local DataServers (default = ranks) */
+    uint32_t remote;       /* remote sidecar DataServers (default 16) */
+    uint32_t cores;        /* workers per DataServer (default 4) */
+    uint32_t batch;        /* samples per rank per step (default 2) */
+    uint32_t steps;        /* measured steps (default 100) */
+    uint32_t warmup;       /* warm-up steps, excluded (default 20) */
+    uint32_t prefetch;     /* batches requested ahead (default 2) */
+    double link_gbps;      /* remote link bandwidth, Gbit/s (default 10) */
+    double link_lat_ms;    /* remote link latency (default 0.2) */
+    double ddl_ms;         /* DDL miss: input wait > ddl_ms (default 0) */
+    double noise_sigma;    /* lognormal sigma of actual/estimated CPU (0.3) */
+    double cpu_scale;      /* multiplies every est_cpu_ms (default 1) */
+    double allreduce_ms;   /* fixed all-reduce time per step (default 0) */
     uint32_t native_cores; /* native's cores per rank; 0 (default): the
                               whole (local + remote) x cores budget spread
                               over the ranks.  The paper's Native rd0 is
                               `cores`: each rank's own server alone */
     struct dh_sim_handover handover[DH_SIM_NSYSTEMS]; /* default 0 */
-    int replay_order;    /* every system splits the workload in its own
+    int replay_order; /* every system splits the workload in its own
                             order: step k, rank r get samples (kR + r)B ..
                             (kR + r + 1)B - 1 (a live run's split or plan,
                             replayed); 0 (default): datahelix plans,
                             native and pool split at random */
-    uint64_t seed;       /* default 1 */
+    uint64_t seed;    /* default 1 */
 };
 void dh_sim_config_default(struct dh_sim_config *c);
 /* Samples one run consumes: (steps + warmup) x ranks x batch. */
@@ -119,16 +123,16 @@ void dh_sim_paper_entry(int i, const char **name, const char **mix,
                         enum dh_sim_model *model);
 
 struct dh_sim_metrics {
-    double throughput;         /* samples/s over the measured steps */
-    double input_wait_p95_s;   /* per (rank, measured step) */
-    double ready_p95_s;        /* batch request -> ready, measured batches */
-    double ddl_miss_rate;      /* (rank, step) pairs with wait > ddl_ms */
+    double throughput;       /* samples/s over the measured steps */
+    double input_wait_p95_s; /* per (rank, measured step) */
+    double ready_p95_s;      /* batch request -> ready, measured batches */
+    double ddl_miss_rate;    /* (rank, step) pairs with wait > ddl_ms */
     double cross_ds_gb_per_100_steps; /* payload bytes not prepared on the
                                          requester's local server */
     uint64_t conservation_errors; /* samples of the run prepared != 1 time */
-    uint64_t cross_bytes;      /* over all steps (warm-up included) */
-    uint64_t events;           /* events processed */
-    double sim_end_s;          /* simulated time at the end */
+    uint64_t cross_bytes;         /* over all steps (warm-up included) */
+    uint64_t events;              /* events processed */
+    double sim_end_s;             /* simulated time at the end */
 };
 
 /*

@@ -36,7 +36,7 @@ struct mix {
     const char *name;
     int n;
     struct profile p[4];
-    double w[4];  /* weights; a negative first weight: cycle by sample */
+    double w[4]; /* weights; a negative first weight: cycle by sample */
 };
 
 static const struct mix mixes[] = {
@@ -45,10 +45,13 @@ static const struct mix mixes[] = {
     {"kinetics-l", 1, {{64, 448, 448}}, {1}},
     /* the paper: "mixed alternates 16-frame 224p, 32-frame 336p and
      * 64-frame 448p samples" */
-    {"kinetics-mixed", 3, {{16, 224, 224}, {32, 336, 336}, {64, 448, 448}},
+    {"kinetics-mixed",
+     3,
+     {{16, 224, 224}, {32, 336, 336}, {64, 448, 448}},
      {-1, 1, 1}},
     /* OpenVid-1M: mostly 720p/1080p sources of 2-8 s, resized to 480p */
-    {"openvid-mixed", 4,
+    {"openvid-mixed",
+     4,
      {{32, 720, 480}, {64, 720, 480}, {32, 1080, 480}, {64, 1080, 480}},
      {0.4, 0.3, 0.2, 0.1}},
 };
@@ -175,8 +178,10 @@ static int alloc_samples(struct dh_sim_workload *w, uint64_t n,
         return dh_err_set(e, DH_EINVAL, "workload: no samples");
     w->s = dh__calloc(n, sizeof(*w->s));
     if (!w->s)
-        return dh_err_set(e, DH_ENOMEM, "workload: out of memory for %llu "
-                          "samples", (unsigned long long)n);
+        return dh_err_set(e, DH_ENOMEM,
+                          "workload: out of memory for %llu "
+                          "samples",
+                          (unsigned long long)n);
     w->n = n;
     return 0;
 }
@@ -193,9 +198,11 @@ int dh_sim_workload_mix(const char *name, enum dh_sim_model model, uint64_t n,
         if (!strcmp(name, mixes[i].name))
             x = &mixes[i];
     if (!x)
-        return dh_err_set(e, DH_EINVAL, "unknown workload '%s' (kinetics-s, "
+        return dh_err_set(e, DH_EINVAL,
+                          "unknown workload '%s' (kinetics-s, "
                           "kinetics-m, kinetics-l, kinetics-mixed, "
-                          "openvid-mixed, paper)", name);
+                          "openvid-mixed, paper)",
+                          name);
     memset(w, 0, sizeof(*w));
     if ((rc = alloc_samples(w, n, e)) != 0)
         return rc;
@@ -241,8 +248,9 @@ static int read_manifest(struct dh_table_reader *r, struct dh_sim_workload *w,
         s = &w->s[(*rows)++];
         s->cpu_ms = d.est_cpu_ms > 0 ? d.est_cpu_ms : 0;
         s->out_bytes = d.est_out_bytes > 0 ? (double)d.est_out_bytes : 0;
-        s->tokens = d.est_tokens <= 0 ? 0 : d.est_tokens > UINT32_MAX
-                    ? UINT32_MAX : (uint32_t)d.est_tokens;
+        s->tokens = d.est_tokens <= 0           ? 0
+                    : d.est_tokens > UINT32_MAX ? UINT32_MAX
+                                                : (uint32_t)d.est_tokens;
         s->gpu_ms = gpu_ms(w->model, s->tokens);
         s->profile = intern(names, &nnames, d.profile);
     }

@@ -17,13 +17,13 @@
 
 static int failures;
 
-#define CHECK(cond)                                                         \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            fprintf(stderr, "install_smoke: %s:%d: %s\n", __FILE__,         \
-                    __LINE__, #cond);                                       \
-            failures++;                                                     \
-        }                                                                   \
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "install_smoke: %s:%d: %s\n", __FILE__, __LINE__,  \
+                    #cond);                                                    \
+            failures++;                                                        \
+        }                                                                      \
     } while (0)
 
 static void check_errors(void)

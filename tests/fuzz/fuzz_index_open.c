@@ -57,9 +57,9 @@ static void fix_checksums(unsigned char *p, size_t size)
 {
     if (size < DHX_HEADER_SIZE)
         return;
-    dhx_put64(p + DHX_OFF_BODY_SUM,
-              dh__hash64(p + DHX_HEADER_SIZE, size - DHX_HEADER_SIZE,
-                         DHX_SEED_BODY));
+    dhx_put64(
+        p + DHX_OFF_BODY_SUM,
+        dh__hash64(p + DHX_HEADER_SIZE, size - DHX_HEADER_SIZE, DHX_SEED_BODY));
     dhx_put64(p + DHX_OFF_HEADER_SUM,
               dh__hash64(p, DHX_OFF_HEADER_SUM, DHX_SEED_HEADER));
 }

@@ -66,8 +66,7 @@ static inline int runner_stop(struct runner *r, int ms)
     if (!r->started)
         return 0;
     r->stop = 1;
-    while (!__atomic_load_n(&r->finished, __ATOMIC_SEQ_CST) &&
-           now_ms() < end)
+    while (!__atomic_load_n(&r->finished, __ATOMIC_SEQ_CST) && now_ms() < end)
         sleep_ms(5);
     if (!__atomic_load_n(&r->finished, __ATOMIC_SEQ_CST)) {
         fprintf(stderr, "a loop did not stop within %d ms\n", ms);

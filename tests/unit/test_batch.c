@@ -42,8 +42,8 @@ static uint8_t *alone(struct dh_media *m, uint64_t id,
     *len = dh_media_plan_bytes(&sp, frames);
     buf = calloc(1, *len + DH_MEDIA_DST_PAD);
     assert_non_null(buf);
-    assert_int_equal(dh_media_decode(m, &sp, buf, *len + DH_MEDIA_DST_PAD,
-                                     NULL, &e), 0);
+    assert_int_equal(
+        dh_media_decode(m, &sp, buf, *len + DH_MEDIA_DST_PAD, NULL, &e), 0);
     dh_media_close(m);
     return buf;
 }
@@ -113,8 +113,8 @@ static void short_samples_are_zero_padded_with_masks(void **state)
 
     (void)state;
     p.kind = DH_PLAN_FPS;
-    p.fps = 4;      /* about 8 frames from a ~2 s clip */
-    p.frames = 40;  /* the batch's T */
+    p.fps = 4;     /* about 8 frames from a ~2 s clip */
+    p.frames = 40; /* the batch's T */
     one = dh_batch_bytes(&p, 1);
     cap = dh_batch_bytes(&p, 2) + DH_MEDIA_DST_PAD;
     dst = malloc(cap);
@@ -128,13 +128,14 @@ static void short_samples_are_zero_padded_with_masks(void **state)
         assert_true(valid[i] >= 6 && valid[i] <= 12);
         for (size_t j = used; j < one; j++)
             if (dst[(size_t)i * one + j] != 0)
-                fail_msg("sample %d: byte %zu past its %d frames is %d", i,
-                         j, valid[i], dst[(size_t)i * one + j]);
+                fail_msg("sample %d: byte %zu past its %d frames is %d", i, j,
+                         valid[i], dst[(size_t)i * one + j]);
     }
     p.frames = 0; /* no cap: no fixed T */
     assert_int_equal(dh_batch_bytes(&p, 2), 0);
-    assert_int_equal(dh_batch_decode(m, ix, 0, ids, 2, &p, dst, cap, valid,
-                                     NULL, &e), DH_EINVAL);
+    assert_int_equal(
+        dh_batch_decode(m, ix, 0, ids, 2, &p, dst, cap, valid, NULL, &e),
+        DH_EINVAL);
     assert_non_null(strstr(e.msg, "frame cap"));
     dh_media_destroy(m);
     free(dst);
@@ -157,13 +158,14 @@ static void errors_name_the_sample(void **state)
     assert_non_null(dst);
     assert_int_equal(dh_media_create(&m, &e), 0);
     dh_err_clear(&e);
-    assert_int_not_equal(dh_batch_decode(m, ix, 0, ids, 3, &p, dst, cap, valid,
-                                         &at, &e), 0);
+    assert_int_not_equal(
+        dh_batch_decode(m, ix, 0, ids, 3, &p, dst, cap, valid, &at, &e), 0);
     assert_int_equal(at, 1);
     snprintf(want, sizeof(want), "sample %d (%s): ", NCLIPS, paths[NCLIPS]);
     assert_non_null(strstr(e.msg, want));
-    assert_int_equal(dh_batch_decode(m, ix, 0, bad_id, 1, &p, dst, cap, valid,
-                                     NULL, &e), DH_EINVAL);
+    assert_int_equal(
+        dh_batch_decode(m, ix, 0, bad_id, 1, &p, dst, cap, valid, NULL, &e),
+        DH_EINVAL);
     assert_non_null(strstr(e.msg, "sample id 999"));
     assert_int_equal(dh_batch_decode(m, ix, 0, ids, 3, &p, dst,
                                      dh_batch_bytes(&p, 3), valid, NULL, &e),

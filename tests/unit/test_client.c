@@ -40,9 +40,10 @@
 #include "clip_fixture.h"
 #include "loop_runner.h"
 
-#define WAIT_MS 20000 /* something that should happen (decode under ASan on
+#define WAIT_MS                                                                \
+    20000            /* something that should happen (decode under ASan on
                          a noisy machine) */
-#define STOP_MS 5000  /* a loop told to stop returns within this */
+#define STOP_MS 5000 /* a loop told to stop returns within this */
 #define FRAMES 4
 #define SIDE 32
 
@@ -139,8 +140,8 @@ static void env_up(struct env *v, size_t arena_bytes, int alloc_timeout_ms)
     if (dh_dataserver_create(&so, &v->ds.s, &e))
         fail_msg("dataserver: %s", e.msg);
     start_runner(&v->ds);
-    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(v->ds.s),
-                                     &v->view, &e), 0);
+    assert_int_equal(
+        dh_arena_attach(dh_dataserver_arena_fd(v->ds.s), &v->view, &e), 0);
 }
 
 static void client_opts(const struct env *v, struct dh_client_opts *o)
@@ -207,17 +208,17 @@ static void assert_arena_drains(struct env *v)
     assert_int_equal(st.bad_releases, 0);
 }
 
-#define ASSERT_CO_STAT(v, field, want)                                       \
-    do {                                                                     \
-        struct dh_coordinator_stats st_;                                     \
-        uint64_t end_ = now_ms() + WAIT_MS;                                  \
-        do {                                                                 \
-            dh_coordinator_stats((v)->co.c, &st_);                          \
-            if (st_.field == (uint64_t)(want))                               \
-                break;                                                       \
-            sleep_ms(5);                                                     \
-        } while (now_ms() < end_);                                           \
-        assert_int_equal(st_.field, (want));                                 \
+#define ASSERT_CO_STAT(v, field, want)                                         \
+    do {                                                                       \
+        struct dh_coordinator_stats st_;                                       \
+        uint64_t end_ = now_ms() + WAIT_MS;                                    \
+        do {                                                                   \
+            dh_coordinator_stats((v)->co.c, &st_);                             \
+            if (st_.field == (uint64_t)(want))                                 \
+                break;                                                         \
+            sleep_ms(5);                                                       \
+        } while (now_ms() < end_);                                             \
+        assert_int_equal(st_.field, (want));                                   \
     } while (0)
 
 /* ---- schedules and checks ---- */
@@ -264,8 +265,8 @@ static void check_part(const struct dh_client_part *pt, uint32_t epoch,
     assert_true(pt->len >= bytes);
     assert_false(all_zero(pt->data, bytes));
     assert_int_equal(dh_media_create(&m, &e), 0);
-    if (dh_batch_decode(m, ix, epoch, ids, n, &p, dst,
-                        bytes + DH_MEDIA_DST_PAD, want_valid, NULL, &e))
+    if (dh_batch_decode(m, ix, epoch, ids, n, &p, dst, bytes + DH_MEDIA_DST_PAD,
+                        want_valid, NULL, &e))
         fail_msg("inline decode: %s", e.msg);
     assert_memory_equal(pt->data, dst, bytes);
     for (uint32_t i = 0; i < n; i++) {
@@ -341,7 +342,8 @@ static void assert_nothing_left(size_t n_th, size_t n_fd)
     uint64_t end = now_ms() + STOP_MS;
 
     while ((count_dir("/proc/self/task") != n_th ||
-            count_dir("/proc/self/fd") != n_fd) && now_ms() < end)
+            count_dir("/proc/self/fd") != n_fd) &&
+           now_ms() < end)
         sleep_ms(10);
     assert_int_equal(count_dir("/proc/self/task"), n_th);
     assert_int_equal(count_dir("/proc/self/fd"), n_fd);
@@ -364,8 +366,7 @@ static void steps_exactly_once_in_order(void **state)
     client_opts(v, &o);
     client_up(v, &o);
     even_offsets(offs, 5, 2);
-    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 5, ids, offs, &e),
-                     0);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 5, ids, offs, &e), 0);
     for (uint64_t k = 0; k < 5; k++) {
         b = next_ok(v->cl);
         check_batch(b, 0, k, ids + 2 * k, 2, 1);
@@ -410,11 +411,10 @@ static void microbatches_split_a_step(void **state)
     client_opts(v, &o);
     o.microbatches = 2;
     client_up(v, &o);
-    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 2, ids, bad_offs,
-                                           &e), DH_EINVAL);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 2, ids, bad_offs, &e),
+                     DH_EINVAL);
     even_offsets(offs, 3, 4);
-    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 3, ids, offs, &e),
-                     0);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 3, ids, offs, &e), 0);
     for (uint64_t k = 0; k < 3; k++) {
         b = next_ok(v->cl);
         check_batch(b, 0, k, ids + 4 * k, 4, 2);
@@ -448,8 +448,7 @@ static void sample_error_at_its_step(void **state)
     client_opts(v, &o);
     client_up(v, &o);
     even_offsets(offs, 4, 2);
-    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 4, ids, offs, &e),
-                     0);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 4, ids, offs, &e), 0);
     for (uint64_t k = 0; k < 2; k++) {
         b = next_ok(v->cl);
         check_batch(b, 0, k, ids + 2 * k, 2, 1);
@@ -496,8 +495,9 @@ static void full_arena_is_an_error_then_recovers(void **state)
 {
     struct env *v = *state;
     struct dh_media_plan p = small_plan();
-    size_t slot = (dh_batch_bytes(&p, 2) + DH_MEDIA_DST_PAD +
-                   DH_ARENA_ALIGN - 1) / DH_ARENA_ALIGN * DH_ARENA_ALIGN;
+    size_t slot = (dh_batch_bytes(&p, 2) + DH_MEDIA_DST_PAD + DH_ARENA_ALIGN -
+                   1) /
+                  DH_ARENA_ALIGN * DH_ARENA_ALIGN;
     struct dh_client_opts o;
     struct dh_arena_stats as;
     struct dh_client_batch *b;
@@ -514,8 +514,7 @@ static void full_arena_is_an_error_then_recovers(void **state)
     client_opts(v, &o);
     client_up(v, &o);
     even_offsets(offs, 6, 2);
-    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 6, ids, offs, &e),
-                     0);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 6, ids, offs, &e), 0);
     for (uint64_t k = 0; k < 2; k++) {
         b = next_ok(v->cl);
         check_batch(b, 0, k, ids + 2 * k, 2, 1);
@@ -606,13 +605,13 @@ static void bad_options_are_einval(void **state)
 
     (void)state;
     c = sentinel;
-#define BASE()                                                              \
-    do {                                                                    \
-        dh_client_opts_default(&o);                                         \
-        o.coordinator = "tcp://127.0.0.1:1";                                \
-        o.index_path = dhx;                                                 \
-        o.plan = small_plan();                                              \
-        o.start_timeout_ms = 300;                                           \
+#define BASE()                                                                 \
+    do {                                                                       \
+        dh_client_opts_default(&o);                                            \
+        o.coordinator = "tcp://127.0.0.1:1";                                   \
+        o.index_path = dhx;                                                    \
+        o.plan = small_plan();                                                 \
+        o.start_timeout_ms = 300;                                              \
     } while (0)
     BASE();
     o.rank = 1; /* of world 1 */
@@ -675,12 +674,10 @@ static void new_epoch_abandons_the_old(void **state)
     client_up(v, &o);
     even_offsets(offs0, 6, 2);
     even_offsets(offs1, 5, 2);
-    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 6, ids0, offs0, &e),
-                     0);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 6, ids0, offs0, &e), 0);
     first = next_ok(v->cl);
     check_batch(first, 0, 0, ids0, 2, 1);
-    assert_int_equal(dh_client_start_epoch(v->cl, 1, 0, 5, ids1, offs1, &e),
-                     0);
+    assert_int_equal(dh_client_start_epoch(v->cl, 1, 0, 5, ids1, offs1, &e), 0);
     for (uint64_t k = 0; k < 5; k++) {
         b = next_ok(v->cl);
         check_batch(b, 1, k, ids1 + 2 * k, 2, 1);
@@ -708,7 +705,7 @@ static void same_epoch_again_is_a_new_pass(void **state)
     struct dh_client_opts o;
     struct dh_client_stats st;
     struct dh_client_batch *b;
-    uint64_t ids0[25] = {0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+    uint64_t ids0[25] = {0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9,  10, 11,
                          0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
     uint64_t offs0[4] = {0, 1, 13, 25};
     uint64_t ids1[3] = {4, 7, 9}, offs1[4] = {0, 1, 2, 3};
@@ -717,15 +714,13 @@ static void same_epoch_again_is_a_new_pass(void **state)
     env_up(v, 4u << 20, WAIT_MS);
     client_opts(v, &o);
     client_up(v, &o);
-    assert_int_equal(dh_client_start_pass(v->cl, 0, 0, 0, 3, ids0, offs0,
-                                          &e),
+    assert_int_equal(dh_client_start_pass(v->cl, 0, 0, 0, 3, ids0, offs0, &e),
                      0);
     b = next_ok(v->cl);
     check_batch(b, 0, 0, ids0, 1, 1);
     dh_client_batch_release(b);
     /* at once: steps 1 and 2 of pass 0 are still being prepared */
-    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 3, ids1, offs1, &e),
-                     0);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 3, ids1, offs1, &e), 0);
     for (uint64_t k = 0; k < 3; k++) {
         b = next_ok(v->cl);
         check_batch(b, 0, k, ids1 + k, 1, 1);
@@ -755,8 +750,7 @@ static void passes_are_never_reused(void **state)
     client_opts(v, &o);
     client_up(v, &o);
     even_offsets(offs, 4, 2);
-    assert_int_equal(dh_client_start_pass(v->cl, 7, 5, 0, 2, ids, offs, &e),
-                     0);
+    assert_int_equal(dh_client_start_pass(v->cl, 7, 5, 0, 2, ids, offs, &e), 0);
     assert_int_equal(dh_client_start_pass(v->cl, 7, 4, 2, 2, ids, offs, &e),
                      DH_EINVAL);
     assert_non_null(strstr(e.msg, "pass 4 was started before"));
@@ -765,22 +759,21 @@ static void passes_are_never_reused(void **state)
     assert_non_null(strstr(e.msg, "pass 5 continued"));
     assert_int_equal(dh_client_start_pass(v->cl, 8, 5, 2, 2, ids, offs, &e),
                      DH_EINVAL); /* a pass names one epoch */
-    assert_int_equal(dh_client_start_pass(v->cl, 7, DH_WIRE_MAX_PASSES, 0, 2,
-                                          ids, offs, &e),
-                     DH_ETOOBIG);
+    assert_int_equal(
+        dh_client_start_pass(v->cl, 7, DH_WIRE_MAX_PASSES, 0, 2, ids, offs, &e),
+        DH_ETOOBIG);
     assert_non_null(strstr(e.msg, "pass 65536"));
-    assert_int_equal(dh_client_start_pass(v->cl, UINT64_C(1) << 32, 6, 0, 2,
+    assert_int_equal(
+        dh_client_start_pass(v->cl, UINT64_C(1) << 32, 6, 0, 2, ids, offs, &e),
+        DH_ETOOBIG);
+    assert_int_equal(dh_client_start_pass(v->cl, 7, 6, DH_WIRE_MAX_STEPS - 1, 2,
                                           ids, offs, &e),
-                     DH_ETOOBIG);
-    assert_int_equal(dh_client_start_pass(v->cl, 7, 6, DH_WIRE_MAX_STEPS - 1,
-                                          2, ids, offs, &e),
                      DH_ETOOBIG);
     b = next_ok(v->cl); /* pass 5 still runs */
     check_batch(b, 7, 0, ids, 2, 1);
     dh_client_batch_release(b);
     /* continued with steps 2..3: the chunk after the first */
-    assert_int_equal(dh_client_start_pass(v->cl, 7, 5, 2, 2, ids, offs + 2,
-                                          &e),
+    assert_int_equal(dh_client_start_pass(v->cl, 7, 5, 2, 2, ids, offs + 2, &e),
                      0);
     for (uint64_t k = 2; k < 4; k++) {
         b = next_ok(v->cl);
@@ -788,8 +781,8 @@ static void passes_are_never_reused(void **state)
         dh_client_batch_release(b);
     }
     /* the last pass a rank may start, then no more */
-    assert_int_equal(dh_client_start_pass(v->cl, 9, DH_WIRE_MAX_PASSES - 1,
-                                          0, 1, ids, offs, &e),
+    assert_int_equal(dh_client_start_pass(v->cl, 9, DH_WIRE_MAX_PASSES - 1, 0,
+                                          1, ids, offs, &e),
                      0);
     b = next_ok(v->cl);
     check_batch(b, 9, 0, ids, 2, 1);
@@ -817,13 +810,11 @@ static void late_result_with_full_window_is_released(void **state)
     env_up(v, 4u << 20, WAIT_MS);
     client_opts(v, &o);
     client_up(v, &o);
-    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 3, ids0, offs0, &e),
-                     0);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 3, ids0, offs0, &e), 0);
     b = next_ok(v->cl);
     check_batch(b, 0, 0, ids0, 1, 1);
     dh_client_batch_release(b); /* step 2 (10 samples) is asked for now */
-    assert_int_equal(dh_client_start_epoch(v->cl, 1, 0, 2, ids1, offs1, &e),
-                     0);
+    assert_int_equal(dh_client_start_epoch(v->cl, 1, 0, 2, ids1, offs1, &e), 0);
     /* e0s0, e0s1, e0s2, e1s0, e1s1 all forwarded to the client. */
     ASSERT_CO_STAT(v, results, 5);
     for (uint64_t k = 0; k < 2; k++) {
@@ -855,8 +846,7 @@ static void dataserver_going_away_is_an_error(void **state)
     o.timeout_ms = 5000; /* a hang would show as DH_ETIMEOUT */
     client_up(v, &o);
     even_offsets(offs, 6, 2);
-    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 6, ids, offs, &e),
-                     0);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 6, ids, offs, &e), 0);
     kept = next_ok(v->cl);
     check_batch(kept, 0, 0, ids, 2, 1);
 
@@ -910,10 +900,11 @@ static void read_telemetry(FILE *f, struct tel_step *t, size_t n)
         unsigned long long step;
         struct tel_step x;
 
-        if (sscanf(line, "{\"rank\":%*u,\"epoch\":%*u,\"step\":%llu,"
+        if (sscanf(line,
+                   "{\"rank\":%*u,\"epoch\":%*u,\"step\":%llu,"
                    "\"input_wait_ms\":%lf,\"window_ms\":%lf,"
-                   "\"deadline_ms\":%lld", &step, &x.wait, &x.window,
-                   &x.slack) != 4)
+                   "\"deadline_ms\":%lld",
+                   &step, &x.wait, &x.window, &x.slack) != 4)
             fail_msg("telemetry line not understood: %s", line);
         assert_int_equal(step, got);
         t[got++] = x;
@@ -953,7 +944,8 @@ static void assert_slack_is_the_models(const struct tel_step *t, uint64_t k,
             return;
     }
     fail_msg("step %llu: slack %lld ms is not the model's (%.3f ms when "
-             "issued after step %llu)", (unsigned long long)k, t[k].slack,
+             "issued after step %llu)",
+             (unsigned long long)k, t[k].slack,
              model_slack(t, lo, k, hint, fixed), (unsigned long long)lo);
 }
 
@@ -984,8 +976,8 @@ static void run_slack_steps(struct env *v, double fixed, double ddl_ms,
     for (uint64_t i = 0; i < SLACK_STEPS; i++)
         ids[i] = i;
     even_offsets(offs, SLACK_STEPS, 1);
-    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, SLACK_STEPS, ids,
-                                           offs, &e), 0);
+    assert_int_equal(
+        dh_client_start_epoch(v->cl, 0, 0, SLACK_STEPS, ids, offs, &e), 0);
     for (int k = 0; k < SLACK_STEPS; k++) {
         struct dh_client_batch *b = next_ok(v->cl);
         struct timespec ts = {0, hold_ms[k] * 1000000L};
@@ -1027,8 +1019,8 @@ static void slack_follows_a_fixed_step_deadline(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(steps_exactly_once_in_order,
-                                        env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(steps_exactly_once_in_order, env_setup,
+                                        env_teardown),
         cmocka_unit_test_setup_teardown(microbatches_split_a_step, env_setup,
                                         env_teardown),
         cmocka_unit_test_setup_teardown(sample_error_at_its_step, env_setup,
@@ -1041,19 +1033,17 @@ int main(void)
                                         env_setup, env_teardown),
         cmocka_unit_test(unreachable_coordinator_times_out),
         cmocka_unit_test(bad_options_are_einval),
-        cmocka_unit_test_setup_teardown(new_epoch_abandons_the_old,
-                                        env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(new_epoch_abandons_the_old, env_setup,
+                                        env_teardown),
         cmocka_unit_test_setup_teardown(same_epoch_again_is_a_new_pass,
                                         env_setup, env_teardown),
         cmocka_unit_test_setup_teardown(passes_are_never_reused, env_setup,
                                         env_teardown),
         cmocka_unit_test_setup_teardown(
-            late_result_with_full_window_is_released, env_setup,
-            env_teardown),
+            late_result_with_full_window_is_released, env_setup, env_teardown),
         cmocka_unit_test_setup_teardown(dataserver_going_away_is_an_error,
                                         env_setup, env_teardown),
     };
 
-    return cmocka_run_group_tests(tests, group_setup,
-                                  clip_fixture_teardown);
+    return cmocka_run_group_tests(tests, group_setup, clip_fixture_teardown);
 }

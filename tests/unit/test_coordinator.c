@@ -29,15 +29,15 @@
 
 /* Counters move on the coordinator's thread, a moment after the message
  * that caused them is sent: poll (bounded), then assert. */
-#define ASSERT_STAT(f, field, want)                                          \
-    do {                                                                     \
-        uint64_t end_ = now_ms() + WAIT_MS;                                  \
-        while ((uint64_t)stats(f).field != (uint64_t)(want) &&               \
-               now_ms() < end_) {                                            \
-            struct timespec ts_ = {0, 5000000};                              \
-            nanosleep(&ts_, NULL);                                           \
-        }                                                                    \
-        assert_int_equal(stats(f).field, (want));                            \
+#define ASSERT_STAT(f, field, want)                                            \
+    do {                                                                       \
+        uint64_t end_ = now_ms() + WAIT_MS;                                    \
+        while ((uint64_t)stats(f).field != (uint64_t)(want) &&                 \
+               now_ms() < end_) {                                              \
+            struct timespec ts_ = {0, 5000000};                                \
+            nanosleep(&ts_, NULL);                                             \
+        }                                                                      \
+        assert_int_equal(stats(f).field, (want));                              \
     } while (0)
 
 struct fx {
@@ -103,8 +103,7 @@ static int wait_finished(struct fx *f, int ms)
 {
     uint64_t end = now_ms() + (uint64_t)ms;
 
-    while (!__atomic_load_n(&f->finished, __ATOMIC_SEQ_CST) &&
-           now_ms() < end) {
+    while (!__atomic_load_n(&f->finished, __ATOMIC_SEQ_CST) && now_ms() < end) {
         struct timespec ts = {0, 5000000};
 
         nanosleep(&ts, NULL);
@@ -199,11 +198,11 @@ static void *server_at(struct fx *f, uint32_t id, enum dh_wire_role role,
     dh_wire_msg_init(&m, DH_WIRE_REGISTER_SERVER);
     m.u.register_server.server_id = id;
     if (addr)
-        snprintf(m.u.register_server.addr,
-                 sizeof(m.u.register_server.addr), "%s", addr);
+        snprintf(m.u.register_server.addr, sizeof(m.u.register_server.addr),
+                 "%s", addr);
     else
-        snprintf(m.u.register_server.addr,
-                 sizeof(m.u.register_server.addr), "ipc://server-%u", id);
+        snprintf(m.u.register_server.addr, sizeof(m.u.register_server.addr),
+                 "ipc://server-%u", id);
     m.u.register_server.role = role;
     m.u.register_server.rank = role == DH_WIRE_ROLE_LOCAL ? rank : 0;
     m.u.register_server.workers = 1;
@@ -288,8 +287,8 @@ static void result(void *s, uint32_t step, uint32_t server_id)
     m.u.result.dims[0] = 64;
     m.u.result.ndims = 1;
     m.u.result.dtype = DH_DTYPE_U8;
-    assert_int_equal(dh_wire_set_result_samples(&m.u.result, ids, NULL, 2,
-                                                NULL), 0);
+    assert_int_equal(
+        dh_wire_set_result_samples(&m.u.result, ids, NULL, 2, NULL), 0);
     send_msg(s, &m);
     dh_wire_msg_fini(&m);
 }
@@ -517,8 +516,8 @@ static void remote_only_when_local_takes_payloads(void **state)
     request(cl, 0);
     request(cl, 1);
     expect_route(a, 0, 1);
-    expect_route(a, 1, 1);     /* not b: a has no payload address */
-    request(cl, 2);            /* a is at its cap: waits, not remote */
+    expect_route(a, 1, 1); /* not b: a has no payload address */
+    request(cl, 2);        /* a is at its cap: waits, not remote */
     ASSERT_STAT(f, pending, 1);
     expect_none(b, DH_WIRE_ROUTE);
     result(a, 0, 1);

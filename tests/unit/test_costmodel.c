@@ -15,7 +15,8 @@ static void fit_recovers_known_coefficients(void **state)
 {
     struct dh_cost_features f[12];
     double ms[12];
-    struct dh_cost_model m, truth = {.base_ms = 2.0, .ms_per_src_mpx = 3.0,
+    struct dh_cost_model m, truth = {.base_ms = 2.0,
+                                     .ms_per_src_mpx = 3.0,
                                      .ms_per_in_mb = 5.0,
                                      .ms_per_out_mpx = 7.0};
     struct dh_err e;

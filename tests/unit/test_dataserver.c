@@ -59,17 +59,17 @@ static struct dh_dataserver *make_server(const char *endpoint, int reg_ms,
 
 /* Counters move on the server's thread a moment after the message they
  * count is sent: poll (bounded), then assert. */
-#define WAIT_STAT(s, field, want)                                          \
-    do {                                                                   \
-        struct dh_dataserver_stats st_;                                    \
-        uint64_t end_ = now_ms() + WAIT_MS;                                \
-        do {                                                               \
-            dh_dataserver_stats((s), &st_);                                \
-            if (st_.field == (want))                                       \
-                break;                                                     \
-            sleep_ms(5);                                                   \
-        } while (now_ms() < end_);                                         \
-        assert_int_equal(st_.field, (want));                               \
+#define WAIT_STAT(s, field, want)                                              \
+    do {                                                                       \
+        struct dh_dataserver_stats st_;                                        \
+        uint64_t end_ = now_ms() + WAIT_MS;                                    \
+        do {                                                                   \
+            dh_dataserver_stats((s), &st_);                                    \
+            if (st_.field == (want))                                           \
+                break;                                                         \
+            sleep_ms(5);                                                       \
+        } while (now_ms() < end_);                                             \
+        assert_int_equal(st_.field, (want));                                   \
     } while (0)
 
 /* ---- the fake peers' side of the wire ---- */
@@ -131,8 +131,8 @@ static void *client(void *ctx, const char *endpoint)
              "test");
     send_msg(s, &m);
     dh_wire_msg_fini(&m);
-    assert_int_equal(recv_type(s, 0, NULL, NULL, DH_WIRE_REGISTER_CLIENT, &m,
-                               WAIT_MS), 0);
+    assert_int_equal(
+        recv_type(s, 0, NULL, NULL, DH_WIRE_REGISTER_CLIENT, &m, WAIT_MS), 0);
     dh_wire_msg_fini(&m);
     return s;
 }
@@ -207,8 +207,8 @@ static void batch_through_coordinator_and_errors(void **state)
     cl = client(ctx, dh_coordinator_endpoint(co.c));
 
     request(cl, 1, ids, 2);
-    assert_int_equal(recv_type(cl, 0, NULL, NULL, DH_WIRE_RESULT_NOTICE, &m,
-                               WAIT_MS), 0);
+    assert_int_equal(
+        recv_type(cl, 0, NULL, NULL, DH_WIRE_RESULT_NOTICE, &m, WAIT_MS), 0);
     assert_int_equal(m.u.result.task.step, 1);
     assert_int_equal(m.u.result.ndims, 5);
     assert_int_equal(m.u.result.dims[0], 2);
@@ -223,8 +223,8 @@ static void batch_through_coordinator_and_errors(void **state)
     dh_wire_msg_fini(&m);
 
     request(cl, 2, bad, 2);
-    assert_int_equal(recv_type(cl, 0, NULL, NULL, DH_WIRE_ERROR_NOTICE, &m,
-                               WAIT_MS), 0);
+    assert_int_equal(
+        recv_type(cl, 0, NULL, NULL, DH_WIRE_ERROR_NOTICE, &m, WAIT_MS), 0);
     assert_int_equal(m.u.error.task.step, 2);
     assert_int_equal(m.u.error.sample_id, 99);
     assert_true(m.u.error.cause < 0);
@@ -294,8 +294,8 @@ static void release_and_shutdown_from_fake_coordinator(void **state)
     assert_int_equal(zmq_getsockopt(rt, ZMQ_LAST_ENDPOINT, ep, &eplen), 0);
     ca.ep = ep;
     assert_int_equal(pthread_create(&th, NULL, create_thread, &ca), 0);
-    assert_int_equal(recv_type(rt, 1, id, &idlen, DH_WIRE_REGISTER_SERVER,
-                               &m, WAIT_MS), 0);
+    assert_int_equal(
+        recv_type(rt, 1, id, &idlen, DH_WIRE_REGISTER_SERVER, &m, WAIT_MS), 0);
     assert_int_equal(m.u.register_server.role, DH_WIRE_ROLE_LOCAL);
     assert_int_equal(m.u.register_server.workers, 2);
     assert_int_equal(m.u.register_server.arena_bytes, 4u << 20);
@@ -316,18 +316,18 @@ static void release_and_shutdown_from_fake_coordinator(void **state)
     snprintf(m.u.route.target_addr, sizeof(m.u.route.target_addr), "x");
     router_send(rt, id, idlen, &m);
     dh_wire_msg_fini(&m);
-    assert_int_equal(recv_type(rt, 1, id, &idlen, DH_WIRE_RESULT_NOTICE, &m,
-                               WAIT_MS), 0);
+    assert_int_equal(
+        recv_type(rt, 1, id, &idlen, DH_WIRE_RESULT_NOTICE, &m, WAIT_MS), 0);
     ref = (struct dh_slot_ref){m.u.result.arena_offset, m.u.result.length,
                                m.u.result.slot_generation};
-    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(ds.s), &a, &e),
-                     0);
+    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(ds.s), &a, &e), 0);
     assert_int_equal(dh_arena_stats(a, &as), 0);
     assert_int_equal(as.live_slots, 1);
     assert_non_null(dh_arena_ptr(a, &ref));
     dh_wire_msg_fini(&m);
     dh_wire_msg_init(&m, DH_WIRE_RELEASE);
-    assert_int_equal(dh_wire_task_make(&m.u.release.task, 0, 0, 3, 0, 0, &e), 0);
+    assert_int_equal(dh_wire_task_make(&m.u.release.task, 0, 0, 3, 0, 0, &e),
+                     0);
     m.u.release.slot_offset = ref.offset;
     m.u.release.generation = ref.gen;
     router_send(rt, id, idlen, &m);
@@ -336,8 +336,8 @@ static void release_and_shutdown_from_fake_coordinator(void **state)
     assert_int_equal(dh_arena_stats(a, &as), 0);
     assert_int_equal(as.live_slots, 0);
     assert_null(dh_arena_ptr(a, &ref));
-    assert_int_equal(recv_type(rt, 1, id, &idlen, DH_WIRE_HEARTBEAT, &m,
-                               WAIT_MS), 0);
+    assert_int_equal(
+        recv_type(rt, 1, id, &idlen, DH_WIRE_HEARTBEAT, &m, WAIT_MS), 0);
     assert_int_equal(m.u.heartbeat.server_id, 1);
     dh_wire_msg_fini(&m);
 

@@ -69,14 +69,16 @@ static void rig_open(struct rig *g)
     struct dh_err e;
 
     memset(g, 0, sizeof(*g));
-    g->env = (struct ds_env){.server_id = 7, .ix = ix, .st = &g->st,
+    g->env = (struct ds_env){.server_id = 7,
+                             .ix = ix,
+                             .st = &g->st,
                              .alloc_timeout_ms = 5000,
                              .sample_timeout_ms = 30000};
-    assert_int_equal(dh_arena_create((size_t)16 << 20, &g->env.arena, &e),
-                     0);
+    assert_int_equal(dh_arena_create((size_t)16 << 20, &g->env.arena, &e), 0);
     assert_int_equal(dh__ds_pool_create(&g->env, 2, 8, 4,
                                         (struct ds_sink){rec_done, &g->rec},
-                                        &g->x, &e), 0);
+                                        &g->x, &e),
+                     0);
 }
 
 static void rig_close(struct rig *g)
@@ -131,8 +133,7 @@ static void test_result_and_error(void **state)
     assert_int_equal(g.rec.n, 2); /* each job once */
     assert_int_equal(g.rec.results, 1);
     assert_int_equal(g.rec.errors, 1);
-    r = g.rec.last[0].kind == DS_DONE_RESULT ? &g.rec.last[0]
-                                             : &g.rec.last[1];
+    r = g.rec.last[0].kind == DS_DONE_RESULT ? &g.rec.last[0] : &g.rec.last[1];
     f = r == &g.rec.last[0] ? &g.rec.last[1] : &g.rec.last[0];
     assert_ptr_equal(r->job, &g.jobs[0]);
     assert_int_equal(r->task.id, g.jobs[0].task.id);

@@ -204,8 +204,8 @@ static void fps_single_frame_clip(void **state)
     static struct run r;
     static const int64_t pts[] = {900};
     struct dh_media_plan p = plan_of(DH_PLAN_FPS, 0);
-    struct dh__clip_frames c = {.n = 1, .pts = pts, .time_base = 1.0 / 1024,
-                                .fps = 25};
+    struct dh__clip_frames c = {
+        .n = 1, .pts = pts, .time_base = 1.0 / 1024, .fps = 25};
 
     (void)state;
     /* One 40 ms frame sampled at 100 fps: 0, 10, 20, 30 ms. */
@@ -586,8 +586,7 @@ static void plan_init_defaults(void **state)
     assert_true(p.snap_tol == 0);
     assert_true(p.mean[0] == 0.485f && p.mean[1] == 0.456f &&
                 p.mean[2] == 0.406f);
-    assert_true(p.std[0] == 0.229f && p.std[1] == 0.224f &&
-                p.std[2] == 0.225f);
+    assert_true(p.std[0] == 0.229f && p.std[1] == 0.224f && p.std[2] == 0.225f);
     assert_int_equal(dh_media_plan_check(&p, &e), 0);
 }
 
@@ -659,7 +658,7 @@ static void plan_check_enums_and_floats(void **state)
     p.geometry = (enum dh_geometry)3;
     expect_bad(&p, "geometry 3");
     p = q;
-    p.layout = (enum dh_layout)-1;
+    p.layout = (enum dh_layout) - 1;
     expect_bad(&p, "layout");
     p = q;
     p.dtype = (enum dh_dtype)2;

@@ -36,10 +36,11 @@ static void pic_init(struct pic *p, int w, int h, uint8_t fill)
     memset(p->y, fill, sizeof(p->y));
     memset(p->u, fill, sizeof(p->u));
     memset(p->v, fill, sizeof(p->v));
-    p->pl = (struct dh__gen_planes){{p->y, p->u, p->v},
-                                    {w + PAD, (w + 1) / 2 + PAD,
-                                     (w + 1) / 2 + PAD},
-                                    w, h};
+    p->pl = (struct dh__gen_planes){
+        {p->y, p->u, p->v},
+        {w + PAD, (w + 1) / 2 + PAD, (w + 1) / 2 + PAD},
+        w,
+        h};
 }
 
 static void render(struct pic *p, int w, int h, uint8_t fill, int64_t t,

@@ -305,8 +305,8 @@ enum keys { K_SMALL, K_STEPS, K_COLLIDE, K_RANDOM, K_KINDS };
 /* A pool of keys for one run.  K_COLLIDE: keys homed in the last two and
  * first two slots of the largest table, so they pile up in a run that
  * wraps, in every smaller table too (homes keep their low bits). */
-static void make_pool(enum keys kind, size_t limit, uint64_t *s,
-                      uint64_t *pool, size_t n)
+static void make_pool(enum keys kind, size_t limit, uint64_t *s, uint64_t *pool,
+                      size_t n)
 {
     size_t mask = 1, got = 0;
 
@@ -330,8 +330,7 @@ static void make_pool(enum keys kind, size_t limit, uint64_t *s,
     }
 }
 
-static void model_insert(struct model *md, size_t i, uint64_t key,
-                         uint64_t tag)
+static void model_insert(struct model *md, size_t i, uint64_t key, uint64_t tag)
 {
     memmove(md->key + i + 1, md->key + i, (md->n - i) * sizeof(*md->key));
     memmove(md->tag + i + 1, md->tag + i, (md->n - i) * sizeof(*md->tag));

@@ -108,8 +108,7 @@ static void check_row(const struct dh_index *ix, int64_t id)
     assert_int_equal(c.est_tokens[id], id == 9 ? UINT32_MAX : id * 11);
     assert_true(c.est_cpu_ms[id] == (float)want.est_cpu_ms);
     assert_int_equal(c.est_out_bytes[id], (uint64_t)want.est_out_bytes);
-    assert_string_equal(dh_index_profile_name(ix, c.profile[id]),
-                        want.profile);
+    assert_string_equal(dh_index_profile_name(ix, c.profile[id]), want.profile);
     assert_int_equal(c.frames[id], id == 8 ? UINT32_MAX : id);
     assert_int_equal(c.width[id], id == 7 ? 65535 : want.width);
     assert_int_equal(c.height[id], want.height);
@@ -226,8 +225,8 @@ static void renumbered_build_and_digest(void **state)
     assert_int_equal(dh_index_build(jsonl, dhx, 0, &info, &e), DH_EFORMAT);
     assert_non_null(strstr(e.msg, "ids are not dense: id 4 is missing"));
     assert_int_equal(info.samples, 99); /* untouched on error */
-    assert_int_equal(dh_index_build(jsonl, dhx, DH_INDEX_BUILD_RENUMBER,
-                                    &info, &e), 0);
+    assert_int_equal(
+        dh_index_build(jsonl, dhx, DH_INDEX_BUILD_RENUMBER, &info, &e), 0);
     assert_int_equal(info.samples, 9);
     assert_int_equal(info.renumbered, 5);
     assert_int_equal(dh_index_open(dhx, DH_INDEX_VERIFY, &ix, &e), 0);
@@ -359,7 +358,11 @@ static void hostile_headers(void **state)
     build(dhx, 20);
     orig = slurp(dhx, &n);
     buf = slurp(dhx, &n);
-    const struct { size_t off; uint64_t v; int rc; } cases[] = {
+    const struct {
+        size_t off;
+        uint64_t v;
+        int rc;
+    } cases[] = {
         {DHX_OFF_COUNT, 21, DH_EFORMAT},
         {DHX_OFF_COUNT, UINT64_MAX / 2, DH_EFORMAT},
         {DHX_OFF_FLAGS, 1, DH_EVERSION},
@@ -441,7 +444,9 @@ static void out_of_range_values_refused(void **state)
     struct {
         const char *field;
         int64_t v;
-    } cases[] = {{"width", 70000}, {"height", -1}, {"frames", 5000000000LL},
+    } cases[] = {{"width", 70000},
+                 {"height", -1},
+                 {"frames", 5000000000LL},
                  {"est_tokens", 9000000000LL}};
 
     (void)state;

@@ -32,15 +32,17 @@ static struct dh_place *mk(enum dh_place_policy pol, int nremote, int cap,
         dh_place_add_server(p, 0, DH_PLACE_ROLE_LOCAL, 0, 1, cap, &e), 0);
     for (int i = 1; i <= nremote; i++)
         assert_int_equal(
-            dh_place_add_server(p, i, DH_PLACE_ROLE_REMOTE, -1, 1, cap, &e),
-            0);
+            dh_place_add_server(p, i, DH_PLACE_ROLE_REMOTE, -1, 1, cap, &e), 0);
     return p;
 }
 
 static struct dh_place_req req_of(double cpu, double deadline)
 {
-    struct dh_place_req r = {.rank = 0, .local_server = 0, .cpu_ms = cpu,
-                             .io_ms = 0, .out_bytes = 1 * MB,
+    struct dh_place_req r = {.rank = 0,
+                             .local_server = 0,
+                             .cpu_ms = cpu,
+                             .io_ms = 0,
+                             .out_bytes = 1 * MB,
                              .deadline_ms = deadline};
     return r;
 }
@@ -355,8 +357,8 @@ static void deadline_index_exact_when_small(void **state)
             if (si.tasks > 0)
                 assert_int_equal(
                     dh_place_complete(p, id, si.inflight_ms / si.tasks,
-                                      (rand() % 30) / 10.0 *
-                                          si.inflight_ms / si.tasks),
+                                      (rand() % 30) / 10.0 * si.inflight_ms /
+                                          si.tasks),
                     0);
         } else {
             load(p, id, rand() % 40);
@@ -392,8 +394,8 @@ static void decide_never_allocates(void **state)
             assert_int_equal(dh_place_heartbeat(p, d.server, 1, 1, 10), 0);
             if (i % 3 == 0)
                 assert_int_equal(dh_place_complete(p, d.server, 10, 12), 0);
-            assert_true(dh_place_decision_format(&d, i, 1.5, buf,
-                                                 sizeof(buf)) < sizeof(buf));
+            assert_true(dh_place_decision_format(&d, i, 1.5, buf, sizeof(buf)) <
+                        sizeof(buf));
         }
         assert_int_equal(dh__alloc_failures(), 0);
         dh__alloc_fail_reset();
@@ -431,8 +433,7 @@ static void bad_input_is_rejected(void **state)
     (void)state;
     assert_int_equal(dh_place_decide(p, &r, &d), DH_EINVAL);
     assert_int_equal(
-        dh_place_add_server(p, 1, DH_PLACE_ROLE_REMOTE, -1, 1, 0, &e),
-        DH_EDUP);
+        dh_place_add_server(p, 1, DH_PLACE_ROLE_REMOTE, -1, 1, 0, &e), DH_EDUP);
     assert_int_equal(
         dh_place_add_server(p, 64, DH_PLACE_ROLE_REMOTE, -1, 1, 0, &e),
         DH_EINVAL);
@@ -470,9 +471,8 @@ static void telemetry_record(void **state)
     assert_non_null(strstr(buf, "{\"task\":42,\"candidates\":[{\"server\":1,"));
     assert_non_null(strstr(buf, "\"chosen\":1,\"reason\":\"least_miss\""));
     assert_non_null(strstr(buf, "\"decide_us\":1.250}"));
-    assert_int_equal(dh_place_decision_format(&d, 42, 1.25, small,
-                                              sizeof(small)),
-                     n);
+    assert_int_equal(
+        dh_place_decision_format(&d, 42, 1.25, small, sizeof(small)), n);
     assert_int_equal(strlen(small), sizeof(small) - 1);
     dh_place_destroy(p);
 }

@@ -43,8 +43,7 @@ static void random_manifest(uint64_t *s, uint64_t n, uint32_t *tok,
  * frames (50/25/15/10 %), random aspect ratios 4:3..16:9 (portrait 1 in
  * 8), tokens by the qwen-vl model.
  */
-static void heavy_mix(uint64_t seed, uint64_t n, uint32_t *tok,
-                      uint16_t *prof)
+static void heavy_mix(uint64_t seed, uint64_t n, uint32_t *tok, uint16_t *prof)
 {
     static const int32_t side[] = {224, 336, 448, 720};
     static const int64_t frames[] = {16, 32, 64, 64};
@@ -56,7 +55,7 @@ static void heavy_mix(uint64_t seed, uint64_t n, uint32_t *tok,
         uint64_t u = rnd(&s) % 100;
         int k = u < 50 ? 0 : u < 75 ? 1 : u < 90 ? 2 : 3;
         double aspect = 4.0 / 3 + (16.0 / 9 - 4.0 / 3) *
-                        (double)(rnd(&s) % 1000) / 1000.0;
+                                      (double)(rnd(&s) % 1000) / 1000.0;
         int32_t h = side[k], w = (int32_t)(h * aspect);
 
         if (rnd(&s) % 8 == 0) {
@@ -87,8 +86,8 @@ static void check_exactly_once(const struct dh_plan *p, const uint32_t *tok,
     uint64_t per = (uint64_t)o->world_size * o->batch_size, total = 0;
 
     assert_non_null(seen);
-    assert_int_equal(dh_plan_steps(p), o->drop_last ? n / per
-                                                    : (n + per - 1) / per);
+    assert_int_equal(dh_plan_steps(p),
+                     o->drop_last ? n / per : (n + per - 1) / per);
     assert_int_equal(dh_plan_kept(p), o->drop_last ? n / per * per : n);
     for (uint64_t g = 0; g < dh_plan_steps(p); g++) {
         uint64_t step_total = 0;
@@ -353,7 +352,8 @@ static void heavy_tailed_mix_is_balanced(void **state)
     win = mix_balance(tok, prof, DH_BALANCE_FIXED, 0, &ww);
     print_message("heavy-tailed mix, %d samples, world %d x batch %d, "
                   "fixed counts: max/mean rank tokens per step (mean / "
-                  "worst)\n", MIX_N, MIX_WORLD, MIX_BATCH);
+                  "worst)\n",
+                  MIX_N, MIX_WORLD, MIX_BATCH);
     print_message("  random split (none)   %.3f / %.3f\n", none, wn);
     print_message("  per-step greedy (W=1) %.3f / %.3f\n", greedy, wg);
     print_message("  windowed (W=%u)        %.3f / %.3f\n",
@@ -362,8 +362,8 @@ static void heavy_tailed_mix_is_balanced(void **state)
         double m = mix_balance(tok, prof, DH_BALANCE_FIXED, w, &ww);
         double f = mix_balance(tok, prof, DH_BALANCE_FREE, w, &wg);
 
-        print_message("  W=%-2u fixed %.3f / %.3f   free %.3f / %.3f\n", w,
-                      m, ww, f, wg);
+        print_message("  W=%-2u fixed %.3f / %.3f   free %.3f / %.3f\n", w, m,
+                      ww, f, wg);
     }
     assert_true(win <= 1.10);
     assert_true(greedy < none);

@@ -61,8 +61,8 @@ static void flattened_is_the_plans_rank_ids(void **state)
     for (uint32_t r = 0; r < 3; r++) {
         struct dh_plan_schedule s;
 
-        assert_int_equal(dh_plan_schedule(tok, prof, N, NULL, 0, &o, r, 0,
-                                          &s, &e), 0);
+        assert_int_equal(
+            dh_plan_schedule(tok, prof, N, NULL, 0, &o, r, 0, &s, &e), 0);
         assert_int_equal(s.n_steps, dh_plan_steps(p));
         assert_int_equal(s.offs[0], 0);
         for (uint64_t k = 0; k < s.n_steps; k++) {
@@ -84,10 +84,10 @@ static void flattened_is_the_plans_rank_ids(void **state)
     {
         struct dh_plan_schedule all, two;
 
-        assert_int_equal(dh_plan_schedule(tok, prof, N, NULL, 0, &o, 1, 0,
-                                          &all, &e), 0);
-        assert_int_equal(dh_plan_schedule(tok, prof, N, NULL, 0, &o, 1, 2,
-                                          &two, &e), 0);
+        assert_int_equal(
+            dh_plan_schedule(tok, prof, N, NULL, 0, &o, 1, 0, &all, &e), 0);
+        assert_int_equal(
+            dh_plan_schedule(tok, prof, N, NULL, 0, &o, 1, 2, &two, &e), 0);
         assert_int_equal(two.n_steps, 2);
         assert_int_equal(two.n_ids, all.offs[2]);
         assert_memory_equal(two.ids, all.ids, two.n_ids * 8);
@@ -112,8 +112,8 @@ static void subset_is_planned_and_named_by_its_ids(void **state)
     for (uint32_t r = 0; r < 2; r++) {
         struct dh_plan_schedule s;
 
-        assert_int_equal(dh_plan_schedule(tok, prof, N, sub, n, &o, r, 0, &s,
-                                          &e), 0);
+        assert_int_equal(
+            dh_plan_schedule(tok, prof, N, sub, n, &o, r, 0, &s, &e), 0);
         assert_true(ngot + s.n_ids <= N);
         memcpy(got + ngot, s.ids, s.n_ids * 8);
         ngot += s.n_ids;
@@ -134,11 +134,11 @@ static void bad_rank_and_subset_ids_are_einval(void **state)
     (void)state;
     columns();
     opts(&o, 2, 1);
-    assert_int_equal(dh_plan_schedule(tok, prof, N, NULL, 0, &o, 2, 0, &s,
-                                      &e), DH_EINVAL);
+    assert_int_equal(dh_plan_schedule(tok, prof, N, NULL, 0, &o, 2, 0, &s, &e),
+                     DH_EINVAL);
     assert_non_null(strstr(e.msg, "rank 2 of world size 2"));
-    assert_int_equal(dh_plan_schedule(tok, prof, N, sub, 2, &o, 0, 0, &s,
-                                      &e), DH_EINVAL);
+    assert_int_equal(dh_plan_schedule(tok, prof, N, sub, 2, &o, 0, 0, &s, &e),
+                     DH_EINVAL);
     assert_non_null(strstr(e.msg, "subset id 203 is not in the index"));
     assert_null(s.ids); /* untouched on error */
 }

@@ -52,17 +52,17 @@ static int setup(void **state)
     return loop_fixture_setup("remote", 11);
 }
 
-#define WAIT_STAT(s, field, want)                                          \
-    do {                                                                   \
-        struct dh_dataserver_stats st_;                                    \
-        uint64_t end_ = now_ms() + WAIT_MS;                                \
-        do {                                                               \
-            dh_dataserver_stats((s), &st_);                                \
-            if (st_.field == (uint64_t)(want))                             \
-                break;                                                     \
-            sleep_ms(5);                                                   \
-        } while (now_ms() < end_);                                         \
-        assert_int_equal(st_.field, (want));                               \
+#define WAIT_STAT(s, field, want)                                              \
+    do {                                                                       \
+        struct dh_dataserver_stats st_;                                        \
+        uint64_t end_ = now_ms() + WAIT_MS;                                    \
+        do {                                                                   \
+            dh_dataserver_stats((s), &st_);                                    \
+            if (st_.field == (uint64_t)(want))                                 \
+                break;                                                         \
+            sleep_ms(5);                                                       \
+        } while (now_ms() < end_);                                             \
+        assert_int_equal(st_.field, (want));                                   \
     } while (0)
 
 static void local_opts(struct dh_dataserver_opts *o, const char *coord)
@@ -185,8 +185,8 @@ static void *client(void *ctx, const char *endpoint)
     m.u.register_client.pid = (uint32_t)getpid();
     send_msg(s, &m, 0);
     dh_wire_msg_fini(&m);
-    assert_int_equal(recv_type(s, 0, NULL, NULL, DH_WIRE_REGISTER_CLIENT, &m,
-                               WAIT_MS), 0);
+    assert_int_equal(
+        recv_type(s, 0, NULL, NULL, DH_WIRE_REGISTER_CLIENT, &m, WAIT_MS), 0);
     dh_wire_msg_fini(&m);
     return s;
 }
@@ -202,8 +202,8 @@ static uint32_t send_request(void *cl, uint32_t step, const uint64_t *ids,
     fill_request(&m.u.request, step, ids, n);
     send_msg(cl, &m, 0);
     dh_wire_msg_fini(&m);
-    assert_int_equal(recv_type(cl, 0, NULL, NULL, DH_WIRE_ROUTE, &m,
-                               WAIT_MS), 0);
+    assert_int_equal(recv_type(cl, 0, NULL, NULL, DH_WIRE_ROUTE, &m, WAIT_MS),
+                     0);
     assert_int_equal(m.u.route.task.step, step);
     to = m.u.route.server_id;
     dh_wire_msg_fini(&m);
@@ -237,7 +237,8 @@ static void request(void *cl, uint32_t step, const uint64_t *ids, uint32_t n,
         fail_msg("no completion for step %u", step);
     assert_int_equal(done->type == DH_WIRE_RESULT_NOTICE
                          ? done->u.result.task.step
-                         : done->u.error.task.step, step);
+                         : done->u.error.task.step,
+                     step);
 }
 
 /* The reference: the batch decoded inline. */
@@ -275,8 +276,7 @@ static size_t check_slot(struct dh_dataserver *local,
     uint8_t *got;
 
     assert_int_equal(r->server_id, dh_dataserver_id(local));
-    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(local), &a, &e),
-                     0);
+    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(local), &a, &e), 0);
     assert_true(r->length >= bytes);
     got = dh_arena_ptr(a, &ref);
     assert_non_null(got);
@@ -380,15 +380,15 @@ static void header(struct dh_wire_msg *m, uint32_t rank, uint64_t bytes,
     uint32_t valid = 1;
 
     dh_wire_msg_init(m, DH_WIRE_RESULT_NOTICE);
-    assert_int_equal(dh_wire_task_make(&m->u.result.task, 0, 0, 50, rank, 0,
-                                       NULL), 0);
+    assert_int_equal(
+        dh_wire_task_make(&m->u.result.task, 0, 0, 50, rank, 0, NULL), 0);
     m->u.result.server_id = REMOTE_ID;
     m->u.result.length = length;
     m->u.result.ndims = 2;
     m->u.result.dims[0] = 1;
     m->u.result.dims[1] = bytes;
-    assert_int_equal(dh_wire_set_result_samples(&m->u.result, &id, &valid, 1,
-                                                NULL), 0);
+    assert_int_equal(
+        dh_wire_set_result_samples(&m->u.result, &id, &valid, 1, NULL), 0);
 }
 
 static void send_frames(void *s, int n, size_t each)
@@ -397,13 +397,12 @@ static void send_frames(void *s, int n, size_t each)
 
     assert_true(each <= sizeof(zeros));
     for (int i = 0; i < n; i++)
-        assert_int_equal(zmq_send(s, zeros, each, i + 1 < n ? ZMQ_SNDMORE
-                                                            : 0),
+        assert_int_equal(zmq_send(s, zeros, each, i + 1 < n ? ZMQ_SNDMORE : 0),
                          (int)each);
 }
 
-static void send_header(void *s, uint32_t rank, uint64_t bytes,
-                        uint64_t length, int more)
+static void send_header(void *s, uint32_t rank, uint64_t bytes, uint64_t length,
+                        int more)
 {
     struct dh_wire_msg m;
 
@@ -420,22 +419,22 @@ static int send_malformed(void *evil)
 
     assert_int_equal(zmq_send(evil, "garbage", 7, 0), 7); /* one frame */
     assert_int_equal(zmq_send(evil, "\x01\x02junk", 6, ZMQ_SNDMORE), 6);
-    send_frames(evil, 1, 10);                       /* header garbage */
+    send_frames(evil, 1, 10); /* header garbage */
     send_header(evil, 0, 100, 100, 1);
-    send_frames(evil, 1, 50);                       /* 50 of 100 bytes */
-    send_header(evil, 0, 100, 100, 0);              /* no data frame */
+    send_frames(evil, 1, 50);          /* 50 of 100 bytes */
+    send_header(evil, 0, 100, 100, 0); /* no data frame */
     send_header(evil, 0, 70, 70, 1);
-    send_frames(evil, 70, 1);                       /* too many frames */
+    send_frames(evil, 70, 1); /* too many frames */
     send_header(evil, 0, 8u << 20, 8u << 20, 1);
-    send_frames(evil, 1, 1);                        /* over the arena */
+    send_frames(evil, 1, 1); /* over the arena */
     send_header(evil, 0, 10, 20, 1);
-    send_frames(evil, 1, 20);                       /* dims != length */
+    send_frames(evil, 1, 20); /* dims != length */
     send_header(evil, 3, 10, 10, 1);
-    send_frames(evil, 1, 10);                       /* rank 3's task */
+    send_frames(evil, 1, 10); /* rank 3's task */
     dh_wire_msg_init(&hb, DH_WIRE_HEARTBEAT);
     hb.u.heartbeat.server_id = REMOTE_ID;
     send_msg(evil, &hb, ZMQ_SNDMORE);
-    send_frames(evil, 1, 10);                       /* not a result */
+    send_frames(evil, 1, 10); /* not a result */
     return 9;
 }
 
@@ -490,7 +489,7 @@ static void remote_batch_lands_in_local_arena(void **state)
     dh_dataserver_stats(k.local.s, &ls);
     dh_dataserver_stats(k.remote.s, &rs);
     assert_int_equal(ls.malformed, (uint64_t)bad); /* nothing else */
-    assert_int_equal(rs.results, 0); /* the local one notifies */
+    assert_int_equal(rs.results, 0);               /* the local one notifies */
     assert_int_equal(rs.errors, 0);
     assert_int_equal(rs.malformed, 0);
     assert_int_equal(live_slots(k.remote.s, 0), 0); /* staging returned */
@@ -509,11 +508,9 @@ static void unreachable_target_is_an_error_notice(void **state)
     struct dh_dataserver_stats rs;
 
     (void)state;
-    cluster_start(&k, &(struct cluster_cfg){
-                          .advertise = "tcp://127.0.0.1:1",
-                          .deliver_ms = 300});
-    assert_string_equal(dh_dataserver_endpoint(k.local.s),
-                        "tcp://127.0.0.1:1");
+    cluster_start(&k, &(struct cluster_cfg){.advertise = "tcp://127.0.0.1:1",
+                                            .deliver_ms = 300});
+    assert_string_equal(dh_dataserver_endpoint(k.local.s), "tcp://127.0.0.1:1");
     for (step = 1; step <= 2 && to != REMOTE_ID; step++) {
         uint64_t t0 = now_ms();
 
@@ -556,8 +553,7 @@ static void release_held(struct dh_dataserver *local,
     struct dh_arena *a;
     struct dh_err e;
 
-    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(local), &a, &e),
-                     0);
+    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(local), &a, &e), 0);
     assert_int_equal(dh_arena_release(a, ref, &e), 0);
     dh_arena_destroy(a);
 }
@@ -649,9 +645,9 @@ static void router_send(void *rt, const uint8_t *id, size_t idlen,
     send_msg(rt, m, 0);
 }
 
-static void route_to(void *rt, const uint8_t *id, size_t idlen,
-                     uint32_t step, const uint64_t *ids, uint32_t n,
-                     uint32_t target, const char *addr)
+static void route_to(void *rt, const uint8_t *id, size_t idlen, uint32_t step,
+                     const uint64_t *ids, uint32_t n, uint32_t target,
+                     const char *addr)
 {
     struct dh_wire_msg m;
 
@@ -661,8 +657,7 @@ static void route_to(void *rt, const uint8_t *id, size_t idlen,
     m.u.route.task = m.u.route.request.task;
     m.u.route.server_id = REMOTE_ID;
     m.u.route.target_server_id = target;
-    snprintf(m.u.route.target_addr, sizeof(m.u.route.target_addr), "%s",
-             addr);
+    snprintf(m.u.route.target_addr, sizeof(m.u.route.target_addr), "%s", addr);
     router_send(rt, id, idlen, &m);
     dh_wire_msg_fini(&m);
 }
@@ -674,12 +669,11 @@ static void expect_link(void *rt, uint8_t *id, size_t *idlen)
     struct dh_wire_msg m;
 
     while (now_ms() < end) {
-        assert_int_equal(recv_type(rt, 1, id, idlen, DH_WIRE_HEARTBEAT, &m,
-                                   WAIT_MS), 0);
+        assert_int_equal(
+            recv_type(rt, 1, id, idlen, DH_WIRE_HEARTBEAT, &m, WAIT_MS), 0);
         assert_int_equal(m.u.heartbeat.server_id, REMOTE_ID);
         if (m.u.heartbeat.n_links == 1) {
-            assert_int_equal(m.u.heartbeat.links[0].peer_server_id,
-                             LOCAL_ID);
+            assert_int_equal(m.u.heartbeat.links[0].peer_server_id, LOCAL_ID);
             assert_true(m.u.heartbeat.links[0].bytes_per_s > 0);
             dh_wire_msg_fini(&m);
             return;
@@ -694,8 +688,8 @@ static void expect_error(void *rt, uint8_t *id, size_t *idlen, uint32_t step,
 {
     struct dh_wire_msg m;
 
-    assert_int_equal(recv_type(rt, 1, id, idlen, DH_WIRE_ERROR_NOTICE, &m,
-                               WAIT_MS), 0);
+    assert_int_equal(
+        recv_type(rt, 1, id, idlen, DH_WIRE_ERROR_NOTICE, &m, WAIT_MS), 0);
     assert_int_equal(m.u.error.task.step, step);
     assert_int_equal(m.u.error.server_id, REMOTE_ID);
     assert_true(m.u.error.cause < 0);
@@ -715,8 +709,7 @@ static void expect_payload(void *tg, const uint64_t *ids, uint32_t n)
     uint8_t *want = reference(ids, n, valid, &bytes);
     struct dh_wire_msg m;
 
-    assert_int_equal(recv_msg(tg, 1, id, &idlen, &m, data, &len, WAIT_MS),
-                     0);
+    assert_int_equal(recv_msg(tg, 1, id, &idlen, &m, data, &len, WAIT_MS), 0);
     assert_int_equal(m.type, DH_WIRE_RESULT_NOTICE);
     assert_int_equal(m.u.result.server_id, REMOTE_ID);
     assert_int_equal(m.u.result.arena_offset, 0);
@@ -750,8 +743,8 @@ static void remote_against_fake_peers(void **state)
     tg = bound_router(ctx, tgep, sizeof(tgep));
     remote_opts(&ca.o, coep);
     assert_int_equal(pthread_create(&th, NULL, create_thread, &ca), 0);
-    assert_int_equal(recv_type(co, 1, id, &idlen, DH_WIRE_REGISTER_SERVER,
-                               &m, WAIT_MS), 0);
+    assert_int_equal(
+        recv_type(co, 1, id, &idlen, DH_WIRE_REGISTER_SERVER, &m, WAIT_MS), 0);
     assert_int_equal(m.u.register_server.role, DH_WIRE_ROLE_REMOTE);
     assert_int_equal(m.u.register_server.rank, 0);
     assert_int_equal(m.u.register_server.server_id, REMOTE_ID);

@@ -29,8 +29,8 @@ static void test_evq_order(void **state)
     for (uint64_t i = 0; i < 5000; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         /* few distinct times: many ties, which must pop in push order */
-        assert_int_equal(dh__sim_evq_push(&q, (double)((s >> 33) % 50), 0, 0,
-                                          i), 0);
+        assert_int_equal(
+            dh__sim_evq_push(&q, (double)((s >> 33) % 50), 0, 0, i), 0);
     }
     while (dh__sim_evq_pop(&q, &ev)) {
         assert_true(ev.t >= last_t);
@@ -190,7 +190,8 @@ static void mix(struct dh_sim_workload *w, const struct dh_sim_config *c,
 {
     assert_int_equal(dh_sim_workload_mix(name, DH_SIM_QWEN_VL,
                                          dh_sim_samples_needed(c), c->seed, w,
-                                         NULL), 0);
+                                         NULL),
+                     0);
 }
 
 static int same(const struct dh_sim_metrics *a, const struct dh_sim_metrics *b)
@@ -243,8 +244,8 @@ static void test_conservation_and_native_local(void **state)
         for (int s = 0; s < DH_SIM_NSYSTEMS; s++) {
             struct dh_sim_metrics m;
 
-            assert_int_equal(dh_sim_run(&c, &w, (enum dh_sim_system)s, &m,
-                                        NULL), 0);
+            assert_int_equal(
+                dh_sim_run(&c, &w, (enum dh_sim_system)s, &m, NULL), 0);
             assert_int_equal(m.conservation_errors, 0);
             assert_true(m.throughput > 0);
             if (s == DH_SIM_NATIVE)

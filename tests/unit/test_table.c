@@ -32,8 +32,11 @@ static void write_text(const char *path, const char *text)
 }
 
 static const char *captions[] = {
-    "a \"quoted\" caption", "line one\nline two\ttab", "unicode: héllo 世界 🎬",
-    "backslash \\ and / slash", "",
+    "a \"quoted\" caption",
+    "line one\nline two\ttab",
+    "unicode: héllo 世界 🎬",
+    "backslash \\ and / slash",
+    "",
 };
 
 static void make_desc(struct dh_desc *d, int64_t id)
@@ -64,7 +67,8 @@ static void make_desc(struct dh_desc *d, int64_t id)
     d->est_out_bytes = id << 20;
     d->est_tokens = id * 17;
     if (id % 3 == 1) {
-        d->extra_json = dh__strdup("{\"foo\":[1,2,{\"x\":null}],\"bar\":\"é\"}");
+        d->extra_json = dh__strdup(
+            "{\"foo\":[1,2,{\"x\":null}],\"bar\":\"é\"}");
         assert_non_null(d->extra_json);
     }
 }
@@ -199,21 +203,21 @@ static const struct bad_case bad_cases[] = {
     {"{\"id\":0,\"path\":\"a\",\"kind\":\"audio\"}\n", DH_EFORMAT,
      ":1: field 'kind': expected video, image or text"},
     {"{\"id\":0,\"path\":\"a\",\"kind\":\"video\",\"codec\":"
-     "\"0123456789012345678901234567890123\"}\n", DH_EFORMAT,
-     ":1: field 'codec': string longer than 31 bytes"},
+     "\"0123456789012345678901234567890123\"}\n",
+     DH_EFORMAT, ":1: field 'codec': string longer than 31 bytes"},
     {"{\"id\":0,\"path\":\"a\",\"kind\":\"video\",\"id\":1}\n", DH_EFORMAT,
      ":1: bad JSON at column"},
     {"[1,2]\n", DH_EFORMAT, ":1: expected a JSON object, got array"},
     {"{\"id\":0,\"path\":\"a\",\"kind\":\"video\"}\n"
      "{\"id\":1,\"path\":\"a\",\"kind\":\"video\"}\n"
-     "{\"id\":1,\"path\":\"b\",\"kind\":\"video\"}\n", DH_EDUP,
-     ":3: duplicate id 1"},
+     "{\"id\":1,\"path\":\"b\",\"kind\":\"video\"}\n",
+     DH_EDUP, ":3: duplicate id 1"},
     {"{\"id\":0,\"path\":\"a\",\"kind\":\"video\"}\n"
-     "{\"id\":2,\"path\":\"a\",\"kind\":\"video\"}\n", DH_EFORMAT,
-     ": ids are not dense: id 1 is missing"},
+     "{\"id\":2,\"path\":\"a\",\"kind\":\"video\"}\n",
+     DH_EFORMAT, ": ids are not dense: id 1 is missing"},
     {"{\"id\":0,\"path\":\"a\",\"kind\":\"video\"}\n"
-     "{\"datahelix_header\":{}}\n", DH_EFORMAT,
-     ":2: header record only allowed on the first line"},
+     "{\"datahelix_header\":{}}\n",
+     DH_EFORMAT, ":2: header record only allowed on the first line"},
     {"{\"datahelix_header\":[]}\n", DH_EFORMAT,
      ":1: field 'datahelix_header': expected object"},
     {"{\"datahelix_header\":{},\"id\":0}\n", DH_EFORMAT,
@@ -347,7 +351,8 @@ static void renumber_gaps_and_duplicates(void **state)
                      "\",\"kind\":\"video\"}\n"
                      "{\"id\":3,\"path\":\"d.............................."
                      "\",\"kind\":\"video\"}\n");
-    assert_error(path, DH_EFORMAT, ": ids are not dense: id 1 is missing "
+    assert_error(path, DH_EFORMAT,
+                 ": ids are not dense: id 1 is missing "
                  "(2 of ids 0..3 missing); renumber the samples in file "
                  "order with `datahelix index --renumber`");
     /* An id the format refuses stays refused when renumbering. */
@@ -373,11 +378,11 @@ static void writer_rejects_bad_header(void **state)
     dh_table_writer_abort(NULL);
 }
 
-#define SMALL_TABLE                                                         \
-    "{\"datahelix_header\":{\"v\":1,\"m\":[\"a\"]}}\n"                          \
-    "{\"id\":1,\"path\":\"b.mp4\",\"kind\":\"video\",\"fps\":29.97,"           \
-    "\"width\":640,\"profile\":\"32x336\",\"x\":{\"y\":[1,2]}}\n\n"             \
-    "{\"id\":0,\"kind\":\"text\",\"text\":\"h\u00e9 \\\"q\\\"\\n\",\"z\":null}\n"   \
+#define SMALL_TABLE                                                               \
+    "{\"datahelix_header\":{\"v\":1,\"m\":[\"a\"]}}\n"                            \
+    "{\"id\":1,\"path\":\"b.mp4\",\"kind\":\"video\",\"fps\":29.97,"              \
+    "\"width\":640,\"profile\":\"32x336\",\"x\":{\"y\":[1,2]}}\n\n"               \
+    "{\"id\":0,\"kind\":\"text\",\"text\":\"h\u00e9 \\\"q\\\"\\n\",\"z\":null}\n" \
     "{\"id\":2,\"path\":\"c.jpg\",\"kind\":\"image\",\"frames\":1}\n"
 
 static void alloc_failures_read(void **state)

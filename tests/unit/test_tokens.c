@@ -62,8 +62,9 @@ static void custom_patch_spec(void **state)
     m = model("patch=10");
     assert_int_equal(m.tpatch, 1);
     assert_int_equal(dh_token_model_count(&m, 3, 20, 20), 3 * 2 * 2);
-    const char *bad[] = {"", "qwen", "patch=", "patch=0", "patch=8,t=2",
-                         "patch=8,tpatch=", "patch=8x", "patch=-3"};
+    const char *bad[] = {"",         "qwen",        "patch=",
+                         "patch=0",  "patch=8,t=2", "patch=8,tpatch=",
+                         "patch=8x", "patch=-3"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         dh_err_clear(&e);
         assert_int_equal(dh_token_model_parse(bad[i], &s, &e), DH_EINVAL);
@@ -103,16 +104,15 @@ static void plan_specs_parse_and_format(void **state)
     assert_true(p.width == 224 && p.height == 160);
     dh_sample_plan_format_size(&p, buf, sizeof(buf));
     assert_string_equal(buf, "224x160");
-    const char *badf[] = {"", "0", "-4", "fps:", "fps:0", "fps:x", "16x",
-                          "all2"};
+    const char *badf[] = {
+        "", "0", "-4", "fps:", "fps:0", "fps:x", "16x", "all2"};
     for (size_t i = 0; i < sizeof(badf) / sizeof(badf[0]); i++)
         assert_int_equal(dh_sample_plan_parse_frames(badf[i], &p, &e),
                          DH_EINVAL);
-    const char *bads[] = {"", "224", "224x", "x224", "0x10", "224x224x3",
-                          "99999x2", "natural"};
+    const char *bads[] = {"",     "224",       "224x",    "x224",
+                          "0x10", "224x224x3", "99999x2", "natural"};
     for (size_t i = 0; i < sizeof(bads) / sizeof(bads[0]); i++)
-        assert_int_equal(dh_sample_plan_parse_size(bads[i], &p, &e),
-                         DH_EINVAL);
+        assert_int_equal(dh_sample_plan_parse_size(bads[i], &p, &e), DH_EINVAL);
 }
 
 static struct dh_desc video(int64_t frames, double dur, int w, int h, int rot)

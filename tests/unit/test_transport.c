@@ -32,19 +32,21 @@ struct pair {
 static void pair_open(struct pair *p, enum dh_tp_kind rk, enum dh_tp_kind dk,
                       int64_t max_msg)
 {
-    struct dh_tp_opts ro = {.kind = rk, .addr = "tcp://127.0.0.1:0",
-                            .who = "test", .max_msg = max_msg};
+    struct dh_tp_opts ro = {.kind = rk,
+                            .addr = "tcp://127.0.0.1:0",
+                            .who = "test",
+                            .max_msg = max_msg};
     struct dh_tp_opts dopt = {.kind = dk, .who = "test", .peer = "router"};
     struct dh_err e;
 
     memset(p, 0, sizeof(*p));
     assert_non_null(p->ctx = zmq_ctx_new());
-    assert_int_equal(dh__tp_open(p->ctx, &ro, &p->router, p->bound,
-                                 sizeof(p->bound), &e), 0);
+    assert_int_equal(
+        dh__tp_open(p->ctx, &ro, &p->router, p->bound, sizeof(p->bound), &e),
+        0);
     assert_null(strstr(p->bound, ":0")); /* the port it got */
     dopt.addr = p->bound;
-    assert_int_equal(dh__tp_open(p->ctx, &dopt, &p->dealer, NULL, 0, &e),
-                     0);
+    assert_int_equal(dh__tp_open(p->ctx, &dopt, &p->dealer, NULL, 0, &e), 0);
 }
 
 static void pair_close(struct pair *p)
@@ -62,8 +64,8 @@ static void shutdown_msg(struct dh_wire_msg *m, const char *why)
 }
 
 /* Waits for and receives one message on `sock`. */
-static int recv_wait(void *sock, struct dh_tp_from *from,
-                     struct dh_wire_msg *m, struct dh_err *e)
+static int recv_wait(void *sock, struct dh_tp_from *from, struct dh_wire_msg *m,
+                     struct dh_err *e)
 {
     assert_int_equal(dh__tp_wait(sock, WAIT_MS, e), 1);
     return dh__tp_recv(sock, from, m, "peer", e);
@@ -158,11 +160,11 @@ static void test_payload_frames(void **state)
     }
     assert_int_equal(dh__tp_send_more(p.dealer, "x", 1, &e), 1);
     assert_int_equal(dh__tp_send_more(p.dealer, "y", 1, &e), 1);
-    assert_int_equal(dh__tp_send_zc(p.dealer, data, sizeof(data), free_cb,
-                                    NULL, &e), 0);
+    assert_int_equal(
+        dh__tp_send_zc(p.dealer, data, sizeof(data), free_cb, NULL, &e), 0);
     assert_int_equal(dh__tp_wait(p.router, WAIT_MS, &e), 1);
-    assert_int_equal(dh__tp_recv_frames(p.router, &from, f, 2, &n, &extra,
-                                        &e), 1);
+    assert_int_equal(dh__tp_recv_frames(p.router, &from, f, 2, &n, &extra, &e),
+                     1);
     assert_int_equal(n, 2);
     assert_int_equal(extra, 2);
     assert_int_equal(zmq_msg_size(&f[0]), 3);
@@ -180,8 +182,8 @@ static void test_open_errors(void **state)
 {
     void *ctx = zmq_ctx_new(), *a = NULL, *b = NULL;
     char bound[DH_WIRE_MAX_ADDR + 1];
-    struct dh_tp_opts o = {.kind = DH_TP_COORD, .addr = "tcp://127.0.0.1:0",
-                           .who = "coordinator"};
+    struct dh_tp_opts o = {
+        .kind = DH_TP_COORD, .addr = "tcp://127.0.0.1:0", .who = "coordinator"};
     struct dh_err e;
     int dummy;
 
@@ -193,8 +195,10 @@ static void test_open_errors(void **state)
     assert_null(b);
     o.addr = "nonsense";
     assert_int_equal(dh__tp_open(ctx, &o, &b, NULL, 0, &e), DH_EINVAL);
-    o = (struct dh_tp_opts){.kind = DH_TP_SERVER_CTL, .addr = "bogus://x",
-                            .who = "dataserver", .peer = "coordinator"};
+    o = (struct dh_tp_opts){.kind = DH_TP_SERVER_CTL,
+                            .addr = "bogus://x",
+                            .who = "dataserver",
+                            .peer = "coordinator"};
     assert_int_equal(dh__tp_open(ctx, &o, &b, NULL, 0, &e), DH_EINVAL);
     assert_non_null(strstr(e.msg, "cannot connect to coordinator "
                                   "bogus://x"));

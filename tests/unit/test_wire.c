@@ -33,10 +33,9 @@ static void fill_text(char *dst, size_t n, char c)
 
 static void task_max(struct dh_wire_task *t)
 {
-    assert_int_equal(
-        dh_wire_task_make(t, UINT32_MAX, 65535, (1u << 24) - 1, 65535, 255,
-                          NULL),
-        0);
+    assert_int_equal(dh_wire_task_make(t, UINT32_MAX, 65535, (1u << 24) - 1,
+                                       65535, 255, NULL),
+                     0);
 }
 
 static void fill_request(struct dh_wire_request *r, size_t n)
@@ -148,8 +147,8 @@ static void fill_msg(struct dh_wire_msg *m, int i)
         m->u.route.server_id = UINT32_MAX;
         m->u.route.target_server_id = 1;
         if (i == 9) {
-            snprintf(m->u.route.target_addr,
-                     sizeof(m->u.route.target_addr), "%s", "ipc:///run/dh/0");
+            snprintf(m->u.route.target_addr, sizeof(m->u.route.target_addr),
+                     "%s", "ipc:///run/dh/0");
             m->u.route.has_request = 1;
             fill_request(&m->u.route.request, 2);
         }
@@ -1173,11 +1172,16 @@ static uint64_t draw_field(uint64_t *x, uint64_t max)
     uint64_t r = rng_next(x);
 
     switch (r % 8) {
-    case 0: return 0;
-    case 1: return 1;
-    case 2: return max - 1;
-    case 3: return max;
-    default: return (r >> 3) % (max + 1);
+    case 0:
+        return 0;
+    case 1:
+        return 1;
+    case 2:
+        return max - 1;
+    case 3:
+        return max;
+    default:
+        return (r >> 3) % (max + 1);
     }
 }
 
@@ -1264,14 +1268,13 @@ static void task_id_split_inverts(void **state)
         uint64_t raw = rng_next(&x);
 
         dh_wire_task_split(raw, &w);
-        assert_int_equal(dh_wire_task_id(w.pass, w.step, w.rank,
-                                         w.microbatch, &id, NULL),
-                         0);
+        assert_int_equal(
+            dh_wire_task_id(w.pass, w.step, w.rank, w.microbatch, &id, NULL),
+            0);
         assert_int_equal(id, raw);
     }
-    assert_int_equal(dh_wire_task_id(65535, (1u << 24) - 1, 65535, 255, &id,
-                                     NULL),
-                     0);
+    assert_int_equal(
+        dh_wire_task_id(65535, (1u << 24) - 1, 65535, 255, &id, NULL), 0);
     assert_int_equal(id, UINT64_MAX);
     assert_int_equal(dh_wire_task_id(0, 0, 0, 0, &id, NULL), 0);
     assert_int_equal(id, 0);
@@ -1281,8 +1284,7 @@ static void task_id_split_inverts(void **state)
  * also for random values above the range, and the epoch above 32 bits. */
 static void task_id_rejects_overflow(void **state)
 {
-    static const char *const names[4] = {"pass", "step", "rank",
-                                         "microbatch"};
+    static const char *const names[4] = {"pass", "step", "rank", "microbatch"};
     struct dh_wire_task t = {9, 9, 9, 9, 9, 9};
     struct dh_err e;
     uint64_t id = 42, x = 777;
@@ -1301,13 +1303,11 @@ static void task_id_rejects_overflow(void **state)
         if (!strstr(e.msg, want))
             fail_msg("\"%s\" does not name \"%s\"", e.msg, want);
         assert_int_equal(id, 42); /* not written */
-        assert_int_equal(dh_wire_task_make(&t, 1, v[0], v[1], v[2], v[3],
-                                           &e),
+        assert_int_equal(dh_wire_task_make(&t, 1, v[0], v[1], v[2], v[3], &e),
                          DH_ETOOBIG);
         assert_int_equal(t.id, 9);
     }
-    assert_int_equal(dh_wire_task_make(&t, UINT64_C(1) << 32, 0, 0, 0, 0,
-                                       &e),
+    assert_int_equal(dh_wire_task_make(&t, UINT64_C(1) << 32, 0, 0, 0, 0, &e),
                      DH_ETOOBIG);
     assert_non_null(strstr(e.msg, "task epoch 4294967296"));
     assert_int_equal(t.epoch, 9);
@@ -1323,8 +1323,8 @@ static void task_id_rejects_overflow(void **state)
  * epoch's passes are distinct ids; an encoded task keeps its epoch. */
 static void task_id_epoch_beside_the_id(void **state)
 {
-    static const uint64_t epochs[] = {0, 4096, 0x9000, 0x8000, 65536,
-                                      UINT32_MAX};
+    static const uint64_t epochs[] = {0,      4096,  0x9000,
+                                      0x8000, 65536, UINT32_MAX};
     struct dh_wire_task t[6], back;
     struct dh_wire_msg m, d;
     uint8_t *buf;

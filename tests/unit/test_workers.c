@@ -49,9 +49,9 @@ static struct dh_media_plan small_plan(void)
     return p;
 }
 
-static struct dh_work job_of(uint64_t task, uint64_t epoch,
-                             const uint64_t *ids, uint32_t n,
-                             const struct dh_media_plan *p, int alloc_ms)
+static struct dh_work job_of(uint64_t task, uint64_t epoch, const uint64_t *ids,
+                             uint32_t n, const struct dh_media_plan *p,
+                             int alloc_ms)
 {
     struct dh_work j = {task, epoch, ids, n, p, alloc_ms};
     return j;
@@ -303,7 +303,7 @@ static void full_queue_times_out_and_destroy_is_prompt(void **state)
     t0 = now_ms();
     dh_workers_destroy(w); /* #1 finishes, #2 is dropped; ASan: no leak */
     assert_true(now_ms() - t0 < 5000);
-    assert_live_slots(a, 0);   /* #1's uncollected slot was released */
+    assert_live_slots(a, 0); /* #1's uncollected slot was released */
     dh_arena_destroy(a);
 }
 

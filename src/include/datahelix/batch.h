@@ -53,8 +53,8 @@ void dh_batch_sample_plan(const struct dh_media_plan *p, uint64_t epoch,
  */
 int dh_batch_decode(struct dh_media *m, const struct dh_index *ix,
                     uint64_t epoch, const uint64_t *ids, uint32_t n,
-                    const struct dh_media_plan *p, uint8_t *dst,
-                    size_t dst_len, int32_t *valid_frames,
-                    uint32_t *failed_at, struct dh_err *e) DH_MUST_CHECK;
+                    const struct dh_media_plan *p, uint8_t *dst, size_t dst_len,
+                    int32_t *valid_frames, uint32_t *failed_at,
+                    struct dh_err *e) DH_MUST_CHECK;
 
 #endif

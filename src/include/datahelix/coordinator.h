@@ -69,17 +69,17 @@
 struct dh_coordinator; /* opaque */
 
 struct dh_coordinator_opts {
-    const char *listen;  /* ZeroMQ endpoint to bind; NULL: default above */
-    const char *policy;  /* "round-robin", "least-request" (default when
+    const char *listen;       /* ZeroMQ endpoint to bind; NULL: default above */
+    const char *policy;       /* "round-robin", "least-request" (default when
                             NULL) or "deadline" */
     int heartbeat_timeout_ms; /* silence that kills a server (default 3000;
                                  1..3,600,000) */
-    FILE *telemetry;     /* one JSON line per placement decision; NULL:
+    FILE *telemetry;          /* one JSON line per placement decision; NULL:
                             none.  Borrowed: must outlive the coordinator */
-    int max_servers;     /* registered DataServers (default 1024) */
-    int max_clients;     /* registered clients (default 4096) */
-    size_t max_inflight; /* tasks placed and not completed (default 65536) */
-    size_t max_pending;  /* requests waiting for capacity (default 4096) */
+    int max_servers;          /* registered DataServers (default 1024) */
+    int max_clients;          /* registered clients (default 4096) */
+    size_t max_inflight;  /* tasks placed and not completed (default 65536) */
+    size_t max_pending;   /* requests waiting for capacity (default 4096) */
     int queue_per_worker; /* queue cap of a server: this x its workers
                              tasks in flight (default 4; 0 = no cap) */
     int exit_when_unused_ms; /* > 0: run() returns once no LOCAL server has

@@ -84,36 +84,36 @@
 struct dh_dataserver; /* opaque */
 
 struct dh_dataserver_opts {
-    const char *coordinator;  /* ZeroMQ endpoint of the Coordinator */
-    const char *index_path;   /* the .dhx index the sample ids refer to */
-    const char *addr;         /* address announced in RegisterServer
+    const char *coordinator;   /* ZeroMQ endpoint of the Coordinator */
+    const char *index_path;    /* the .dhx index the sample ids refer to */
+    const char *addr;          /* address announced in RegisterServer
                                  when not listening; NULL: "local:rank-R"
                                  (remote: "remote:server-ID").  Not with
                                  `listen` */
-    uint32_t server_id;       /* 1..UINT32_MAX-1; 0: rank + 1 (remote: a
+    uint32_t server_id;        /* 1..UINT32_MAX-1; 0: rank + 1 (remote: a
                                  hash of host name and pid, >= 2^31) */
-    uint32_t rank;            /* the rank served (< DH_WIRE_MAX_RANKS);
+    uint32_t rank;             /* the rank served (< DH_WIRE_MAX_RANKS);
                                  ignored by a remote server */
-    int remote;               /* 1: remote sidecar (DESIGN.md 2) */
-    unsigned workers;         /* decode threads (default 2) */
-    size_t arena_bytes;       /* data area of the arena (default 256 MiB);
+    int remote;                /* 1: remote sidecar (DESIGN.md 2) */
+    unsigned workers;          /* decode threads (default 2) */
+    size_t arena_bytes;        /* data area of the arena (default 256 MiB);
                                  remote: of the private staging arena */
-    int heartbeat_ms;         /* heartbeat period (default 500) */
-    int register_timeout_ms;  /* bound on the registration ack (def. 5000) */
-    int sample_timeout_ms;    /* per-sample decode watchdog: a sample still
+    int heartbeat_ms;          /* heartbeat period (default 500) */
+    int register_timeout_ms;   /* bound on the registration ack (def. 5000) */
+    int sample_timeout_ms;     /* per-sample decode watchdog: a sample still
                                  decoding after this is abandoned and its
                                  job fails with DH_ETIMEOUT (default
                                  60000; 0: none) */
-    int alloc_timeout_ms;     /* bound on waiting for arena space per job
+    int alloc_timeout_ms;      /* bound on waiting for arena space per job
                                  or payload (default 30000) */
-    int deliver_timeout_ms;   /* remote: bound on a delivery target taking
+    int deliver_timeout_ms;    /* remote: bound on a delivery target taking
                                  a batch (default 5000) */
-    const char *listen;       /* local: ZeroMQ endpoint to bind for
+    const char *listen;        /* local: ZeroMQ endpoint to bind for
                                  payloads from remote servers (NULL: none) */
-    const char *advertise;    /* local with listen: the address announced
+    const char *advertise;     /* local with listen: the address announced
                                  instead of the bound one (required for a
                                  wildcard bind such as tcp://0.0.0.0:7600) */
-    int client_fd;            /* embedded mode: a connected SOCK_SEQPACKET
+    int client_fd;             /* embedded mode: a connected SOCK_SEQPACKET
                                  Unix socket to the client (one end of a
                                  socketpair); create() takes it over, in
                                  every case.  -1 (default): none */
@@ -148,14 +148,14 @@ struct dh_dataserver_opts {
 void dh_dataserver_opts_default(struct dh_dataserver_opts *o);
 
 struct dh_dataserver_stats {
-    uint64_t malformed;  /* messages rejected and logged */
-    uint64_t routes;     /* requests accepted from Routes */
-    uint64_t results;    /* ResultNotices sent to the Coordinator
+    uint64_t malformed;       /* messages rejected and logged */
+    uint64_t routes;          /* requests accepted from Routes */
+    uint64_t results;         /* ResultNotices sent to the Coordinator
                             (a remote's payload headers are `forwarded`) */
-    uint64_t errors;     /* ErrorNotices sent */
-    uint64_t releases;   /* Releases applied to the arena */
-    uint64_t heartbeats; /* Heartbeats sent */
-    uint64_t payloads;   /* local: batches from remote servers placed in
+    uint64_t errors;          /* ErrorNotices sent */
+    uint64_t releases;        /* Releases applied to the arena */
+    uint64_t heartbeats;      /* Heartbeats sent */
+    uint64_t payloads;        /* local: batches from remote servers placed in
                             the arena (each also counts in results) */
     uint64_t cross_ds_bytes;  /* local: their bytes, copied on arrival */
     uint64_t forwarded;       /* remote: batches handed to ZeroMQ for

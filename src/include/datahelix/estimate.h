@@ -24,7 +24,7 @@ struct dh_sample_plan {
     int64_t max_frames; /* cap on derived counts; 0 = none */
     int32_t width;      /* output size; 0 x 0 = native (after rotation) */
     int32_t height;
-    int32_t max_side;   /* native only: shrink so the longer side <= this;
+    int32_t max_side; /* native only: shrink so the longer side <= this;
                            0 = none */
 };
 
@@ -86,9 +86,9 @@ int64_t dh_text_tokens(int64_t bytes);
 
 /* ---- CPU-cost model ---- */
 struct dh_cost_features {
-    double src_mpx;  /* source pixels the decoder must produce, millions */
-    double in_mb;    /* compressed input, MB (1e6 bytes) */
-    double out_mpx;  /* output pixels written by the scaler, millions */
+    double src_mpx; /* source pixels the decoder must produce, millions */
+    double in_mb;   /* compressed input, MB (1e6 bytes) */
+    double out_mpx; /* output pixels written by the scaler, millions */
 };
 
 struct dh_cost_model {

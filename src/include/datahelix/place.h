@@ -74,10 +74,10 @@ int dh_place_policy_parse(const char *s, enum dh_place_policy *out,
 
 struct dh_place_opts {
     enum dh_place_policy policy;
-    double remote_gain_ms; /* local meets D: a remote must be this much
+    double remote_gain_ms;     /* local meets D: a remote must be this much
                               faster to win (default 5) */
-    double ratio_alpha;    /* EWMA weight of a completion (default 0.3) */
-    double link_alpha;     /* EWMA weight of a link sample (default 0.3) */
+    double ratio_alpha;        /* EWMA weight of a completion (default 0.3) */
+    double link_alpha;         /* EWMA weight of a link sample (default 0.3) */
     double default_bw_mbps;    /* link bandwidth before any sample, MB/s
                                   (1e6 bytes/s; default 1000) */
     double default_latency_ms; /* link latency before any sample (0.2) */
@@ -120,9 +120,8 @@ void dh_place_destroy(struct dh_place *p);
  * DH_EINVAL (bad args), DH_EDUP (id in use), DH_ETOOBIG (more than
  * max_local local servers).  O(log n).
  */
-int dh_place_add_server(struct dh_place *p, int32_t id,
-                        enum dh_place_role role, int32_t local_rank,
-                        int32_t workers, int32_t queue_cap,
+int dh_place_add_server(struct dh_place *p, int32_t id, enum dh_place_role role,
+                        int32_t local_rank, int32_t workers, int32_t queue_cap,
                         struct dh_err *e) DH_MUST_CHECK;
 /* Forgets `id` (its in-flight work too).  DH_ENOTFOUND.  O(L log n), or
  * O(max_servers) for a local server (its link column is reset).  Adding a
@@ -135,8 +134,8 @@ int dh_place_remove_server(struct dh_place *p, int32_t id,
 
 /* A task of `work_ms` predicted work (dh_place_decision.work_ms) was sent
  * to `server`.  DH_ENOTFOUND, DH_EINVAL (work < 0 or not finite). */
-int dh_place_assign(struct dh_place *p, int32_t server, double work_ms)
-    DH_MUST_CHECK;
+int dh_place_assign(struct dh_place *p, int32_t server,
+                    double work_ms) DH_MUST_CHECK;
 /* The task assigned with `predicted_ms` finished after `actual_ms` of
  * service: its work leaves the queue and the EWMA of actual/predicted
  * moves (the ratio sample is clamped to [0.05, 50]). */
@@ -149,8 +148,8 @@ int dh_place_link(struct dh_place *p, int32_t from, int32_t to, double bytes,
  * Tasks it reports beyond those assigned through this table (another
  * coordinator, restarts) count as external work of recent_latency_ms
  * each, and against the queue cap, until the next heartbeat. */
-int dh_place_heartbeat(struct dh_place *p, int32_t server,
-                       int32_t queue_depth, int32_t busy_workers,
+int dh_place_heartbeat(struct dh_place *p, int32_t server, int32_t queue_depth,
+                       int32_t busy_workers,
                        double recent_latency_ms) DH_MUST_CHECK;
 
 /* ---- decisions ---- */
@@ -204,8 +203,8 @@ struct dh_cost_terms {
     int at_cap; /* 1 if the server is at its queue cap */
 };
 int dh_cost_predict(const struct dh_place *p, int32_t server,
-                    const struct dh_place_req *req, struct dh_cost_terms *out)
-    DH_MUST_CHECK;
+                    const struct dh_place_req *req,
+                    struct dh_cost_terms *out) DH_MUST_CHECK;
 
 /* Fills req->cpu_ms (the static model of estimate.h on the sample plan's
  * output) and req->out_bytes (d->est_out_bytes) for descriptor `d`; other
@@ -231,9 +230,8 @@ int dh_place_server_info(const struct dh_place *p, int32_t server,
  * call (this library reads no clock).  Returns the length that the full
  * record needs, like snprintf; the record is complete iff that is < len.
  */
-size_t dh_place_decision_format(const struct dh_place_decision *d,
-                                int64_t task, double decide_us, char *buf,
-                                size_t len);
+size_t dh_place_decision_format(const struct dh_place_decision *d, int64_t task,
+                                double decide_us, char *buf, size_t len);
 
 /* ---- the GPU window and the deadline model (DESIGN 3) ----
  *
@@ -260,8 +258,8 @@ size_t dh_place_decision_format(const struct dh_place_decision *d,
 
 /* Caller-owned; reentrant; one struct per iterator (rank). */
 struct dh_window {
-    double alpha;            /* weight of a new sample */
-    double ewma_ms;          /* of the period; 0 until the first sample */
+    double alpha;   /* weight of a new sample */
+    double ewma_ms; /* of the period; 0 until the first sample */
     int64_t samples;
     double hint_ms;          /* period before the first sample; 0: none */
     double step_deadline_ms; /* > 0: fixed period, the EWMA unused */

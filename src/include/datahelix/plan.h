@@ -43,8 +43,8 @@ enum dh_balance {
 #define DH_PLAN_WINDOW_MAX 4096u
 #define DH_PLAN_WORLD_MAX (1u << 20)
 #define DH_PLAN_BATCH_MAX (1u << 20)
-#define DH_PLAN_STEP_MAX (1u << 24)    /* world x batch */
-#define DH_PLAN_WINDOW_IDS (1u << 26)  /* window x world x batch */
+#define DH_PLAN_STEP_MAX (1u << 24)   /* world x batch */
+#define DH_PLAN_WINDOW_IDS (1u << 26) /* window x world x batch */
 
 /* Caller-owned options; dh_plan_opts_init() sets the defaults. */
 struct dh_plan_opts {
@@ -52,11 +52,11 @@ struct dh_plan_opts {
     uint32_t batch_size; /* samples per rank per step, >= 1 */
     uint64_t seed;
     uint64_t epoch;
-    int balance;         /* enum dh_balance */
-    uint32_t window;     /* steps planned together; 0 = default; 1 =
+    int balance;     /* enum dh_balance */
+    uint32_t window; /* steps planned together; 0 = default; 1 =
                             per-step greedy (Algorithm 1 exactly).  Ignored
                             with DH_BALANCE_NONE. */
-    int drop_last;       /* 1 (default): floor(n / (world x batch)) steps,
+    int drop_last;   /* 1 (default): floor(n / (world x batch)) steps,
                             the remainder is not delivered this epoch.
                             0: one more, partial, last step (see below) */
 };
@@ -87,9 +87,9 @@ struct dh_plan;
  * DH_PLAN_WINDOW_IDS), DH_ENOMEM.  On success *out is owned by the caller
  * (dh_plan_destroy); on error *out is untouched.
  */
-int dh_plan_create(const uint32_t *tokens, const uint16_t *profile,
-                   uint64_t n, const struct dh_plan_opts *o,
-                   struct dh_plan **out, struct dh_err *e) DH_MUST_CHECK;
+int dh_plan_create(const uint32_t *tokens, const uint16_t *profile, uint64_t n,
+                   const struct dh_plan_opts *o, struct dh_plan **out,
+                   struct dh_err *e) DH_MUST_CHECK;
 
 /* Frees the plan.  Accepts NULL.  Invalidates every borrowed pointer. */
 void dh_plan_destroy(struct dh_plan *p);
@@ -129,8 +129,8 @@ void dh_plan_balance(const struct dh_plan *p, double *mean_ratio,
  * ids[offs[k] .. offs[k + 1]) for k < n_steps.  Owned by the caller, freed
  * with dh_plan_schedule_free(). */
 struct dh_plan_schedule {
-    uint64_t *ids;   /* n_ids (at least 1 allocated) */
-    uint64_t *offs;  /* n_steps + 1 */
+    uint64_t *ids;  /* n_ids (at least 1 allocated) */
+    uint64_t *offs; /* n_steps + 1 */
     uint64_t n_steps, n_ids;
 };
 

@@ -42,11 +42,11 @@ struct dh_workers;
 struct dh_work {
     uint64_t task_id;
     uint64_t epoch;
-    const uint64_t *ids;             /* n sample ids (copied) */
-    uint32_t n;                      /* 1..DH_BATCH_MAX_SAMPLES */
+    const uint64_t *ids;              /* n sample ids (copied) */
+    uint32_t n;                       /* 1..DH_BATCH_MAX_SAMPLES */
     const struct dh_media_plan *plan; /* copied; DH_PLAN_INDICES refused */
-    int alloc_timeout_ms;            /* bound on waiting for arena space */
-    int sample_timeout_ms;           /* per-sample watchdog (media.h
+    int alloc_timeout_ms;             /* bound on waiting for arena space */
+    int sample_timeout_ms;            /* per-sample watchdog (media.h
                                         dh_media_set_watchdog); 0: none */
 };
 
