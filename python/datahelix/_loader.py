@@ -7,8 +7,9 @@ import shutil
 import torch
 
 from . import _C
-from ._services import (Closing, Coordinator, binary, coordinator_address,
-                        ensure_index)
+from ._services import (Closing, Coordinator, binary, claim_coordinator,
+                        coordinator_address, ensure_index, loader_ordinal,
+                        release_coordinator)
 
 _BALANCE = {"fixed": _C.BALANCE_FIXED, "free": _C.BALANCE_FREE,
             "none": _C.BALANCE_NONE}
@@ -69,9 +70,10 @@ class DataLoader(Closing):
     ``drop_last`` behave as in ``torch.utils.data.DataLoader`` with a
     ``DistributedSampler``.
 
-    coordinator: None starts one for this job (one rank: private; several:
-    rank 0 serves it on MASTER_ADDR:MASTER_PORT+1, or $DATAHELIX_COORDINATOR
-    names a running one); or a ZeroMQ address.
+    coordinator: None starts one for this loader (one rank: private;
+    several: rank 0 serves it on MASTER_ADDR:MASTER_PORT+1+i for the i-th
+    loader this process created, or $DATAHELIX_COORDINATOR names a running
+    one); or a ZeroMQ address.  One Coordinator serves one loader.
     on_error: "raise" (DataError naming sample, path and cause, at the step
     it belongs to) or "skip" (the step is dropped, counted in stats()).
     """
@@ -129,6 +131,12 @@ class DataLoader(Closing):
         self.transport = transport
         self._timeout_ms = int(timeout * 1000)
         self._coordinator_arg = coordinator
+        # Counted in creation order, as every rank creates its loaders: the
+        # i-th loader of every rank shares one Coordinator port
+        # (MASTER_PORT + 1 + i), no other loader's.
+        self._ordinal = loader_ordinal()
+        self._claim = None
+        self._pass = 0           # the live iterator's number (one at a time)
         self.index_path = ensure_index(manifest)
         self._index = _C.Index(self.index_path)
         self._digest = None      # _manifest_id(), computed once
@@ -199,14 +207,17 @@ class DataLoader(Closing):
     def _ensure_client(self):
         if self._client is not None:
             return
-        addr = self._coordinator_arg
+        addr, start = self._coordinator_arg, False
         if addr is None:
-            addr, start = coordinator_address(self.rank, self.world_size)
+            addr, start = coordinator_address(self.rank, self.world_size,
+                                              self._ordinal)
             if addr.startswith("ipc://"):
                 self._tmpdir = os.path.dirname(addr[len("ipc://"):])
-            if start:
-                self._coord = Coordinator(addr, self.policy,
-                                          shared=self.world_size > 1)
+        self._claim = claim_coordinator(addr, self.rank, self)
+        self._client_addr = addr
+        if start:
+            self._coord = Coordinator(addr, self.policy,
+                                      shared=self.world_size > 1)
         self._client = _C.Client(addr, self.index_path, rank=self.rank,
                                  world_size=self.world_size,
                                  datahelix_bin=binary(), **self._opts)
@@ -214,33 +225,52 @@ class DataLoader(Closing):
     # -- iteration ----------------------------------------------------------
 
     def __iter__(self):
+        """A new pass, as torch's DataLoader: over the whole epoch, or -
+        right after load_state_dict() - from the saved step on.  Breaking
+        out of a `for` and starting another starts the epoch again."""
         self._ensure_client()
-        if not self._resume and self._chain and \
-                self._step >= self._chain_end():
-            self._chain = []  # iterating again: the whole epoch, planned anew
-            self._len = None
+        resume, self._resume = self._resume, False
+        if not resume:
+            self._step = 0
+            if self._chain:  # the re-planned rest is left: the whole epoch
+                self._chain = []
+                self._len = None
         ids, offs, base = self._schedule(self._epoch)
         n_steps = len(offs) // 8 - 1
-        if not self._resume and self._step >= base + n_steps:
-            self._step = base  # iterating again: the same epoch once more
-        self._resume = False
         k = min(max(self._step - base, 0), n_steps)
+        self._step = base + k
         o = array.array("Q", offs)[k:]
         self._client.start_epoch(self._task_epoch(), base + k, ids,
                                  o.tobytes())
+        self._pass += 1
+        return _Pass(self, self._pass)
+
+    def _next(self, it):
+        """The next batch of pass `it` (see _Pass.__next__)."""
+        if it.number != self._pass:
+            raise RuntimeError(
+                "this iterator was superseded: a newer iter() of the same "
+                "DataLoader started another pass (one pass at a time per "
+                "loader; create a second loader to iterate two at once)")
+        if it.done:
+            raise StopIteration
+        if self._client is None:
+            raise ValueError("the DataLoader is closed")
         while True:
             try:
                 b = self._client.next(self._timeout_ms)
-            except (_C.SampleError, _C.ArenaExhausted):
-                if self.on_error == "skip":  # the step is consumed
+            except (_C.SampleError, _C.ArenaExhausted) as e:
+                # The step is consumed: the next next() goes on after it.
+                self._step = max(self._step, int(e.step) + 1)
+                if self.on_error == "skip":
                     self._skipped += 1
-                    self._step += 1
                     continue
                 raise
             if b is None:
-                return
+                it.done = True
+                raise StopIteration
             self._step = b.step + 1
-            yield self._to_dict(b)
+            return self._to_dict(b)
 
     def _video(self, b):
         parts = []
@@ -354,12 +384,33 @@ class DataLoader(Closing):
         if self._client is not None:
             self._client.close()
             self._client = None
+        release_coordinator(self._claim)
+        self._claim = None
         if self._coord is not None:
             self._coord.stop()
             self._coord = None
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
+
+
+class _Pass:
+    """What iter(DataLoader) returns: one pass over (the rest of) an epoch.
+    An iterator object, not a generator, so that a SampleError raised by
+    next() leaves it usable: the next next() yields the step after the
+    failed one, as torch's DataLoader goes on after a worker's error."""
+
+    def __init__(self, loader, number):
+        self.loader, self.number, self.done = loader, number, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.loader._next(self)
+
+    def __len__(self):
+        return len(self.loader)
 
 
 # Any map-style torch Dataset on the DataServers' Python workers

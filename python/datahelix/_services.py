@@ -5,12 +5,14 @@ own if this process dies (`coordinator --exit-with-parent`; the local
 DataServer watches its link, see docs/client.md).
 """
 import hashlib
+import itertools
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+import weakref
 
 from . import _C
 
@@ -130,12 +132,28 @@ class Coordinator:
             self.proc = None
 
 
-def coordinator_address(rank, world_size):
+# Loaders of this process, counted in creation order (DataLoader and
+# DistributedDataLoader alike).  Under torchrun every rank runs the same
+# script, so the i-th loader of rank 0 and the i-th loader of rank 1 are
+# the same loader: they agree on its Coordinator's port without talking.
+_ordinals = itertools.count()
+
+
+def loader_ordinal():
+    """The next loader's ordinal in this process: 0, 1, 2, ... (never
+    reused, so a loader created after another was closed does not meet
+    the old one's Coordinator, which may linger for 2 s)."""
+    return next(_ordinals)
+
+
+def coordinator_address(rank, world_size, ordinal=0):
     """(address, whether this rank starts it) when the user gave none.
 
     One rank: a private ipc socket.  Several: $DATAHELIX_COORDINATOR if set
-    (someone else runs it), else rank 0 serves on MASTER_ADDR at
-    MASTER_PORT + 1 (torchrun's rendezvous address, one port up)."""
+    (someone else runs it), else rank 0 serves the loader of ordinal i on
+    MASTER_ADDR at MASTER_PORT + 1 + i (torchrun's rendezvous address, one
+    port up per loader): each loader its own Coordinator, so requests of
+    one never reach another's DataServers."""
     env = os.environ.get("DATAHELIX_COORDINATOR")
     if env:
         return env, False
@@ -143,10 +161,44 @@ def coordinator_address(rank, world_size):
         d = tempfile.mkdtemp(prefix="datahelix-")
         return f"ipc://{d}/coordinator.sock", True
     host = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    port = int(os.environ.get("MASTER_PORT", "29500")) + 1
+    port = int(os.environ.get("MASTER_PORT", "29500")) + 1 + int(ordinal)
+    if port > 65535:
+        raise ValueError(
+            f"datahelix: loader {ordinal} of this process would serve its "
+            f"Coordinator on port {port} (MASTER_PORT + 1 + {ordinal}): "
+            "pass coordinator= or set $DATAHELIX_COORDINATOR")
     if host == "localhost":
         host = "127.0.0.1"
     return f"tcp://{host}:{port}", rank == 0
+
+
+# (coordinator address, rank) -> the live loader of this process using it.
+# A Coordinator has no namespaces: two loaders registering the same rank
+# with one would take each other's batches (train requests prepared by
+# val's DataServer), so the second is refused.
+_claims = {}
+
+
+def claim_coordinator(addr, rank, owner):
+    """Records that `owner` (a loader) uses `addr` as `rank`; DataError
+    if a live loader of this process already does."""
+    key = (addr, rank)
+    other = _claims.get(key)
+    if other is not None and other() is not None and other() is not owner:
+        raise _C.DataError(
+            f"datahelix: coordinator {addr} already serves rank {rank} of "
+            "another loader of this process: one Coordinator serves one "
+            "loader (a second one's requests would reach the first one's "
+            "DataServer).  Give each loader its own: leave coordinator=None "
+            "and $DATAHELIX_COORDINATOR unset (each loader then gets one), "
+            "or pass a different coordinator= address to each")
+    _claims[key] = weakref.ref(owner)
+    return key
+
+
+def release_coordinator(key):
+    if key is not None:
+        _claims.pop(key, None)
 
 
 class Closing:
