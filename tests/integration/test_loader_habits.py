@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import warnings
 
 import pytest
 
@@ -248,3 +247,272 @@ def test_sample_error_then_the_same_iterator_goes_on(sets, tmp_path):
                     break
                 got.append(b["ids"].tolist())
             assert got == want[:bad] + ["error"] + want[bad + 1:]
+
+
+# -- torch's vocabulary -------------------------------------------------------
+
+def test_every_torch_argument_is_ours_or_refused_with_a_way_out(sets):
+    import inspect
+    ours = inspect.signature(datahelix.DataLoader).parameters
+    theirs = inspect.signature(torch.utils.data.DataLoader).parameters
+    missing = [n for n in theirs if n != "dataset" and n not in ours]
+    assert not missing, missing   # each one taken or refused by name
+    m = sets / "train.jsonl"
+    for name, value, hint in (
+            ("sampler", [0, 1], "DistributedDataLoader"),
+            ("batch_sampler", [[0, 1]], "DistributedDataLoader"),
+            ("worker_init_fn", lambda i: None, "transform="),
+            ("multiprocessing_context", "spawn", "drop the argument")):
+        with pytest.raises(ValueError, match=f"{name}= is not supported") \
+                as ei:
+            datahelix.DataLoader(m, **{name: value})
+        assert hint in str(ei.value)
+    with pytest.raises(TypeError, match="DistributedDataLoader"):
+        datahelix.DataLoader(torch.utils.data.TensorDataset(
+            torch.zeros(3)))
+    with pytest.raises(ValueError, match="batch_size=1"):
+        datahelix.DataLoader(m, batch_size=None)
+    with pytest.raises(ValueError, match="non-negative|wait without bound"):
+        datahelix.DataLoader(m, timeout=-1)
+    with pytest.raises(ValueError, match="callable"):
+        datahelix.DataLoader(m, collate_fn=3)
+    with pytest.raises(ValueError, match="callable"):
+        datahelix.DataLoader(m, transform="flip")
+    with pytest.raises(ValueError, match="pin_memory_device"):
+        datahelix.DataLoader(m, pin_memory_device="cpu")
+    with pytest.raises(ValueError, match="one of them"):
+        datahelix.DataLoader(m, seed=1, generator=torch.Generator())
+    with pytest.raises(ValueError, match="both given"):
+        datahelix.DataLoader(m, prefetch=4, prefetch_factor=2)
+    with pytest.raises(ValueError, match="alias"):
+        datahelix.DataLoader(m, num_workers=2, workers=3)
+    with pytest.raises(ValueError, match="torch.uint8 or torch.float32"):
+        datahelix.DataLoader(m, dtype=torch.int16)
+    # Accepted with torch's meaning (or, where ours cannot differ, as is).
+    x = datahelix.DataLoader(m, num_workers=0, prefetch_factor=3,
+                             persistent_workers=False, in_order=False,
+                             timeout=0)
+    assert (x.num_workers, x.prefetch) == (1, 3)  # 0: one decode thread
+    assert x._timeout_ms == -1                   # torch's 0: no bound
+    y = datahelix.DataLoader(m, workers=3)
+    assert (y.num_workers, y.prefetch) == (3, 6)  # 2 batches per worker
+    assert datahelix.DataLoader(m).prefetch == 4  # 2 x 2, as before
+
+
+def test_num_workers_are_the_dataservers_decode_threads(sets):
+    from procs import descendants
+    with datahelix.DataLoader(sets / "val.jsonl", num_workers=3,
+                              **SMALL) as loader:
+        next(iter(loader))
+        argvs = []
+        for pid in descendants(os.getpid()):
+            try:
+                argvs.append(pathlib.Path(f"/proc/{pid}/cmdline")
+                             .read_bytes().split(b"\0"))
+            except OSError:
+                pass
+        ds = [a for a in argvs if b"dataserver" in a and
+              str(loader.index_path).encode() in a]
+        assert ds, argvs
+        assert ds[0][ds[0].index(b"--workers") + 1] == b"3"
+
+
+def test_size_is_height_width_and_a_non_square_one_is_not_transposed(
+        sets, tmp_path):
+    m = sets / "val.jsonl"
+    kw = dict(batch_size=2, frames=4, timeout=30)
+    with datahelix.DataLoader(m, size=(24, 40), **kw) as loader:
+        assert loader.size == (24, 40)
+        b = next(iter(loader))
+        assert tuple(b["video"].shape) == (2, 4, 24, 40, 3)  # [B,T,H,W,3]
+        path = json.loads((m).read_text().splitlines()[1 + b["ids"][0]])
+        out = tmp_path / "ref.raw"
+        run_dh("decode", "--frames", 4, "--size", "40x24", "--out", out,
+               path["path"], check=True)
+        ref = torch.frombuffer(bytearray(out.read_bytes()),
+                               dtype=torch.uint8)
+        assert torch.equal(b["video"][0].reshape(-1), ref)
+    with datahelix.DataLoader(m, size=(24, 40), layout="TCHW",
+                              dtype=torch.float32, **kw) as loader:
+        b = next(iter(loader))
+        assert tuple(b["video"].shape) == (2, 4, 3, 24, 40)
+        assert b["video"].dtype == torch.float32
+    with datahelix.DataLoader(m, size=32, **kw) as loader:
+        assert loader.size == (32, 32)
+    for bad in ("40x24", (24,), (0, 32), (24.0, 40), (1, 16385)):
+        with pytest.raises(ValueError, match="size="):
+            datahelix.DataLoader(m, size=bad)
+    with pytest.raises(ValueError, match=r"\(H, W\)"):
+        datahelix.DataLoader(m, size="40x24")
+
+
+def unshuffled_bytes(steps):
+    import array
+    return array.array("Q", [i for st in steps for i in st]).tobytes()
+
+
+def test_shuffle_false_is_the_manifest_order(sets, coordinator):
+    m = sets / "train.jsonl"
+    with datahelix.DataLoader(m, shuffle=False, **SMALL) as loader:
+        assert loader.balance == "none"
+        e0 = ids_of(loader)
+        loader.set_epoch(1)
+        assert ids_of(loader) == e0 == [[2 * k, 2 * k + 1]
+                                        for k in range(6)]
+    # Each rank's share, as balance='none' cuts the identity order: 12
+    # ids, 2 ranks of 5: one full step, then the remainder split.
+    want = {True: [[[0, 1, 2, 3, 4]], [[5, 6, 7, 8, 9]]],
+            False: [[[0, 1, 2, 3, 4], [10]], [[5, 6, 7, 8, 9], [11]]]}
+    for drop in (True, False):
+        for r in range(2):  # a rank runs alone: it waits on no other
+            with datahelix.DataLoader(
+                    m, shuffle=False, rank=r, world_size=2, batch_size=5,
+                    frames=4, size=(32, 32), drop_last=drop,
+                    coordinator=coordinator, timeout=30) as x:
+                assert len(x) == len(want[drop][r])
+                assert ids_of(x) == want[drop][r]
+                assert x._schedule(0)[0] == unshuffled_bytes(
+                    want[drop][r])
+    with pytest.raises(ValueError, match="balance='none'"):
+        datahelix.DataLoader(m, shuffle=False, balance="fixed")
+
+
+def test_generator_seeds_the_plan(sets):
+    m = sets / "train.jsonl"
+    g = torch.Generator().manual_seed(7)
+    seed = int(torch.empty((), dtype=torch.int64).random_(
+        generator=torch.Generator().manual_seed(7)).item())
+    with datahelix.DataLoader(m, generator=g, **SMALL) as loader:
+        assert loader.seed == seed
+        assert ids_of(loader) == [s[0] for s in plan(m, 1, 2, seed=seed)]
+    again = datahelix.DataLoader(m, generator=torch.Generator()
+                                 .manual_seed(7))
+    assert again.seed == seed  # every rank seeds its generator alike
+
+
+def test_transform_and_collate_fn_run_per_sample_in_this_process(sets):
+    m = sets / "val.jsonl"
+    seen = []
+
+    def transform(v):
+        seen.append(arena_mapping(v.data_ptr()))  # a view, not a copy
+        assert v.shape == (4, 32, 32, 3) and v.dtype == torch.uint8
+        return v.permute(3, 0, 1, 2).float() / 255
+
+    with datahelix.DataLoader(m, transform=transform, **SMALL) as loader:
+        b = next(iter(loader))
+        assert tuple(b["video"].shape) == (2, 3, 4, 32, 32)
+        assert b["video"].dtype == torch.float32
+        assert sorted(b) == ["epoch", "ids", "step", "text", "tokens",
+                             "valid_frames", "video"]
+        st = loader.stats()
+        assert st["transform_ms"] > 0 and st["epoch"]["transform_ms"] > 0
+    assert len(seen) == 2 and all("memfd:datahelix-arena" in s
+                                  for s in seen), seen
+
+    def collate(samples):
+        assert [sorted(s) for s in samples] == [
+            ["epoch", "id", "step", "text", "tokens", "valid_frames",
+             "video"]] * len(samples)
+        return ([s["id"] for s in samples],
+                torch.stack([s["video"] for s in samples]))
+
+    want = [s[0] for s in plan(m, 1, 2)]
+    with datahelix.DataLoader(m, collate_fn=collate, **SMALL) as loader:
+        got = list(loader)
+        assert [g[0] for g in got] == want
+        assert tuple(got[0][1].shape) == (2, 4, 32, 32, 3)
+
+
+def test_pin_memory_without_cuda_warns_and_works(sets):
+    assert not torch.cuda.is_available()  # this machine: the no-CUDA path
+    with pytest.warns(UserWarning, match="CUDA is not available"):
+        loader = datahelix.DataLoader(sets / "val.jsonl", pin_memory=True,
+                                      **SMALL)
+    with loader:
+        assert loader.pin_memory is False
+        b = next(iter(loader))
+        assert "memfd:datahelix-arena" in arena_mapping(
+            b["video"].data_ptr())
+
+
+def test_pin_memory_registers_the_arena_once_and_unregisters_on_close(
+        sets):
+    """The CUDA path with torch's cudart stood in for: the arena mapping
+    under batch["video"] is registered once (its whole run, portable),
+    other tensors pinned by copy, all unregistered by close() before the
+    client unmaps the arena."""
+    from datahelix import _options
+    calls = []
+
+    class FakeCudart:
+        def cudaHostRegister(self, ptr, size, flags):
+            calls.append(("register", ptr, size, flags))
+            return 0
+
+        def cudaHostUnregister(self, ptr):
+            calls.append(("unregister", ptr, loader._client is not None))
+            return 0
+
+    class FakePinner(_options.Pinner):
+        def _cudart(self):
+            return FakeCudart()
+
+        def _pin_copy(self, t):
+            calls.append(("copy", tuple(t.shape)))
+            return t
+
+    loader = datahelix.DataLoader(sets / "train.jsonl", **SMALL)
+    loader._pinner = FakePinner()
+    ptrs = []
+    with loader:
+        for b in loader:
+            ptrs.append((b["video"].data_ptr(),
+                         b["video"].numel()))
+    regs = [c for c in calls if c[0] == "register"]
+    assert len(regs) == 1, calls
+    _, start, size, flags = regs[0]
+    assert flags == 1 and start % 4096 == 0 and size % 4096 == 0
+    assert all(start <= p and p + n <= start + size for p, n in ptrs)
+    assert ("unregister", start, True) in calls  # client still open then
+    assert {c[1] for c in calls if c[0] == "copy"} == {(2,)}
+
+
+# -- stats() and telemetry ---------------------------------------------------
+
+def test_stats_per_pass_and_cumulative(sets, tmp_path):
+    m = corrupt_copy(sets / "train", tmp_path, 3)
+    with datahelix.DataLoader(m, on_error="skip", **SMALL) as loader:
+        assert loader.stats()["epoch"] is None
+        n1 = len(list(loader))
+        n2 = len(list(loader))
+        st = loader.stats()
+    assert n1 == n2 == len(plan(m, 1, 2)) - 1
+    assert st["passes"] == 2 and len(st["epochs"]) == 1
+    for p in (st["epoch"], st["epochs"][0]):
+        assert (p["steps"], p["errors"], p["skipped"]) == (n1, 1, 1)
+        assert p["requests"] == n1 + 1
+        assert p["misses"] <= p["steps"] + p["errors"]
+        assert 0 <= p["input_wait_p50_ms"] <= p["input_wait_p95_ms"] <= \
+            p["input_wait_max_ms"]
+    assert (st["steps"], st["errors"], st["skipped"]) == (2 * n1, 2, 2)
+    assert st["misses"] <= st["steps"] + st["errors"]
+    assert st["epoch"]["pass"] == 2 and st["epochs"][0]["pass"] == 1
+    assert st["quarantine"] == [3]
+    # stats() after close(): the figures close() left
+    assert loader.stats()["steps"] == st["steps"]
+
+
+def test_telemetry_per_rank_appended(sets, tmp_path):
+    path = tmp_path / "run-{rank}.jsonl"
+    mine = tmp_path / "run-0.jsonl"
+    mine.write_text('{"earlier": true}\n')
+    for _ in range(2):  # two runs given one path: both kept
+        with datahelix.DataLoader(sets / "val.jsonl", telemetry=path,
+                                  **SMALL) as loader:
+            assert loader.telemetry == str(mine)
+            n = len(list(loader))
+    lines = mine.read_text().splitlines()
+    assert lines[0] == '{"earlier": true}'
+    recs = [json.loads(x) for x in lines[1:]]
+    assert len(recs) == 2 * n and all(r["rank"] == 0 for r in recs)
