@@ -273,7 +273,8 @@ class DataLoader(Closing):
                                               self._ordinal)
             if addr.startswith("ipc://"):
                 self._tmpdir = os.path.dirname(addr[len("ipc://"):])
-        self._claim = claim_coordinator(addr, self.rank, self)
+        self._claim = claim_coordinator(addr, self.rank, self,
+                                        self._task_content())
         self._client_addr = addr
         if start:
             self._coord = Coordinator(addr, self.policy,
@@ -300,10 +301,11 @@ class DataLoader(Closing):
         k = min(max(self._step - base, 0), n_steps)
         self._step = base + k
         o = array.array("Q", offs)[k:]
+        # The pass's counters start before its first request goes out.
+        self._meter.start(self._epoch, self._pass + 1, self._client.stats())
         self._client.start_epoch(self._task_epoch(), base + k, ids,
                                  o.tobytes())
         self._pass += 1
-        self._meter.start(self._epoch, self._pass, self._client.stats())
         return _Pass(self, self._pass)
 
     def _next(self, it):
@@ -404,6 +406,17 @@ class DataLoader(Closing):
         if not self._chain:
             return self._epoch
         return 0x8000 | (min(len(self._chain), 7) << 12) | (self._epoch & 0xfff)
+
+    def _task_content(self):
+        """What a task id of this loader stands for besides (epoch, step,
+        rank): the manifest and every input of the plan and of a sample's
+        bytes (a Coordinator reused by another loader must not hand it
+        tasks that name other samples, _services.claim_coordinator)."""
+        o = self._opts
+        return (self._manifest_id()["digest"], self.seed, self.shuffle,
+                self.balance, self.batch_size, o["frames"],
+                o["width"], o["height"], o["layout"], o["dtype"],
+                o["random_crop"], o["microbatches"])
 
     def _chain_end(self):
         _, offs, base = self._schedule(self._epoch)

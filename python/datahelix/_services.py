@@ -172,19 +172,25 @@ def coordinator_address(rank, world_size, ordinal=0):
     return f"tcp://{host}:{port}", rank == 0
 
 
-# (coordinator address, rank) -> the live loader of this process using it.
-# A Coordinator has no namespaces: two loaders registering the same rank
-# with one would take each other's batches (train requests prepared by
-# val's DataServer), so the second is refused.
+# (coordinator address, rank) -> (the live loader of this process using
+# it, or None once closed; what its tasks contain).  A Coordinator has no
+# namespaces, and a client that registers a rank it already knows is taken
+# for that rank's client restarted (after kill -9, to resume): it inherits
+# the unfinished tasks.  So two live loaders on one (address, rank) would
+# take each other's batches, and a later loader there inherits a closed
+# one's tasks - harmless only if the same task id means the same samples.
 _claims = {}
 
 
-def claim_coordinator(addr, rank, owner):
-    """Records that `owner` (a loader) uses `addr` as `rank`; DataError
-    if a live loader of this process already does."""
+def claim_coordinator(addr, rank, owner, content=None):
+    """Records that `owner` (a loader) uses `addr` as `rank`.  DataError if
+    a live loader of this process already does, or if a closed one did
+    whose tasks meant other samples (`content`: what names a task's
+    samples - manifest digest and plan inputs; None: not compared)."""
     key = (addr, rank)
-    other = _claims.get(key)
-    if other is not None and other() is not None and other() is not owner:
+    ref, had = _claims.get(key, (None, None))
+    other = ref() if ref is not None else None
+    if other is not None and other is not owner:
         raise _C.DataError(
             f"datahelix: coordinator {addr} already serves rank {rank} of "
             "another loader of this process: one Coordinator serves one "
@@ -192,13 +198,23 @@ def claim_coordinator(addr, rank, owner):
             "DataServer).  Give each loader its own: leave coordinator=None "
             "and $DATAHELIX_COORDINATOR unset (each loader then gets one), "
             "or pass a different coordinator= address to each")
-    _claims[key] = weakref.ref(owner)
+    if other is None and None not in (had, content) and had != content:
+        raise _C.DataError(
+            f"datahelix: coordinator {addr} served rank {rank} of a loader "
+            "of another manifest or plan earlier in this process; it takes "
+            "a new client of that rank for the old one restarted and hands "
+            "it the old one's unfinished tasks, which name other samples "
+            "here.  One Coordinator serves one loader: give this one its "
+            "own (coordinator=None, or another address)")
+    _claims[key] = (weakref.ref(owner), content if content is not None
+                    else had)
     return key
 
 
 def release_coordinator(key):
-    if key is not None:
-        _claims.pop(key, None)
+    """The loader of `key` is closed; what its tasks meant is kept."""
+    if key is not None and key in _claims:
+        _claims[key] = (None, _claims[key][1])
 
 
 class Closing:

@@ -95,7 +95,15 @@ def test_one_coordinator_per_loader_and_rank(sets, coordinator):
                            "serves one loader"):
             iter(b)
         a.close()
-        assert ids_of(b)[0] == plan(sets / "val.jsonl", 1, 2)[0][0]
+        # A closed loader's unfinished tasks go to the next client of its
+        # rank there (taken for it restarted): only the same manifest and
+        # plan may follow it on that Coordinator.
+        with pytest.raises(datahelix.DataError, match="another manifest"):
+            iter(b)
+        with datahelix.DataLoader(sets / "train.jsonl",
+                                  coordinator=coordinator, **SMALL) as c:
+            assert ids_of(c) == [s[0] for s in plan(sets / "train.jsonl",
+                                                    1, 2)]
     finally:
         a.close()
         b.close()
@@ -115,6 +123,17 @@ def test_torchrun_default_ports_one_per_loader(monkeypatch):
                    ("tcp://127.0.0.1:40003", False)]
     a = _services.loader_ordinal()
     assert _services.loader_ordinal() == a + 1  # never reused
+
+
+def test_both_loader_classes_share_one_ordinal_count(sets):
+    """A DataLoader and a DistributedDataLoader of one process take
+    consecutive ordinals, so under torchrun they never share a port."""
+    x = datahelix.DataLoader(sets / "val.jsonl", **SMALL)
+    y = datahelix.DistributedDataLoader(list(range(4)), batch_size=2)
+    z = datahelix.DataLoader(sets / "val.jsonl", **SMALL)
+    assert (y._instance, z._ordinal) == (x._ordinal + 1, x._ordinal + 2)
+    for loader in (x, y, z):
+        loader.close()
 
 
 TORCHRUN_SCRIPT = textwrap.dedent("""
