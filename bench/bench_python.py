@@ -136,7 +136,8 @@ def epochs_rate(loader, reps):
 
 def run_datahelix(manifest, args):
     with datahelix.DataLoader(manifest, batch_size=args.batch_size,
-                              frames=args.frames, size=args.size,
+                              frames=args.frames,
+                              size=(args.size[1], args.size[0]),  # (H, W)
                               prefetch=4, workers=args.workers) as loader:
         return epochs_rate(loader, args.reps)
 

@@ -253,7 +253,8 @@ class DatahelixSource:
         import datahelix
         self.loader = datahelix.DataLoader(
             cfg["index"], batch_size=cfg["batch"], frames=cfg["frames"],
-            size=tuple(cfg["size"]), rank=cfg["rank"],
+            size=(cfg["size"][1], cfg["size"][0]),  # (H, W)
+            rank=cfg["rank"],
             world_size=cfg["world"], coordinator=cfg["coordinator"],
             seed=cfg["seed"], workers=cfg["workers_rank"],
             timeout=cfg["batch_timeout"], telemetry=cfg["telemetry"],

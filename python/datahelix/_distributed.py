@@ -31,7 +31,9 @@ from torch.utils.data._utils.collate import default_collate, default_convert
 from . import _C, _passes, _slot
 from ._C import ArenaExhausted, DataError, SampleError
 from ._C import TimeoutError as DataTimeoutError
-from ._services import Closing, Coordinator, binary, coordinator_address
+from ._services import (Closing, Coordinator, binary, claim_coordinator,
+                        coordinator_address, loader_ordinal,
+                        release_coordinator)
 
 _HDR = 1 << 63
 _M63 = _HDR - 1
@@ -41,7 +43,6 @@ _DEFAULT_WORKER_TIMEOUT = 600.0
 _MAX_WORKERS = 64  # DS_PY_MAX_WORKERS
 _STARTUP_S = 60.0  # more for the first batch: workers import and unpickle
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_instances = itertools.count()
 
 
 class DataLoaderTimeout(DataTimeoutError):
@@ -323,7 +324,8 @@ class DistributedDataLoader(Closing):
         self.worker_timeout = float(worker_timeout if worker_timeout
                                     else _DEFAULT_WORKER_TIMEOUT)
         self.python = python or sys.executable
-        self._instance = next(_instances)
+        self._instance = loader_ordinal()
+        self._claim = None
         self._epoch = 0
         self._client = None
         self._warm = False  # a batch came since the client started
@@ -495,19 +497,13 @@ class DistributedDataLoader(Closing):
         return path
 
     def _coordinator_address(self):
-        addr = self.coordinator
-        if addr is not None:
-            return addr
-        addr, start = coordinator_address(self.rank, self.world_size)
-        if addr.startswith("ipc://"):
-            self._coord_dir = os.path.dirname(addr[len("ipc://"):])
-        elif addr.startswith("tcp://") and \
-                not os.environ.get("DATAHELIX_COORDINATOR"):
-            # Clear of datahelix.DataLoader's (MASTER_PORT + 1) and of this
-            # process's other DistributedDataLoaders (created in the same
-            # order on every rank).
-            host, port = addr[len("tcp://"):].rsplit(":", 1)
-            addr = f"tcp://{host}:{int(port) + 1 + self._instance}"
+        addr, start = self.coordinator, False
+        if addr is None:
+            addr, start = coordinator_address(self.rank, self.world_size,
+                                              self._instance)
+            if addr.startswith("ipc://"):
+                self._coord_dir = os.path.dirname(addr[len("ipc://"):])
+        self._claim = claim_coordinator(addr, self.rank, self)
         if start:
             self._coord = Coordinator(addr, "deadline",
                                       shared=self.world_size > 1)
@@ -552,6 +548,8 @@ class DistributedDataLoader(Closing):
             self._client.close()
             self._client = None
         self._current = None
+        release_coordinator(self._claim)
+        self._claim = None
         if self._coord is not None:
             self._coord.stop()
             self._coord = None

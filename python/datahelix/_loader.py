@@ -3,12 +3,16 @@
 import array
 import os
 import shutil
+import time
 
 import torch
+from torch.utils.data import default_collate
 
 from . import _C, _passes
-from ._services import (Closing, Coordinator, binary, coordinator_address,
-                        ensure_index)
+from . import _options as _opt
+from ._services import (Closing, Coordinator, binary, claim_coordinator,
+                        coordinator_address, ensure_index, loader_ordinal,
+                        release_coordinator)
 
 _BALANCE = {"fixed": _C.BALANCE_FIXED, "free": _C.BALANCE_FREE,
             "none": _C.BALANCE_NONE}
@@ -79,24 +83,51 @@ class DataLoader(Closing):
     ``drop_last`` behave as in ``torch.utils.data.DataLoader`` with a
     ``DistributedSampler``.
 
-    coordinator: None starts one for this job (one rank: private; several:
-    rank 0 serves it on MASTER_ADDR:MASTER_PORT+1, or $DATAHELIX_COORDINATOR
-    names a running one); or a ZeroMQ address.
+    coordinator: None starts one for this loader (one rank: private;
+    several: rank 0 serves it on MASTER_ADDR:MASTER_PORT+1+i for the i-th
+    loader this process created, or $DATAHELIX_COORDINATOR names a running
+    one); or a ZeroMQ address.  One Coordinator serves one loader.
     on_error: "raise" (SampleError naming sample, path and cause, at the
     step it belongs to) or "skip" (the step is dropped, counted in stats()).
     arena_mb: the local DataServer's arena (None: (prefetch + 2) batches,
     at least 64 MiB).  Holding more batches than it has raises
     ArenaExhausted at once, the step still next.
+
+    Every argument of torch.utils.data.DataLoader is a parameter too, with
+    torch's meaning (num_workers: decode threads, prefetch_factor, shuffle,
+    generator, pin_memory, collate_fn, timeout, ...) or refused with what
+    to use instead (sampler, batch_sampler, worker_init_fn,
+    multiprocessing_context); size is (H, W) as torchvision; transform and
+    collate_fn run in this process, in next().  docs/python.md "Torch's
+    arguments".
     """
 
     def __init__(self, manifest, batch_size=4, frames=16, size=(224, 224),
-                 rank=None, world_size=None, coordinator=None, prefetch=4,
-                 policy="deadline", balance="fixed", seed=0, drop_last=True,
-                 on_error="raise", *, microbatches=1, workers=2,
-                 timeout=60.0, layout="THWC", dtype="uint8",
-                 random_crop=False, telemetry=None, dataserver=None,
-                 listen=None, transport="shm", ablation=None, ddl_ms=1.0,
+                 rank=None, world_size=None, coordinator=None, prefetch=None,
+                 policy="deadline", balance=None, seed=None, drop_last=True,
+                 on_error="raise", *, num_workers=None, prefetch_factor=None,
+                 shuffle=True, persistent_workers=True, pin_memory=False,
+                 pin_memory_device="", collate_fn=None, transform=None,
+                 generator=None, timeout=60.0, in_order=True, sampler=None,
+                 batch_sampler=None, worker_init_fn=None,
+                 multiprocessing_context=None, microbatches=1, workers=None,
+                 layout="THWC", dtype="uint8", random_crop=False,
+                 telemetry=None, dataserver=None, listen=None,
+                 transport="shm", ablation=None, ddl_ms=1.0,
                  step_deadline_ms=0.0, arena_mb=None):
+        _opt.check_manifest(manifest)
+        for name, v in (("sampler", sampler), ("batch_sampler",
+                                               batch_sampler),
+                        ("worker_init_fn", worker_init_fn),
+                        ("multiprocessing_context",
+                         multiprocessing_context)):
+            _opt.refuse(name, v)
+        if batch_size is None:
+            raise ValueError("batch_size=None (torch's unbatched mode) is "
+                             "not supported: use batch_size=1")
+        _opt.check_callable("collate_fn", collate_fn)
+        _opt.check_callable("transform", transform)
+        threads = _opt.decode_threads(num_workers, workers)
         if ablation is not None:
             if ablation not in ABLATIONS:
                 raise ValueError(f"ablation={ablation!r}: one of "
@@ -104,6 +135,17 @@ class DataLoader(Closing):
             a = ABLATIONS[ablation]
             policy, transport = a["policy"], a["transport"]
             prefetch, balance = a["prefetch"], a["balance"]
+        prefetch = _opt.prefetch_depth(prefetch, prefetch_factor, threads)
+        shuffle = bool(shuffle)
+        if balance is None:
+            balance = "fixed" if shuffle else "none"
+        if not shuffle and balance != "none":
+            raise ValueError(
+                f"shuffle=False with balance={balance!r}: the token "
+                "balance is planned over the epoch's permutation; without "
+                "a shuffle the plan is the manifest's order split as "
+                "balance='none' does (pass balance='none', or leave it "
+                "unset)")
         if transport not in ("shm", "copy"):
             raise ValueError(f"transport={transport!r}: 'shm' (zero-copy) "
                              "or 'copy'")
@@ -113,36 +155,57 @@ class DataLoader(Closing):
             raise ValueError(f"balance={balance!r}: one of {list(_BALANCE)}")
         if policy not in _POLICIES:
             raise ValueError(f"policy={policy!r}: one of {list(_POLICIES)}")
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype={dtype!r}: 'uint8' or 'float32'")
+        dtype = _opt.dtype_name(dtype)
         if batch_size < 1 or frames < 1 or prefetch < 1 or microbatches < 1:
             raise ValueError("batch_size, frames, prefetch and microbatches "
                              "must be >= 1")
         if batch_size < microbatches:
             raise ValueError(f"batch_size {batch_size} < microbatches "
                              f"{microbatches}")
-        width, height = size
+        height, width = _opt.size_hw(size)
+        seed = _opt.plan_seed(seed, generator)
+        wait_ms = _opt.timeout_ms(timeout)
         rank, world_size = _rank_world(rank, world_size)
         self.batch_size, self.frames = batch_size, frames
-        self.size = (width, height)
+        self.size = (height, width)
         self.rank, self.world_size = rank, world_size
         self.prefetch, self.policy, self.balance = prefetch, policy, balance
         self.seed, self.drop_last, self.on_error = seed, drop_last, on_error
+        self.shuffle, self.num_workers = shuffle, threads
+        self.persistent_workers = bool(persistent_workers)
+        self.in_order = bool(in_order)  # batches always come in order
+        self.collate_fn, self.transform = collate_fn, transform
+        self.generator, self.timeout = generator, timeout
+        self.pin_memory = _opt.check_pin_device(pin_memory,
+                                                pin_memory_device)
+        self.pin_memory_device = pin_memory_device
+        self._pinner = _opt.Pinner(pin_memory_device) \
+            if self.pin_memory else None
+        if telemetry:  # one file per rank: "run-{rank}.jsonl"
+            telemetry = os.fspath(telemetry).replace("{rank}", str(rank))
+        self.telemetry = telemetry or None
         self._opts = dict(frames=frames, width=width, height=height,
                           layout=layout, dtype=dtype, prefetch=prefetch,
                           microbatches=microbatches,
-                          timeout_ms=int(timeout * 1000), workers=workers,
-                          max_batch=batch_size, seed=seed,
+                          timeout_ms=wait_ms if wait_ms > 0 else 60000,
+                          workers=threads, max_batch=batch_size,
+                          seed=seed & ((1 << 64) - 1),
                           random_crop=bool(random_crop),
-                          telemetry=os.fspath(telemetry) if telemetry else None,
+                          telemetry=self.telemetry,
                           dataserver=dataserver, listen=listen,
                           ddl_ms=float(ddl_ms),
                           step_deadline_ms=float(step_deadline_ms),
                           arena_bytes=_arena_bytes(arena_mb))
         self._dtype = _DTYPES[dtype]
         self.transport = transport
-        self._timeout_ms = int(timeout * 1000)
+        self._timeout_ms = wait_ms
         self._coordinator_arg = coordinator
+        # Counted in creation order, as every rank creates its loaders: the
+        # i-th loader of every rank shares one Coordinator port
+        # (MASTER_PORT + 1 + i), no other loader's.
+        self._ordinal = loader_ordinal()
+        self._claim = None
+        self._pass = 0           # the live iterator's number (one at a time)
         self.index_path = ensure_index(manifest)
         self._index = _C.Index(self.index_path)
         self._digest = None      # _manifest_id(), computed once
@@ -156,6 +219,7 @@ class DataLoader(Closing):
         # sizes: [(world_size, batch_size, step reached)], oldest first.
         self._chain = []
         self._skipped = 0
+        self._meter = _opt.Meter()
         self._len = None
 
     # -- plan ---------------------------------------------------------------
@@ -188,6 +252,10 @@ class DataLoader(Closing):
     def _plan(self, epoch, world, batch, rank, subset):
         # A re-planned rest keeps its remainder (a partial last step).
         drop = self.drop_last if subset is None else False
+        if not self.shuffle:
+            order = (range(len(self._index)) if subset is None
+                     else sorted(array.array("Q", subset)))
+            return _unshuffled(order, world, batch, rank, drop)
         kw = {} if subset is None else {"subset": subset}
         return _C.schedule(self.index_path, world, batch, rank, epoch,
                            self.seed, _BALANCE[self.balance], drop, **kw)
@@ -213,14 +281,18 @@ class DataLoader(Closing):
     def _ensure_client(self):
         if self._client is not None:
             return
-        addr = self._coordinator_arg
+        addr, start = self._coordinator_arg, False
         if addr is None:
-            addr, start = coordinator_address(self.rank, self.world_size)
+            addr, start = coordinator_address(self.rank, self.world_size,
+                                              self._ordinal)
             if addr.startswith("ipc://"):
                 self._tmpdir = os.path.dirname(addr[len("ipc://"):])
-            if start:
-                self._coord = Coordinator(addr, self.policy,
-                                          shared=self.world_size > 1)
+        self._claim = claim_coordinator(addr, self.rank, self,
+                                        self._task_content())
+        self._client_addr = addr
+        if start:
+            self._coord = Coordinator(addr, self.policy,
+                                      shared=self.world_size > 1)
         self._client = _C.Client(addr, self.index_path, rank=self.rank,
                                  world_size=self.world_size,
                                  datahelix_bin=binary(), **self._opts)
@@ -228,32 +300,59 @@ class DataLoader(Closing):
     # -- iteration ----------------------------------------------------------
 
     def __iter__(self):
+        """A new pass, as torch's DataLoader: over the whole epoch, or -
+        right after load_state_dict() - from the saved step on.  Breaking
+        out of a `for` and starting another starts the epoch again."""
         self._ensure_client()
-        if not self._resume and self._chain and \
-                self._step >= self._chain_end():
-            self._chain = []  # iterating again: the whole epoch, planned anew
-            self._len = None
+        resume, self._resume = self._resume, False
+        if not resume:
+            self._step = 0
+            if self._chain:  # the re-planned rest is left: the whole epoch
+                self._chain = []
+                self._len = None
         ids, offs, base = self._schedule(self._epoch)
         n_steps = len(offs) // 8 - 1
-        if not self._resume and self._step >= base + n_steps:
-            self._step = base  # iterating again: the same epoch once more
-        self._resume = False
         k = min(max(self._step - base, 0), n_steps)
+        self._step = base + k
         o = array.array("Q", offs)[k:]
+        # The pass's counters start before its first request goes out.
+        self._meter.start(self._epoch, self._pass + 1, self._client.stats())
         self._start_pass(base + k, ids, o.tobytes())
+        self._pass += 1
+        return _Pass(self, self._pass)
+
+    def _next(self, it):
+        """The next batch of pass `it` (see _Pass.__next__)."""
+        if it.number != self._pass:
+            raise RuntimeError(
+                "this iterator was superseded: a newer iter() of the same "
+                "DataLoader started another pass (one pass at a time per "
+                "loader; create a second loader to iterate two at once)")
+        if it.done:
+            raise StopIteration
+        if self._client is None:
+            raise ValueError("the DataLoader is closed")
         while True:
             try:
                 b = self._client.next(self._timeout_ms)
-            except _C.SampleError:
-                if self.on_error == "skip":  # the step is consumed
+            except _C.ArenaExhausted as e:
+                if e.consumed:  # the server gave up on room by itself
+                    self._step = max(self._step, int(e.step) + 1)
+                raise  # never skipped: no sample is to blame
+            except _C.SampleError as e:
+                # The step is consumed: the next next() goes on after it.
+                self._step = max(self._step, int(e.step) + 1)
+                if self.on_error == "skip":
                     self._skipped += 1
-                    self._step += 1
+                    self._meter.skipped()
                     continue
                 raise
             if b is None:
-                return
+                it.done = True
+                raise StopIteration
             self._step = b.step + 1
-            yield self._to_dict(b)
+            self._meter.batch(b.input_wait_ms)
+            return self._to_dict(b)
 
     def _video(self, b):
         parts = []
@@ -270,7 +369,7 @@ class DataLoader(Closing):
     def _to_dict(self, b):
         raw = b.sample_ids
         ids = array.array("Q", raw)
-        return {
+        out = {
             "video": self._video(b),
             "valid_frames": torch.frombuffer(bytearray(b.valid_frames),
                                              dtype=torch.int32),
@@ -281,8 +380,49 @@ class DataLoader(Closing):
             "epoch": self._epoch,
             "step": b.step,
         }
+        if self.transform is not None or self.collate_fn is not None:
+            out = self._per_sample(out)
+        if self._pinner is not None:
+            out = self._pinner.pin(out)
+        return out
+
+    def _per_sample(self, batch):
+        """transform= on each sample's frames (a zero-copy view of the
+        arena), then collate_fn= over the samples, in this process inside
+        next() (docs/python.md "transform and collate_fn")."""
+        t0 = time.perf_counter()
+        video = batch["video"]
+        frames = [video[i] for i in range(video.shape[0])]
+        if self.transform is not None:
+            frames = [self.transform(v) for v in frames]
+        t1 = time.perf_counter()
+        if self.collate_fn is None:
+            batch["video"] = default_collate(frames)
+            out = batch
+        else:
+            samples = [{"video": v, "valid_frames": int(f), "id": int(i),
+                        "tokens": int(t), "text": x,
+                        "epoch": batch["epoch"], "step": batch["step"]}
+                       for v, f, i, t, x in zip(
+                           frames, batch["valid_frames"], batch["ids"],
+                           batch["tokens"], batch["text"])]
+            out = self.collate_fn(samples)
+        t2 = time.perf_counter()
+        self._meter.add_python(t1 - t0, t2 - t1)
+        return out
 
     # -- state --------------------------------------------------------------
+
+    def _task_content(self):
+        """What a task id of this loader stands for besides (epoch, step,
+        rank): the manifest and every input of the plan and of a sample's
+        bytes (a Coordinator reused by another loader must not hand it
+        tasks that name other samples, _services.claim_coordinator)."""
+        o = self._opts
+        return (self._manifest_id()["digest"], self.seed, self.shuffle,
+                self.balance, self.batch_size, o["frames"],
+                o["width"], o["height"], o["layout"], o["dtype"],
+                o["random_crop"], o["microbatches"])
 
     def _chain_end(self):
         _, offs, base = self._schedule(self._epoch)
@@ -359,12 +499,24 @@ class DataLoader(Closing):
         self._resume = True
         self._len = None
 
+    def _client_stats(self):
+        if self._client is not None:
+            s = self._client.stats()
+            s["quarantine"] = self._client.quarantine()
+            return s
+        return dict(self._meter.last or {})  # as close() left them
+
     def stats(self):
-        """Input-wait percentiles, misses, errors, restarts (dict)."""
-        s = self._client.stats() if self._client is not None else {}
+        """The loader's figures (dict; every field in docs/python.md
+        "stats()"): cumulative over its life at the top level, this pass's
+        under "epoch", finished passes under "epochs" (oldest first)."""
+        s = self._client_stats()
+        s.setdefault("quarantine", [])
         s["skipped"] = self._skipped
-        s["quarantine"] = (self._client.quarantine()
-                           if self._client is not None else [])
+        s.update(self._meter.py)
+        s["passes"] = self._pass
+        s["epoch"] = self._meter.figures(s)
+        s["epochs"] = list(self._meter.done)
         return s
 
     # -- lifetime -----------------------------------------------------------
@@ -372,9 +524,14 @@ class DataLoader(Closing):
     def close(self):
         """Stops the client, its DataServer and an embedded Coordinator.
         Batches still held stay valid until they are freed."""
+        if self._pinner is not None:  # before the arena can be unmapped
+            self._pinner.unregister_all()
         if self._client is not None:
+            self._meter.last = self._client_stats()  # stats() after close
             self._client.close()
             self._client = None
+        release_coordinator(self._claim)
+        self._claim = None
         if self._coord is not None:
             self._coord.stop()
             self._coord = None
@@ -448,6 +605,47 @@ class DataLoader(Closing):
         # partial last step leaves nothing has an empty step there).
         _, offs = plan(w, b, 0, subset)
         return step >= first + len(offs) // 8 - 1
+
+
+def _unshuffled(order, world, batch, rank, drop_last):
+    """shuffle=False: (ids, offsets) of `rank` when `order` (the manifest's
+    ids in order, or a re-planned rest sorted) is cut as balance='none'
+    cuts the permutation (docs/planner.md): step g takes the next
+    world * batch ids, rank r the r-th run of `batch`; a partial last step
+    gives rank r floor(rem / world) ids, one more if r < rem % world."""
+    n, per = len(order), world * batch
+    steps, rem = divmod(n, per)
+    ids, offs = [], [0]
+    for g in range(steps):
+        at = g * per + rank * batch
+        ids.extend(order[at:at + batch])
+        offs.append(len(ids))
+    if rem and not drop_last:
+        q, r = divmod(rem, world)
+        at = steps * per + rank * q + min(rank, r)
+        ids.extend(order[at:at + q + (rank < r)])
+        offs.append(len(ids))
+    return (array.array("Q", ids).tobytes(),
+            array.array("Q", offs).tobytes())
+
+
+class _Pass:
+    """What iter(DataLoader) returns: one pass over (the rest of) an epoch.
+    An iterator object, not a generator, so that a SampleError raised by
+    next() leaves it usable: the next next() yields the step after the
+    failed one, as torch's DataLoader goes on after a worker's error."""
+
+    def __init__(self, loader, number):
+        self.loader, self.number, self.done = loader, number, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.loader._next(self)
+
+    def __len__(self):
+        return len(self.loader)
 
 
 # Any map-style torch Dataset on the DataServers' Python workers

@@ -5,12 +5,14 @@ own if this process dies (`coordinator --exit-with-parent`; the local
 DataServer watches its link, see docs/client.md).
 """
 import hashlib
+import itertools
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+import weakref
 
 from . import _C
 
@@ -130,12 +132,28 @@ class Coordinator:
             self.proc = None
 
 
-def coordinator_address(rank, world_size):
+# Loaders of this process, counted in creation order (DataLoader and
+# DistributedDataLoader alike).  Under torchrun every rank runs the same
+# script, so the i-th loader of rank 0 and the i-th loader of rank 1 are
+# the same loader: they agree on its Coordinator's port without talking.
+_ordinals = itertools.count()
+
+
+def loader_ordinal():
+    """The next loader's ordinal in this process: 0, 1, 2, ... (never
+    reused, so a loader created after another was closed does not meet
+    the old one's Coordinator, which may linger for 2 s)."""
+    return next(_ordinals)
+
+
+def coordinator_address(rank, world_size, ordinal=0):
     """(address, whether this rank starts it) when the user gave none.
 
     One rank: a private ipc socket.  Several: $DATAHELIX_COORDINATOR if set
-    (someone else runs it), else rank 0 serves on MASTER_ADDR at
-    MASTER_PORT + 1 (torchrun's rendezvous address, one port up)."""
+    (someone else runs it), else rank 0 serves the loader of ordinal i on
+    MASTER_ADDR at MASTER_PORT + 1 + i (torchrun's rendezvous address, one
+    port up per loader): each loader its own Coordinator, so requests of
+    one never reach another's DataServers."""
     env = os.environ.get("DATAHELIX_COORDINATOR")
     if env:
         return env, False
@@ -143,10 +161,60 @@ def coordinator_address(rank, world_size):
         d = tempfile.mkdtemp(prefix="datahelix-")
         return f"ipc://{d}/coordinator.sock", True
     host = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    port = int(os.environ.get("MASTER_PORT", "29500")) + 1
+    port = int(os.environ.get("MASTER_PORT", "29500")) + 1 + int(ordinal)
+    if port > 65535:
+        raise ValueError(
+            f"datahelix: loader {ordinal} of this process would serve its "
+            f"Coordinator on port {port} (MASTER_PORT + 1 + {ordinal}): "
+            "pass coordinator= or set $DATAHELIX_COORDINATOR")
     if host == "localhost":
         host = "127.0.0.1"
     return f"tcp://{host}:{port}", rank == 0
+
+
+# (coordinator address, rank) -> (the live loader of this process using
+# it, or None once closed; what its tasks contain).  A Coordinator has no
+# namespaces, and a client that registers a rank it already knows is taken
+# for that rank's client restarted (after kill -9, to resume): it inherits
+# the unfinished tasks.  So two live loaders on one (address, rank) would
+# take each other's batches, and a later loader there inherits a closed
+# one's tasks - harmless only if the same task id means the same samples.
+_claims = {}
+
+
+def claim_coordinator(addr, rank, owner, content=None):
+    """Records that `owner` (a loader) uses `addr` as `rank`.  DataError if
+    a live loader of this process already does, or if a closed one did
+    whose tasks meant other samples (`content`: what names a task's
+    samples - manifest digest and plan inputs; None: not compared)."""
+    key = (addr, rank)
+    ref, had = _claims.get(key, (None, None))
+    other = ref() if ref is not None else None
+    if other is not None and other is not owner:
+        raise _C.DataError(
+            f"datahelix: coordinator {addr} already serves rank {rank} of "
+            "another loader of this process: one Coordinator serves one "
+            "loader (a second one's requests would reach the first one's "
+            "DataServer).  Give each loader its own: leave coordinator=None "
+            "and $DATAHELIX_COORDINATOR unset (each loader then gets one), "
+            "or pass a different coordinator= address to each")
+    if other is None and None not in (had, content) and had != content:
+        raise _C.DataError(
+            f"datahelix: coordinator {addr} served rank {rank} of a loader "
+            "of another manifest or plan earlier in this process; it takes "
+            "a new client of that rank for the old one restarted and hands "
+            "it the old one's unfinished tasks, which name other samples "
+            "here.  One Coordinator serves one loader: give this one its "
+            "own (coordinator=None, or another address)")
+    _claims[key] = (weakref.ref(owner), content if content is not None
+                    else had)
+    return key
+
+
+def release_coordinator(key):
+    """The loader of `key` is closed; what its tasks meant is kept."""
+    if key is not None and key in _claims:
+        _claims[key] = (None, _claims[key][1])
 
 
 class Closing:

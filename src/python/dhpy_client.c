@@ -313,7 +313,9 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     o.plan.seed = seed;
     if (random_crop)
         o.plan.geometry = DH_GEOM_RANDOM_CROP;
-    if (tel && !(self->telemetry = fopen(tel, "w"))) {
+    /* Appended, never truncated: ranks (or runs) given one path add
+     * their records rather than overwrite each other's. */
+    if (tel && !(self->telemetry = fopen(tel, "a"))) {
         PyErr_SetFromErrnoWithFilename(PyExc_OSError, tel);
         return -1;
     }

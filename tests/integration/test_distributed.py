@@ -327,7 +327,7 @@ def test_two_ranks_torchrun_style(tmp_path):
     procs = []
     for r in range(2):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port - 2))
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port - 1))
         procs.append(subprocess.Popen(
             [sys.executable, "-c", RANK_SCRIPT, str(ROOT / "python"),
              str(pathlib.Path(__file__).resolve().parent)],

@@ -630,7 +630,7 @@ def test_holding_the_whole_arena_raises_at_once(dataset):
         assert len(steps) >= 3
         del held, b, e, ei  # the traceback's frames hold a batch too
         gc.collect()
-        # The step was not consumed: what comes next starts at it.
-        rest = [(b["step"], b["ids"].tolist()) for b in loader]
+        # The step was not consumed: the same iterator goes on at it.
+        rest = [(b["step"], b["ids"].tolist()) for b in it]
         assert steps + [k for k, _ in rest] == list(range(len(want)))
         assert [ids for _, ids in rest] == want[len(steps):]
