@@ -16,48 +16,11 @@
 
 #include "datahelix/estimate.h"
 #include "datahelix/plan.h"
+#include "heavy_mix.h"
 
 #define WORLD 8
 #define BATCH 4
 #define MAX_REPS 31
-
-static uint64_t rnd(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* 224p x16, 336p x32, 448p x64, 720p x64 frames at 50/25/15/10 %, aspect
- * 4:3..16:9, portrait 1 in 8: test_plan.c's mix. */
-static int heavy_mix(uint64_t n, uint32_t *tok, uint16_t *prof)
-{
-    static const int32_t side[] = {224, 336, 448, 720};
-    static const int64_t frames[] = {16, 32, 64, 64};
-    struct dh_token_model m;
-    uint64_t s = 5;
-
-    if (dh_token_model_parse("qwen-vl", &m, NULL))
-        return -1;
-    for (uint64_t i = 0; i < n; i++) {
-        uint64_t u = rnd(&s) % 100;
-        int k = u < 50 ? 0 : u < 75 ? 1 : u < 90 ? 2 : 3;
-        double aspect = 4.0 / 3 + (16.0 / 9 - 4.0 / 3) *
-                                      (double)(rnd(&s) % 1000) / 1000.0;
-        int32_t h = side[k], w = (int32_t)(h * aspect);
-
-        if (rnd(&s) % 8 == 0) {
-            int32_t t = w;
-            w = h;
-            h = t;
-        }
-        tok[i] = (uint32_t)dh_token_model_count(&m, frames[k], w, h);
-        prof[i] = (uint16_t)k;
-    }
-    return 0;
-}
 
 static double now_s(void)
 {
@@ -105,7 +68,7 @@ int main(int argc, char **argv)
     struct dh_plan_opts o;
     int rc = 1;
 
-    if (!tok || !prof || heavy_mix(n, tok, prof)) {
+    if (!tok || !prof || heavy_mix(5, n, tok, prof)) {
         fprintf(stderr, "bench_plan_time: out of memory for %llu samples\n",
                 (unsigned long long)n);
         goto out_free;

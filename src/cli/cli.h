@@ -50,6 +50,15 @@ struct dh_cli_cmd {
     void (*usage)(FILE *f);
 };
 
+/* One subcommand's table, `cli_cmd`, for dh_cli_getopt(). */
+#define DH_CLI_CMD(name_, optstring_, longopts_, opt_, max_args_, usage_)      \
+    static const struct dh_cli_cmd cli_cmd = {.name = (name_),                 \
+                                              .optstring = (optstring_),       \
+                                              .longopts = (longopts_),         \
+                                              .opt = (opt_),                   \
+                                              .max_args = (max_args_),         \
+                                              .usage = (usage_)}
+
 /* What dh_cli_getopt() returns when the command should run. */
 #define DH_CLI_RUN (-1)
 

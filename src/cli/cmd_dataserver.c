@@ -167,8 +167,9 @@ static int parse_python_opt(struct args *a, int c)
     }
 }
 
-static int parse_opt(struct args *a, int c)
+static int parse_opt(void *ctx, int c)
 {
+    struct args *a = ctx;
     int64_t v = 0;
     int r = 0;
 
@@ -248,17 +249,7 @@ static int check_remote(const struct args *a)
     return 0;
 }
 
-static int on_opt(void *a, int c)
-{
-    return parse_opt(a, c);
-}
-
-static const struct dh_cli_cmd cli_cmd = {.name = CMD,
-                                          .optstring = ":h",
-                                          .longopts = long_opts,
-                                          .opt = on_opt,
-                                          .max_args = 0,
-                                          .usage = usage};
+DH_CLI_CMD(CMD, ":h", long_opts, parse_opt, 0, usage);
 
 static int parse_args(struct args *a, int argc, char **argv)
 {

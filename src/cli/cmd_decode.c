@@ -277,8 +277,9 @@ static int parse_number(int c, struct decode_opts *o)
     }
 }
 
-static int parse_opt(int c, struct decode_opts *o)
+static int parse_opt(void *ctx, int c)
 {
+    struct decode_opts *o = ctx;
     struct dh_media_plan *p = &o->plan;
     int v = 0, rc = 0;
 
@@ -342,17 +343,7 @@ static int check_opts(struct decode_opts *o, int npaths)
     return 0;
 }
 
-static int on_opt(void *o, int c)
-{
-    return parse_opt(c, o);
-}
-
-static const struct dh_cli_cmd cli_cmd = {.name = "decode",
-                                          .optstring = ":n:p:s:t:r:o:h",
-                                          .longopts = longopts,
-                                          .opt = on_opt,
-                                          .max_args = -1,
-                                          .usage = usage};
+DH_CLI_CMD("decode", ":n:p:s:t:r:o:h", longopts, parse_opt, -1, usage);
 
 static int parse_args(int argc, char **argv, struct decode_opts *o)
 {

@@ -110,12 +110,7 @@ static int take_option(void *ctx, int c)
     }
 }
 
-static const struct dh_cli_cmd cli_cmd = {.name = CMD,
-                                          .optstring = "+:o:p:n:s:h",
-                                          .longopts = long_opts,
-                                          .opt = take_option,
-                                          .max_args = 0,
-                                          .usage = usage};
+DH_CLI_CMD(CMD, "+:o:p:n:s:h", long_opts, take_option, 0, usage);
 
 static int parse_args(struct args *a, int argc, char **argv)
 {

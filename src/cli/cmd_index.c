@@ -86,12 +86,7 @@ static int take_option(void *ctx, int c)
     return 0;
 }
 
-static const struct dh_cli_cmd cli_cmd = {.name = CMD,
-                                          .optstring = ":o:h",
-                                          .longopts = long_opts,
-                                          .opt = take_option,
-                                          .max_args = 1,
-                                          .usage = usage};
+DH_CLI_CMD(CMD, ":o:h", long_opts, take_option, 1, usage);
 
 static int parse_args(struct args *a, int argc, char **argv)
 {

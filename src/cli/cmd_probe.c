@@ -126,8 +126,9 @@ static const struct option longopts[] = {
     {NULL, 0, NULL, 0},
 };
 
-static int parse_opt(int c, struct probe_opts *o)
+static int parse_opt(void *ctx, int c)
 {
+    struct probe_opts *o = ctx;
     struct dh_err e;
     int64_t v;
 
@@ -222,17 +223,7 @@ static int check_output(const char *path)
     return ok ? 0 : DH_EXIT_FAIL;
 }
 
-static int on_opt(void *o, int c)
-{
-    return parse_opt(c, o);
-}
-
-static const struct dh_cli_cmd cli_cmd = {.name = "probe",
-                                          .optstring = ":o:j:qh",
-                                          .longopts = longopts,
-                                          .opt = on_opt,
-                                          .max_args = -1,
-                                          .usage = usage};
+DH_CLI_CMD("probe", ":o:j:qh", longopts, parse_opt, -1, usage);
 
 static int parse_args(int argc, char **argv, struct probe_opts *o)
 {

@@ -226,8 +226,9 @@ static int parse_handover(struct args *a, const char *v)
     return 0;
 }
 
-static int parse_opt(struct args *a, int c)
+static int parse_opt(void *ctx, int c)
 {
+    struct args *a = ctx;
     struct dh_sim_config *k = &a->c;
     uint64_t seed;
 
@@ -300,17 +301,7 @@ static int parse_opt(struct args *a, int c)
     return dh_cli_usage_error(CMD, "bad option");
 }
 
-static int on_opt(void *a, int c)
-{
-    return parse_opt(a, c);
-}
-
-static const struct dh_cli_cmd cli_cmd = {.name = CMD,
-                                          .optstring = ":h",
-                                          .longopts = long_opts,
-                                          .opt = on_opt,
-                                          .max_args = 0,
-                                          .usage = usage};
+DH_CLI_CMD(CMD, ":h", long_opts, parse_opt, 0, usage);
 
 static int parse_args(struct args *a, int argc, char **argv)
 {

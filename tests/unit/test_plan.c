@@ -17,54 +17,17 @@
 #include "core/alloc.h"
 #include "datahelix/estimate.h"
 #include "datahelix/plan.h"
+#include "heavy_mix.h"
 
 /* A small local generator for the test's manifests (not the planner's). */
-static uint64_t rnd(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static void random_manifest(uint64_t *s, uint64_t n, uint32_t *tok,
                             uint16_t *prof)
 {
     for (uint64_t i = 0; i < n; i++) {
-        prof[i] = (uint16_t)(rnd(s) % 5);
-        tok[i] = (uint32_t)(rnd(s) % 4 ? rnd(s) % (1000u << prof[i])
-                                       : rnd(s) % 3); /* some zero/tiny */
-    }
-}
-
-/*
- * The heavy-tailed clip mix: 224p x16, 336p x32, 448p x64, 720p x64
- * frames (50/25/15/10 %), random aspect ratios 4:3..16:9 (portrait 1 in
- * 8), tokens by the qwen-vl model.
- */
-static void heavy_mix(uint64_t seed, uint64_t n, uint32_t *tok, uint16_t *prof)
-{
-    static const int32_t side[] = {224, 336, 448, 720};
-    static const int64_t frames[] = {16, 32, 64, 64};
-    struct dh_token_model m;
-    uint64_t s = seed;
-
-    assert_int_equal(dh_token_model_parse("qwen-vl", &m, NULL), 0);
-    for (uint64_t i = 0; i < n; i++) {
-        uint64_t u = rnd(&s) % 100;
-        int k = u < 50 ? 0 : u < 75 ? 1 : u < 90 ? 2 : 3;
-        double aspect = 4.0 / 3 + (16.0 / 9 - 4.0 / 3) *
-                                      (double)(rnd(&s) % 1000) / 1000.0;
-        int32_t h = side[k], w = (int32_t)(h * aspect);
-
-        if (rnd(&s) % 8 == 0) {
-            int32_t t = w;
-            w = h;
-            h = t;
-        }
-        tok[i] = (uint32_t)dh_token_model_count(&m, frames[k], w, h);
-        prof[i] = (uint16_t)k;
+        prof[i] = (uint16_t)(heavy_mix_rnd(s) % 5);
+        tok[i] = (uint32_t)(heavy_mix_rnd(s) % 4
+                                ? heavy_mix_rnd(s) % (1000u << prof[i])
+                                : heavy_mix_rnd(s) % 3); /* some zero/tiny */
     }
 }
 
@@ -138,13 +101,13 @@ static int same_plan(const struct dh_plan *a, const struct dh_plan *b)
 static void random_opts(uint64_t *s, struct dh_plan_opts *o)
 {
     dh_plan_opts_init(o);
-    o->world_size = 1 + (uint32_t)(rnd(s) % 9);
-    o->batch_size = 1 + (uint32_t)(rnd(s) % 7);
-    o->seed = rnd(s);
-    o->epoch = rnd(s) % 5;
-    o->balance = (int)(rnd(s) % 3);
-    o->window = (uint32_t)(rnd(s) % 6); /* 0 = default */
-    o->drop_last = (int)(rnd(s) % 2);
+    o->world_size = 1 + (uint32_t)(heavy_mix_rnd(s) % 9);
+    o->batch_size = 1 + (uint32_t)(heavy_mix_rnd(s) % 7);
+    o->seed = heavy_mix_rnd(s);
+    o->epoch = heavy_mix_rnd(s) % 5;
+    o->balance = (int)(heavy_mix_rnd(s) % 3);
+    o->window = (uint32_t)(heavy_mix_rnd(s) % 6); /* 0 = default */
+    o->drop_last = (int)(heavy_mix_rnd(s) % 2);
 }
 
 static void properties_hold_over_random_inputs(void **state)
@@ -154,7 +117,7 @@ static void properties_hold_over_random_inputs(void **state)
     (void)state;
     for (int iter = 0; iter < 300; iter++) {
         struct dh_plan_opts o;
-        uint64_t n = 1 + rnd(&s) % 400;
+        uint64_t n = 1 + heavy_mix_rnd(&s) % 400;
         uint32_t *tok = malloc(n * sizeof(*tok));
         uint16_t *prof = malloc(n * sizeof(*prof));
 
@@ -185,7 +148,7 @@ static void fixed_counts_exact_and_free_nonempty(void **state)
     struct dh_plan_opts o;
 
     (void)state;
-    heavy_mix(3, N, tok, prof);
+    assert_int_equal(heavy_mix(3, N, tok, prof), 0);
     dh_plan_opts_init(&o);
     o.world_size = 7;
     o.batch_size = 5;
@@ -346,7 +309,7 @@ static void heavy_tailed_mix_is_balanced(void **state)
     (void)state;
     assert_non_null(tok);
     assert_non_null(prof);
-    heavy_mix(11, MIX_N, tok, prof);
+    assert_int_equal(heavy_mix(11, MIX_N, tok, prof), 0);
     none = mix_balance(tok, prof, DH_BALANCE_NONE, 0, &wn);
     greedy = mix_balance(tok, prof, DH_BALANCE_FIXED, 1, &wg);
     win = mix_balance(tok, prof, DH_BALANCE_FIXED, 0, &ww);
@@ -382,7 +345,7 @@ static void heaviest_rank_rotates(void **state)
     struct dh_plan_opts o;
 
     (void)state;
-    heavy_mix(17, N, tok, prof);
+    assert_int_equal(heavy_mix(17, N, tok, prof), 0);
     dh_plan_opts_init(&o);
     o.world_size = MIX_WORLD;
     o.batch_size = MIX_BATCH;
@@ -427,7 +390,7 @@ static void steps_alternate_heavy_and_light(void **state)
     struct dh_plan_opts o;
 
     (void)state;
-    heavy_mix(23, N, tok, prof);
+    assert_int_equal(heavy_mix(23, N, tok, prof), 0);
     dh_plan_opts_init(&o);
     o.world_size = MIX_WORLD;
     o.batch_size = MIX_BATCH;
@@ -476,7 +439,7 @@ static void large_epoch_is_exactly_once(void **state)
     (void)state;
     assert_non_null(tok);
     assert_non_null(prof);
-    heavy_mix(5, N, tok, prof);
+    assert_int_equal(heavy_mix(5, N, tok, prof), 0);
     dh_plan_opts_init(&o);
     o.world_size = MIX_WORLD;
     o.batch_size = MIX_BATCH;
