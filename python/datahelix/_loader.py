@@ -31,6 +31,30 @@ ABLATIONS = {
 }
 
 
+# Spares per request under on_error="skip" (docs/dataserver.md
+# "Substitutes"): substitutes tried, in order, for a step's failed samples.
+_SKIP_SPARES = 4
+
+
+class _Steps:
+    """The iterator of one pass: each next() is one step.  Not a
+    generator, so that a SampleError raised by one next() leaves it usable:
+    the next call yields the following step (torch's habit)."""
+
+    def __init__(self, next_step):
+        self._next_step, self._done = next_step, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        b = None if self._done else self._next_step()
+        if b is None:
+            self._done = True
+            raise StopIteration
+        return b
+
+
 def _rank_world(rank, world_size):
     """(rank, world_size): the given ones, the missing ones from
     torch.distributed, else torchrun's environment, else (0, 1); checked."""
@@ -83,7 +107,11 @@ class DataLoader(Closing):
     rank 0 serves it on MASTER_ADDR:MASTER_PORT+1, or $DATAHELIX_COORDINATOR
     names a running one); or a ZeroMQ address.
     on_error: "raise" (SampleError naming sample, path and cause, at the
-    step it belongs to) or "skip" (the step is dropped, counted in stats()).
+    step it belongs to; the same iterator goes on with the next step) or
+    "skip" (a failed sample is replaced in its position by a spare of this
+    rank's plan, so every rank yields the same number of full-size steps;
+    batch["substituted"] says which, stats()["substituted"] counts them; a
+    step whose spares all fail is dropped, stats()["skipped"]).
     arena_mb: the local DataServer's arena (None: (prefetch + 2) batches,
     at least 64 MiB).  Holding more batches than it has raises
     ArenaExhausted at once, the step still next.
@@ -138,7 +166,8 @@ class DataLoader(Closing):
                           dataserver=dataserver, listen=listen,
                           ddl_ms=float(ddl_ms),
                           step_deadline_ms=float(step_deadline_ms),
-                          arena_bytes=_arena_bytes(arena_mb))
+                          arena_bytes=_arena_bytes(arena_mb),
+                          spares=_SKIP_SPARES if on_error == "skip" else 0)
         self._dtype = _DTYPES[dtype]
         self.transport = transport
         self._timeout_ms = int(timeout * 1000)
@@ -241,19 +270,26 @@ class DataLoader(Closing):
         k = min(max(self._step - base, 0), n_steps)
         o = array.array("Q", offs)[k:]
         self._start_pass(base + k, ids, o.tobytes())
+        return _Steps(self._next_step)
+
+    def _next_step(self):
+        """The next batch dict, or None at the end of the pass.  A
+        SampleError consumes its step (raise mode: raised here, and the
+        next call goes on with the following step, as torch's iterator
+        does after a worker's exception)."""
         while True:
             try:
                 b = self._client.next(self._timeout_ms)
             except _C.SampleError:
-                if self.on_error == "skip":  # the step is consumed
+                self._step += 1  # the step is consumed
+                if self.on_error == "skip":  # its spares all failed
                     self._skipped += 1
-                    self._step += 1
                     continue
                 raise
             if b is None:
-                return
+                return None
             self._step = b.step + 1
-            yield self._to_dict(b)
+            return self._to_dict(b)
 
     def _video(self, b):
         parts = []
@@ -280,6 +316,12 @@ class DataLoader(Closing):
             "text": [self._index.text(i) for i in ids],
             "epoch": self._epoch,
             "step": b.step,
+            # skip policy: the positions whose planned sample failed, with
+            # the spare delivered there ("ids" holds the delivered ones)
+            "substituted": [
+                {"position": pos, "failed_id": failed, "substitute_id": sub,
+                 "stage": stage, "cause": cause, "code": code}
+                for pos, failed, sub, stage, code, cause in b.substitutions],
         }
 
     # -- state --------------------------------------------------------------
@@ -363,6 +405,7 @@ class DataLoader(Closing):
         """Input-wait percentiles, misses, errors, restarts (dict)."""
         s = self._client.stats() if self._client is not None else {}
         s["skipped"] = self._skipped
+        s.setdefault("substituted", 0)
         s["quarantine"] = (self._client.quarantine()
                            if self._client is not None else [])
         return s
