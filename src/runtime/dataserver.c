@@ -80,7 +80,7 @@ void dh_dataserver_opts_default(struct dh_dataserver_opts *o)
 /* ---- completions ---- */
 
 /* A result's substituted samples failed here (or at the remote that
- * prepared it): remembered, and counted. */
+ * prepared it): remembered (also those of a job that failed later on). */
 static void quarantine_subs(struct dh_dataserver *s, const struct ds_result *r)
 {
     for (uint32_t i = 0; i < r->n_subs; i++) {
@@ -93,7 +93,6 @@ static void quarantine_subs(struct dh_dataserver *s, const struct ds_result *r)
         dh__ds_quarantine_add(&s->quar, &s->env, r->sub_failed[i],
                               r->sub_cause[i], msg);
     }
-    DS_ADD(&s->env, substituted, r->n_subs);
 }
 
 /* The sink of the executor and the inbox. */
@@ -107,12 +106,14 @@ static void on_done(void *arg, const struct ds_done *d)
                                            : (1 - EWMA_ALPHA) * s->latency_ms +
                                                  EWMA_ALPHA * d->latency_ms;
     if (d->kind == DS_DONE_ERROR) {
+        quarantine_subs(s, &d->res);
         if (d->quarantine)
             dh__ds_quarantine_add(&s->quar, &s->env, d->sample, d->code,
                                   d->msg);
         dh__ds_ctl_error(s->ctl, &d->task, d->sample, d->code, d->msg);
     } else if (d->kind == DS_DONE_RESULT) {
         quarantine_subs(s, &d->res);
+        DS_ADD(&s->env, substituted, d->res.n_subs);
         if (dh__ds_ctl_result(s->ctl, &d->task, &d->res, &e) < 0) {
             dh__ds_release(&s->env, &d->res.slot);
             dh__ds_ctl_error(s->ctl, &d->task, d->res.ids[0], e.code, e.msg);

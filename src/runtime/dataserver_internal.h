@@ -155,7 +155,9 @@ struct ds_done {
                            counts it in payloads / cross_ds_bytes) */
     struct dh_wire_task task;
     struct ds_result res; /* RESULT: its slot reference passes to the
-                             core, which hands it to the client */
+                             core, which hands it to the client; ERROR:
+                             only the substitutions made before the
+                             failure (ids, sub_*), to quarantine */
     int code;             /* ERROR: a DH_E* code */
     uint64_t sample;      /* ERROR: the sample it names */
     const char *msg;      /* ERROR: one line */

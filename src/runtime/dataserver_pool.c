@@ -134,6 +134,8 @@ static void report(struct ds_pool *p, struct ds_job *j,
 
     if (d->code < 0) {
         o.sample = failed_sample(p, j, d);
+        o.res.ids = j->ids; /* the substitutions before the failure */
+        apply_subs(j, d, &o.res);
     } else if (!(valid = dh__malloc(j->n * sizeof(*valid)))) {
         dh__ds_release(p->env, &d->slot);
         o = (struct ds_done){.kind = DS_DONE_ERROR,
