@@ -1495,6 +1495,12 @@ static void setters_respect_caps(void **state)
     assert_int_equal(dh_wire_set_indices(&m.u.request.plan, NULL,
                                          DH_WIRE_MAX_FRAMES + 1, &e),
                      DH_ETOOBIG);
+    assert_int_equal(dh_wire_set_spares(&m.u.request, &one, 1, &e), 0);
+    assert_int_equal(
+        dh_wire_set_spares(&m.u.request, big_ids, DH_WIRE_MAX_SPARES + 1, &e),
+        DH_ETOOBIG);
+    assert_int_equal(m.u.request.n_spares, 1); /* unchanged */
+    assert_int_equal(m.u.request.spare_ids[0], 5);
     dh_wire_msg_fini(&m);
     dh_wire_msg_init(&m, DH_WIRE_HEARTBEAT);
     assert_int_equal(
@@ -1505,6 +1511,28 @@ static void setters_respect_caps(void **state)
     assert_int_equal(dh_wire_set_result_samples(&m.u.result, &one, NULL, 1, &e),
                      0);
     assert_int_equal(m.u.result.valid_frames[0], 0);
+    {
+        const uint32_t pos = 0;
+        const int32_t cause = -1;
+
+        assert_int_equal(dh_wire_set_result_subs(&m.u.result, big_vf, big_ids,
+                                                 (const int32_t *)big_vf,
+                                                 DH_WIRE_MAX_SPARES + 1, &e),
+                         DH_ETOOBIG);
+        assert_int_equal(m.u.result.n_subs, 0);
+        for (int fail = 0; fail < 3; fail++) { /* each of the 3 arrays */
+            dh__alloc_fail_after(fail);
+            assert_int_equal(
+                dh_wire_set_result_subs(&m.u.result, &pos, &one, &cause, 1, &e),
+                DH_ENOMEM);
+            dh__alloc_fail_reset();
+            assert_int_equal(m.u.result.n_subs, 0); /* unchanged */
+        }
+        assert_int_equal(
+            dh_wire_set_result_subs(&m.u.result, &pos, &one, &cause, 1, &e), 0);
+        assert_int_equal(m.u.result.n_subs, 1);
+        assert_int_equal(m.u.result.sub_failed[0], 5);
+    }
     dh_wire_msg_fini(&m);
     assert_string_equal(dh_wire_type_name(DH_WIRE_ERROR_NOTICE),
                         "error_notice");
