@@ -59,6 +59,8 @@
 #define DH_CLIENT_MAX_PARTS DH_CLIENT_MAX_MICROBATCHES
 /* Most sample ids of one step (the wire's cap on a request). */
 #define DH_CLIENT_MAX_STEP_SAMPLES 65536u
+/* Most spares per request (the wire's cap). */
+#define DH_CLIENT_MAX_SPARES 64u
 
 struct dh_client; /* opaque */
 
@@ -105,6 +107,14 @@ struct dh_client_opts {
                                 DH_CLIENT_DDL_MS) */
     FILE *telemetry;            /* JSONL per consumed step; NULL: none.
                                 Borrowed: must outlive the client */
+    unsigned spares;            /* the skip policy: spare ids sent with each
+                                request (0..DH_CLIENT_MAX_SPARES; default 0:
+                                off, a failed sample fails its step).  A
+                                sample that fails is replaced in its position
+                                by a spare of this rank's schedule (chosen by
+                                the plan: docs/dataserver.md "Substitutes"),
+                                so the step keeps its size; the batch says
+                                so (dh_client_batch.subs) */
 };
 
 /* Fills the defaults above (pointers NULL, rank 0, world 1, plan from
@@ -123,17 +133,28 @@ struct dh_client_part {
     uint32_t server_id; /* the arena's server */
 };
 
+/* One sample of a batch that was substituted (the skip policy). */
+struct dh_client_subst {
+    uint32_t position;      /* in the batch, over all parts */
+    uint64_t failed_id;     /* the sample the plan put there, which failed */
+    uint64_t substitute_id; /* the one delivered: sample_ids[position] */
+    int cause;              /* the failed sample's DH_E* code */
+    int stage;              /* enum dh_stage of the cause */
+};
+
 /* A consumed step.  Read-only; release with dh_client_batch_release(). */
 struct dh_client_batch {
     uint32_t epoch;
     uint64_t step;
     uint32_t n_parts;
     struct dh_client_part *parts;
-    uint32_t n_samples;           /* over all parts */
-    const uint64_t *sample_ids;   /* n_samples, batch order */
-    const uint32_t *valid_frames; /* n_samples: frames from the clip; the
+    uint32_t n_samples;                 /* over all parts */
+    const uint64_t *sample_ids;         /* n_samples, batch order */
+    const uint32_t *valid_frames;       /* n_samples: frames from the clip; the
                                      rest of T is padding */
-    double input_wait_ms;         /* time this next() blocked */
+    double input_wait_ms;               /* time this next() blocked */
+    uint32_t n_subs;                    /* samples substituted (skip policy) */
+    const struct dh_client_subst *subs; /* n_subs, by position */
 };
 
 struct dh_client_stats {
@@ -154,6 +175,7 @@ struct dh_client_stats {
     double elapsed_s;        /* since the first next() */
     uint64_t arena_bytes;    /* the local arena's data area (0: none yet) */
     uint64_t held_bytes;     /* arena slots of batches not released */
+    uint64_t substituted;    /* samples replaced by a spare (skip policy) */
 };
 
 /* The default miss threshold: a ready batch's next() costs 0.05-0.3 ms

@@ -35,6 +35,11 @@ ABLATIONS = {
 }
 
 
+# Spares per request under on_error="skip" (docs/dataserver.md
+# "Substitutes"): substitutes tried, in order, for a step's failed samples.
+_SKIP_SPARES = 4
+
+
 def _rank_world(rank, world_size):
     """(rank, world_size): the given ones, the missing ones from
     torch.distributed, else torchrun's environment, else (0, 1); checked."""
@@ -88,7 +93,11 @@ class DataLoader(Closing):
     loader this process created, or $DATAHELIX_COORDINATOR names a running
     one); or a ZeroMQ address.  One Coordinator serves one loader.
     on_error: "raise" (SampleError naming sample, path and cause, at the
-    step it belongs to) or "skip" (the step is dropped, counted in stats()).
+    step it belongs to; the same iterator goes on with the next step) or
+    "skip" (a failed sample is replaced in its position by a spare of this
+    rank's plan, so every rank yields the same number of full-size steps;
+    batch["substituted"] says which, stats()["substituted"] counts them; a
+    step whose spares all fail is dropped, stats()["skipped"]).
     arena_mb: the local DataServer's arena (None: (prefetch + 2) batches,
     at least 64 MiB).  Holding more batches than it has raises
     ArenaExhausted at once, the step still next.
@@ -195,7 +204,8 @@ class DataLoader(Closing):
                           dataserver=dataserver, listen=listen,
                           ddl_ms=float(ddl_ms),
                           step_deadline_ms=float(step_deadline_ms),
-                          arena_bytes=_arena_bytes(arena_mb))
+                          arena_bytes=_arena_bytes(arena_mb),
+                          spares=_SKIP_SPARES if on_error == "skip" else 0)
         self._dtype = _DTYPES[dtype]
         self.transport = transport
         self._timeout_ms = wait_ms
@@ -342,7 +352,7 @@ class DataLoader(Closing):
             except _C.SampleError as e:
                 # The step is consumed: the next next() goes on after it.
                 self._step = max(self._step, int(e.step) + 1)
-                if self.on_error == "skip":
+                if self.on_error == "skip":  # its spares all failed
                     self._skipped += 1
                     self._meter.skipped()
                     continue
@@ -379,6 +389,12 @@ class DataLoader(Closing):
             "text": [self._index.text(i) for i in ids],
             "epoch": self._epoch,
             "step": b.step,
+            # skip policy: the positions whose planned sample failed, with
+            # the spare delivered there ("ids" holds the delivered ones)
+            "substituted": [
+                {"position": pos, "failed_id": failed, "substitute_id": sub,
+                 "stage": stage, "cause": cause, "code": code}
+                for pos, failed, sub, stage, code, cause in b.substitutions],
         }
         if self.transform is not None or self.collate_fn is not None:
             out = self._per_sample(out)
@@ -517,6 +533,7 @@ class DataLoader(Closing):
         s["passes"] = self._pass
         s["epoch"] = self._meter.figures(s)
         s["epochs"] = list(self._meter.done)
+        s.setdefault("substituted", 0)
         return s
 
     # -- lifetime -----------------------------------------------------------

@@ -26,6 +26,8 @@
 
 #define CMD "consume"
 #define SLICE_MS 100
+/* Spares sent with each request under --on-error skip (spare.h). */
+#define SKIP_SPARES 4
 
 struct args {
     struct dh_client_opts o;
@@ -76,8 +78,12 @@ static void usage(FILE *f)
         "                       local DataServer (default 15000)\n"
         "  --timeout-ms MS      bound on waiting for one batch (def. 60000)\n"
         "  --on-error P         raise (default: stop at the first failed\n"
-        "                       sample) or skip (count it and go on)\n"
-        "  --ids-out FILE       write the sample ids received, one per line\n"
+        "                       sample) or skip (a failed sample is replaced\n"
+        "                       by a spare of this rank's plan, so every\n"
+        "                       step keeps its size; a step whose spares\n"
+        "                       all fail is counted and left out)\n"
+        "  --ids-out FILE       write the sample ids received (the delivered\n"
+        "                       ones: substitutes included), one per line\n"
         "  --telemetry FILE     JSONL, one record per step (DESIGN 4.4)\n"
         "  --json               per-step lines and the summary as JSON\n"
         "  --transport T        shm (default: the batch is a view of the\n"
@@ -234,7 +240,7 @@ static int parse_opt(void *ctx, int c)
         if (!strcmp(optarg, "raise"))
             a->skip = 0;
         else if (!strcmp(optarg, "skip"))
-            a->skip = 1;
+            a->skip = 1, a->o.spares = SKIP_SPARES;
         else
             return dh_cli_usage_error(CMD,
                                       "--on-error '%s': expected raise "
@@ -414,6 +420,14 @@ static int one_step(struct run *r, struct dh_err *e)
         }
         return rc;
     }
+    for (uint32_t i = 0; i < b->n_subs; i++)
+        fprintf(stderr,
+                "datahelix: consume: substituted: epoch %u step %" PRIu64
+                " position %u: sample %" PRIu64 " failed (%s, code %d), "
+                "sample %" PRIu64 " delivered\n",
+                b->epoch, b->step, b->subs[i].position, b->subs[i].failed_id,
+                dh_stage_name((enum dh_stage)b->subs[i].stage),
+                b->subs[i].cause, b->subs[i].substitute_id);
     if (r->ids)
         for (uint32_t i = 0; i < b->n_samples; i++)
             fprintf(r->ids, "%" PRIu64 "\n", b->sample_ids[i]);
@@ -466,21 +480,22 @@ static void summary(const struct run *r)
                "%" PRIu64 ",\"samples_per_s\":%.2f,\"input_wait_p50_ms\":%.3f,"
                "\"input_wait_p95_ms\":%.3f,\"input_wait_max_ms\":%.3f,"
                "\"misses\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"skipped\":"
-               "%" PRIu64 ",\"quarantined\":%" PRIu64 ",\"restarts\":%" PRIu64
+               "%" PRIu64 ",\"substituted\":%" PRIu64
+               ",\"quarantined\":%" PRIu64 ",\"restarts\":%" PRIu64
                ",\"reissued\":%" PRIu64 ",\"elapsed_s\":%.3f}}\n",
                r->a->o.rank, st.steps, r->samples, sps, st.input_wait_p50_ms,
                st.input_wait_p95_ms, st.input_wait_max_ms, st.misses, st.errors,
-               r->skipped, st.quarantined, st.restarts, st.reissued,
-               st.elapsed_s);
+               r->skipped, st.substituted, st.quarantined, st.restarts,
+               st.reissued, st.elapsed_s);
         return;
     }
     printf("rank %u: %" PRIu64 " steps, %" PRIu64 " samples in %.2f s = "
            "%.1f samples/s; input wait p50 %.2f ms, p95 %.2f ms, max %.2f ms;"
            " %" PRIu64 " misses, %" PRIu64 " errors (%" PRIu64 " skipped), "
-           "%" PRIu64 " server restarts\n",
+           "%" PRIu64 " substituted, %" PRIu64 " server restarts\n",
            r->a->o.rank, st.steps, r->samples, st.elapsed_s, sps,
            st.input_wait_p50_ms, st.input_wait_p95_ms, st.input_wait_max_ms,
-           st.misses, st.errors, r->skipped, st.restarts);
+           st.misses, st.errors, r->skipped, st.substituted, st.restarts);
 }
 
 static int consume(struct args *a)

@@ -159,7 +159,17 @@ static void plan_init(struct dh_wire_plan *w)
 static void request_fini(struct dh_wire_request *r)
 {
     dh__free(r->sample_ids);
+    dh__free(r->spare_ids);
     dh__free(r->plan.indices);
+}
+
+static void result_fini(struct dh_wire_result *r)
+{
+    dh__free(r->sample_ids);
+    dh__free(r->valid_frames);
+    dh__free(r->sub_pos);
+    dh__free(r->sub_failed);
+    dh__free(r->sub_cause);
 }
 
 void dh_wire_msg_init(struct dh_wire_msg *m, enum dh_wire_type type)
@@ -187,8 +197,7 @@ void dh_wire_msg_fini(struct dh_wire_msg *m)
         request_fini(&m->u.route.request);
         break;
     case DH_WIRE_RESULT_NOTICE:
-        dh__free(m->u.result.sample_ids);
-        dh__free(m->u.result.valid_frames);
+        result_fini(&m->u.result);
         break;
     default:
         break;
@@ -292,6 +301,50 @@ int dh_wire_set_result_samples(struct dh_wire_result *r, const uint64_t *ids,
     r->sample_ids = pi;
     r->valid_frames = pv;
     r->n_samples = (uint32_t)n;
+    return 0;
+}
+
+int dh_wire_set_spares(struct dh_wire_request *r, const uint64_t *ids, size_t n,
+                       struct dh_err *e)
+{
+    void *p = NULL;
+    int rc = dh__wire_copy_array(&p, ids, n, sizeof(*ids), DH_WIRE_MAX_SPARES,
+                                 "descriptor_request.spare_ids", e);
+
+    if (rc < 0)
+        return rc;
+    dh__free(r->spare_ids);
+    r->spare_ids = p;
+    r->n_spares = (uint32_t)n;
+    return 0;
+}
+
+int dh_wire_set_result_subs(struct dh_wire_result *r, const uint32_t *pos,
+                            const uint64_t *failed, const int32_t *cause,
+                            size_t n, struct dh_err *e)
+{
+    void *pp = NULL, *pf = NULL, *pc = NULL;
+    int rc;
+
+    if ((rc = dh__wire_copy_array(&pp, pos, n, sizeof(*pos), DH_WIRE_MAX_SPARES,
+                                  "result_notice.sub_positions", e)) < 0 ||
+        (rc = dh__wire_copy_array(&pf, failed, n, sizeof(*failed),
+                                  DH_WIRE_MAX_SPARES,
+                                  "result_notice.sub_failed_ids", e)) < 0 ||
+        (rc = dh__wire_copy_array(&pc, cause, n, sizeof(*cause),
+                                  DH_WIRE_MAX_SPARES,
+                                  "result_notice.sub_causes", e)) < 0) {
+        dh__free(pp);
+        dh__free(pf);
+        return rc;
+    }
+    dh__free(r->sub_pos);
+    dh__free(r->sub_failed);
+    dh__free(r->sub_cause);
+    r->sub_pos = pp;
+    r->sub_failed = pf;
+    r->sub_cause = pc;
+    r->n_subs = (uint32_t)n;
     return 0;
 }
 

@@ -266,7 +266,9 @@ static int ck_request(const struct dh__wire_ck *c,
         r->slack_ms > DH_WIRE_MAX_SLACK_MS)
         return WIRE_BAD(c, "slack_ms %" PRId64 " out of range +-%d",
                         r->slack_ms, DH_WIRE_MAX_SLACK_MS);
-    if ((rc = ck_plan(c, &r->plan)) < 0)
+    if ((rc = ck_count(c, "spare_ids", r->spare_ids, r->n_spares,
+                       DH_WIRE_MAX_SPARES)) < 0 ||
+        (rc = ck_plan(c, &r->plan)) < 0)
         return rc;
     return ck_hints(c, &r->hints);
 }
@@ -328,6 +330,44 @@ static int ck_result_shape(const struct dh__wire_ck *c,
     return 0;
 }
 
+/* Substitutions: at most one per position, positions increasing, each
+ * naming a failed id other than the one delivered there, with its cause. */
+static int ck_subs(const struct dh__wire_ck *c, const struct dh_wire_result *r)
+{
+    int rc;
+
+    if ((rc = ck_count(c, "sub_positions", r->sub_pos, r->n_subs,
+                       DH_WIRE_MAX_SPARES)) < 0 ||
+        (rc = ck_count(c, "sub_failed_ids", r->sub_failed, r->n_subs,
+                       DH_WIRE_MAX_SPARES)) < 0 ||
+        (rc = ck_count(c, "sub_causes", r->sub_cause, r->n_subs,
+                       DH_WIRE_MAX_SPARES)) < 0)
+        return rc;
+    if (r->n_subs > r->n_samples)
+        return WIRE_BAD(c, "%" PRIu32 " substitutions for %" PRIu32 " samples",
+                        r->n_subs, r->n_samples);
+    for (uint32_t i = 0; i < r->n_subs; i++) {
+        uint32_t p = r->sub_pos[i];
+
+        if (p >= r->n_samples || (i > 0 && p <= r->sub_pos[i - 1]))
+            return WIRE_BAD(c,
+                            "sub_positions[%" PRIu32 "] %" PRIu32
+                            " is not increasing below %" PRIu32,
+                            i, p, r->n_samples);
+        if (r->sub_failed[i] == r->sample_ids[p])
+            return WIRE_BAD(c,
+                            "substitution %" PRIu32 " names sample %" PRIu64
+                            " as both failed and delivered",
+                            i, r->sub_failed[i]);
+        if (r->sub_cause[i] >= 0)
+            return WIRE_BAD(c,
+                            "sub_causes[%" PRIu32 "] %" PRId32
+                            " is not an error code (< 0)",
+                            i, r->sub_cause[i]);
+    }
+    return 0;
+}
+
 static int ck_result(const struct dh__wire_ck *c,
                      const struct dh_wire_result *r)
 {
@@ -354,7 +394,7 @@ static int ck_result(const struct dh__wire_ck *c,
         if (r->valid_frames[i] > DH_WIRE_MAX_FRAMES)
             return WIRE_BAD(c, "valid_frames[%" PRIu32 "] %" PRIu32 " over %u",
                             i, r->valid_frames[i], DH_WIRE_MAX_FRAMES);
-    return 0;
+    return ck_subs(c, r);
 }
 
 static int ck_error(const struct dh__wire_ck *c, const struct dh_wire_error *r)

@@ -72,6 +72,8 @@ static PbRequest *request_pb(struct dh__wire_pb_out *o,
     pb->sample_ids = r->sample_ids;
     pb->plan = plan_pb(&o->plan, &r->plan);
     pb->slack_ms = r->slack_ms;
+    pb->n_spare_ids = r->n_spares;
+    pb->spare_ids = r->spare_ids;
     o->hints.est_cpu_ms = r->hints.est_cpu_ms;
     o->hints.est_in_bytes = r->hints.est_in_bytes;
     o->hints.est_out_bytes = r->hints.est_out_bytes;
@@ -177,6 +179,12 @@ static void result_pb(struct dh__wire_pb_out *o, const struct dh_wire_result *r)
     pb->n_valid_frames = r->n_samples;
     pb->valid_frames = r->valid_frames;
     pb->service_ms = r->service_ms;
+    pb->n_sub_positions = r->n_subs;
+    pb->sub_positions = r->sub_pos;
+    pb->n_sub_failed_ids = r->n_subs;
+    pb->sub_failed_ids = r->sub_failed;
+    pb->n_sub_causes = r->n_subs;
+    pb->sub_causes = r->sub_cause;
     o->env.result_notice = pb;
 }
 
@@ -362,6 +370,12 @@ static int request_from_pb(const struct dh__wire_ck *c,
         return rc;
     r->sample_ids = ids;
     r->n_samples = (uint32_t)pb->n_sample_ids;
+    if ((rc = array_from_pb(c, "spare_ids", &ids, pb->spare_ids,
+                            pb->n_spare_ids, sizeof(*pb->spare_ids),
+                            DH_WIRE_MAX_SPARES)) < 0)
+        return rc;
+    r->spare_ids = ids;
+    r->n_spares = (uint32_t)pb->n_spare_ids;
     r->requester_rank = pb->requester_rank;
     r->slack_ms = pb->slack_ms;
     if (pb->hints) {
@@ -448,6 +462,40 @@ static int route_from_pb(const struct dh__wire_ck *c, struct dh_wire_route *r,
     return pb->request ? request_from_pb(&sub, &r->request, pb->request) : 0;
 }
 
+/* The three substitution arrays: one count, at most DH_WIRE_MAX_SPARES,
+ * checked before anything is copied. */
+static int subs_from_pb(const struct dh__wire_ck *c, struct dh_wire_result *r,
+                        const Datahelix__Wire__ResultNotice *pb)
+{
+    void *p;
+    int rc;
+
+    if (pb->n_sub_failed_ids != pb->n_sub_positions ||
+        pb->n_sub_causes != pb->n_sub_positions)
+        return WIRE_BAD(c,
+                        "sub_positions, sub_failed_ids and sub_causes have "
+                        "%zu, %zu and %zu entries",
+                        pb->n_sub_positions, pb->n_sub_failed_ids,
+                        pb->n_sub_causes);
+    if ((rc = array_from_pb(c, "sub_positions", &p, pb->sub_positions,
+                            pb->n_sub_positions, sizeof(*pb->sub_positions),
+                            DH_WIRE_MAX_SPARES)) < 0)
+        return rc;
+    r->sub_pos = p;
+    if ((rc = array_from_pb(c, "sub_failed_ids", &p, pb->sub_failed_ids,
+                            pb->n_sub_failed_ids, sizeof(*pb->sub_failed_ids),
+                            DH_WIRE_MAX_SPARES)) < 0)
+        return rc;
+    r->sub_failed = p;
+    if ((rc = array_from_pb(c, "sub_causes", &p, pb->sub_causes,
+                            pb->n_sub_causes, sizeof(*pb->sub_causes),
+                            DH_WIRE_MAX_SPARES)) < 0)
+        return rc;
+    r->sub_cause = p;
+    r->n_subs = (uint32_t)pb->n_sub_positions;
+    return 0;
+}
+
 static int result_from_pb(const struct dh__wire_ck *c, struct dh_wire_result *r,
                           const Datahelix__Wire__ResultNotice *pb)
 {
@@ -483,7 +531,7 @@ static int result_from_pb(const struct dh__wire_ck *c, struct dh_wire_result *r,
     r->dtype = (enum dh_dtype)pb->dtype;
     r->layout = (enum dh_layout)pb->layout;
     r->service_ms = pb->service_ms;
-    return 0;
+    return subs_from_pb(c, r, pb);
 }
 
 static int error_from_pb(const struct dh__wire_ck *c, struct dh_wire_error *r,

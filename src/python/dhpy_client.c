@@ -102,6 +102,28 @@ static PyObject *batch_dims(BatchObject *self, PyObject *arg)
     return t;
 }
 
+/* ((position, failed id, substitute id, stage, code, cause), ...). */
+static PyObject *batch_subs(const struct dh_client_batch *b)
+{
+    PyObject *t = PyTuple_New(b->n_subs);
+
+    for (uint32_t i = 0; t && i < b->n_subs; i++) {
+        const struct dh_client_subst *x = &b->subs[i];
+        PyObject *v = Py_BuildValue("(IKKsis)", x->position,
+                                    (unsigned long long)x->failed_id,
+                                    (unsigned long long)x->substitute_id,
+                                    dh_stage_name((enum dh_stage)x->stage),
+                                    x->cause, dh_strerror(x->cause));
+
+        if (!v) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
 static PyObject *batch_get(BatchObject *self, void *what)
 {
     const struct dh_client_batch *b = self->b;
@@ -123,6 +145,8 @@ static PyObject *batch_get(BatchObject *self, void *what)
     if (!strcmp(w, "valid_frames"))
         return PyBytes_FromStringAndSize((const char *)b->valid_frames,
                                          (Py_ssize_t)b->n_samples * 4);
+    if (!strcmp(w, "substitutions"))
+        return batch_subs(b);
     if (!strcmp(w, "dtype"))
         return PyUnicode_FromString(
             b->parts[0].dtype == DH_DTYPE_F32 ? "float32" : "uint8");
@@ -141,6 +165,10 @@ static PyGetSetDef batch_getset[] = {
      "sample_ids"},
     {"valid_frames", (getter)batch_get, NULL, "native uint32 bytes",
      "valid_frames"},
+    {"substitutions", (getter)batch_get, NULL,
+     "skip policy: ((position, failed_id, substitute_id, stage, code, "
+     "cause), ...)",
+     "substitutions"},
     {"dtype", (getter)batch_get, NULL, "'uint8' or 'float32'", "dtype"},
     {"layout", (getter)batch_get, NULL, "'THWC' or 'TCHW'", "layout"},
     {NULL, NULL, NULL, NULL, NULL},
@@ -276,6 +304,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
                             "dataserver_args",
                             "ddl_ms",
                             "step_deadline_ms",
+                            "spares",
                             NULL};
     struct dh_client_opts o;
     const char *layout = "THWC", *dtype = "uint8", *tel = NULL;
@@ -293,13 +322,13 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     }
     dh_client_opts_default(&o);
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "ss|IILiissIIiizzIIzKzipKOdd", names, &o.coordinator,
+            args, kw, "ss|IILiissIIiizzIIzKzipKOddI", names, &o.coordinator,
             &o.index_path, &o.rank, &o.world_size, &frames, &w, &h, &layout,
             &dtype, &o.prefetch, &o.microbatches, &o.timeout_ms,
             &o.start_timeout_ms, &o.dataserver, &o.datahelix_bin, &o.ds_workers,
             &o.max_batch, &o.ds_listen, &seed, &tel, &o.max_restarts,
             &random_crop, &arena_bytes, &ds_args, &o.ddl_ms,
-            &o.step_deadline_ms))
+            &o.step_deadline_ms, &o.spares))
         return -1;
     o.arena_bytes = (size_t)arena_bytes;
     if (parse_enum(layout, "THWC", "TCHW", "layout", &lay) < 0 ||
@@ -586,6 +615,14 @@ static PyObject *client_stats(ClientObject *self, PyObject *unused)
         "held_bytes", s.held_bytes);
     if (!d || !(load = PyDict_New()))
         goto fail;
+    {
+        PyObject *v = PyLong_FromUnsignedLongLong(s.substituted);
+        int rc = v ? PyDict_SetItemString(d, "substituted", v) : -1;
+
+        Py_XDECREF(v);
+        if (rc < 0)
+            goto fail;
+    }
     n = dh_client_server_load(self->c, ids, parts, 256);
     for (size_t i = 0; i < n && i < 256; i++) {
         PyObject *k = PyLong_FromUnsignedLong(ids[i]);

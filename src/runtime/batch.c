@@ -109,27 +109,82 @@ static int one_sample(struct dh_media *m, const char *path, uint64_t epoch,
     return 0;
 }
 
-int dh_batch_decode(struct dh_media *m, const struct dh_index *ix,
-                    uint64_t epoch, const uint64_t *ids, uint32_t n,
-                    const struct dh_media_plan *p, uint8_t *dst, size_t dst_len,
-                    int32_t *valid_frames, uint32_t *failed_at,
-                    struct dh_err *e)
+/* Sample `id` into position i's slice (e: the cause alone). */
+static int decode_at(struct dh_media *m, const struct dh_index *ix,
+                     uint64_t epoch, uint64_t id, const struct dh_media_plan *p,
+                     uint8_t *dst, size_t dst_len, uint32_t i, int32_t *valid,
+                     struct dh_err *e)
 {
     size_t one = dh_batch_bytes(p, 1);
+    const char *path;
+
+    if (id >= dh_index_count(ix))
+        return dh_err_set(e, DH_EINVAL, "not in the index (%llu samples)",
+                          (unsigned long long)dh_index_count(ix));
+    if (!(path = dh_index_path(ix, id)))
+        return dh_err_set(e, DH_EFORMAT, "no path in the index");
+    return one_sample(m, path, epoch, id, p, dst + (size_t)i * one,
+                      dst_len - (size_t)i * one, valid, e);
+}
+
+/* Position i failed with `code`: the next spare that decodes takes its
+ * slice.  0 (recorded in subs) or `code` when none is left. */
+static int substitute(struct dh_media *m, const struct dh_index *ix,
+                      uint64_t epoch, uint64_t failed, int code,
+                      const struct dh_media_plan *p, uint8_t *dst,
+                      size_t dst_len, uint32_t i, int32_t *valid,
+                      struct dh_batch_subs *subs)
+{
+    struct dh_err sub;
+
+    if (!subs || code == DH_ENOMEM || subs->n >= DH_BATCH_MAX_SPARES)
+        return code;
+    while (subs->next < subs->n_spares) {
+        uint64_t id = subs->spares[subs->next++];
+
+        dh_err_clear(&sub);
+        if (decode_at(m, ix, epoch, id, p, dst, dst_len, i, valid, &sub))
+            continue; /* a spare that fails too is passed over */
+        subs->pos[subs->n] = i;
+        subs->failed[subs->n] = failed;
+        subs->cause[subs->n] = code;
+        subs->sub[subs->n] = id;
+        subs->n++;
+        return 0;
+    }
+    return code;
+}
+
+int dh_batch_decode_subs(struct dh_media *m, const struct dh_index *ix,
+                         uint64_t epoch, const uint64_t *ids, uint32_t n,
+                         const struct dh_media_plan *p, uint8_t *dst,
+                         size_t dst_len, int32_t *valid_frames,
+                         struct dh_batch_subs *subs, uint32_t *failed_at,
+                         struct dh_err *e)
+{
     struct dh_err sub;
     int rc;
 
+    if (subs) {
+        subs->next = subs->n = 0;
+        if (subs->n_spares > DH_BATCH_MAX_SPARES)
+            return dh_err_set(e, DH_EINVAL, "batch: %u spares (at most %d)",
+                              subs->n_spares, DH_BATCH_MAX_SPARES);
+    }
     if ((rc = check_args(ix, ids, n, p, dst_len, e)))
         return rc;
     for (uint32_t i = 0; i < n; i++) {
         const char *path = dh_index_path(ix, ids[i]);
-        uint8_t *slice = dst + (size_t)i * one;
 
         dh_err_clear(&sub);
-        rc = path
-                 ? one_sample(m, path, epoch, ids[i], p, slice,
-                              dst_len - (size_t)i * one, &valid_frames[i], &sub)
-                 : dh_err_set(&sub, DH_EFORMAT, "no path in the index");
+        if (subs && subs->known && subs->known[i] < 0)
+            rc = dh_err_set(&sub, subs->known[i], "failed before");
+        else
+            rc = decode_at(m, ix, epoch, ids[i], p, dst, dst_len, i,
+                           &valid_frames[i], &sub);
+        if (rc)
+            rc = substitute(m, ix, epoch, ids[i], rc, p, dst, dst_len, i,
+                            &valid_frames[i], subs);
         if (rc) {
             if (failed_at)
                 *failed_at = i;
@@ -139,4 +194,14 @@ int dh_batch_decode(struct dh_media *m, const struct dh_index *ix,
         }
     }
     return 0;
+}
+
+int dh_batch_decode(struct dh_media *m, const struct dh_index *ix,
+                    uint64_t epoch, const uint64_t *ids, uint32_t n,
+                    const struct dh_media_plan *p, uint8_t *dst, size_t dst_len,
+                    int32_t *valid_frames, uint32_t *failed_at,
+                    struct dh_err *e)
+{
+    return dh_batch_decode_subs(m, ix, epoch, ids, n, p, dst, dst_len,
+                                valid_frames, NULL, failed_at, e);
 }

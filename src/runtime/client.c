@@ -95,6 +95,9 @@ static int check_opts(const struct dh_client_opts *o, struct dh_err *e)
                           "workers >= 1, restarts >= 0, and the step hint, "
                           "step deadline and ddl_ms in [0, %.0f] ms",
                           DH_CLIENT_MAX_STEP_MS);
+    if (o->spares > DH_CLIENT_MAX_SPARES)
+        return dh_err_set(e, DH_EINVAL, "client: %u spares (at most %u)",
+                          o->spares, DH_CLIENT_MAX_SPARES);
     if (dh_media_plan_check(&o->plan, e) < 0)
         return DH_EINVAL;
     if (dh_batch_frames(&o->plan) <= 0)
@@ -120,6 +123,7 @@ static int copy_opts(struct dh_client *c, const struct dh_client_opts *o,
     dh_window_init(&c->win, DH_WINDOW_ALPHA);
     dh_window_assume(&c->win, o->step_ms_hint, o->step_deadline_ms);
     c->ddl_ms = o->ddl_ms;
+    c->spares = o->spares;
     c->telemetry = o->telemetry;
     c->link_fd = -1;
     c->wake_fd = -1;
@@ -159,6 +163,9 @@ static int copy_opts(struct dh_client *c, const struct dh_client_opts *o,
     }
     if (!c->arena_bytes)
         c->arena_bytes = DEFAULT_ARENA;
+    if (c->spares && !(c->spare_buf = dh__malloc((size_t)c->spares * c->mb *
+                                                 sizeof(*c->spare_buf))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
     return 0;
 }
 
@@ -259,6 +266,7 @@ static void client_free(struct dh_client *c)
     dh__free(c->waits);
     dh__free(c->windows);
     dh__free(c->quar);
+    dh__free(c->spare_buf);
     dh__free(c->plan_indices);
     dh__free(c->index_path);
     dh__free(c->ds_name);
@@ -759,13 +767,32 @@ int dh_client_failure(struct dh_client *c, struct dh_client_failure *out)
     return rc;
 }
 
+/* Part r's substitutions into the batch's list at subs[ns..), positions
+ * offset by `at` (the part's first sample); the failed ids join the
+ * quarantine when their cause blames them.  Returns the new count (mu
+ * held). */
+static uint32_t take_subs(struct dh_client *c, const struct cl_result *r,
+                          uint32_t at, struct dh_client_subst *subs,
+                          uint32_t ns)
+{
+    for (uint32_t i = 0; i < r->n_subs; i++) {
+        subs[ns] = r->subs[i];
+        subs[ns].position += at;
+        if (dh__err_blames_sample(subs[ns].cause))
+            quarantine_add(c, subs[ns].failed_id);
+        c->st.substituted++;
+        ns++;
+    }
+    return ns;
+}
+
 /* The step's parts are all in (mu held): builds the batch or the error,
  * empties the pool entries. */
 static int finish_step(struct dh_client *c, const size_t *idx, double wait,
                        double window, struct dh_client_batch **out,
                        struct dh_err *e)
 {
-    uint64_t k = c->next_consume, total = 0;
+    uint64_t k = c->next_consume, total = 0, n_subs = 0;
     const struct cl_result *bad = NULL;
     struct cl_batch *b = NULL;
     int rc = 0;
@@ -776,10 +803,12 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
         if (r->is_error && !bad)
             bad = r;
         total += r->n;
+        n_subs += r->is_error ? 0 : r->n_subs;
     }
     telemetry_line(c, k, wait, window, idx);
     if (!bad) {
         size_t sz = sizeof(*b) + c->mb * sizeof(struct dh_client_part) +
+                    n_subs * sizeof(struct dh_client_subst) +
                     total * (sizeof(uint64_t) + sizeof(uint32_t));
 
         if (!(b = dh__calloc(1, sz)))
@@ -801,9 +830,12 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
     }
     if (b) {
         struct dh_client_part *parts = (struct dh_client_part *)(b + 1);
-        uint64_t *ids = (uint64_t *)(parts + c->mb);
+        struct dh_client_subst *subs = (struct dh_client_subst *)(parts +
+                                                                  c->mb);
+        uint64_t *ids = (uint64_t *)(subs + n_subs);
         uint32_t *valid = (uint32_t *)(ids + total);
         uint64_t at = 0;
+        uint32_t ns = 0;
 
         b->c = c;
         b->pub = (struct dh_client_batch){.epoch = c->epoch,
@@ -813,7 +845,9 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
                                           .n_samples = (uint32_t)total,
                                           .sample_ids = ids,
                                           .valid_frames = valid,
-                                          .input_wait_ms = wait};
+                                          .input_wait_ms = wait,
+                                          .n_subs = (uint32_t)n_subs,
+                                          .subs = n_subs ? subs : NULL};
         for (uint32_t j = 0; j < c->mb; j++) {
             struct cl_result *r = &c->pool[idx[j]];
             struct cl_arena *a = &c->arenas[r->arena];
@@ -829,6 +863,7 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
             memcpy(parts[j].dims, r->dims, sizeof(parts[j].dims));
             memcpy(ids + at, r->ids, r->n * sizeof(*ids));
             memcpy(valid + at, r->valid, r->n * sizeof(*valid));
+            ns = take_subs(c, r, (uint32_t)at, subs, ns);
             at += r->n;
             b->arena[j] = r->arena;
             b->ref[j] = r->ref;

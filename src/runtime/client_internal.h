@@ -60,6 +60,8 @@ struct cl_result {
     struct dh_client_failure *fail; /* owned, is_error from a server; NULL
                                        when out of memory for it */
     uint64_t arrived_ms;
+    uint32_t n_subs; /* substitutions (positions within this part) */
+    struct dh_client_subst *subs; /* owned */
 };
 
 /* Per outstanding task (ring by request position): for telemetry. */
@@ -80,7 +82,9 @@ struct dh_client {
     struct dh_media_plan plan;
     int64_t *plan_indices;
     int timeout_ms, start_timeout_ms, max_restarts;
-    double ddl_ms; /* the miss threshold */
+    double ddl_ms;       /* the miss threshold */
+    unsigned spares;     /* per request; 0: no skip policy */
+    uint64_t *spare_buf; /* spares x microbatches: scratch (mu) */
     FILE *telemetry;
 
     struct dh_index *ix;

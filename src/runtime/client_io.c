@@ -22,6 +22,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "datahelix/batch.h"
+#include "datahelix/spare.h"
 #include "runtime/client_internal.h"
 #include "runtime/transport.h"
 
@@ -68,6 +69,25 @@ static void part_range(const struct dh_client *c, uint64_t k, uint32_t j,
     *hi = a + n * (j + 1) / c->mb;
 }
 
+/* The skip policy's spares of part j of step position k: slice j of the
+ * step's spares (spare.h), so the parts of one step never share one. */
+static int set_spares(struct dh_client *c, uint64_t k, uint32_t j,
+                      struct dh_wire_request *r, struct dh_err *e)
+{
+    uint32_t n, lo = j * c->spares;
+
+    if (!c->spares)
+        return 0;
+    n = dh_spare_choose(c->plan.seed, c->epoch, c->first_step + k, c->rank,
+                        c->ids, c->offs, c->n_steps, k, c->spares * c->mb,
+                        c->spare_buf);
+    if (n <= lo)
+        return 0;
+    n -= lo;
+    return dh_wire_set_spares(r, c->spare_buf + lo,
+                              n < c->spares ? n : c->spares, e);
+}
+
 /* Encodes and sends the request of (k, j) without blocking (mu held).
  * 0 sent; DH_EIO (ZeroMQ refused: try later) or an encode error. */
 static int send_request(struct dh_client *c, uint64_t k, uint32_t j,
@@ -94,7 +114,8 @@ static int send_request(struct dh_client *c, uint64_t k, uint32_t j,
     if ((rc = dh_wire_task_make(&r->task, c->epoch, c->pass, c->first_step + k,
                                 c->rank, j, e)) < 0 ||
         (rc = dh_wire_set_samples(r, c->ids + lo, hi - lo, e)) < 0 ||
-        (rc = dh_wire_plan_from_media(&r->plan, &c->plan, e)) < 0)
+        (rc = dh_wire_plan_from_media(&r->plan, &c->plan, e)) < 0 ||
+        (rc = set_spares(c, k, j, r, e)) < 0)
         goto out;
     if ((rc = dh__tp_send(c->sock, NULL, &m, c->coord, e)) == 0)
         c->st.requests++;
@@ -229,10 +250,29 @@ void dh__cl_result_free(struct cl_result *r)
     dh__free(r->ids);
     dh__free(r->valid);
     dh__free(r->fail);
+    dh__free(r->subs);
     r->ids = NULL;
     r->valid = NULL;
     r->fail = NULL;
+    r->subs = NULL;
+    r->n_subs = 0;
     r->used = 0;
+}
+
+/* The notice's substitutions (out of memory for them: the batch is still
+ * good, only not annotated). */
+static void take_subs(struct cl_result *r, const struct dh_wire_result *w)
+{
+    if (!w->n_subs || !(r->subs = dh__calloc(w->n_subs, sizeof(*r->subs))))
+        return;
+    for (uint32_t i = 0; i < w->n_subs; i++)
+        r->subs[i] = (struct dh_client_subst){
+            .position = w->sub_pos[i],
+            .failed_id = w->sub_failed[i],
+            .substitute_id = w->sample_ids[w->sub_pos[i]],
+            .cause = w->sub_cause[i],
+            .stage = (int)dh__stage_of(w->sub_cause[i])};
+    r->n_subs = w->n_subs;
 }
 
 static void on_result(struct dh_client *c, const struct dh_wire_result *w)
@@ -286,6 +326,7 @@ static void on_result(struct dh_client *c, const struct dh_wire_result *w)
     } else {
         memcpy(r->ids, w->sample_ids, w->n_samples * sizeof(*r->ids));
         memcpy(r->valid, w->valid_frames, w->n_samples * sizeof(*r->valid));
+        take_subs(r, w);
     }
     file_result(c, r);
     pthread_mutex_unlock(&c->mu);

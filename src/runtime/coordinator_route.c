@@ -46,6 +46,7 @@ static void task_free(struct dh_coordinator *c, struct co_task *t)
 {
     (void)c;
     dh__free(t->req.sample_ids);
+    dh__free(t->req.spare_ids);
     dh__free(t->req.plan.indices);
     dh__free(t);
 }
@@ -397,6 +398,7 @@ void dh__co_on_request(struct dh_coordinator *c, const struct co_peer *from,
     }
     t->req = m->u.request; /* take the arrays */
     m->u.request.sample_ids = NULL;
+    m->u.request.spare_ids = NULL;
     m->u.request.plan.indices = NULL;
     t->client = *from;
     t->state = CO_PENDING_NEW;

@@ -79,6 +79,22 @@ void dh_dataserver_opts_default(struct dh_dataserver_opts *o)
 
 /* ---- completions ---- */
 
+/* A result's substituted samples failed here (or at the remote that
+ * prepared it): remembered (also those of a job that failed later on). */
+static void quarantine_subs(struct dh_dataserver *s, const struct ds_result *r)
+{
+    for (uint32_t i = 0; i < r->n_subs; i++) {
+        char msg[160];
+
+        snprintf(msg, sizeof(msg),
+                 "sample %llu: failed with code %d (substituted by %llu)",
+                 (unsigned long long)r->sub_failed[i], (int)r->sub_cause[i],
+                 (unsigned long long)r->ids[r->sub_pos[i]]);
+        dh__ds_quarantine_add(&s->quar, &s->env, r->sub_failed[i],
+                              r->sub_cause[i], msg);
+    }
+}
+
 /* The sink of the executor and the inbox. */
 static void on_done(void *arg, const struct ds_done *d)
 {
@@ -90,11 +106,14 @@ static void on_done(void *arg, const struct ds_done *d)
                                            : (1 - EWMA_ALPHA) * s->latency_ms +
                                                  EWMA_ALPHA * d->latency_ms;
     if (d->kind == DS_DONE_ERROR) {
+        quarantine_subs(s, &d->res);
         if (d->quarantine)
             dh__ds_quarantine_add(&s->quar, &s->env, d->sample, d->code,
                                   d->msg);
         dh__ds_ctl_error(s->ctl, &d->task, d->sample, d->code, d->msg);
     } else if (d->kind == DS_DONE_RESULT) {
+        quarantine_subs(s, &d->res);
+        DS_ADD(&s->env, substituted, d->res.n_subs);
         if (dh__ds_ctl_result(s->ctl, &d->task, &d->res, &e) < 0) {
             dh__ds_release(&s->env, &d->res.slot);
             dh__ds_ctl_error(s->ctl, &d->task, d->res.ids[0], e.code, e.msg);
@@ -118,6 +137,29 @@ static struct ds_sink sink_of(struct dh_dataserver *s)
 
 /* ---- control messages ---- */
 
+/* The request's spares, and the quarantine's word on each of its samples
+ * (a known failure is substituted without decoding it again). */
+static int admit_spares(struct dh_dataserver *s, struct ds_job *j,
+                        const struct dh_wire_request *rq, struct dh_err *e)
+{
+    int any = 0;
+
+    if (!(j->spares = dh__malloc(rq->n_spares * sizeof(*j->spares))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    memcpy(j->spares, rq->spare_ids, rq->n_spares * sizeof(*j->spares));
+    j->n_spares = rq->n_spares;
+    for (uint32_t i = 0; i < rq->n_samples && !any; i++)
+        any = dh__ds_quarantine_code(&s->quar, rq->sample_ids[i]) != 0;
+    if (!any)
+        return 0;
+    if (!(j->known = dh__calloc(rq->n_samples, sizeof(*j->known))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < rq->n_samples; i++)
+        if ((j->known[i] = dh__ds_quarantine_code(&s->quar, rq->sample_ids[i])))
+            DS_INC(&s->env, quarantine_hits);
+    return 0;
+}
+
 /* A job for the Route's request: 0, or an error for the ErrorNotice. */
 static int admit(struct dh_dataserver *s, const struct dh_wire_route *r,
                  struct dh_err *e)
@@ -135,6 +177,11 @@ static int admit(struct dh_dataserver *s, const struct dh_wire_route *r,
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     memcpy(j->ids, rq->sample_ids, rq->n_samples * sizeof(*j->ids));
     j->n = rq->n_samples;
+    if (s->exec->ops->spares && rq->n_spares &&
+        (rc = admit_spares(s, j, rq, e)) < 0) {
+        dh__ds_job_clear(j);
+        return rc;
+    }
     j->task = rq->task;
     j->target_id = r->target_server_id;
     memcpy(j->target_addr, r->target_addr, sizeof(j->target_addr));
@@ -161,7 +208,9 @@ static void on_route(struct dh_dataserver *s, const struct dh_wire_route *r)
                          "request");
         return;
     }
-    if ((q = dh__ds_quarantine_find(&s->quar, rq))) {
+    /* With spares the job substitutes a quarantined sample (admit()). */
+    if (!(rq->n_spares && s->exec->ops->spares) &&
+        (q = dh__ds_quarantine_find(&s->quar, rq))) {
         char msg[DH_WIRE_MAX_TEXT];
 
         DS_INC(&s->env, quarantine_hits);

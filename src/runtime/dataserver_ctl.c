@@ -76,6 +76,7 @@ int dh__ds_notice_fill(struct dh_wire_msg *m, uint32_t server_id,
                        struct dh_err *e)
 {
     struct dh_wire_result *n;
+    int rc;
 
     dh_wire_msg_fini(m);
     dh_wire_msg_init(m, DH_WIRE_RESULT_NOTICE);
@@ -92,6 +93,10 @@ int dh__ds_notice_fill(struct dh_wire_msg *m, uint32_t server_id,
     n->service_ms = r->service_ms > 0 && r->service_ms < DH_WIRE_MAX_LATENCY_MS
                         ? r->service_ms
                         : 0;
+    if (r->n_subs &&
+        (rc = dh_wire_set_result_subs(n, r->sub_pos, r->sub_failed,
+                                      r->sub_cause, r->n_subs, e)) < 0)
+        return rc;
     return dh_wire_set_result_samples(n, r->ids, r->valid, r->n, e);
 }
 

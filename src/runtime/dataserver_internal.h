@@ -64,7 +64,7 @@
 #define DS_STATS(X)                                                        \
     X(malformed) X(routes) X(results) X(errors) X(releases) X(heartbeats)  \
     X(payloads) X(cross_ds_bytes) X(forwarded) X(forwarded_bytes)          \
-    X(quarantined) X(quarantine_hits)
+    X(quarantined) X(quarantine_hits) X(substituted)
 /* clang-format on */
 
 struct ds_stats {
@@ -115,6 +115,10 @@ struct ds_job {
                                   submit() returns, NULL after */
     uint32_t target_id;        /* Route.target_server_id */
     char target_addr[DH_WIRE_MAX_ADDR + 1];
+    uint64_t *spares; /* owned: the request's spares (skip policy) */
+    uint32_t n_spares;
+    int32_t *known; /* owned, n entries or NULL: the quarantine's cause of
+                       each sample (0: not quarantined), with spares only */
 };
 
 /* A tensor in an arena slot, as a ResultNotice describes it. */
@@ -128,6 +132,12 @@ struct ds_result {
     const uint32_t *valid; /* borrowed: n valid-frame counts */
     uint32_t n;
     double service_ms; /* 0: unknown */
+    /* Substitutions (borrowed, n_subs entries each): positions, the failed
+     * ids, their causes; ids[] already holds the substitutes. */
+    const uint32_t *sub_pos;
+    const uint64_t *sub_failed;
+    const int32_t *sub_cause;
+    uint32_t n_subs;
 };
 
 enum ds_done_kind {
@@ -145,7 +155,9 @@ struct ds_done {
                            counts it in payloads / cross_ds_bytes) */
     struct dh_wire_task task;
     struct ds_result res; /* RESULT: its slot reference passes to the
-                             core, which hands it to the client */
+                             core, which hands it to the client; ERROR:
+                             only the substitutions made before the
+                             failure (ids, sub_*), to quarantine */
     int code;             /* ERROR: a DH_E* code */
     uint64_t sample;      /* ERROR: the sample it names */
     const char *msg;      /* ERROR: one line */
@@ -164,6 +176,9 @@ struct ds_sink {
 struct ds_exec;
 struct ds_exec_ops {
     const char *name;
+    /* 1: jobs' spares are used (a failed sample is substituted); 0: they
+     * are ignored and a failed sample fails its job. */
+    int spares;
     /* Takes job j.  0: taken, and its completion goes to the sink later,
      * or before submit() returns; < 0: refused, nothing reported, j not
      * kept, e says why. */
@@ -285,6 +300,8 @@ void dh__ds_quarantine_add(struct ds_quarantines *q, const struct ds_env *env,
 const struct ds_quarantine *
 dh__ds_quarantine_find(const struct ds_quarantines *q,
                        const struct dh_wire_request *rq);
+/* The quarantine's cause of `id`, or 0. */
+int dh__ds_quarantine_code(const struct ds_quarantines *q, uint64_t id);
 
 /* ---- dataserver_link.c: handing the arena to the client ---- */
 struct ds_link {

@@ -49,6 +49,8 @@ struct ds_job *dh__ds_job_new(struct ds_jobs *t)
 void dh__ds_job_clear(struct ds_job *j)
 {
     dh__free(j->ids);
+    dh__free(j->spares);
+    dh__free(j->known);
     memset(j, 0, sizeof(*j));
 }
 
@@ -131,4 +133,12 @@ dh__ds_quarantine_find(const struct ds_quarantines *q,
             if (q->v[i].code && q->v[i].id == rq->sample_ids[k])
                 return &q->v[i];
     return NULL;
+}
+
+int dh__ds_quarantine_code(const struct ds_quarantines *q, uint64_t id)
+{
+    for (size_t i = 0; i < DS_QUARANTINE; i++)
+        if (q->v[i].code && q->v[i].id == id)
+            return q->v[i].code;
+    return 0;
 }

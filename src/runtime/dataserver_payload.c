@@ -288,7 +288,11 @@ static void deliver(struct ds_inbox *in, struct ds_sink sink,
                                .ids = r->sample_ids,
                                .valid = r->valid_frames,
                                .n = r->n_samples,
-                               .service_ms = r->service_ms};
+                               .service_ms = r->service_ms,
+                               .sub_pos = r->sub_pos,
+                               .sub_failed = r->sub_failed,
+                               .sub_cause = r->sub_cause,
+                               .n_subs = r->n_subs};
     memcpy(d.res.dims, r->dims, sizeof(d.res.dims));
     sink.done(sink.arg, &d); /* the slot's reference goes with it */
 }

@@ -38,7 +38,10 @@ static int pool_submit(struct ds_exec *x, struct ds_job *j, struct dh_err *e)
                         .n = j->n,
                         .plan = &j->plan,
                         .alloc_timeout_ms = p->env->alloc_timeout_ms,
-                        .sample_timeout_ms = p->env->sample_timeout_ms};
+                        .sample_timeout_ms = p->env->sample_timeout_ms,
+                        .spares = j->spares,
+                        .n_spares = j->n_spares,
+                        .known = j->known};
     size_t i = 0;
 
     while (i < p->cap && p->run[i])
@@ -99,6 +102,24 @@ static uint64_t failed_sample(const struct ds_pool *p, const struct ds_job *j,
     return j->ids[0];
 }
 
+/* The substitutions of a completed job: the job's ids become the ones
+ * delivered, the result points at the rest. */
+static void apply_subs(struct ds_job *j, const struct dh_work_done *d,
+                       struct ds_result *r)
+{
+    const struct dh_batch_subs *s = d->subs;
+
+    if (!s || !s->n)
+        return;
+    for (uint32_t i = 0; i < s->n; i++)
+        if (s->pos[i] < j->n)
+            j->ids[s->pos[i]] = s->sub[i];
+    r->sub_pos = s->pos;
+    r->sub_failed = s->failed;
+    r->sub_cause = s->cause;
+    r->n_subs = s->n;
+}
+
 static void report(struct ds_pool *p, struct ds_job *j,
                    const struct dh_work_done *d)
 {
@@ -113,6 +134,8 @@ static void report(struct ds_pool *p, struct ds_job *j,
 
     if (d->code < 0) {
         o.sample = failed_sample(p, j, d);
+        o.res.ids = j->ids; /* the substitutions before the failure */
+        apply_subs(j, d, &o.res);
     } else if (!(valid = dh__malloc(j->n * sizeof(*valid)))) {
         dh__ds_release(p->env, &d->slot);
         o = (struct ds_done){.kind = DS_DONE_ERROR,
@@ -135,6 +158,7 @@ static void report(struct ds_pool *p, struct ds_job *j,
                                    .n = j->n,
                                    .service_ms = d->decode_ms};
         o.res.ndims = fill_dims(j, o.res.dims);
+        apply_subs(j, d, &o.res);
     }
     p->sink.done(p->sink.arg, &o);
     dh__free(valid);
@@ -193,6 +217,7 @@ static void pool_destroy(struct ds_exec *x)
 
 static const struct ds_exec_ops pool_ops = {
     .name = "pool",
+    .spares = 1,
     .submit = pool_submit,
     .drain = pool_drain,
     .pollitems = pool_pollitems,

@@ -823,6 +823,9 @@ static void py_destroy(struct ds_exec *x)
 
 static const struct ds_exec_ops py_ops = {
     .name = "python",
+    /* Not implemented: a Python dataset's sample is not substituted (its
+     * job fails as before); DistributedDataLoader sends no spares. */
+    .spares = 0,
     .submit = py_submit,
     .drain = py_drain,
     .pollitems = py_pollitems,

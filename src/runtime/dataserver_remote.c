@@ -455,6 +455,7 @@ static void fwd_destroy(struct ds_exec *x)
 
 static const struct ds_exec_ops fwd_ops = {
     .name = "forward",
+    .spares = 1, /* its pool substitutes; the header carries them */
     .submit = fwd_submit,
     .drain = fwd_drain,
     .pollitems = fwd_pollitems,

@@ -48,6 +48,10 @@ struct job {
     int32_t *valid;
     double decode_ms;
     char msg[DH_ERR_MSG_MAX];
+    /* Skip policy: spares and known failures (owned), substitutions. */
+    uint64_t *spares;
+    int32_t *known;
+    struct dh_batch_subs *subs;
 };
 
 struct fifo {
@@ -108,6 +112,9 @@ static void job_free(struct job *j)
         return;
     dh__free(j->ids);
     dh__free(j->valid);
+    dh__free(j->spares);
+    dh__free(j->known);
+    dh__free(j->subs);
     dh__free(j);
 }
 
@@ -144,8 +151,9 @@ static void run_job(struct dh_workers *w, struct dh_media *m, struct job *j)
     }
     t0 = dh__mono_msf();
     dh_media_set_watchdog(m, j->sample_timeout_ms);
-    j->code = dh_batch_decode(m, w->ix, j->epoch, j->ids, j->n, &j->plan, dst,
-                              need, j->valid, &j->failed_at, &e);
+    j->code = dh_batch_decode_subs(m, w->ix, j->epoch, j->ids, j->n, &j->plan,
+                                   dst, need, j->valid, j->subs, &j->failed_at,
+                                   &e);
     j->decode_ms = dh__mono_msf() - t0;
     if (j->code)
         goto out_release;
@@ -359,7 +367,8 @@ static int check_job(const struct dh_work *job, struct dh_err *e)
                           "supported by the worker pool",
                           (unsigned long long)job->task_id);
     if (job->n < 1 || job->n > DH_BATCH_MAX_SAMPLES ||
-        job->alloc_timeout_ms < 0)
+        job->alloc_timeout_ms < 0 || job->n_spares > DH_BATCH_MAX_SPARES ||
+        (job->n_spares && !job->spares))
         return dh_err_set(e, DH_EINVAL,
                           "task %llu: %u samples (1..%d), "
                           "alloc timeout %d ms",
@@ -371,6 +380,24 @@ static int check_job(const struct dh_work *job, struct dh_err *e)
                           "task %llu: the plan cannot be batched "
                           "(no frame cap, or too large)",
                           (unsigned long long)job->task_id);
+    return 0;
+}
+
+/* The skip policy's part of a job: spares, known failures, the record. */
+static int copy_spares(struct job *j, const struct dh_work *job)
+{
+    if (!(j->subs = dh__calloc(1, sizeof(*j->subs))) ||
+        !(j->spares = dh__malloc(sizeof(*j->spares) * job->n_spares)))
+        return DH_ENOMEM;
+    memcpy(j->spares, job->spares, sizeof(*j->spares) * job->n_spares);
+    if (job->known) {
+        if (!(j->known = dh__malloc(sizeof(*j->known) * job->n)))
+            return DH_ENOMEM;
+        memcpy(j->known, job->known, sizeof(*j->known) * job->n);
+    }
+    j->subs->spares = j->spares;
+    j->subs->n_spares = job->n_spares;
+    j->subs->known = j->known;
     return 0;
 }
 
@@ -387,6 +414,10 @@ static struct job *job_copy(const struct dh_work *job)
         return NULL;
     }
     memcpy(j->ids, job->ids, sizeof(*j->ids) * job->n);
+    if (job->n_spares && copy_spares(j, job) < 0) {
+        job_free(j);
+        return NULL;
+    }
     j->task_id = job->task_id;
     j->epoch = job->epoch;
     j->n = job->n;
@@ -456,7 +487,13 @@ static void fill_done(struct job *j, struct dh_work_done *out)
     out->n = j->n;
     out->valid_frames = j->valid; /* handed over */
     out->decode_ms = j->decode_ms;
+    out->subs = j->subs; /* handed over */
+    if (out->subs) {     /* its inputs stay with the job */
+        out->subs->spares = NULL;
+        out->subs->known = NULL;
+    }
     j->valid = NULL;
+    j->subs = NULL;
 }
 
 int dh_workers_wait(struct dh_workers *w, struct dh_work_done *out,
@@ -497,5 +534,6 @@ void dh_work_done_fini(struct dh_work_done *d)
     if (!d)
         return;
     dh__free(d->valid_frames);
+    dh__free(d->subs);
     memset(d, 0, sizeof(*d));
 }

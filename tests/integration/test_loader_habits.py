@@ -422,8 +422,8 @@ def test_transform_and_collate_fn_run_per_sample_in_this_process(sets):
         b = next(iter(loader))
         assert tuple(b["video"].shape) == (2, 3, 4, 32, 32)
         assert b["video"].dtype == torch.float32
-        assert sorted(b) == ["epoch", "ids", "step", "text", "tokens",
-                             "valid_frames", "video"]
+        assert sorted(b) == ["epoch", "ids", "step", "substituted", "text",
+                             "tokens", "valid_frames", "video"]
         st = loader.stats()
         assert st["transform_ms"] > 0 and st["epoch"]["transform_ms"] > 0
     assert len(seen) == 2 and all("memfd:datahelix-arena" in s
@@ -506,15 +506,17 @@ def test_stats_per_pass_and_cumulative(sets, tmp_path):
         n1 = len(list(loader))
         n2 = len(list(loader))
         st = loader.stats()
-    assert n1 == n2 == len(plan(m, 1, 2)) - 1
+    # skip substitutes the bad clip: every planned step comes, full size
+    assert n1 == n2 == len(plan(m, 1, 2))
     assert st["passes"] == 2 and len(st["epochs"]) == 1
     for p in (st["epoch"], st["epochs"][0]):
-        assert (p["steps"], p["errors"], p["skipped"]) == (n1, 1, 1)
-        assert p["requests"] == n1 + 1
+        assert (p["steps"], p["errors"], p["skipped"]) == (n1, 0, 0)
+        assert p["requests"] == n1
         assert p["misses"] <= p["steps"] + p["errors"]
         assert 0 <= p["input_wait_p50_ms"] <= p["input_wait_p95_ms"] <= \
             p["input_wait_max_ms"]
-    assert (st["steps"], st["errors"], st["skipped"]) == (2 * n1, 2, 2)
+    assert (st["steps"], st["errors"], st["skipped"]) == (2 * n1, 0, 0)
+    assert st["substituted"] == 2  # once a pass
     assert st["misses"] <= st["steps"] + st["errors"]
     assert st["epoch"]["pass"] == 2 and st["epochs"][0]["pass"] == 1
     assert st["quarantine"] == [3]

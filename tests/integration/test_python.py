@@ -314,20 +314,27 @@ def _collect(loader, into):
     return out
 
 
-def test_corrupt_clip_raises_at_its_step_or_is_skipped(dataset, tmp_path):
+@pytest.fixture
+def corrupt(dataset, tmp_path):
+    """The dataset with clip 3 truncated after probing: (table, path)."""
     d = tmp_path / "bad"
     shutil.copytree(dataset / "videos", d / "videos")
     run_dh("probe", "--out", d / "m.jsonl", d / "videos", check=True)
     victim = rows(d / "m.jsonl")[3]["path"]
     data = pathlib.Path(victim).read_bytes()
     pathlib.Path(victim).write_bytes(data[: len(data) // 3])
-    steps = plan(d / "m.jsonl", 1, 2)
+    return d / "m.jsonl", victim
+
+
+def test_corrupt_clip_raises_at_its_step_or_is_skipped(corrupt):
+    m, victim = corrupt
+    steps = plan(m, 1, 2)
     bad = next(k for k, s in enumerate(steps) if 3 in s[0])
-    with datahelix.DataLoader(d / "m.jsonl", **SMALL) as loader:
-        seen = []
+    with datahelix.DataLoader(m, **SMALL) as loader:
+        it = iter(loader)
+        seen = [next(it)["step"] for _ in range(bad)]
         with pytest.raises(datahelix.SampleError) as ei:
-            for b in loader:
-                seen.append(b["step"])
+            next(it)
         assert seen == list(range(bad))
         e = ei.value
         assert victim in str(e) and "sample 3" in str(e)
@@ -336,12 +343,86 @@ def test_corrupt_clip_raises_at_its_step_or_is_skipped(dataset, tmp_path):
         assert (e.sample_id, e.path, e.step, e.rank) == (3, victim, bad, 0)
         assert e.stage in ("decode", "read") and e.cause and e.cause in str(e)
         assert e.code < 0 and e.server >= 1
-    with datahelix.DataLoader(d / "m.jsonl", on_error="skip",
-                              **SMALL) as loader:
-        got = [b["step"] for b in loader]
-        assert got == [k for k in range(len(steps)) if k != bad]
+        # As torch's iterator after a worker's exception: the same
+        # iterator goes on with the next step.
+        assert [b["step"] for b in it] == list(range(bad + 1, len(steps)))
+    # skip: the clip is replaced in its position by a spare of this rank's
+    # plan; every step comes, full-size; the batch says what was replaced.
+    with datahelix.DataLoader(m, on_error="skip", **SMALL) as loader:
+        got = [(b["step"], b["ids"].tolist(), b["substituted"])
+               for b in loader]
+        assert [k for k, _, _ in got] == list(range(len(steps)))
+        mine = [i for s in steps for i in s[0]]
+        for k, ids, subs in got:
+            assert len(ids) == 2
+            if k != bad:
+                assert ids == steps[k][0] and subs == []
+                continue
+            (x,) = subs
+            pos = steps[k][0].index(3)
+            assert (x["position"], x["failed_id"]) == (pos, 3)
+            assert x["stage"] in ("decode", "read") and x["code"] < 0
+            assert isinstance(x["cause"], str) and x["cause"]
+            sub = x["substitute_id"]
+            assert sub != 3 and sub in mine and sub not in steps[k][0]
+            assert ids == [sub if i == 3 else i for i in steps[k][0]]
         st = loader.stats()
-        assert st["skipped"] == 1 and st["quarantine"] == [3]
+        assert st["substituted"] == 1 and st["skipped"] == 0
+        assert st["errors"] == 0 and st["quarantine"] == [3]
+
+
+SKIP_SCRIPT = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import datahelix
+    loader = datahelix.DataLoader(sys.argv[2], batch_size=2, frames=4,
+                                  size=(32, 32), timeout=60, on_error="skip")
+    out = [{"step": b["step"], "ids": b["ids"].tolist(),
+            "shape": list(b["video"].shape), "subs": b["substituted"]}
+           for b in loader]
+    print(json.dumps({"rank": loader.rank, "steps": out,
+                      "substituted": loader.stats()["substituted"]}),
+          flush=True)
+    loader.close()
+""")
+
+
+def test_skip_keeps_two_ranks_in_lockstep(corrupt):
+    """Issue 15 item 2: two DataLoader ranks (separate processes, one
+    Coordinator), a corrupt clip in one rank's share, on_error="skip":
+    both ranks yield the same number of steps, every one of the planned
+    size, and the rank with the clip reports its substitute (from its own
+    share).  The old skip dropped that step: one rank took a step fewer."""
+    m, _ = corrupt
+    datahelix.DataLoader(m, **SMALL).close()  # compile the index once
+    want = plan(m, 2, 2)
+    bad_rank = next(r for r in range(2) if any(3 in s[r] for s in want))
+    port = free_port()
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port - 1))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", SKIP_SCRIPT, str(ROOT / "python"), str(m)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True))
+    outs = [p.communicate(timeout=180) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    res = {json.loads(o)["rank"]: json.loads(o) for o, _ in outs}
+    assert len(res[0]["steps"]) == len(res[1]["steps"]) == len(want)
+    for r in range(2):
+        mine = [i for s in want for i in s[r]]
+        for k, b in enumerate(res[r]["steps"]):
+            assert b["step"] == k and b["shape"] == [2, 4, 32, 32, 3]
+            if r != bad_rank or 3 not in want[k][r]:
+                assert b["ids"] == want[k][r] and b["subs"] == []
+                continue
+            (x,) = b["subs"]
+            assert x["failed_id"] == 3 and x["substitute_id"] in mine
+            assert b["ids"] == [x["substitute_id"] if i == 3 else i
+                                for i in want[k][r]]
+        assert res[r]["substituted"] == (1 if r == bad_rank else 0)
 
 
 def test_manifest_with_a_line_removed(dataset, tmp_path):

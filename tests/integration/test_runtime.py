@@ -12,6 +12,7 @@ clear error within the timeout.  Every wait is bounded.
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -221,21 +222,78 @@ def test_corrupt_clip_is_an_error_at_its_step(corrupt_set, coordinator,
             if x.startswith('{"epoch"')]
     assert done == list(range(bad_step))  # nothing after, nothing lost before
 
-    # skip: the step is counted and left out, every other one arrives; in
-    # the second epoch the server remembers the sample (quarantine) and
-    # fails its step at once instead of decoding it again.
+    # skip: the sample is replaced in its position by a spare of this
+    # rank's plan (another step's sample), so every step arrives full-size;
+    # --ids-out lists the delivered ids.  In the second epoch the server
+    # remembers the sample (quarantine) and substitutes it without
+    # decoding it again.
     p = run_dh(*consume_args(coord, m, 0, 1, 2, "--on-error", "skip",
                              "--epochs", 2, "--ids-out", tmp_path / "ids"),
                timeout=180)
     assert p.returncode == 0, p.stderr
-    want = [i for k, s in enumerate(steps) if k != bad_step for i in s[0]]
-    _, steps1 = plan_ids(m, 1, 2, epoch=1)
-    bad1 = next(k for k, s in enumerate(steps1) if victim in s[0])
-    want += [i for k, s in enumerate(steps1) if k != bad1 for i in s[0]]
+    subs = substitutions(p.stderr)
+    assert [(e, k, f) for e, k, _, f, _ in subs] == [
+        (0, bad_step, victim),
+        (1, next(k for k, s in enumerate(plan_ids(m, 1, 2, epoch=1)[1])
+                 if victim in s[0]), victim)]
+    want = []
+    for ep in (0, 1):
+        _, st = plan_ids(m, 1, 2, epoch=ep)
+        e_, k_, pos, _, sub = subs[ep]
+        assert st[k_][0][pos] == victim
+        assert sub != victim and sub in [i for s in st for i in s[0]]
+        for k, s in enumerate(st):
+            want += [sub if (k, j) == (k_, pos) else i
+                     for j, i in enumerate(s[0])]
     assert read_ids(tmp_path / "ids") == want
     s = summary_of(p.stdout)
-    assert s["skipped"] == 2 and s["quarantined"] == 1 and s["errors"] == 2
-    assert p.stderr.count("quarantined") == 1, p.stderr
+    assert s["steps"] == 2 * len(steps) and s["samples"] == 2 * 2 * len(steps)
+    assert s["substituted"] == 2 and s["skipped"] == 0 and s["errors"] == 0
+    assert s["quarantined"] == 1
+
+
+def substitutions(stderr):
+    """(epoch, step, position, failed id, delivered id) per substitution
+    consume reported."""
+    return [tuple(int(g) for g in x.groups()) for x in re.finditer(
+        r"substituted: epoch (\d+) step (\d+) position (\d+): sample (\d+) "
+        r"failed \(\w+, code -?\d+\), sample (\d+) delivered", stderr)]
+
+
+def test_skip_keeps_two_ranks_in_lockstep(corrupt_set, coordinator, tmp_path):
+    """Issue 15 item 2: two ranks, a corrupt clip in one rank's share,
+    on_error=skip: both ranks take the same number of steps, each of the
+    planned size (the failed clip replaced by a spare of that rank's own
+    plan), and the substitute is reported.  Without substitution the
+    rank holding the clip would take one step fewer (the old skip)."""
+    coord, _ = coordinator
+    m, victim, _ = corrupt_set
+    ids, steps = plan_ids(m, 2, 2)
+    bad_rank = next(r for r in range(2) if victim in ids[r])
+    procs = [start_consume(*consume_args(coord, m, r, 2, 2, "--on-error",
+                                         "skip", "--ids-out",
+                                         tmp_path / f"ids{r}"))
+             for r in range(2)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    sums = [summary_of(out) for out, _ in outs]
+    assert sums[0]["steps"] == sums[1]["steps"] == len(steps)
+    for r in range(2):
+        assert sums[r]["samples"] == 2 * len(steps)  # the planned size
+        assert sums[r]["errors"] == 0 and sums[r]["skipped"] == 0
+        got = read_ids(tmp_path / f"ids{r}")
+        assert len(got) == len(ids[r])
+        if r != bad_rank:
+            assert got == ids[r] and sums[r]["substituted"] == 0
+            assert substitutions(outs[r][1]) == []
+            continue
+        (e, k, pos, failed, sub), = substitutions(outs[r][1])
+        assert (e, failed) == (0, victim) and steps[k][r][pos] == victim
+        assert sub in ids[r] and sub != victim  # this rank's own share
+        assert sub not in ids[1 - r]
+        assert got == [sub if i == victim else i for i in ids[r]]
+        assert sums[r]["substituted"] == 1 and sums[r]["quarantined"] == 1
 
 
 def test_unreachable_coordinator_is_a_clear_error(dataset, tmp_path):

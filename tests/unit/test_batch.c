@@ -175,6 +175,58 @@ static void errors_name_the_sample(void **state)
     free(dst);
 }
 
+/* The skip policy's substitutes (dh_batch_decode_subs): the cut clip's
+ * slice gets the first spare that decodes, a failing spare (the cut clip
+ * itself, an id not in the index) is passed over, and the slice equals
+ * that spare decoded alone; a known failure is not decoded again; spares
+ * used up: the batch fails naming the sample left without one, as
+ * without spares. */
+static void spares_fill_failed_slices(void **state)
+{
+    struct dh_media_plan p = fixture_plan();
+    struct dh_media *m;
+    struct dh_err e;
+    uint64_t ids[3] = {1, NCLIPS, 0}, spares[3] = {NCLIPS, 999, 2};
+    int32_t valid[3], known[3] = {0, 0, DH_EMEDIA};
+    size_t one = dh_batch_bytes(&p, 1),
+           cap = dh_batch_bytes(&p, 3) + DH_MEDIA_DST_PAD, len;
+    uint8_t *dst = malloc(cap), *want;
+    struct dh_batch_subs subs = {.spares = spares, .n_spares = 3};
+    uint32_t at = 99;
+    int rc;
+
+    (void)state;
+    assert_non_null(dst);
+    assert_int_equal(dh_media_create(&m, &e), 0);
+    assert_int_equal(dh_batch_decode_subs(m, ix, 0, ids, 3, &p, dst, cap, valid,
+                                          &subs, &at, &e),
+                     0);
+    assert_int_equal(subs.n, 1);
+    assert_int_equal(subs.next, 3); /* two spares failed first */
+    assert_int_equal(subs.pos[0], 1);
+    assert_int_equal(subs.failed[0], NCLIPS);
+    assert_int_equal(subs.sub[0], 2);
+    assert_true(subs.cause[0] < 0);
+    want = alone(m, 2, &p, &len);
+    assert_true(len <= one);
+    assert_memory_equal(dst + one, want, len);
+    free(want);
+    /* position 1 fails and takes the one spare; position 2 is known to
+     * fail (not decoded) and finds none left: the error names it */
+    subs = (struct dh_batch_subs){
+        .spares = spares + 2, .n_spares = 1, .known = known};
+    rc = dh_batch_decode_subs(m, ix, 0, ids, 3, &p, dst, cap, valid, &subs, &at,
+                              &e);
+    assert_int_equal(rc, DH_EMEDIA);
+    assert_int_equal(e.code, rc);
+    assert_int_equal(at, 2);
+    assert_int_equal(subs.n, 1);
+    assert_int_equal(subs.pos[0], 1);
+    assert_non_null(strstr(e.msg, "sample 0 ("));
+    dh_media_destroy(m);
+    free(dst);
+}
+
 /* The per-sample watchdog runs from the open: past it, decoding stops
  * with DH_ETIMEOUT naming the file; off, the same decode succeeds. */
 static void watchdog_abandons_a_slow_sample(void **state)
@@ -220,6 +272,7 @@ int main(void)
         cmocka_unit_test(jitter_depends_on_seed_epoch_and_id),
         cmocka_unit_test(short_samples_are_zero_padded_with_masks),
         cmocka_unit_test(errors_name_the_sample),
+        cmocka_unit_test(spares_fill_failed_slices),
         cmocka_unit_test(watchdog_abandons_a_slow_sample),
     };
     return cmocka_run_group_tests(tests, setup, clip_fixture_teardown);

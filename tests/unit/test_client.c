@@ -33,6 +33,7 @@
 #include "datahelix/gendata.h"
 #include "datahelix/index.h"
 #include "datahelix/place.h"
+#include "datahelix/spare.h"
 #include "datahelix/wire.h"
 
 #define NCLIPS 12 /* ids 0..11 good, id 12 = cut.mp4 (truncated) */
@@ -484,6 +485,71 @@ static void sample_error_at_its_step(void **state)
     assert_int_equal(st.steps, 3);
     assert_int_equal(st.errors, 1);
     assert_int_equal(st.quarantined, 1);
+    assert_arena_drains(v);
+}
+
+/* The skip policy (issue 15 item 2): with spares, the step holding the
+ * truncated clip comes back full-size, the clip replaced in its position
+ * by the first spare the plan gives (dh_spare_choose), with the bytes an
+ * inline decode of the delivered ids gives; the substitution is reported
+ * (position, failed id, substitute, cause, stage) and counted by client
+ * and server; the failed id is quarantined on both.  A second pass over
+ * the same schedule gets the same substitute, from the server's
+ * quarantine without decoding the clip again. */
+static void skip_substitutes_at_full_size(void **state)
+{
+    struct env *v = *state;
+    struct dh_client_opts o;
+    struct dh_client_stats st;
+    struct dh_dataserver_stats ds;
+    struct dh_client_batch *b;
+    uint64_t ids[8] = {0, 1, 2, 3, 4, NCLIPS, 5, 6}, offs[5], q[4] = {0};
+    uint64_t spares[2], want[2];
+    struct dh_err e;
+
+    env_up(v, 4u << 20, WAIT_MS);
+    client_opts(v, &o);
+    o.spares = 2;
+    client_up(v, &o);
+    even_offsets(offs, 4, 2);
+    assert_int_equal(
+        dh_spare_choose(o.plan.seed, 0, 2, 0, ids, offs, 4, 2, 2, spares), 2);
+    for (int pass = 0; pass < 2; pass++) {
+        assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 4, ids, offs, &e),
+                         0);
+        for (uint64_t k = 0; k < 4; k++) {
+            b = next_ok(v->cl);
+            memcpy(want, ids + 2 * k, sizeof(want));
+            if (k == 2)
+                want[1] = spares[0];
+            check_batch(b, 0, k, want, 2, 1); /* full size, decoded bytes */
+            if (k != 2) {
+                assert_int_equal(b->n_subs, 0);
+                assert_null(b->subs);
+            } else {
+                assert_int_equal(b->n_subs, 1);
+                assert_int_equal(b->subs[0].position, 1);
+                assert_int_equal(b->subs[0].failed_id, NCLIPS);
+                assert_int_equal(b->subs[0].substitute_id, spares[0]);
+                assert_true(b->subs[0].cause < 0);
+                assert_int_equal(b->subs[0].stage, DH_STAGE_DECODE);
+            }
+            dh_client_batch_release(b);
+        }
+        assert_int_equal(dh_client_next(v->cl, &b, &e), DH_EEMPTY);
+    }
+    assert_int_equal(dh_client_quarantine(v->cl, q, 4), 1);
+    assert_int_equal(q[0], NCLIPS);
+    dh_client_stats(v->cl, &st);
+    assert_int_equal(st.steps, 8);
+    assert_int_equal(st.errors, 0);
+    assert_int_equal(st.substituted, 2);
+    assert_int_equal(st.quarantined, 1);
+    dh_dataserver_stats(v->ds.s, &ds);
+    assert_int_equal(ds.substituted, 2);
+    assert_int_equal(ds.quarantined, 1);
+    assert_int_equal(ds.quarantine_hits, 1); /* pass 2: not decoded again */
+    assert_int_equal(ds.errors, 0);
     assert_arena_drains(v);
 }
 
@@ -1025,6 +1091,8 @@ int main(void)
                                         env_teardown),
         cmocka_unit_test_setup_teardown(sample_error_at_its_step, env_setup,
                                         env_teardown),
+        cmocka_unit_test_setup_teardown(skip_substitutes_at_full_size,
+                                        env_setup, env_teardown),
         cmocka_unit_test_setup_teardown(full_arena_is_an_error_then_recovers,
                                         env_setup, env_teardown),
         cmocka_unit_test_setup_teardown(slack_follows_the_measured_period,

@@ -70,6 +70,14 @@ static void fill_request(struct dh_wire_request *r, size_t n)
     r->hints.est_out_bytes = 1;
     r->hints.steps_ahead = UINT32_MAX;
     r->hints.local_only = 1;
+    {
+        uint64_t sp[DH_WIRE_MAX_SPARES];
+
+        for (size_t i = 0; i < DH_WIRE_MAX_SPARES; i++)
+            sp[i] = i == 0 ? UINT64_MAX : 5 + i;
+        assert_int_equal(dh_wire_set_spares(r, sp, DH_WIRE_MAX_SPARES, NULL),
+                         0);
+    }
 }
 
 static void fill_heartbeat(struct dh_wire_heartbeat *h)
@@ -111,6 +119,14 @@ static void fill_result(struct dh_wire_result *r)
     r->length = 3 * 16 * 2 * 4 * 3 * 4; /* exactly the tensor */
     r->service_ms = 12.5;
     assert_int_equal(dh_wire_set_result_samples(r, ids, vf, 3, NULL), 0);
+    {
+        static const uint32_t pos[2] = {0, 2};
+        static const uint64_t failed[2] = {UINT64_MAX - 1, 7};
+        static const int32_t cause[2] = {INT32_MIN, -1};
+
+        assert_int_equal(
+            dh_wire_set_result_subs(r, pos, failed, cause, 2, NULL), 0);
+    }
 }
 
 /* Message number `i` of ALL_TYPES_N, with edge values. */
@@ -227,6 +243,10 @@ static void assert_request_eq(const struct dh_wire_request *a,
     assert_int_equal(a->hints.est_out_bytes, b->hints.est_out_bytes);
     assert_int_equal(a->hints.steps_ahead, b->hints.steps_ahead);
     assert_int_equal(a->hints.local_only, b->hints.local_only);
+    assert_int_equal(a->n_spares, b->n_spares);
+    if (a->n_spares)
+        assert_memory_equal(a->spare_ids, b->spare_ids,
+                            a->n_spares * sizeof(*a->spare_ids));
 }
 
 static void assert_heartbeat_eq(const struct dh_wire_heartbeat *a,
@@ -264,6 +284,15 @@ static void assert_result_eq(const struct dh_wire_result *a,
                         a->n_samples * sizeof(*a->sample_ids));
     assert_memory_equal(a->valid_frames, b->valid_frames,
                         a->n_samples * sizeof(*a->valid_frames));
+    assert_int_equal(a->n_subs, b->n_subs);
+    if (a->n_subs) {
+        assert_memory_equal(a->sub_pos, b->sub_pos,
+                            a->n_subs * sizeof(*a->sub_pos));
+        assert_memory_equal(a->sub_failed, b->sub_failed,
+                            a->n_subs * sizeof(*a->sub_failed));
+        assert_memory_equal(a->sub_cause, b->sub_cause,
+                            a->n_subs * sizeof(*a->sub_cause));
+    }
 }
 
 static void assert_msg_eq(const struct dh_wire_msg *a,
@@ -404,6 +433,9 @@ struct pb {
     Datahelix__Wire__Shutdown sd;
     uint64_t ids[2], dims[3];
     uint32_t vf[2];
+    uint32_t subp[3];
+    uint64_t subf[3], spares[DH_WIRE_MAX_SPARES + 1];
+    int32_t subc[3];
 };
 
 static ProtobufCBinaryData bin(const char *s)
@@ -590,6 +622,20 @@ static ProtobufCBinaryData bin_n(size_t n)
 {
     ProtobufCBinaryData b = {n, (uint8_t *)big_text};
     return b;
+}
+
+/* n valid substitutions in a valid result notice of 2 samples. */
+static void subs_pb(struct pb *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        p->subp[i] = (uint32_t)i;
+        p->subf[i] = 1000 + i;
+        p->subc[i] = -5;
+    }
+    p->res.n_sub_positions = p->res.n_sub_failed_ids = p->res.n_sub_causes = n;
+    p->res.sub_positions = p->subp;
+    p->res.sub_failed_ids = p->subf;
+    p->res.sub_causes = p->subc;
 }
 
 static void mutate(struct pb *p, int id)
@@ -850,6 +896,41 @@ static void mutate(struct pb *p, int id)
     case 95:
         p->res.service_ms = 2e9;
         break;
+    case 130: /* a substitution per position, and one more */
+        subs_pb(p, 3);
+        break;
+    case 131:
+        subs_pb(p, 2);
+        p->res.n_sub_causes = 1;
+        break;
+    case 132:
+        subs_pb(p, 1);
+        p->subp[0] = 2; /* past the 2 samples */
+        break;
+    case 133:
+        subs_pb(p, 2);
+        p->subp[1] = 0; /* not increasing */
+        break;
+    case 134:
+        subs_pb(p, 1);
+        p->subf[0] = p->ids[0]; /* failed and delivered */
+        break;
+    case 135:
+        subs_pb(p, 1);
+        p->subc[0] = 0;
+        break;
+    case 136:
+        subs_pb(p, 2);
+        p->res.n_sub_positions = p->res.n_sub_failed_ids = p->res.n_sub_causes =
+            DH_WIRE_MAX_SPARES + 1;
+        p->res.sub_positions = big_vf;
+        p->res.sub_failed_ids = big_ids;
+        p->res.sub_causes = (int32_t *)big_vf;
+        break;
+    case 137:
+        p->req.n_spare_ids = DH_WIRE_MAX_SPARES + 1;
+        p->req.spare_ids = p->spares;
+        break;
     case 100:
         p->err.path = bin_n(DH_WIRE_MAX_PATH + 1);
         break;
@@ -985,6 +1066,15 @@ static const struct rule rules[] = {
     {DH_WIRE_RESULT_NOTICE, 93, DH_EFORMAT, "result_notice.server_id 0"},
     {DH_WIRE_RESULT_NOTICE, 94, DH_EFORMAT, "result_notice.service_ms -1"},
     {DH_WIRE_RESULT_NOTICE, 95, DH_EFORMAT, "result_notice.service_ms 2e+09"},
+    {DH_WIRE_RESULT_NOTICE, 130, DH_EFORMAT, "3 substitutions for 2 samples"},
+    {DH_WIRE_RESULT_NOTICE, 131, DH_EFORMAT, "have 2, 2 and 1 entries"},
+    {DH_WIRE_RESULT_NOTICE, 132, DH_EFORMAT, "sub_positions[0] 2 is not"},
+    {DH_WIRE_RESULT_NOTICE, 133, DH_EFORMAT, "sub_positions[1] 0 is not"},
+    {DH_WIRE_RESULT_NOTICE, 134, DH_EFORMAT, "as both failed and delivered"},
+    {DH_WIRE_RESULT_NOTICE, 135, DH_EFORMAT, "sub_causes[0] 0 is not"},
+    {DH_WIRE_RESULT_NOTICE, 136, DH_ETOOBIG, "result_notice.sub_positions: 65"},
+    {DH_WIRE_DESCRIPTOR_REQUEST, 137, DH_ETOOBIG,
+     "descriptor_request.spare_ids: 65"},
     {DH_WIRE_ERROR_NOTICE, 100, DH_ETOOBIG, "error_notice.path: 4097"},
     {DH_WIRE_ERROR_NOTICE, 101, DH_ETOOBIG, "error_notice.message: 4097"},
     {DH_WIRE_ERROR_NOTICE, 102, DH_EFORMAT, "error_notice.path contains"},
@@ -1405,6 +1495,12 @@ static void setters_respect_caps(void **state)
     assert_int_equal(dh_wire_set_indices(&m.u.request.plan, NULL,
                                          DH_WIRE_MAX_FRAMES + 1, &e),
                      DH_ETOOBIG);
+    assert_int_equal(dh_wire_set_spares(&m.u.request, &one, 1, &e), 0);
+    assert_int_equal(
+        dh_wire_set_spares(&m.u.request, big_ids, DH_WIRE_MAX_SPARES + 1, &e),
+        DH_ETOOBIG);
+    assert_int_equal(m.u.request.n_spares, 1); /* unchanged */
+    assert_int_equal(m.u.request.spare_ids[0], 5);
     dh_wire_msg_fini(&m);
     dh_wire_msg_init(&m, DH_WIRE_HEARTBEAT);
     assert_int_equal(
@@ -1415,6 +1511,28 @@ static void setters_respect_caps(void **state)
     assert_int_equal(dh_wire_set_result_samples(&m.u.result, &one, NULL, 1, &e),
                      0);
     assert_int_equal(m.u.result.valid_frames[0], 0);
+    {
+        const uint32_t pos = 0;
+        const int32_t cause = -1;
+
+        assert_int_equal(dh_wire_set_result_subs(&m.u.result, big_vf, big_ids,
+                                                 (const int32_t *)big_vf,
+                                                 DH_WIRE_MAX_SPARES + 1, &e),
+                         DH_ETOOBIG);
+        assert_int_equal(m.u.result.n_subs, 0);
+        for (int fail = 0; fail < 3; fail++) { /* each of the 3 arrays */
+            dh__alloc_fail_after(fail);
+            assert_int_equal(
+                dh_wire_set_result_subs(&m.u.result, &pos, &one, &cause, 1, &e),
+                DH_ENOMEM);
+            dh__alloc_fail_reset();
+            assert_int_equal(m.u.result.n_subs, 0); /* unchanged */
+        }
+        assert_int_equal(
+            dh_wire_set_result_subs(&m.u.result, &pos, &one, &cause, 1, &e), 0);
+        assert_int_equal(m.u.result.n_subs, 1);
+        assert_int_equal(m.u.result.sub_failed[0], 5);
+    }
     dh_wire_msg_fini(&m);
     assert_string_equal(dh_wire_type_name(DH_WIRE_ERROR_NOTICE),
                         "error_notice");

@@ -23,6 +23,29 @@
 
 /* Most samples in one request. */
 #define DH_BATCH_MAX_SAMPLES 65536
+/* Most spares of one request, and so substitutions (= DH_WIRE_MAX_SPARES). */
+#define DH_BATCH_MAX_SPARES 64
+
+/*
+ * The skip policy's substitutes for one batch (docs/dataserver.md
+ * "Substitutes").  In: `spares` (the request's, in the order to try) and
+ * optionally `known` (n entries, one per position: 0, or the cause of a
+ * sample known to fail - quarantined - which is then not decoded again).
+ * Out: every position whose sample failed and was filled by a spare, in
+ * increasing position order: the failed id, its cause, the spare delivered.
+ * A spare that fails too is passed over; `next` counts the spares used.
+ */
+struct dh_batch_subs {
+    const uint64_t *spares;
+    uint32_t n_spares;
+    const int32_t *known; /* NULL: none known */
+    uint32_t next;        /* out: spares tried */
+    uint32_t n;           /* out: substitutions */
+    uint32_t pos[DH_BATCH_MAX_SPARES];
+    uint64_t failed[DH_BATCH_MAX_SPARES];
+    int32_t cause[DH_BATCH_MAX_SPARES];
+    uint64_t sub[DH_BATCH_MAX_SPARES];
+};
 
 /*
  * Frames per sample in a batch of plan `p`: the plan's count (uniform,
@@ -56,5 +79,21 @@ int dh_batch_decode(struct dh_media *m, const struct dh_index *ix,
                     const struct dh_media_plan *p, uint8_t *dst, size_t dst_len,
                     int32_t *valid_frames, uint32_t *failed_at,
                     struct dh_err *e) DH_MUST_CHECK;
+
+/*
+ * dh_batch_decode() with substitutes: a sample that fails for its own
+ * reasons (any code but DH_ENOMEM) is replaced in its slice by the next
+ * spare of `subs` that decodes, and recorded there; only when the spares
+ * run out does the batch fail, with the first sample's error (and
+ * *failed_at its position).  subs == NULL: exactly dh_batch_decode().
+ * The ids given are not changed: the delivered ones are ids with
+ * subs->sub[i] at subs->pos[i].
+ */
+int dh_batch_decode_subs(struct dh_media *m, const struct dh_index *ix,
+                         uint64_t epoch, const uint64_t *ids, uint32_t n,
+                         const struct dh_media_plan *p, uint8_t *dst,
+                         size_t dst_len, int32_t *valid_frames,
+                         struct dh_batch_subs *subs, uint32_t *failed_at,
+                         struct dh_err *e) DH_MUST_CHECK;
 
 #endif

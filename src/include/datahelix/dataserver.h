@@ -163,7 +163,9 @@ struct dh_dataserver_stats {
     uint64_t forwarded_bytes; /* remote: their tensor bytes */
     uint64_t quarantined;     /* samples that failed here (remembered) */
     uint64_t quarantine_hits; /* requests failed at once because they
-                                 named a remembered sample */
+                                 named a remembered sample (with spares:
+                                 samples substituted without a decode) */
+    uint64_t substituted;     /* samples replaced by a spare (skip policy) */
 };
 
 /*

@@ -55,6 +55,9 @@
 #define DH_WIRE_MAX_BYTES (1ull << 48) /* any byte count, offset or rate */
 #define DH_WIRE_MAX_SLACK_MS 86400000  /* |slack_ms|: one day */
 #define DH_WIRE_MAX_LATENCY_MS 1e9     /* heartbeat latency EWMA */
+#define DH_WIRE_MAX_SPARES                                                     \
+    64u /* spares per request, substitutions
+                                          per result (skip policy) */
 
 /* ---- task ids ---- */
 #define DH_WIRE_PASS_BITS 16
@@ -202,6 +205,9 @@ struct dh_wire_request {
     struct dh_wire_plan plan;
     int64_t slack_ms; /* a duration; |slack_ms| <= DH_WIRE_MAX_SLACK_MS */
     struct dh_wire_hints hints;
+    uint64_t *spare_ids; /* owned, n_spares <= DH_WIRE_MAX_SPARES: the skip
+                            policy's substitutes, in the order to try */
+    uint32_t n_spares;
 };
 
 struct dh_wire_route {
@@ -227,6 +233,15 @@ struct dh_wire_result {
     uint32_t n_samples;
     double service_ms; /* the task's own time at its server, not queueing;
                           finite, 0..DH_WIRE_MAX_LATENCY_MS; 0: unknown */
+    /* Substitutions (skip policy), n_subs <= min(n_samples,
+     * DH_WIRE_MAX_SPARES), all owned: sub_pos strictly increasing and
+     * < n_samples; sample_ids[sub_pos[i]] is the substitute delivered for
+     * sub_failed[i] (never equal to it), which failed with sub_cause[i]
+     * (< 0). */
+    uint32_t *sub_pos;
+    uint64_t *sub_failed;
+    int32_t *sub_cause;
+    uint32_t n_subs;
 };
 
 struct dh_wire_error {
@@ -288,6 +303,14 @@ int dh_wire_set_links(struct dh_wire_heartbeat *h,
 int dh_wire_set_result_samples(struct dh_wire_result *r, const uint64_t *ids,
                                const uint32_t *valid_frames, size_t n,
                                struct dh_err *e) DH_MUST_CHECK;
+
+/* The request's spares (copied; n <= DH_WIRE_MAX_SPARES). */
+int dh_wire_set_spares(struct dh_wire_request *r, const uint64_t *ids, size_t n,
+                       struct dh_err *e) DH_MUST_CHECK;
+/* The result's substitutions (copied; n <= DH_WIRE_MAX_SPARES). */
+int dh_wire_set_result_subs(struct dh_wire_result *r, const uint32_t *pos,
+                            const uint64_t *failed, const int32_t *cause,
+                            size_t n, struct dh_err *e) DH_MUST_CHECK;
 
 /* Plan conversions.  from_media copies p->indices (DH_ENOMEM, DH_ETOOBIG,
  * DH_EINVAL for a plan that fails dh_media_plan_check()); to_media fills

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "datahelix/arena.h"
+#include "datahelix/batch.h"
 #include "datahelix/error.h"
 #include "datahelix/index.h"
 #include "datahelix/media.h"
@@ -48,6 +49,11 @@ struct dh_work {
     int alloc_timeout_ms;             /* bound on waiting for arena space */
     int sample_timeout_ms;            /* per-sample watchdog (media.h
                                         dh_media_set_watchdog); 0: none */
+    const uint64_t *spares; /* skip policy: substitutes to try (copied),
+                               n_spares <= DH_BATCH_MAX_SPARES; NULL: none */
+    uint32_t n_spares;
+    const int32_t *known; /* with spares: n causes of samples known to
+                             fail (0: unknown), not decoded again; NULL */
 };
 
 /*
@@ -69,9 +75,12 @@ struct dh_work_done {
     uint32_t n;
     int32_t *valid_frames;
     double decode_ms; /* arena wait excluded */
+    /* A job with spares: its substitutions (owned, also on error: the
+     * ones made before the failure); NULL for a job without spares. */
+    struct dh_batch_subs *subs;
 };
 
-/* Frees out->valid_frames and zeroes the struct.  Accepts NULL. */
+/* Frees out->valid_frames, out->subs and zeroes the struct.  Accepts NULL. */
 void dh_work_done_fini(struct dh_work_done *d);
 
 struct dh_workers_stats {
