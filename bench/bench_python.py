@@ -137,7 +137,9 @@ def pct(xs, q):
 def warm_calls(loader, depth, reps):
     """Times of next() on ready batches (see the module's note 1)."""
     warm, dropped, wait = [], 0, 0.5
-    for _ in range(reps):
+    for r in range(reps + 4):  # up to 4 more epochs if none was kept
+        if r >= reps and warm:
+            break
         it = iter(loader)
         left = len(loader)
         while left > 0:
