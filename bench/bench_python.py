@@ -218,11 +218,14 @@ def one_epoch(loader):
 
 def side_by_side(dh, td, reps):
     """Median samples/s of each over `reps` rounds, one epoch each per
-    round, the two alternating (which goes first swaps every round);
-    one untimed batch each first brings workers and services up.  Also
+    round, the two alternating (which goes first swaps every round).
+    One untimed epoch each first brings workers and services up; a whole
+    one, not a batch: the prefetch of an abandoned pass would still be
+    decoding in the first timed round (the other loader's, too).  Also
     datahelix's per-pass transform/collate ms per sample."""
-    next(iter(dh))
-    next(iter(td))
+    for loader in (dh, td):
+        for _ in loader:
+            pass
     rates = {"dh": [], "torch": []}
     t_ms, c_ms = [], []
     for r in range(reps):
@@ -234,6 +237,8 @@ def side_by_side(dh, td, reps):
                 e = dh.stats()["epoch"]
                 t_ms.append(e["transform_ms"] / n)
                 c_ms.append(e["collate_ms"] / n)
+    rates["ratio_per_round"] = [a / b for a, b in zip(rates["dh"],
+                                                      rates["torch"])]
     return (statistics.median(rates["dh"]), statistics.median(rates["torch"]),
             rates, statistics.median(t_ms), statistics.median(c_ms))
 
@@ -276,6 +281,12 @@ def transform_alone_us(args, n=40):
 
 # -- report -------------------------------------------------------------------
 
+def spread(rates):
+    """The range of the rounds' own ratios (each round pairs the two)."""
+    q = rates["ratio_per_round"]
+    return f"(rounds {min(q):.2f}-{max(q):.2f})" if len(q) > 1 else ""
+
+
 def table(res, args):
     r = res
     dec = ("same C decode" if args.torch_decode == "c"
@@ -296,11 +307,12 @@ def table(res, args):
         f"{r['next_cold_us_p95']:.1f} us ({r['next_cold_samples']} calls) "
         "| | |",
         f"| end-to-end samples/s | {r['datahelix_samples_per_s']:.1f} | "
-        f"{r['torch_samples_per_s']:.1f} | {r['ratio']:.2f}x |",
+        f"{r['torch_samples_per_s']:.1f} | {r['ratio']:.2f}x "
+        f"{spread(r['rates'])} |",
         f"| end-to-end samples/s, transform on | "
         f"{r['transform']['datahelix_samples_per_s']:.1f} | "
         f"{r['transform']['torch_samples_per_s']:.1f} | "
-        f"{r['transform']['ratio']:.2f}x |",
+        f"{r['transform']['ratio']:.2f}x {spread(r['transform']['rates'])} |",
         f"| transform per sample (stats()[\"transform_ms\"]; alone: "
         f"{r['transform']['alone_ms_per_sample']:.2f} ms) | "
         f"{r['transform']['transform_ms_per_sample']:.2f} ms, in next() | "
