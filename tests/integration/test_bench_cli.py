@@ -288,3 +288,45 @@ def test_undecodable_clips_are_left_out_with_the_reason(tmp_path, capsys):
     assert b.decodable(A, rows) == [rows[1]]
     err = capsys.readouterr().err
     assert "left out of the run" in err and str(bad) in err
+
+
+def test_bench_python_runs_end_to_end_in_a_tiny_configuration(tmp_path):
+    """bench_python.py (`make bench-python`) on 4 mixed clips of 4 frames
+    at 32x32, one round: every figure of results.json is there, the
+    transform ran on the datahelix side (stats()), and table.md holds the
+    table it printed."""
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [sys.executable, str(BENCH / "bench_python.py"), "--json",
+         "--count", "4", "--small-count", "8", "--frames", "4",
+         "--size", "32", "32", "--batch-size", "2", "--reps", "1",
+         "--window-ms", "5", "--work", str(tmp_path / "work"),
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res == json.loads((out / "results.json").read_text())
+    assert res["next_samples"] > 0
+    assert 0 < res["next_overhead_us_p50"] <= res["next_overhead_us_p95"]
+    t = res["transform"]
+    for r in (res, t):
+        assert r["datahelix_samples_per_s"] > 0 < r["torch_samples_per_s"]
+        assert math.isclose(r["ratio"], r["datahelix_samples_per_s"] /
+                            r["torch_samples_per_s"])
+    assert t["transform_ms_per_sample"] > 0 < t["alone_ms_per_sample"]
+    table = (out / "table.md").read_text()
+    assert "transform on" in table and "next() on a ready batch" in table
+
+
+def test_bench_python_transform_is_one_function_for_both_loaders():
+    """uint8 THWC in, float32 CTHW out, a 7/8 centre crop flipped and
+    normalised: what the datahelix side gets as transform= and torch's
+    __getitem__ calls."""
+    import torch
+    m = bench_module("bench_python")
+    v = torch.arange(4 * 32 * 32 * 3, dtype=torch.int64).remainder(256)
+    v = v.to(torch.uint8).view(4, 32, 32, 3)
+    x = m.TRANSFORM(v)
+    assert x.dtype == torch.float32 and x.shape == (3, 4, 28, 28)
+    want = (v[2, 2 + 5, 2 + 27 - 3, 1].item() / 255 - 0.45) / 0.225
+    assert math.isclose(x[1, 2, 5, 3].item(), want, rel_tol=1e-5)
