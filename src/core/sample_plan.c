@@ -137,25 +137,13 @@ static int64_t plan_frames(const struct dh_sample_plan *p,
     return n;
 }
 
+/* The decoder's own rule (dh_media_native_size), bounded by max_side alone:
+ * the estimate of a native sample is the size it is decoded at. */
 static void native_size(const struct dh_sample_plan *p, const struct dh_desc *d,
                         int32_t *w, int32_t *h)
 {
-    int32_t sw = d->width, sh = d->height, t;
-    int32_t longer;
-
-    if (d->rotation == 90 || d->rotation == 270) {
-        t = sw;
-        sw = sh;
-        sh = t;
-    }
-    longer = sw > sh ? sw : sh;
-    if (p->max_side > 0 && longer > p->max_side) {
-        double s = (double)p->max_side / longer;
-        sw = (int32_t)lround(sw * s);
-        sh = (int32_t)lround(sh * s);
-    }
-    *w = sw > 0 ? sw : 0;
-    *h = sh > 0 ? sh : 0;
+    dh_media_native_size(d->width, d->height, d->rotation, p->max_side, 0, 0, w,
+                         h);
 }
 
 /* Estimates describe what the media pipeline can produce: at most

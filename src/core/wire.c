@@ -325,6 +325,12 @@ int dh_wire_plan_from_media(struct dh_wire_plan *w,
 
     if ((rc = dh_media_plan_check(p, e)) < 0)
         return rc;
+    /* SamplingPlan has no native-size fields yet (issue 15 item 5): such a
+     * plan is decoded in-process (batch_packed.h), never sent. */
+    if (p->geometry == DH_GEOM_NATIVE)
+        return dh_err_set(e, DH_EINVAL,
+                          "wire: a native-size plan cannot be sent yet "
+                          "(SamplingPlan has no max_side / max_area / patch)");
     if (p->frames < 0 || p->frames > (int64_t)DH_WIRE_MAX_FRAMES)
         return dh_err_set(e, DH_ETOOBIG,
                           "wire: plan.frames %" PRId64 " out of range 0..%u",
