@@ -8,7 +8,7 @@ import time
 import torch
 from torch.utils.data import default_collate
 
-from . import _C, _passes
+from . import _C, _packed, _passes
 from . import _options as _opt
 from ._services import (Closing, Coordinator, binary, claim_coordinator,
                         coordinator_address, ensure_index, loader_ordinal,
@@ -114,7 +114,8 @@ class DataLoader(Closing):
                  layout="THWC", dtype="uint8", random_crop=False,
                  telemetry=None, dataserver=None, listen=None,
                  transport="shm", ablation=None, ddl_ms=1.0,
-                 step_deadline_ms=0.0, arena_mb=None):
+                 step_deadline_ms=0.0, arena_mb=None, max_side=None,
+                 max_pixels=None, patch=None, max_frames=None):
         _opt.check_manifest(manifest)
         for name, v in (("sampler", sampler), ("batch_sampler",
                                                batch_sampler),
@@ -156,18 +157,24 @@ class DataLoader(Closing):
         if policy not in _POLICIES:
             raise ValueError(f"policy={policy!r}: one of {list(_POLICIES)}")
         dtype = _opt.dtype_name(dtype)
-        if batch_size < 1 or frames < 1 or prefetch < 1 or microbatches < 1:
+        # frames="fps:F", size=None: _packed.py (native size, packed batches)
+        samp = _packed.sampling(frames, size, max_side, max_pixels, patch,
+                                max_frames)
+        if samp["native"]:
+            _packed.check_native(layout, microbatches, transform, collate_fn)
+        if batch_size < 1 or prefetch < 1 or microbatches < 1:
             raise ValueError("batch_size, frames, prefetch and microbatches "
                              "must be >= 1")
         if batch_size < microbatches:
             raise ValueError(f"batch_size {batch_size} < microbatches "
                              f"{microbatches}")
-        height, width = _opt.size_hw(size)
+        height, width = _opt.size_hw(size) if size is not None else (0, 0)
         seed = _opt.plan_seed(seed, generator)
         wait_ms = _opt.timeout_ms(timeout)
         rank, world_size = _rank_world(rank, world_size)
         self.batch_size, self.frames = batch_size, frames
-        self.size = (height, width)
+        self.size = (height, width) if size is not None else None
+        self._native, self._patch = samp["native"], samp.get("patch", 0)
         self.rank, self.world_size = rank, world_size
         self.prefetch, self.policy, self.balance = prefetch, policy, balance
         self.seed, self.drop_last, self.on_error = seed, drop_last, on_error
@@ -196,7 +203,11 @@ class DataLoader(Closing):
                           ddl_ms=float(ddl_ms),
                           step_deadline_ms=float(step_deadline_ms),
                           arena_bytes=_arena_bytes(arena_mb))
+        self._opts.update(samp)
         self._dtype = _DTYPES[dtype]
+        if self._native and arena_mb is None:
+            self._opts["arena_bytes"] = _packed.arena_bytes(
+                samp, batch_size, prefetch, 4 if dtype == "float32" else 1)
         self.transport = transport
         self._timeout_ms = wait_ms
         self._coordinator_arg = coordinator
@@ -370,7 +381,7 @@ class DataLoader(Closing):
         raw = b.sample_ids
         ids = array.array("Q", raw)
         out = {
-            "video": self._video(b),
+            "video": None if self._native else self._video(b),
             "valid_frames": torch.frombuffer(bytearray(b.valid_frames),
                                              dtype=torch.int32),
             "ids": torch.frombuffer(bytearray(raw), dtype=torch.int64),
@@ -380,6 +391,9 @@ class DataLoader(Closing):
             "epoch": self._epoch,
             "step": b.step,
         }
+        if self._native:  # a list of views, packed, cu_seqlens, thw
+            out.update(_packed.video(b.part(0), len(ids), self._dtype,
+                                     self._patch))
         if self.transform is not None or self.collate_fn is not None:
             out = self._per_sample(out)
         if self._pinner is not None:
@@ -422,7 +436,8 @@ class DataLoader(Closing):
         return (self._manifest_id()["digest"], self.seed, self.shuffle,
                 self.balance, self.batch_size, o["frames"],
                 o["width"], o["height"], o["layout"], o["dtype"],
-                o["random_crop"], o["microbatches"])
+                o["random_crop"], o["microbatches"], o["fps"], o["native"],
+                o.get("max_side"), o.get("max_area"), o.get("patch"))
 
     def _chain_end(self):
         _, offs, base = self._schedule(self._epoch)

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "datahelix/batch.h"
+#include "datahelix/batch_packed.h"
 #include "datahelix/index.h"
 #include "datahelix/media.h"
 #include "datahelix/plan.h"
@@ -286,6 +288,67 @@ static PyTypeObject IndexType = {
     .tp_as_sequence = &index_seq,
 };
 
+/* packed_table(buffer, n, elem) -> [(offset, t, h, w, valid_frames)]: the
+ * checked table of a packed slot (batch_packed.h); ValueError when the
+ * buffer does not hold a valid one. */
+static PyObject *py_packed_table(PyObject *mod, PyObject *args)
+{
+    struct dh_packed_entry *en = NULL;
+    PyObject *out = NULL;
+    unsigned n, elem;
+    struct dh_err e;
+    Py_buffer buf;
+
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "y*II", &buf, &n, &elem))
+        return NULL;
+    if (n == 0 || n > DH_BATCH_MAX_SAMPLES || (elem != 1 && elem != 4)) {
+        PyErr_Format(PyExc_ValueError, "packed_table: n %u, elem %u", n, elem);
+        goto out_buf;
+    }
+    if (!(en = PyMem_Malloc(n * sizeof(*en)))) {
+        PyErr_NoMemory();
+        goto out_buf;
+    }
+    dh_err_clear(&e);
+    if (dh_packed_table_read(buf.buf, (size_t)buf.len, n, elem, en, &e)) {
+        PyErr_SetString(PyExc_ValueError, e.msg);
+        goto out_free;
+    }
+    if (!(out = PyList_New(n)))
+        goto out_free;
+    for (unsigned i = 0; i < n; i++) {
+        PyObject *t = Py_BuildValue("KIIII", (unsigned long long)en[i].offset,
+                                    en[i].t, en[i].h, en[i].w,
+                                    en[i].valid_frames);
+        if (!t) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, t);
+    }
+out_free:
+    PyMem_Free(en);
+out_buf:
+    PyBuffer_Release(&buf);
+    return out;
+}
+
+/* native_size(width, height, rotation, max_side, max_area, patch) ->
+ * (w, h): dh_media_native_size, the decoder's own rounding. */
+static PyObject *py_native_size(PyObject *mod, PyObject *args)
+{
+    int w, h, rot, side, patch;
+    long long area;
+    int32_t ow, oh;
+
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "iiiiLi", &w, &h, &rot, &side, &area, &patch))
+        return NULL;
+    dh_media_native_size(w, h, rot, side, area, patch, &ow, &oh);
+    return Py_BuildValue("ii", (int)ow, (int)oh);
+}
+
 /* ---- module ---- */
 
 static PyMethodDef module_methods[] = {
@@ -299,6 +362,12 @@ static PyMethodDef module_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "decode(path, frames=16, width=224, height=224) -> bytes: the clip's "
      "uniformly sampled frames, centre-cropped, THWC uint8"},
+    {"packed_table", py_packed_table, METH_VARARGS,
+     "packed_table(buffer, n, elem) -> [(offset, t, h, w, valid_frames)]: "
+     "the checked table of a packed (native-size) batch"},
+    {"native_size", py_native_size, METH_VARARGS,
+     "native_size(width, height, rotation, max_side, max_area, patch) -> "
+     "(w, h): the decoder's native-size rule"},
     {"build_index", py_build_index, METH_VARARGS,
      "build_index(table.jsonl, out.dhx): compile a descriptor table"},
     {NULL, NULL, 0, NULL},
