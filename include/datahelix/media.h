@@ -142,6 +142,17 @@ DH_API void dh_media_native_size(int32_t width, int32_t height,
                                  int32_t *out_w, int32_t *out_h);
 
 /*
+ * Frames an fps plan of rate `fps` takes from a constant-rate clip of
+ * `frames` frames at `clip_fps`: the k = 0, 1, ... with k x clip_fps / fps
+ * < frames (the decoder's walk in frame units, frame_select.c), at least
+ * 1, at most `cap` (0: DH_MEDIA_MAX_FRAMES).  What the token estimate
+ * counts for an fps plan, so a sample weighs what it is decoded as.  0 when
+ * frames, clip_fps or fps is not positive.
+ */
+DH_API int64_t dh_media_fps_count(int64_t frames, double clip_fps, double fps,
+                                  int64_t cap);
+
+/*
  * The concrete plan a native plan `p` runs as on a file of `info`: `p` with
  * width x height = dh_media_native_size() of the file and geometry
  * DH_GEOM_STRETCH (the rounding moves the aspect by less than a patch).

@@ -219,6 +219,9 @@ class DataLoader(Closing):
         self._pass = 0           # the live iterator's number (one at a time)
         self.index_path = ensure_index(manifest)
         self._index = _C.Index(self.index_path)
+        # None: plan by the index's est_tokens; else this sampling's own
+        self._tokens = _packed.check_tokens(manifest, len(self._index),
+                                            samp, self.size)
         self._digest = None      # _manifest_id(), computed once
         self._client = None
         self._coord = None
@@ -268,6 +271,8 @@ class DataLoader(Closing):
                      else sorted(array.array("Q", subset)))
             return _unshuffled(order, world, batch, rank, drop)
         kw = {} if subset is None else {"subset": subset}
+        if self._tokens is not None:  # this sampling's tokens
+            kw["tokens"] = self._tokens.tobytes()
         return _C.schedule(self.index_path, world, batch, rank, epoch,
                            self.seed, _BALANCE[self.balance], drop, **kw)
 
@@ -385,8 +390,9 @@ class DataLoader(Closing):
             "valid_frames": torch.frombuffer(bytearray(b.valid_frames),
                                              dtype=torch.int32),
             "ids": torch.frombuffer(bytearray(raw), dtype=torch.int64),
-            "tokens": torch.tensor([self._index.tokens(i) for i in ids],
-                                   dtype=torch.int64),
+            "tokens": torch.tensor([self._index.tokens(i) if self._tokens
+                                    is None else self._tokens[i]
+                                    for i in ids], dtype=torch.int64),
             "text": [self._index.text(i) for i in ids],
             "epoch": self._epoch,
             "step": b.step,
@@ -601,6 +607,8 @@ class DataLoader(Closing):
 
         def plan(world, batch, rank, subset):
             kw = {} if subset is None else {"subset": subset}
+            if self._tokens is not None:  # this sampling's tokens
+                kw["tokens"] = self._tokens.tobytes()
             return _C.schedule(self.index_path, world, batch, rank, epoch,
                                self.seed, balance,
                                drop if subset is None else False, **kw)

@@ -8,8 +8,12 @@ to back with no padding.  Every tensor below is a view of that slot (no
 copy); the slot returns to the arena when the last of them is freed.
 docs/python.md "Native resolution (VLMs)".
 """
+import array
+import json
 import math
+import os
 import struct
+import warnings
 
 import torch
 
@@ -149,3 +153,101 @@ def video(buf, n, dtype, patch):
 def header_used(buf):
     """(magic, n, used) of a packed slot's header, for tests."""
     return struct.unpack_from("<IIQ", buf, 0)
+
+
+# -- tokens: what Tier 1 balances ----------------------------------------
+
+
+def _header(manifest):
+    """(plan, token model) of a .jsonl table's header line, or None."""
+    path = os.fspath(manifest)
+    if not path.endswith(".jsonl"):
+        return None
+    with open(path, encoding="utf-8") as f:
+        first = f.readline()
+    try:
+        h = json.loads(first)["datahelix_header"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return h.get("plan") or {}, h.get("tokens") or "qwen-vl"
+
+
+def _spec(samp, size):
+    """This loader's sampling in the probe's terms (datahelix probe
+    --frames / --max-frames / --size / --max-side, plus the native
+    bounds the probe's header does not have yet)."""
+    fps = samp["fps"] > 0
+    return {"frames": f"fps:{samp['fps']:g}" if fps else str(samp["frames"]),
+            "max_frames": samp["frames"] if fps else None,
+            "size": "native" if size is None else f"{size[1]}x{size[0]}",
+            "max_side": samp.get("max_side", 0),
+            "max_area": samp.get("max_area", 0),
+            "patch": samp.get("patch", 0)}
+
+
+def _differs(plan, spec):
+    """The first field where the header's plan is not this sampling."""
+    for k in ("frames", "size", "max_side", "max_area", "patch",
+              "max_frames"):
+        want = spec[k]
+        if want is None:
+            continue
+        have = plan.get(k, 0 if k in ("max_area", "patch") else None)
+        if have != want:
+            return k, have, want
+    return None
+
+
+def _reestimate(manifest, n, spec, model):
+    """est_tokens of every row under `spec` (the probe's dh_estimate, the
+    decoder's native-size rule): array('I') of n, or None when the table's
+    rows are not ids 0..n-1."""
+    out = array.array("I", bytes(4 * n))
+    seen = 0
+    with open(os.fspath(manifest), encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            if "id" not in r:
+                continue
+            i = r["id"]
+            if not (isinstance(i, int) and 0 <= i < n):
+                return None
+            text = (r.get("text") or "").encode()
+            t = _C.estimate_tokens(
+                r.get("kind", "video"), int(r.get("width", 0)),
+                int(r.get("height", 0)), int(r.get("rotation", 0)),
+                float(r.get("fps", 0)), float(r.get("duration_s", 0)),
+                int(r.get("frames", 0)), len(text), spec["frames"],
+                spec["max_frames"] or 0, spec["size"], spec["max_side"],
+                spec["max_area"], spec["patch"], model)
+            out[i] = min(t, (1 << 32) - 1)
+            seen += 1
+    return out if seen == n else None
+
+
+def check_tokens(manifest, n, samp, size):
+    """Tier 1 balances the manifest's est_tokens, which the probe made with
+    its own sampling (its header's "plan").  When that is not this
+    loader's: a UserWarning, once per loader; and for an fps or native
+    loader (this module's sampling) the tokens re-estimated here from the
+    table's rows, with the probe's own code (None: keep the stored ones)."""
+    h = _header(manifest)
+    spec = _spec(samp, size)
+    if h is None:
+        return None
+    plan, model = h
+    diff = _differs(plan, spec)
+    if diff is None:
+        return None
+    k, have, want = diff
+    redo = samp["fps"] > 0 or samp["native"]
+    tokens = _reestimate(manifest, n, spec, model) if redo else None
+    what = ("re-estimated here for this sampling (the plan balances "
+            "those)" if tokens is not None else
+            "the plan balances the stored ones; re-probe with this "
+            "sampling (datahelix probe --frames/--size) to fix")
+    warnings.warn(
+        f"{os.fspath(manifest)}: est_tokens were made with {k}={have!r}, "
+        f"this loader samples {k}={want!r}: tokens {what}",
+        UserWarning, stacklevel=3)
+    return tokens

@@ -339,3 +339,19 @@ int dh_media_plan_resolve(const struct dh_media_plan *p,
     *out = r;
     return 0;
 }
+
+int64_t dh_media_fps_count(int64_t frames, double clip_fps, double fps,
+                           int64_t cap)
+{
+    int64_t k = 0;
+
+    if (frames <= 0 || !(clip_fps > 0) || !(fps > 0))
+        return 0;
+    if (cap <= 0 || cap > DH_MEDIA_MAX_FRAMES)
+        cap = DH_MEDIA_MAX_FRAMES;
+    /* The same expression as frame_select.c's sample_pos(), so the same
+     * doubles decide. */
+    while (k < cap && (double)k * clip_fps / fps < (double)frames)
+        k++;
+    return k > 0 ? k : 1;
+}

@@ -124,7 +124,11 @@ static int64_t plan_frames(const struct dh_sample_plan *p,
 
     if (p->frames > 0)
         return p->frames; /* short clips repeat or pad to the count */
-    if (p->fps > 0 && d->duration_s > 0)
+    if (p->fps > 0 && d->frames > 0 && d->fps > 0)
+        n = dh_media_fps_count(d->frames, d->fps, p->fps,
+                               p->max_frames > 0 ? p->max_frames
+                                                 : PLAN_MAX_FRAMES);
+    else if (p->fps > 0 && d->duration_s > 0)
         n = (int64_t)llround(d->duration_s * p->fps);
     else
         n = d->frames;
@@ -137,13 +141,13 @@ static int64_t plan_frames(const struct dh_sample_plan *p,
     return n;
 }
 
-/* The decoder's own rule (dh_media_native_size), bounded by max_side alone:
- * the estimate of a native sample is the size it is decoded at. */
+/* The decoder's own rule (dh_media_native_size): the estimate of a native
+ * sample is the size a native plan of the same bounds decodes it at. */
 static void native_size(const struct dh_sample_plan *p, const struct dh_desc *d,
                         int32_t *w, int32_t *h)
 {
-    dh_media_native_size(d->width, d->height, d->rotation, p->max_side, 0, 0, w,
-                         h);
+    dh_media_native_size(d->width, d->height, d->rotation, p->max_side,
+                         p->max_area, p->patch, w, h);
 }
 
 /* Estimates describe what the media pipeline can produce: at most

@@ -6,7 +6,13 @@ small table, and every tensor the loader yields is a view of that slot:
 the per-sample shapes and bytes are what `datahelix decode --size native`
 gives for that file, and the slot holds nothing but the table and the
 samples.
+
+Tier 1 balances the tokens of this sampling: the loader warns that the
+manifest's est_tokens were made with the probe's sampling, re-estimates
+them with the probe's own code and the decoder's rules, and those equal
+the tokens of the decoded shapes; a plan by them beats a random split.
 """
+import array
 import ctypes
 import json
 import pathlib
@@ -20,7 +26,7 @@ from procs import arena_mapping
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
 import datahelix  # noqa: E402
-from datahelix import _packed  # noqa: E402
+from datahelix import _C, _packed  # noqa: E402
 
 # fps 1, at most 8 frames, the longer side <= 600, 28-multiples: S clips
 # (400x224, ~2 s) come out 392x224, M clips (600x336, ~4 s) 588x336.
@@ -32,10 +38,10 @@ DECODE = ["--plan", "fps:1", "--frames", 8, "--size", "native",
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
-    """6 clips, S and M alternating: two resolutions, several lengths."""
+    """12 clips, S and M alternating: two resolutions, several lengths."""
     d = tmp_path_factory.mktemp("vlm")
     run_dh("gen-data", "--out", d / "videos", "--profiles", "S,M", "--count",
-           6, "--seed", 7, check=True, timeout=300)
+           12, "--seed", 7, check=True, timeout=300)
     run_dh("probe", "--out", d / "m.jsonl", d / "videos", check=True)
     return d
 
@@ -127,3 +133,64 @@ def test_native_arguments_are_checked(mixed):
         datahelix.DataLoader(m, size=None, layout="TCHW")
     with pytest.raises(ValueError, match="patch"):
         datahelix.DataLoader(m, size=None, patch=2048)
+
+
+def real_tokens(t, h, w):
+    """qwen-vl (the probe's default model): 2 x 28 x 28 patches."""
+    return -(-t // 2) * (h // 28) * (w // 28)
+
+
+def test_tokens_are_this_samplings_and_a_mismatch_warns(mixed):
+    m = mixed / "m.jsonl"
+    with pytest.warns(UserWarning, match="est_tokens were made with "
+                      "frames='fps:8', this loader samples frames='fps:1'"):
+        loader = datahelix.DataLoader(m, batch_size=3, shuffle=False,
+                                      **NATIVE)
+    stored = rows(m)
+    real = {}
+    with loader:
+        for b in loader:
+            for i, k, (t, h, w) in zip(b["ids"].tolist(),
+                                       b["tokens"].tolist(),
+                                       b["thw"].tolist()):
+                assert k == real_tokens(t, h, w), (i, k, (t, h, w))
+                real[i] = k
+    assert len(real) == 12
+    # The stored ones (fps:8, native) were not what is decoded.
+    assert any(stored[i]["est_tokens"] != k for i, k in real.items())
+    # Balance, measured on the real tokens: a plan by this sampling's
+    # tokens beats the random split (balance="none"), world 2 x batch 2.
+    from datahelix._loader import _BALANCE
+    tok = loader._tokens.tobytes()
+
+    def ratio(balance):
+        worst = []
+        for epoch in range(8):
+            sums = []
+            for r in range(2):
+                ids, offs = _C.schedule(loader.index_path, 2, 2, r, epoch,
+                                        0, _BALANCE[balance], True,
+                                        tokens=tok)
+                ids = array.array("Q", ids)
+                offs = array.array("Q", offs)
+                sums.append([sum(real[i] for i in ids[offs[k]:offs[k + 1]])
+                             for k in range(len(offs) - 1)])
+            for a, b in zip(*sums):
+                worst.append(max(a, b) / ((a + b) / 2))
+        return sum(worst) / len(worst)
+
+    assert ratio("fixed") < ratio("none") - 0.05
+
+
+def test_a_matching_manifest_does_not_warn(mixed, tmp_path):
+    m = tmp_path / "same.jsonl"
+    run_dh("probe", "--frames", "fps:1", "--max-frames", 8, "--size",
+           "native", "--max-side", 600, "--out", m, mixed / "videos",
+           check=True)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = datahelix.DataLoader(m, batch_size=2, frames="fps:1",
+                                      max_frames=8, size=None, max_side=600)
+    assert loader._tokens is None
+    loader.close()

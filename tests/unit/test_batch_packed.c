@@ -231,10 +231,42 @@ static void native_size_rounding(void **state)
     assert_int_equal(h, 167);
 }
 
+/* The fps count the estimate uses is what the decoder selects. */
+static void fps_count_is_the_decoders(void **state)
+{
+    struct dh_media_plan p = native_plan();
+    struct dh_media_info info;
+    struct dh_media *m;
+    struct dh_err e;
+
+    (void)state;
+    assert_int_equal(dh_media_fps_count(43, 25, 1, 8), 2);   /* 1.72 s */
+    assert_int_equal(dh_media_fps_count(100, 25, 8, 0), 32); /* 4 s */
+    assert_int_equal(dh_media_fps_count(101, 25, 8, 0), 33);
+    assert_int_equal(dh_media_fps_count(100, 25, 8, 10), 10);
+    assert_int_equal(dh_media_fps_count(1, 25, 0.5, 0), 1);
+    assert_int_equal(dh_media_fps_count(0, 25, 1, 0), 0);
+    assert_int_equal(dh_media_create(&m, &e), 0);
+    for (int i = 0; i < NCLIPS; i++) {
+        struct dh_media_plan rp;
+        int64_t frames;
+
+        assert_int_equal(dh_media_open(m, paths[i], &e), 0);
+        assert_int_equal(dh_media_info(m, &info), 0);
+        assert_int_equal(dh_media_plan_resolve(&p, &info, &rp, &e), 0);
+        assert_int_equal(dh_media_select(m, &rp, &frames, &e), 0);
+        assert_int_equal(
+            frames, dh_media_fps_count(info.frames, info.fps, p.fps, p.frames));
+        dh_media_close(m);
+    }
+    dh_media_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(native_size_rounding),
+        cmocka_unit_test(fps_count_is_the_decoders),
         cmocka_unit_test(samples_back_to_back_equal_decoded_alone),
         cmocka_unit_test(a_damaged_table_is_refused),
     };
