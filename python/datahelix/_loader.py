@@ -575,11 +575,12 @@ class DataLoader(Closing):
         (which state_dict() has already): how the epoch's samples are put
         into steps, and how each is sampled."""
         size = getattr(self, "size", None)
-        return {"balance": self.balance, "drop_last": bool(self.drop_last),
-                "sampling": {
-                    "frames": self.frames,
+        sampling = {"frames": self.frames,
                     "size": list(size) if size is not None else None,
-                    "random_crop": bool(self._opts.get("random_crop"))}}
+                    "random_crop": bool(self._opts.get("random_crop"))}
+        sampling.update(_packed.plan_keys(self._opts))  # fps / native only
+        return {"balance": self.balance, "drop_last": bool(self.drop_last),
+                "sampling": sampling}
 
     def _check_plan(self, saved, key, why):
         now = self._plan_id()

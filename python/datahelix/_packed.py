@@ -110,6 +110,19 @@ def arena_bytes(opts, batch_size, prefetch, elem):
     return int(min(max((prefetch + 2) * one, 64 << 20), 8 << 30))
 
 
+def plan_keys(opts):
+    """What state_dict()["plan"]["sampling"] adds for this module's
+    sampling (nothing for a fixed-size, fixed-count loader, so its states
+    stay as they were): the frame cap of an fps plan, the native bounds."""
+    out = {}
+    if opts.get("fps", 0) > 0:
+        out["max_frames"] = opts["frames"]
+    if opts.get("native"):
+        out.update(max_side=opts["max_side"], max_pixels=opts["max_area"],
+                   patch=opts["patch"])
+    return out
+
+
 def table_bytes(n):
     return (16 + 24 * n + TABLE_ALIGN - 1) // TABLE_ALIGN * TABLE_ALIGN
 

@@ -194,3 +194,16 @@ def test_a_matching_manifest_does_not_warn(mixed, tmp_path):
                                       max_frames=8, size=None, max_side=600)
     assert loader._tokens is None
     loader.close()
+
+
+def test_resume_refuses_other_native_bounds(mixed):
+    m = mixed / "m.jsonl"
+    with pytest.warns(UserWarning):
+        a = datahelix.DataLoader(m, batch_size=2, **NATIVE)
+        b = datahelix.DataLoader(m, batch_size=2, **dict(NATIVE, patch=14))
+    state = a.state_dict()
+    assert state["plan"]["sampling"]["patch"] == 28
+    with pytest.raises(ValueError, match="patch=28"):
+        b.load_state_dict(state)
+    a.close()
+    b.close()
