@@ -59,6 +59,11 @@ enum dh_geometry {
     DH_GEOM_CROP,        /* shorter-side resize, then center crop (default) */
     DH_GEOM_STRETCH,     /* resize to width x height, aspect not kept */
     DH_GEOM_RANDOM_CROP, /* shorter-side resize, crop at a seeded offset */
+    DH_GEOM_NATIVE,      /* each clip at its own size, bounded by max_side
+                            and max_area and rounded to a multiple of
+                            `patch` (dh_media_native_size); width / height
+                            are not used.  Resolve per file with
+                            dh_media_plan_resolve() before select/decode. */
 };
 
 enum dh_layout { DH_LAYOUT_THWC, DH_LAYOUT_TCHW };
@@ -86,7 +91,16 @@ struct dh_media_plan {
     double snap_tol;    /* in frames; <= 0: half the sampling stride */
     int64_t max_pixels; /* cap on frames x width x height of one sample;
                                0: DH_MEDIA_MAX_PIXELS (DH_ETOOBIG over it) */
+    /* DH_GEOM_NATIVE only (0 = no bound / no rounding): */
+    int32_t max_side; /* the longer side <= this, 0..16384 */
+    int64_t max_area; /* width x height of one frame <= this (Qwen-VL's
+                         max_pixels), 0..DH_MEDIA_MAX_PIXELS */
+    int32_t patch;    /* each side a multiple of this (28 for Qwen-VL),
+                         0..DH_MEDIA_MAX_PATCH; 0 and 1: any size */
 };
+
+/* Largest `patch` of a native plan. */
+#define DH_MEDIA_MAX_PATCH 1024
 
 /* uniform 16 frames, 224x224, crop, THWC, uint8, exact, repeat-pad,
  * ImageNet mean/std for the float option. */
@@ -103,6 +117,54 @@ DH_API int dh_media_plan_check(const struct dh_media_plan *p,
 DH_API int dh_media_plan_check_pixels(const struct dh_media_plan *p,
                                       int64_t frames,
                                       struct dh_err *e) DH_MUST_CHECK;
+
+/*
+ * The output size of a native plan for a clip whose coded size is
+ * width x height with display `rotation` (degrees; 90 and 270 swap the
+ * sides), in display orientation.  The one rounding rule that the decoder
+ * (dh_media_plan_resolve) and the token estimator (probe, the planner)
+ * share, so a sample weighs in the plan exactly what it is decoded as:
+ *
+ *   1. longer side > max_side: scale both sides by max_side / longer,
+ *      each rounded to nearest;
+ *   2. width x height > max_area: scale both by sqrt(max_area / area),
+ *      each rounded down;
+ *   3. patch > 1: each side to the nearest multiple of patch (at least
+ *      one patch); where that breaks max_side or max_area, both sides to
+ *      the multiple below instead.
+ *
+ * With max_area 0 and patch 0 this is the probe's native size (step 1).
+ * Sides <= 0 give 0 x 0.  Pure, never fails.
+ */
+DH_API void dh_media_native_size(int32_t width, int32_t height,
+                                 int32_t rotation, int32_t max_side,
+                                 int64_t max_area, int32_t patch,
+                                 int32_t *out_w, int32_t *out_h);
+
+/*
+ * Frames an fps plan of rate `fps` takes from a constant-rate clip of
+ * `frames` frames at `clip_fps`: the k = 0, 1, ... with k x clip_fps / fps
+ * < frames (the decoder's walk in frame units, frame_select.c), at least
+ * 1, at most `cap` (0: DH_MEDIA_MAX_FRAMES).  What the token estimate
+ * counts for an fps plan, so a sample weighs what it is decoded as.  0 when
+ * frames, clip_fps or fps is not positive.
+ */
+DH_API int64_t dh_media_fps_count(int64_t frames, double clip_fps, double fps,
+                                  int64_t cap);
+
+/*
+ * The concrete plan a native plan `p` runs as on a file of `info`: `p` with
+ * width x height = dh_media_native_size() of the file and geometry
+ * DH_GEOM_STRETCH (the rounding moves the aspect by less than a patch).
+ * A plan that is not native is copied as is.  0, or DH_EINVAL /
+ * DH_ETOOBIG from dh_media_plan_check() of the result; *out is written
+ * only on success.
+ */
+struct dh_media_info;
+DH_API int dh_media_plan_resolve(const struct dh_media_plan *p,
+                                 const struct dh_media_info *info,
+                                 struct dh_media_plan *out,
+                                 struct dh_err *e) DH_MUST_CHECK;
 
 /* Bytes of output for `frames` frames under `p` (without DH_MEDIA_DST_PAD). */
 DH_API size_t dh_media_plan_bytes(const struct dh_media_plan *p,
@@ -153,7 +215,8 @@ DH_API int dh_media_info(const struct dh_media *m,
                          struct dh_media_info *out) DH_MUST_CHECK;
 
 /* Chooses the frames of `p` for the open file; *out_frames is how many
- * frames dh_media_decode() will write (padding included). */
+ * frames dh_media_decode() will write (padding included).  A native plan
+ * must be resolved first (DH_EINVAL otherwise). */
 DH_API int dh_media_select(struct dh_media *m, const struct dh_media_plan *p,
                            int64_t *out_frames, struct dh_err *e) DH_MUST_CHECK;
 

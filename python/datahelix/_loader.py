@@ -8,7 +8,7 @@ import time
 import torch
 from torch.utils.data import default_collate
 
-from . import _C, _passes
+from . import _C, _packed, _passes
 from . import _options as _opt
 from ._services import (Closing, Coordinator, binary, claim_coordinator,
                         coordinator_address, ensure_index, loader_ordinal,
@@ -123,7 +123,8 @@ class DataLoader(Closing):
                  layout="THWC", dtype="uint8", random_crop=False,
                  telemetry=None, dataserver=None, listen=None,
                  transport="shm", ablation=None, ddl_ms=1.0,
-                 step_deadline_ms=0.0, arena_mb=None):
+                 step_deadline_ms=0.0, arena_mb=None, max_side=None,
+                 max_pixels=None, patch=None, max_frames=None):
         _opt.check_manifest(manifest)
         for name, v in (("sampler", sampler), ("batch_sampler",
                                                batch_sampler),
@@ -165,18 +166,24 @@ class DataLoader(Closing):
         if policy not in _POLICIES:
             raise ValueError(f"policy={policy!r}: one of {list(_POLICIES)}")
         dtype = _opt.dtype_name(dtype)
-        if batch_size < 1 or frames < 1 or prefetch < 1 or microbatches < 1:
+        # frames="fps:F", size=None: _packed.py (native size, packed batches)
+        samp = _packed.sampling(frames, size, max_side, max_pixels, patch,
+                                max_frames)
+        if samp["native"]:
+            _packed.check_native(layout, microbatches, transform, collate_fn)
+        if batch_size < 1 or prefetch < 1 or microbatches < 1:
             raise ValueError("batch_size, frames, prefetch and microbatches "
                              "must be >= 1")
         if batch_size < microbatches:
             raise ValueError(f"batch_size {batch_size} < microbatches "
                              f"{microbatches}")
-        height, width = _opt.size_hw(size)
+        height, width = _opt.size_hw(size) if size is not None else (0, 0)
         seed = _opt.plan_seed(seed, generator)
         wait_ms = _opt.timeout_ms(timeout)
         rank, world_size = _rank_world(rank, world_size)
         self.batch_size, self.frames = batch_size, frames
-        self.size = (height, width)
+        self.size = (height, width) if size is not None else None
+        self._native, self._patch = samp["native"], samp.get("patch", 0)
         self.rank, self.world_size = rank, world_size
         self.prefetch, self.policy, self.balance = prefetch, policy, balance
         self.seed, self.drop_last, self.on_error = seed, drop_last, on_error
@@ -206,7 +213,11 @@ class DataLoader(Closing):
                           step_deadline_ms=float(step_deadline_ms),
                           arena_bytes=_arena_bytes(arena_mb),
                           spares=_SKIP_SPARES if on_error == "skip" else 0)
+        self._opts.update(samp)
         self._dtype = _DTYPES[dtype]
+        if self._native and arena_mb is None:
+            self._opts["arena_bytes"] = _packed.arena_bytes(
+                samp, batch_size, prefetch, 4 if dtype == "float32" else 1)
         self.transport = transport
         self._timeout_ms = wait_ms
         self._coordinator_arg = coordinator
@@ -218,6 +229,9 @@ class DataLoader(Closing):
         self._pass = 0           # the live iterator's number (one at a time)
         self.index_path = ensure_index(manifest)
         self._index = _C.Index(self.index_path)
+        # None: plan by the index's est_tokens; else this sampling's own
+        self._tokens = _packed.check_tokens(manifest, len(self._index),
+                                            samp, self.size)
         self._digest = None      # _manifest_id(), computed once
         self._client = None
         self._coord = None
@@ -267,6 +281,8 @@ class DataLoader(Closing):
                      else sorted(array.array("Q", subset)))
             return _unshuffled(order, world, batch, rank, drop)
         kw = {} if subset is None else {"subset": subset}
+        if self._tokens is not None:  # this sampling's tokens
+            kw["tokens"] = self._tokens.tobytes()
         return _C.schedule(self.index_path, world, batch, rank, epoch,
                            self.seed, _BALANCE[self.balance], drop, **kw)
 
@@ -380,12 +396,13 @@ class DataLoader(Closing):
         raw = b.sample_ids
         ids = array.array("Q", raw)
         out = {
-            "video": self._video(b),
+            "video": None if self._native else self._video(b),
             "valid_frames": torch.frombuffer(bytearray(b.valid_frames),
                                              dtype=torch.int32),
             "ids": torch.frombuffer(bytearray(raw), dtype=torch.int64),
-            "tokens": torch.tensor([self._index.tokens(i) for i in ids],
-                                   dtype=torch.int64),
+            "tokens": torch.tensor([self._index.tokens(i) if self._tokens
+                                    is None else self._tokens[i]
+                                    for i in ids], dtype=torch.int64),
             "text": [self._index.text(i) for i in ids],
             "epoch": self._epoch,
             "step": b.step,
@@ -396,6 +413,9 @@ class DataLoader(Closing):
                  "stage": stage, "cause": cause, "code": code}
                 for pos, failed, sub, stage, code, cause in b.substitutions],
         }
+        if self._native:  # a list of views, packed, cu_seqlens, thw
+            out.update(_packed.video(b.part(0), len(ids), self._dtype,
+                                     self._patch))
         if self.transform is not None or self.collate_fn is not None:
             out = self._per_sample(out)
         if self._pinner is not None:
@@ -438,7 +458,8 @@ class DataLoader(Closing):
         return (self._manifest_id()["digest"], self.seed, self.shuffle,
                 self.balance, self.batch_size, o["frames"],
                 o["width"], o["height"], o["layout"], o["dtype"],
-                o["random_crop"], o["microbatches"])
+                o["random_crop"], o["microbatches"], o["fps"], o["native"],
+                o.get("max_side"), o.get("max_area"), o.get("patch"))
 
     def _chain_end(self):
         _, offs, base = self._schedule(self._epoch)
@@ -571,11 +592,12 @@ class DataLoader(Closing):
         (which state_dict() has already): how the epoch's samples are put
         into steps, and how each is sampled."""
         size = getattr(self, "size", None)
-        return {"balance": self.balance, "drop_last": bool(self.drop_last),
-                "sampling": {
-                    "frames": self.frames,
+        sampling = {"frames": self.frames,
                     "size": list(size) if size is not None else None,
-                    "random_crop": bool(self._opts.get("random_crop"))}}
+                    "random_crop": bool(self._opts.get("random_crop"))}
+        sampling.update(_packed.plan_keys(self._opts))  # fps / native only
+        return {"balance": self.balance, "drop_last": bool(self.drop_last),
+                "sampling": sampling}
 
     def _check_plan(self, saved, key, why):
         now = self._plan_id()
@@ -603,6 +625,8 @@ class DataLoader(Closing):
 
         def plan(world, batch, rank, subset):
             kw = {} if subset is None else {"subset": subset}
+            if self._tokens is not None:  # this sampling's tokens
+                kw["tokens"] = self._tokens.tobytes()
             return _C.schedule(self.index_path, world, batch, rank, epoch,
                                self.seed, balance,
                                drop if subset is None else False, **kw)

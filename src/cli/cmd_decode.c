@@ -6,7 +6,8 @@
  * worker would use them, so the numbers include the reuse the library is
  * built for.  The buffer only grows.  --repeat R decodes each file R times
  * (open to decode, the part a training sample pays) and reports the median,
- * which is what bench/bench_decode.py reads.  A file that fails is reported
+ * which is what bench/bench_decode.py reads.  --size native resolves the
+ * plan per file (dh_media_plan_resolve): each file at its own size.  A file that fails is reported
  * and skipped; the exit status says whether any did.
  *
  * Locking: single-threaded.
@@ -34,6 +35,7 @@ struct decode_opts {
     int64_t repeat;
     const char *out;
     int json;
+    int native; /* --size native: DH_GEOM_NATIVE after all options */
 };
 
 /* Per-run state: the reused pipeline, buffer and output stream. */
@@ -43,7 +45,8 @@ struct decode_run {
     unsigned char *buf;
     size_t cap;
     FILE *out;
-    double *ms; /* repeat timings of the current file */
+    struct dh_media_plan cur; /* the plan of the current file, resolved */
+    double *ms;               /* repeat timings of the current file */
     int64_t files, failed, frames;
     double seconds;
 };
@@ -61,7 +64,13 @@ static void usage(FILE *f)
         "  -p, --plan PLAN       uniform | fps:F | jitter | all | indices:I,J,K\n"
         "                                                                [uniform]\n"
         "      --seed S          seed for jitter and random-crop                  [0]\n"
-        "  -s, --size WxH        output size                               [224x224]\n"
+        "  -s, --size WxH        output size, or native: each file at its own\n"
+        "                        size (then --max-side, --max-area, --patch)\n"
+        "                                                                [224x224]\n"
+        "      --max-side N      native: the longer side at most N            [0]\n"
+        "      --max-area N      native: width x height of a frame at most N  [0]\n"
+        "      --patch N         native: each side a multiple of N (28: Qwen-VL)\n"
+        "                                                                     [0]\n"
         "      --geometry G      crop | stretch | random-crop                  [crop]\n"
         "      --layout L        thwc | tchw                                   [thwc]\n"
         "      --dtype D         uint8 | float32 (ImageNet mean/std)          [uint8]\n"
@@ -92,7 +101,10 @@ enum {
     OPT_SNAP,
     OPT_SNAPTOL,
     OPT_JSON,
-    OPT_MAXPX
+    OPT_MAXPX,
+    OPT_MAXSIDE,
+    OPT_MAXAREA,
+    OPT_PATCH
 };
 
 static const struct option longopts[] = {
@@ -107,6 +119,9 @@ static const struct option longopts[] = {
     {"snap", required_argument, NULL, OPT_SNAP},
     {"snap-tol", required_argument, NULL, OPT_SNAPTOL},
     {"max-pixels", required_argument, NULL, OPT_MAXPX},
+    {"max-side", required_argument, NULL, OPT_MAXSIDE},
+    {"max-area", required_argument, NULL, OPT_MAXAREA},
+    {"patch", required_argument, NULL, OPT_PATCH},
     {"threads", required_argument, NULL, 't'},
     {"repeat", required_argument, NULL, 'r'},
     {"out", required_argument, NULL, 'o'},
@@ -253,6 +268,24 @@ static int parse_number(int c, struct decode_opts *o)
                                       "expected a positive integer",
                                       optarg);
         return 0;
+    case OPT_MAXSIDE:
+        if (dh_cli_parse_i64(optarg, 0, 16384, &v))
+            return dh_cli_usage_error(
+                "decode", "--max-side '%s': expected 0..16384", optarg);
+        p->max_side = (int32_t)v;
+        return 0;
+    case OPT_MAXAREA:
+        if (dh_cli_parse_i64(optarg, 0, DH_MEDIA_MAX_PIXELS, &p->max_area))
+            return dh_cli_usage_error("decode",
+                                      "--max-area '%s': expected 0..%" PRId64,
+                                      optarg, DH_MEDIA_MAX_PIXELS);
+        return 0;
+    case OPT_PATCH:
+        if (dh_cli_parse_i64(optarg, 0, DH_MEDIA_MAX_PATCH, &v))
+            return dh_cli_usage_error("decode", "--patch '%s': expected 0..%d",
+                                      optarg, DH_MEDIA_MAX_PATCH);
+        p->patch = (int32_t)v;
+        return 0;
     case OPT_SNAPTOL:
         if (dh_cli_parse_double(optarg, 0, 1e9, &p->snap_tol))
             return dh_cli_usage_error("decode",
@@ -287,7 +320,8 @@ static int parse_opt(void *ctx, int c)
     case 'p':
         return parse_plan(optarg, o);
     case 's':
-        return dh_cli_opt_size("decode", optarg, p);
+        o->native = !strcmp(optarg, "native");
+        return o->native ? 0 : dh_cli_opt_size("decode", optarg, p);
     case 'o':
         o->out = optarg;
         return 0;
@@ -337,6 +371,8 @@ static int check_opts(struct decode_opts *o, int npaths)
     /* The list sets the count, whatever order --frames came in. */
     if (o->plan.kind == DH_PLAN_INDICES)
         o->plan.frames = o->nindices;
+    if (o->native)
+        o->plan.geometry = DH_GEOM_NATIVE;
     dh_err_clear(&e);
     if (dh_media_plan_check(&o->plan, &e))
         return dh_cli_usage_error("decode", "%s", e.msg);
@@ -400,13 +436,18 @@ static int decode_once(struct decode_run *r, const char *path,
                        struct dh_media_result *res, double *ms,
                        struct dh_err *e)
 {
-    const struct dh_media_plan *p = &r->o->plan;
+    const struct dh_media_plan *p = &r->cur;
+    struct dh_media_info info;
     double t0 = dh_cli_now();
     int64_t frames;
     size_t bytes;
     int rc;
 
-    if ((rc = dh_media_open(r->m, path, e)) ||
+    if ((rc = dh_media_open(r->m, path, e)))
+        return rc;
+    if ((rc = dh_media_info(r->m, &info)))
+        return dh_err_set(e, rc, "%s: no stream information", path);
+    if ((rc = dh_media_plan_resolve(&r->o->plan, &info, &r->cur, e)) ||
         (rc = dh_media_select(r->m, p, &frames, e)))
         return rc;
     bytes = dh_media_plan_bytes(p, frames);
@@ -469,7 +510,7 @@ static void print_json(json_t *o)
 static void report_file(struct decode_run *r, const char *path,
                         const struct dh_media_result *res, double ms)
 {
-    const struct dh_media_plan *p = &r->o->plan;
+    const struct dh_media_plan *p = &r->cur;
     json_t *o;
 
     if (!r->o->json) {
@@ -522,7 +563,7 @@ static void report_total(const struct decode_run *r)
  * A write error ends the run: every later file would fail the same way. */
 static int write_tensor(struct decode_run *r, int64_t frames)
 {
-    size_t n = dh_media_plan_bytes(&r->o->plan, frames);
+    size_t n = dh_media_plan_bytes(&r->cur, frames);
 
     if (!r->out || fwrite(r->buf, 1, n, r->out) == n)
         return 0;

@@ -8,6 +8,10 @@
  * for too many frames) is checked by dh__frames_plan() in frame_select.c.
  * dh_media_plan_bytes() saturates at SIZE_MAX instead of wrapping, so a
  * caller comparing it against a buffer length fails safe.
+ * dh_media_native_size() is the one rounding rule of native-size plans:
+ * the decoder (via dh_media_plan_resolve) and the token estimate
+ * (sample_plan.c) both call it, so what the planner balances is what is
+ * decoded.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -41,8 +45,28 @@ void dh_media_plan_init(struct dh_media_plan *p)
     p->snap_tol = 0;
 }
 
+/* A native plan's bounds; its width / height are not used. */
+static int check_native(const struct dh_media_plan *p, struct dh_err *e)
+{
+    if (p->max_side < 0 || p->max_side > DIM_MAX)
+        return dh_err_set(e, DH_EINVAL,
+                          "plan: max_side %" PRId32 " out of range 0..%d",
+                          p->max_side, DIM_MAX);
+    if (p->max_area < 0 || p->max_area > DH_MEDIA_MAX_PIXELS)
+        return dh_err_set(e, DH_EINVAL,
+                          "plan: max_area %" PRId64 " out of range 0..%" PRId64,
+                          p->max_area, DH_MEDIA_MAX_PIXELS);
+    if (p->patch < 0 || p->patch > DH_MEDIA_MAX_PATCH)
+        return dh_err_set(e, DH_EINVAL,
+                          "plan: patch %" PRId32 " out of range 0..%d",
+                          p->patch, DH_MEDIA_MAX_PATCH);
+    return 0;
+}
+
 static int check_dims(const struct dh_media_plan *p, struct dh_err *e)
 {
+    if (p->geometry == DH_GEOM_NATIVE)
+        return check_native(p, e);
     if (p->width < 1 || p->width > DIM_MAX)
         return dh_err_set(e, DH_EINVAL,
                           "plan: width %" PRId32 " out of range 1..%d",
@@ -69,8 +93,8 @@ static int check_enums(const struct dh_media_plan *p, struct dh_err *e)
 
     if ((rc = check_enum((int)p->kind, DH_PLAN_ALL, "kind", e)) < 0 ||
         (rc = check_enum((int)p->pad, DH_PAD_ZERO, "pad", e)) < 0 ||
-        (rc = check_enum((int)p->geometry, DH_GEOM_RANDOM_CROP, "geometry",
-                         e)) < 0 ||
+        (rc = check_enum((int)p->geometry, DH_GEOM_NATIVE, "geometry", e)) <
+            0 ||
         (rc = check_enum((int)p->layout, DH_LAYOUT_TCHW, "layout", e)) < 0 ||
         (rc = check_enum((int)p->dtype, DH_DTYPE_F32, "dtype", e)) < 0 ||
         (rc = check_enum((int)p->snap, DH_SNAP_KEY, "snap", e)) < 0)
@@ -157,8 +181,10 @@ static int check_fixed_pixels(const struct dh_media_plan *p, struct dh_err *e)
         return dh_err_set(e, DH_EINVAL,
                           "plan: max_pixels %" PRId64 " is negative",
                           p->max_pixels);
-    /* An fps plan's `frames` is a cap, not its count. */
-    if (p->kind == DH_PLAN_ALL || p->kind == DH_PLAN_FPS)
+    /* An fps plan's `frames` is a cap, not its count; a native plan's
+     * size is the file's (held to the cap once resolved). */
+    if (p->kind == DH_PLAN_ALL || p->kind == DH_PLAN_FPS ||
+        p->geometry == DH_GEOM_NATIVE)
         return 0;
     return dh_media_plan_check_pixels(p, p->frames, e);
 }
@@ -169,7 +195,7 @@ int dh_media_plan_check(const struct dh_media_plan *p, struct dh_err *e)
 
     if (!p)
         return dh_err_set(e, DH_EINVAL, "plan: NULL plan");
-    if ((rc = check_dims(p, e)) < 0 || (rc = check_enums(p, e)) < 0 ||
+    if ((rc = check_enums(p, e)) < 0 || (rc = check_dims(p, e)) < 0 ||
         (rc = check_counts(p, e)) < 0 || (rc = check_norm(p, e)) < 0 ||
         (rc = check_fixed_pixels(p, e)) < 0)
         return rc;
@@ -207,4 +233,125 @@ size_t dh_media_plan_bytes(const struct dh_media_plan *p, int64_t frames)
         !mul_sat(&n, p->dtype == DH_DTYPE_F32 ? 4 : 1))
         return SIZE_MAX;
     return n;
+}
+
+/* Step 1 of dh_media_native_size: the longer side down to max_side. */
+static void bound_side(int64_t *w, int64_t *h, int32_t max_side)
+{
+    int64_t longer = *w > *h ? *w : *h;
+    double s;
+
+    if (max_side <= 0 || longer <= max_side)
+        return;
+    s = (double)max_side / (double)longer;
+    *w = llround((double)*w * s);
+    *h = llround((double)*h * s);
+}
+
+/* Step 2: the area down to max_area, each side rounded down. */
+static void bound_area(int64_t *w, int64_t *h, int64_t max_area)
+{
+    double s;
+
+    if (max_area <= 0 || *w * *h <= max_area)
+        return;
+    s = sqrt((double)max_area / ((double)*w * (double)*h));
+    *w = (int64_t)floor((double)*w * s);
+    *h = (int64_t)floor((double)*h * s);
+    /* sqrt's rounding may leave the product one ulp over: trim. */
+    while (*w > 1 && *h > 1 && *w * *h > max_area) {
+        if (*w >= *h)
+            (*w)--;
+        else
+            (*h)--;
+    }
+}
+
+static int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+static int within(int64_t w, int64_t h, int32_t max_side, int64_t max_area)
+{
+    return (max_side <= 0 || (w <= max_side && h <= max_side)) &&
+           (max_area <= 0 || w * h <= max_area);
+}
+
+/* Step 3: each side to a multiple of `patch`. */
+static void round_patch(int64_t *w, int64_t *h, int32_t patch, int32_t max_side,
+                        int64_t max_area)
+{
+    int64_t q = patch, rw, rh;
+
+    if (patch <= 1)
+        return;
+    rw = max64(1, (*w + q / 2) / q) * q;
+    rh = max64(1, (*h + q / 2) / q) * q;
+    if (!within(rw, rh, max_side, max_area)) {
+        rw = max64(1, *w / q) * q;
+        rh = max64(1, *h / q) * q;
+    }
+    *w = rw;
+    *h = rh;
+}
+
+void dh_media_native_size(int32_t width, int32_t height, int32_t rotation,
+                          int32_t max_side, int64_t max_area, int32_t patch,
+                          int32_t *out_w, int32_t *out_h)
+{
+    int64_t w = width, h = height;
+
+    if (rotation == 90 || rotation == 270) {
+        w = height;
+        h = width;
+    }
+    if (w <= 0 || h <= 0) {
+        *out_w = *out_h = 0;
+        return;
+    }
+    bound_side(&w, &h, max_side);
+    bound_area(&w, &h, max_area);
+    w = max64(1, w);
+    h = max64(1, h);
+    round_patch(&w, &h, patch, max_side, max_area);
+    /* Over 16,384 is the caller's to refuse (dh_media_plan_check) or clamp
+     * with the aspect kept (the probe's estimate). */
+    *out_w = (int32_t)(w > INT32_MAX ? INT32_MAX : w);
+    *out_h = (int32_t)(h > INT32_MAX ? INT32_MAX : h);
+}
+
+int dh_media_plan_resolve(const struct dh_media_plan *p,
+                          const struct dh_media_info *info,
+                          struct dh_media_plan *out, struct dh_err *e)
+{
+    struct dh_media_plan r = *p;
+    int rc;
+
+    if (p->geometry == DH_GEOM_NATIVE) {
+        dh_media_native_size(info->width, info->height, info->rotation,
+                             p->max_side, p->max_area, p->patch, &r.width,
+                             &r.height);
+        r.geometry = DH_GEOM_STRETCH;
+    }
+    if ((rc = dh_media_plan_check(&r, e)))
+        return rc;
+    *out = r;
+    return 0;
+}
+
+int64_t dh_media_fps_count(int64_t frames, double clip_fps, double fps,
+                           int64_t cap)
+{
+    int64_t k = 0;
+
+    if (frames <= 0 || !(clip_fps > 0) || !(fps > 0))
+        return 0;
+    if (cap <= 0 || cap > DH_MEDIA_MAX_FRAMES)
+        cap = DH_MEDIA_MAX_FRAMES;
+    /* The same expression as frame_select.c's sample_pos(), so the same
+     * doubles decide. */
+    while (k < cap && (double)k * clip_fps / fps < (double)frames)
+        k++;
+    return k > 0 ? k : 1;
 }

@@ -124,7 +124,11 @@ static int64_t plan_frames(const struct dh_sample_plan *p,
 
     if (p->frames > 0)
         return p->frames; /* short clips repeat or pad to the count */
-    if (p->fps > 0 && d->duration_s > 0)
+    if (p->fps > 0 && d->frames > 0 && d->fps > 0)
+        n = dh_media_fps_count(d->frames, d->fps, p->fps,
+                               p->max_frames > 0 ? p->max_frames
+                                                 : PLAN_MAX_FRAMES);
+    else if (p->fps > 0 && d->duration_s > 0)
         n = (int64_t)llround(d->duration_s * p->fps);
     else
         n = d->frames;
@@ -137,25 +141,13 @@ static int64_t plan_frames(const struct dh_sample_plan *p,
     return n;
 }
 
+/* The decoder's own rule (dh_media_native_size): the estimate of a native
+ * sample is the size a native plan of the same bounds decodes it at. */
 static void native_size(const struct dh_sample_plan *p, const struct dh_desc *d,
                         int32_t *w, int32_t *h)
 {
-    int32_t sw = d->width, sh = d->height, t;
-    int32_t longer;
-
-    if (d->rotation == 90 || d->rotation == 270) {
-        t = sw;
-        sw = sh;
-        sh = t;
-    }
-    longer = sw > sh ? sw : sh;
-    if (p->max_side > 0 && longer > p->max_side) {
-        double s = (double)p->max_side / longer;
-        sw = (int32_t)lround(sw * s);
-        sh = (int32_t)lround(sh * s);
-    }
-    *w = sw > 0 ? sw : 0;
-    *h = sh > 0 ? sh : 0;
+    dh_media_native_size(d->width, d->height, d->rotation, p->max_side,
+                         p->max_area, p->patch, w, h);
 }
 
 /* Estimates describe what the media pipeline can produce: at most

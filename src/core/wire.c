@@ -28,8 +28,7 @@
 /* Our enums travel as their numeric values: keep them equal. */
 _Static_assert((int)DH_PLAN_ALL == DATAHELIX__WIRE__PLAN_KIND__PLAN_ALL,
                "plan kinds");
-_Static_assert((int)DH_GEOM_RANDOM_CROP ==
-                   DATAHELIX__WIRE__GEOMETRY__GEOM_RANDOM_CROP,
+_Static_assert((int)DH_GEOM_NATIVE == DATAHELIX__WIRE__GEOMETRY__GEOM_NATIVE,
                "geometry");
 _Static_assert((int)DH_SNAP_KEY == DATAHELIX__WIRE__SNAP__SNAP_KEY, "snap");
 _Static_assert((int)DH_DTYPE_F32 == DATAHELIX__WIRE__DTYPE__DTYPE_F32, "dtype");
@@ -366,6 +365,9 @@ void dh_wire_plan_to_media(const struct dh_wire_plan *w,
     memcpy(out->std, w->std, sizeof(out->std));
     out->snap = w->snap;
     out->snap_tol = w->snap_tol;
+    out->max_side = (int32_t)w->max_side;
+    out->max_area = (int64_t)w->max_area;
+    out->patch = (int32_t)w->patch;
     /* The wire carries no cap: a DataServer holds every plan it is sent to
      * its own default, DH_MEDIA_MAX_PIXELS, whatever a peer would like. */
     out->max_pixels = 0;
@@ -374,6 +376,7 @@ void dh_wire_plan_to_media(const struct dh_wire_plan *w,
 int dh_wire_plan_from_media(struct dh_wire_plan *w,
                             const struct dh_media_plan *p, struct dh_err *e)
 {
+    int native;
     int rc;
 
     if ((rc = dh_media_plan_check(p, e)) < 0)
@@ -400,6 +403,12 @@ int dh_wire_plan_from_media(struct dh_wire_plan *w,
     w->geometry = p->geometry;
     w->layout = p->layout;
     w->dtype = p->dtype;
+    native = p->geometry == DH_GEOM_NATIVE;
+    w->width = native ? 0 : w->width;
+    w->height = native ? 0 : w->height;
+    w->max_side = native ? (uint32_t)p->max_side : 0;
+    w->max_area = native ? (uint64_t)p->max_area : 0;
+    w->patch = native ? (uint32_t)p->patch : 0;
     memcpy(w->mean, p->mean, sizeof(w->mean));
     memcpy(w->std, p->std, sizeof(w->std));
     w->snap = p->snap;

@@ -174,7 +174,7 @@ static int ck_plan_enums(const struct dh__wire_ck *c,
     if ((rc = ck_enum(c, "plan.kind", (unsigned)p->kind, 0, DH_PLAN_ALL)) < 0 ||
         (rc = ck_enum(c, "plan.pad", (unsigned)p->pad, 0, DH_PAD_ZERO)) < 0 ||
         (rc = ck_enum(c, "plan.geometry", (unsigned)p->geometry, 0,
-                      DH_GEOM_RANDOM_CROP)) < 0 ||
+                      DH_GEOM_NATIVE)) < 0 ||
         (rc = ck_enum(c, "plan.layout", (unsigned)p->layout, 0,
                       DH_LAYOUT_TCHW)) < 0 ||
         (rc = ck_enum(c, "plan.dtype", (unsigned)p->dtype, 0, DH_DTYPE_F32)) <
@@ -211,6 +211,35 @@ static int ck_plan_indices(const struct dh__wire_ck *c,
     return 0;
 }
 
+/* The size fields: width x height for a fixed size; for a native one the
+ * bounds, with width / height 0 (and the bounds 0 otherwise), so that no
+ * field means something the geometry does not use. */
+static int ck_plan_size(const struct dh__wire_ck *c,
+                        const struct dh_wire_plan *p)
+{
+    int rc;
+
+    if (p->geometry != DH_GEOM_NATIVE) {
+        if ((rc = ck_u64(c, "plan.width", p->width, 1, DH_WIRE_MAX_DIM)) < 0 ||
+            (rc = ck_u64(c, "plan.height", p->height, 1, DH_WIRE_MAX_DIM)) <
+                0 ||
+            (rc = ck_u64(c, "plan.max_side", p->max_side, 0, 0)) < 0 ||
+            (rc = ck_u64(c, "plan.max_area", p->max_area, 0, 0)) < 0 ||
+            (rc = ck_u64(c, "plan.patch", p->patch, 0, 0)) < 0)
+            return rc;
+        return 0;
+    }
+    if ((rc = ck_u64(c, "plan.width", p->width, 0, 0)) < 0 ||
+        (rc = ck_u64(c, "plan.height", p->height, 0, 0)) < 0 ||
+        (rc = ck_u64(c, "plan.max_side", p->max_side, 0, DH_WIRE_MAX_DIM)) <
+            0 ||
+        (rc = ck_u64(c, "plan.max_area", p->max_area, 0,
+                     (uint64_t)DH_MEDIA_MAX_PIXELS)) < 0 ||
+        (rc = ck_u64(c, "plan.patch", p->patch, 0, DH_MEDIA_MAX_PATCH)) < 0)
+        return rc;
+    return 0;
+}
+
 static int ck_plan(const struct dh__wire_ck *c, const struct dh_wire_plan *p)
 {
     struct dh_media_plan mp;
@@ -220,9 +249,8 @@ static int ck_plan(const struct dh__wire_ck *c, const struct dh_wire_plan *p)
     if (p->frames > DH_WIRE_MAX_FRAMES)
         return WIRE_BIG(c, "plan.frames %" PRIu32 " over the cap of %u",
                         p->frames, DH_WIRE_MAX_FRAMES);
-    if ((rc = ck_u64(c, "plan.width", p->width, 1, DH_WIRE_MAX_DIM)) < 0 ||
-        (rc = ck_u64(c, "plan.height", p->height, 1, DH_WIRE_MAX_DIM)) < 0 ||
-        (rc = ck_plan_enums(c, p)) < 0 || (rc = ck_plan_indices(c, p)) < 0 ||
+    if ((rc = ck_plan_enums(c, p)) < 0 || (rc = ck_plan_size(c, p)) < 0 ||
+        (rc = ck_plan_indices(c, p)) < 0 ||
         (rc = ck_real(c, "plan.fps", p->fps, 0, 1e6)) < 0 ||
         (rc = ck_real(c, "plan.snap_tol", p->snap_tol, -1e9, 1e9)) < 0)
         return rc;

@@ -56,6 +56,9 @@ static PbPlan *plan_pb(PbPlan *pb, const struct dh_wire_plan *p)
     pb->std = (float *)(uintptr_t)p->std;
     pb->snap = (Datahelix__Wire__Snap)p->snap;
     pb->snap_tol = p->snap_tol;
+    pb->max_side = p->max_side;
+    pb->max_area = p->max_area;
+    pb->patch = p->patch;
     return pb;
 }
 
@@ -353,6 +356,9 @@ static int plan_from_pb(const struct dh__wire_ck *c, struct dh_wire_plan *p,
     p->dtype = (enum dh_dtype)pb->dtype;
     p->snap = (enum dh_snap)pb->snap;
     p->snap_tol = pb->snap_tol;
+    p->max_side = pb->max_side;
+    p->max_area = pb->max_area;
+    p->patch = pb->patch;
     return 0;
 }
 

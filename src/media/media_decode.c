@@ -75,6 +75,11 @@ int dh_media_select(struct dh_media *m, const struct dh_media_plan *p,
         return dh_err_set(e, DH_EINVAL, "media: no file is open");
     if ((rc = dh_media_plan_check(p, e)))
         return rc;
+    if (p->geometry == DH_GEOM_NATIVE)
+        return dh_err_set(e, DH_EINVAL,
+                          "%s: a native-size plan is resolved per file "
+                          "first (dh_media_plan_resolve)",
+                          m->name);
     clip_view(m, &c);
     m->selected = 0;
     if (m->image) { /* a still image is one frame, whatever the plan */

@@ -305,6 +305,11 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
                             "ddl_ms",
                             "step_deadline_ms",
                             "spares",
+                            "fps",
+                            "native",
+                            "max_side",
+                            "max_area",
+                            "patch",
                             NULL};
     struct dh_client_opts o;
     const char *layout = "THWC", *dtype = "uint8", *tel = NULL;
@@ -312,6 +317,9 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     long long frames = 16;
     int w = 224, h = 224, lay = 0, dt = 0, rc, random_crop = 0;
     unsigned long long arena_bytes = 0;
+    double fps = 0; /* > 0: an fps plan, `frames` its cap */
+    int native = 0, max_side = 0, patch = 0;
+    long long max_area = 0;
     PyObject *ds_args = NULL, *ds_bytes[17] = {NULL};
     const char *ds_argv[17] = {NULL};
     struct dh_err e;
@@ -322,13 +330,14 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     }
     dh_client_opts_default(&o);
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "ss|IILiissIIiizzIIzKzipKOddI", names, &o.coordinator,
-            &o.index_path, &o.rank, &o.world_size, &frames, &w, &h, &layout,
-            &dtype, &o.prefetch, &o.microbatches, &o.timeout_ms,
+            args, kw, "ss|IILiissIIiizzIIzKzipKOddIdpiLi", names,
+            &o.coordinator, &o.index_path, &o.rank, &o.world_size, &frames, &w,
+            &h, &layout, &dtype, &o.prefetch, &o.microbatches, &o.timeout_ms,
             &o.start_timeout_ms, &o.dataserver, &o.datahelix_bin, &o.ds_workers,
             &o.max_batch, &o.ds_listen, &seed, &tel, &o.max_restarts,
             &random_crop, &arena_bytes, &ds_args, &o.ddl_ms,
-            &o.step_deadline_ms, &o.spares))
+            &o.step_deadline_ms, &o.spares, &fps, &native, &max_side, &max_area,
+            &patch))
         return -1;
     o.arena_bytes = (size_t)arena_bytes;
     if (parse_enum(layout, "THWC", "TCHW", "layout", &lay) < 0 ||
@@ -342,6 +351,17 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     o.plan.seed = seed;
     if (random_crop)
         o.plan.geometry = DH_GEOM_RANDOM_CROP;
+    if (fps > 0) {
+        o.plan.kind = DH_PLAN_FPS;
+        o.plan.fps = fps;
+    }
+    if (native) { /* a packed batch: batch_packed.h */
+        o.plan.geometry = DH_GEOM_NATIVE;
+        o.plan.width = o.plan.height = 0;
+        o.plan.max_side = max_side;
+        o.plan.max_area = max_area;
+        o.plan.patch = patch;
+    }
     /* Appended, never truncated: ranks (or runs) given one path add
      * their records rather than overwrite each other's. */
     if (tel && !(self->telemetry = fopen(tel, "a"))) {

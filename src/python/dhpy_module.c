@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "datahelix/batch.h"
+#include "datahelix/batch_packed.h"
+#include "datahelix/estimate.h"
 #include "datahelix/index.h"
 #include "datahelix/media.h"
 #include "datahelix/plan.h"
@@ -56,7 +59,7 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"index",  "world_size", "batch_size", "rank",
                             "epoch",  "seed",       "balance",    "drop_last",
-                            "subset", NULL};
+                            "subset", "tokens",     NULL};
     const char *path;
     unsigned world, batch, rank;
     unsigned long long epoch = 0, seed = 0;
@@ -67,13 +70,20 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
     struct dh_index_columns col;
     struct dh_err e;
     PyObject *out = NULL;
-    Py_buffer sub = {0};
+    Py_buffer sub = {0}, tok = {0};
+    const uint32_t *tokens = NULL;
 
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sIII|KKipy*", names, &path,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sIII|KKipy*y*", names, &path,
                                      &world, &batch, &rank, &epoch, &seed,
-                                     &balance, &drop_last, &sub))
+                                     &balance, &drop_last, &sub, &tok))
         return NULL;
+    if (tok.buf && tok.len % 4) {
+        PyBuffer_Release(&sub);
+        PyBuffer_Release(&tok);
+        return PyErr_Format(PyExc_ValueError, "tokens: native uint32 "
+                                              "bytes expected");
+    }
     if (sub.buf && sub.len % 8) {
         PyBuffer_Release(&sub);
         return PyErr_Format(PyExc_ValueError, "subset: native uint64 "
@@ -89,7 +99,17 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
     Py_BEGIN_ALLOW_THREADS rc = dh_index_open(path, 0, &ix, &e);
     if (rc == 0) {
         dh_index_columns(ix, &col);
-        rc = dh_plan_schedule(col.est_tokens, col.profile, col.count, sub.buf,
+        /* tokens=: the loader's own estimate (its sampling), one per row */
+        tokens = col.est_tokens;
+        if (tok.buf && (uint64_t)tok.len / 4 == col.count)
+            tokens = tok.buf;
+        else if (tok.buf)
+            rc = dh_err_set(&e, DH_EINVAL, "tokens: %llu for %llu rows",
+                            (unsigned long long)tok.len / 4,
+                            (unsigned long long)col.count);
+    }
+    if (rc == 0) {
+        rc = dh_plan_schedule(tokens, col.profile, col.count, sub.buf,
                               (uint64_t)sub.len / 8, &po, rank, 0, &sc, &e);
     }
     Py_END_ALLOW_THREADS if (rc == 0) out = Py_BuildValue(
@@ -97,6 +117,7 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
         (const char *)sc.offs, (Py_ssize_t)((sc.n_steps + 1) * 8));
     dh_plan_schedule_free(&sc);
     PyBuffer_Release(&sub);
+    PyBuffer_Release(&tok);
     dh_index_close(ix);
     if (rc < 0)
         return dhpy_raise(rc, &e);
@@ -286,6 +307,117 @@ static PyTypeObject IndexType = {
     .tp_as_sequence = &index_seq,
 };
 
+/* packed_table(buffer, n, elem) -> [(offset, t, h, w, valid_frames)]: the
+ * checked table of a packed slot (batch_packed.h); ValueError when the
+ * buffer does not hold a valid one. */
+static PyObject *py_packed_table(PyObject *mod, PyObject *args)
+{
+    struct dh_packed_entry *en = NULL;
+    PyObject *out = NULL;
+    unsigned n, elem;
+    struct dh_err e;
+    Py_buffer buf;
+
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "y*II", &buf, &n, &elem))
+        return NULL;
+    if (n == 0 || n > DH_BATCH_MAX_SAMPLES || (elem != 1 && elem != 4)) {
+        PyErr_Format(PyExc_ValueError, "packed_table: n %u, elem %u", n, elem);
+        goto out_buf;
+    }
+    if (!(en = PyMem_Malloc(n * sizeof(*en)))) {
+        PyErr_NoMemory();
+        goto out_buf;
+    }
+    dh_err_clear(&e);
+    if (dh_packed_table_read(buf.buf, (size_t)buf.len, n, elem, en, &e)) {
+        PyErr_SetString(PyExc_ValueError, e.msg);
+        goto out_free;
+    }
+    if (!(out = PyList_New(n)))
+        goto out_free;
+    for (unsigned i = 0; i < n; i++) {
+        PyObject *t = Py_BuildValue("KIIII", (unsigned long long)en[i].offset,
+                                    en[i].t, en[i].h, en[i].w,
+                                    en[i].valid_frames);
+        if (!t) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, t);
+    }
+out_free:
+    PyMem_Free(en);
+out_buf:
+    PyBuffer_Release(&buf);
+    return out;
+}
+
+/* native_size(width, height, rotation, max_side, max_area, patch) ->
+ * (w, h): dh_media_native_size, the decoder's own rounding. */
+static PyObject *py_native_size(PyObject *mod, PyObject *args)
+{
+    int w, h, rot, side, patch;
+    long long area;
+    int32_t ow, oh;
+
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "iiiiLi", &w, &h, &rot, &side, &area, &patch))
+        return NULL;
+    dh_media_native_size(w, h, rot, side, area, patch, &ow, &oh);
+    return Py_BuildValue("ii", (int)ow, (int)oh);
+}
+
+/* estimate_tokens(kind, width, height, rotation, fps, duration_s, frames,
+ * text_bytes, frames_spec, max_frames, size_spec, max_side, max_area,
+ * patch, model) -> int: est_tokens as `datahelix probe` computes it
+ * (dh_estimate) for one row under another sampling. */
+static PyObject *py_estimate_tokens(PyObject *mod, PyObject *args)
+{
+    const char *kind, *fspec, *sspec, *model;
+    int w, h, rot, side, patch;
+    long long frames, text_bytes, max_frames, area;
+    double fps, dur;
+    struct dh_estimator est = {0};
+    struct dh_desc d;
+    struct dh_err e;
+    int64_t tokens;
+
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "siiiddLLsLsiLis", &kind, &w, &h, &rot, &fps,
+                          &dur, &frames, &text_bytes, &fspec, &max_frames,
+                          &sspec, &side, &area, &patch, &model))
+        return NULL;
+    dh_sample_plan_default(&est.plan);
+    dh_cost_model_default(&est.cost);
+    dh_err_clear(&e);
+    if (dh_sample_plan_parse_frames(fspec, &est.plan, &e) ||
+        dh_sample_plan_parse_size(sspec, &est.plan, &e) ||
+        dh_token_model_parse(model, &est.tokens, &e))
+        return PyErr_Format(PyExc_ValueError, "%s", e.msg);
+    est.plan.max_frames = max_frames;
+    est.plan.max_side = side;
+    est.plan.max_area = area;
+    est.plan.patch = patch;
+    dh_desc_init(&d);
+    d.kind = !strcmp(kind, "image")  ? DH_KIND_IMAGE
+             : !strcmp(kind, "text") ? DH_KIND_TEXT
+                                     : DH_KIND_VIDEO;
+    d.width = w;
+    d.height = h;
+    d.rotation = rot;
+    d.fps = fps;
+    d.duration_s = dur;
+    d.frames = frames;
+    d.bytes = d.kind == DH_KIND_TEXT ? text_bytes : 0;
+    dh_estimate(&est, &d);
+    /* A caption's tokens: dh_estimate counts strlen(d.text), unset here. */
+    tokens = d.est_tokens +
+             (d.kind == DH_KIND_TEXT ? 0 : dh_text_tokens(text_bytes));
+    dh_desc_fini(&d);
+    return PyLong_FromLongLong((long long)tokens);
+}
+
 /* ---- module ---- */
 
 static PyMethodDef module_methods[] = {
@@ -299,6 +431,17 @@ static PyMethodDef module_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "decode(path, frames=16, width=224, height=224) -> bytes: the clip's "
      "uniformly sampled frames, centre-cropped, THWC uint8"},
+    {"packed_table", py_packed_table, METH_VARARGS,
+     "packed_table(buffer, n, elem) -> [(offset, t, h, w, valid_frames)]: "
+     "the checked table of a packed (native-size) batch"},
+    {"estimate_tokens", py_estimate_tokens, METH_VARARGS,
+     "estimate_tokens(kind, width, height, rotation, fps, duration_s, "
+     "frames, text_bytes, frames_spec, max_frames, size_spec, max_side, "
+     "max_area, patch, model) -> int: the probe's est_tokens of one row "
+     "under another sampling"},
+    {"native_size", py_native_size, METH_VARARGS,
+     "native_size(width, height, rotation, max_side, max_area, patch) -> "
+     "(w, h): the decoder's native-size rule"},
     {"build_index", py_build_index, METH_VARARGS,
      "build_index(table.jsonl, out.dhx): compile a descriptor table"},
     {NULL, NULL, 0, NULL},

@@ -111,6 +111,9 @@ static int send_request(struct dh_client *c, uint64_t k, uint32_t j,
     r->hints.est_cpu_ms = cpu > 0 && cpu < DH_WIRE_MAX_LATENCY_MS ? cpu : 0;
     r->hints.est_out_bytes = dh_batch_bytes(&c->plan, (uint32_t)(hi - lo));
     r->hints.steps_ahead = (uint32_t)(k - c->next_consume);
+    /* A packed batch (native size) is not forwarded between servers yet:
+     * the payload check wants a [B, ...] tensor (batch_packed.h). */
+    r->hints.local_only = c->plan.geometry == DH_GEOM_NATIVE;
     if ((rc = dh_wire_task_make(&r->task, c->epoch, c->pass, c->first_step + k,
                                 c->rank, j, e)) < 0 ||
         (rc = dh_wire_set_samples(r, c->ids + lo, hi - lo, e)) < 0 ||

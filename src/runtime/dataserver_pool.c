@@ -18,6 +18,7 @@
 
 #include "core/alloc.h"
 #include "datahelix/batch.h"
+#include "datahelix/batch_packed.h"
 #include "runtime/dataserver_internal.h"
 
 struct ds_pool {
@@ -67,10 +68,17 @@ static struct ds_job *take_job(struct ds_pool *p, uint64_t task_id)
     return NULL;
 }
 
-/* dims of the tensor a job's slot holds. */
-static uint32_t fill_dims(const struct ds_job *j, uint64_t *dims)
+/* dims of the tensor a job's slot holds; a packed batch (batch_packed.h)
+ * is one flat run of `used` bytes, table included, in elements of its
+ * dtype: the client reads the shapes from the table. */
+static uint32_t fill_dims(const struct ds_job *j, size_t used, uint64_t *dims)
 {
     uint64_t t = (uint64_t)dh_batch_frames(&j->plan);
+
+    if (dh_batch_is_packed(&j->plan)) {
+        dims[0] = used / (j->plan.dtype == DH_DTYPE_F32 ? 4 : 1);
+        return 1;
+    }
 
     dims[0] = j->n;
     dims[1] = t;
@@ -157,7 +165,7 @@ static void report(struct ds_pool *p, struct ds_job *j,
                                    .valid = valid,
                                    .n = j->n,
                                    .service_ms = d->decode_ms};
-        o.res.ndims = fill_dims(j, o.res.dims);
+        o.res.ndims = fill_dims(j, d->used, o.res.dims);
         apply_subs(j, d, &o.res);
     }
     p->sink.done(p->sink.arg, &o);

@@ -29,6 +29,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "datahelix/batch.h"
+#include "datahelix/batch_packed.h"
 #include "datahelix/workers.h"
 
 /* Workers wake this often to re-check `stopping` even without a signal. */
@@ -45,6 +46,7 @@ struct job {
     int code;
     uint32_t failed_at;
     struct dh_slot_ref slot;
+    size_t used; /* bytes of the batch in the slot */
     int32_t *valid;
     double decode_ms;
     char msg[DH_ERR_MSG_MAX];
@@ -129,10 +131,38 @@ static void release_slot(struct dh_arena *a, const struct dh_slot_ref *ref)
     (void)rc;
 }
 
+/* The slot a job needs: a fixed batch's bytes, or a packed batch's bound
+ * (batch_packed.h; an id the bound cannot size gets the table alone, and
+ * the decode then says what is wrong with it). */
+static size_t slot_bytes(const struct dh_workers *w, const struct job *j)
+{
+    size_t b;
+
+    if (!dh_batch_is_packed(&j->plan))
+        return dh_batch_bytes(&j->plan, j->n) + DH_MEDIA_DST_PAD;
+    b = dh_batch_packed_bound(w->ix, j->ids, j->n, &j->plan);
+    if (b == 0 || b > SIZE_MAX - DH_MEDIA_DST_PAD)
+        b = dh_packed_table_bytes(j->n);
+    return b + DH_MEDIA_DST_PAD;
+}
+
+static int decode_into(struct dh_workers *w, struct dh_media *m, struct job *j,
+                       uint8_t *dst, size_t need, struct dh_err *e)
+{
+    if (dh_batch_is_packed(&j->plan))
+        return dh_batch_packed_decode(m, w->ix, j->epoch, j->ids, j->n,
+                                      &j->plan, dst, need, &j->used, j->valid,
+                                      &j->failed_at, e);
+    j->used = dh_batch_bytes(&j->plan, j->n);
+    /* spares (the skip policy) substitute in fixed-shape batches only */
+    return dh_batch_decode_subs(m, w->ix, j->epoch, j->ids, j->n, &j->plan, dst,
+                                need, j->valid, j->subs, &j->failed_at, e);
+}
+
 /* Allocates the slot, decodes into it; on error the slot is released. */
 static void run_job(struct dh_workers *w, struct dh_media *m, struct job *j)
 {
-    size_t need = dh_batch_bytes(&j->plan, j->n) + DH_MEDIA_DST_PAD;
+    size_t need = slot_bytes(w, j);
     struct dh_err e;
     struct dh_slot_ref ref;
     uint8_t *dst;
@@ -151,9 +181,7 @@ static void run_job(struct dh_workers *w, struct dh_media *m, struct job *j)
     }
     t0 = dh__mono_msf();
     dh_media_set_watchdog(m, j->sample_timeout_ms);
-    j->code = dh_batch_decode_subs(m, w->ix, j->epoch, j->ids, j->n, &j->plan,
-                                   dst, need, j->valid, j->subs, &j->failed_at,
-                                   &e);
+    j->code = decode_into(w, m, j, dst, need, &e);
     j->decode_ms = dh__mono_msf() - t0;
     if (j->code)
         goto out_release;
@@ -374,7 +402,8 @@ static int check_job(const struct dh_work *job, struct dh_err *e)
                           "alloc timeout %d ms",
                           (unsigned long long)job->task_id, job->n,
                           DH_BATCH_MAX_SAMPLES, job->alloc_timeout_ms);
-    need = dh_batch_bytes(job->plan, job->n);
+    need = dh_batch_is_packed(job->plan) ? (size_t)dh_batch_frames(job->plan)
+                                         : dh_batch_bytes(job->plan, job->n);
     if (need == 0 || need > SIZE_MAX - DH_MEDIA_DST_PAD)
         return dh_err_set(e, DH_EINVAL,
                           "task %llu: the plan cannot be batched "
@@ -484,6 +513,7 @@ static void fill_done(struct job *j, struct dh_work_done *out)
     out->failed_at = j->failed_at;
     if (!j->code)
         out->slot = j->slot;
+    out->used = j->code ? 0 : j->used;
     out->n = j->n;
     out->valid_frames = j->valid; /* handed over */
     out->decode_ms = j->decode_ms;

@@ -44,5 +44,18 @@ mkdir -p "$prefix/scratch"
 readelf -d "$prefix/install_smoke" | grep -q 'NEEDED.*libdatahelix\.so' ||
     { echo "install: install_smoke did not link libdatahelix.so" >&2; exit 1; }
 "$prefix/install_smoke" "$prefix/scratch" || status=1
+# The Python package: every module of python/datahelix/ installed, and
+# the installed copy imports (a module left out of the install list
+# breaks `import datahelix` only after `make install`).
+pydir=$(ls -d "$prefix"/lib/python3*/dist-packages/datahelix 2>/dev/null | head -1)
+if [ -n "$pydir" ]; then
+    for m in "$src"/python/datahelix/*.py; do
+        [ -e "$pydir/${m##*/}" ] ||
+            { echo "install: python module ${m##*/} was not installed" >&2; status=1; }
+    done
+    (cd "$prefix/scratch" && PYTHONPATH="${pydir%/datahelix}" /usr/bin/python3 -c \
+        "import datahelix, sys; sys.exit(datahelix.__file__.startswith('$pydir') is False)") ||
+        { echo "install: the installed datahelix package does not import" >&2; status=1; }
+fi
 [ $status -eq 0 ] && echo "install: public headers only; a C program built against them runs"
 exit $status

@@ -655,8 +655,19 @@ static void plan_check_enums_and_floats(void **state)
     p.pad = (enum dh_pad)2;
     expect_bad(&p, "pad 2");
     p = q;
-    p.geometry = (enum dh_geometry)3;
-    expect_bad(&p, "geometry 3");
+    p.geometry = (enum dh_geometry)(DH_GEOM_NATIVE + 1);
+    expect_bad(&p, "geometry 4");
+    p = q; /* a native plan's bounds; its width / height are not used */
+    p.geometry = DH_GEOM_NATIVE;
+    p.width = p.height = 0;
+    p.patch = DH_MEDIA_MAX_PATCH + 1;
+    expect_bad(&p, "plan: patch 1025 out of range");
+    p.patch = 28;
+    p.max_side = -1;
+    expect_bad(&p, "plan: max_side -1 out of range");
+    p.max_side = 0;
+    p.max_area = DH_MEDIA_MAX_PIXELS + 1;
+    expect_bad(&p, "plan: max_area");
     p = q;
     p.layout = (enum dh_layout) - 1;
     expect_bad(&p, "layout");

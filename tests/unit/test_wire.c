@@ -226,6 +226,9 @@ static void assert_plan_eq(const struct dh_wire_plan *a,
     assert_memory_equal(a->std, b->std, sizeof(a->std));
     assert_int_equal(a->snap, b->snap);
     assert_true(a->snap_tol == b->snap_tol);
+    assert_int_equal(a->max_side, b->max_side);
+    assert_int_equal(a->max_area, b->max_area);
+    assert_int_equal(a->patch, b->patch);
 }
 
 static void assert_request_eq(const struct dh_wire_request *a,
@@ -758,7 +761,7 @@ static void mutate(struct pb *p, int id)
         p->plan.dtype = -1;
         break;
     case 51:
-        p->plan.geometry = 3;
+        p->plan.geometry = 4;
         break;
     case 52:
         p->plan.layout = 2;
@@ -834,6 +837,17 @@ static void mutate(struct pb *p, int id)
     case 76:
         p->req_task.epoch = 9;
         break; /* the same id, another epoch */
+    case 77:   /* a native plan's size is its bounds, never width x height */
+        p->plan.geometry = 3; /* GEOM_NATIVE */
+        break;
+    case 78:
+        p->plan.geometry = 3; /* GEOM_NATIVE */
+        p->plan.width = p->plan.height = 0;
+        p->plan.patch = DH_MEDIA_MAX_PATCH + 1;
+        break;
+    case 79: /* a fixed plan with a native bound set */
+        p->plan.max_side = 64;
+        break;
     case 73:
         p->req_task.microbatch = 5;
         p->req_task.id += 1;
@@ -1018,7 +1032,7 @@ static const struct rule rules[] = {
     {DH_WIRE_DESCRIPTOR_REQUEST, 48, DH_EFORMAT, "plan.height 0"},
     {DH_WIRE_DESCRIPTOR_REQUEST, 49, DH_EFORMAT, "plan.kind 99"},
     {DH_WIRE_DESCRIPTOR_REQUEST, 50, DH_EFORMAT, "plan.dtype -1"},
-    {DH_WIRE_DESCRIPTOR_REQUEST, 51, DH_EFORMAT, "plan.geometry 3"},
+    {DH_WIRE_DESCRIPTOR_REQUEST, 51, DH_EFORMAT, "plan.geometry 4"},
     {DH_WIRE_DESCRIPTOR_REQUEST, 52, DH_EFORMAT, "plan.layout 2"},
     {DH_WIRE_DESCRIPTOR_REQUEST, 53, DH_EFORMAT, "plan.snap 3"},
     {DH_WIRE_DESCRIPTOR_REQUEST, 54, DH_EFORMAT, "plan.pad 2"},
@@ -1041,6 +1055,9 @@ static const struct rule rules[] = {
     {DH_WIRE_DESCRIPTOR_REQUEST, 69, DH_EFORMAT,
      "descriptor_request.task.id 0x1000002000304 does not match its tuple "
      "(pass 2,"},
+    {DH_WIRE_DESCRIPTOR_REQUEST, 77, DH_EFORMAT, "plan.width"},
+    {DH_WIRE_DESCRIPTOR_REQUEST, 78, DH_EFORMAT, "plan.patch 1025"},
+    {DH_WIRE_DESCRIPTOR_REQUEST, 79, DH_EFORMAT, "plan.max_side 64"},
     {DH_WIRE_ROUTE, 70, DH_EFORMAT, "route.server_id 0"},
     {DH_WIRE_ROUTE, 71, DH_EFORMAT, "route.target_server_id 0"},
     {DH_WIRE_ROUTE, 72, DH_ETOOBIG, "route.target_address"},
@@ -1567,6 +1584,28 @@ static void plan_converts_both_ways(void **state)
     assert_null(w.indices);
     p.width = 0;
     assert_int_equal(dh_wire_plan_from_media(&w, &p, &e), DH_EINVAL);
+    /* A native plan travels as its bounds, width x height 0. */
+    p.geometry = DH_GEOM_NATIVE;
+    p.kind = DH_PLAN_FPS;
+    p.fps = 2;
+    p.frames = 32;
+    p.width = 224;
+    p.max_side = 448;
+    p.max_area = 602112;
+    p.patch = 28;
+    assert_int_equal(dh_wire_plan_from_media(&w, &p, &e), 0);
+    assert_int_equal(w.width, 0);
+    assert_int_equal(w.patch, 28);
+    dh_wire_plan_to_media(&w, &back);
+    assert_int_equal(back.geometry, DH_GEOM_NATIVE);
+    assert_int_equal(back.max_side, 448);
+    assert_int_equal(back.max_area, 602112);
+    assert_int_equal(back.patch, 28);
+    /* A fixed plan carries no native bounds, whatever its struct holds. */
+    p.geometry = DH_GEOM_CROP;
+    assert_int_equal(dh_wire_plan_from_media(&w, &p, &e), 0);
+    assert_int_equal(w.max_side, 0);
+    assert_int_equal(w.patch, 0);
 }
 
 /* ---- allocation failure at every step ---- */

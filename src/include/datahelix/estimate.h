@@ -26,6 +26,8 @@ struct dh_sample_plan {
     int32_t height;
     int32_t max_side; /* native only: shrink so the longer side <= this;
                            0 = none */
+    int64_t max_area; /* native only: a frame's width x height <= this */
+    int32_t patch;    /* native only: each side a multiple of this */
 };
 
 /* Defaults: frames "fps:8", max_frames 256, size "native", max_side 0.  At

@@ -187,6 +187,11 @@ struct dh_wire_plan {
     float mean[3], std[3];
     enum dh_snap snap;
     double snap_tol;
+    /* DH_GEOM_NATIVE (else 0): max_side <= DH_WIRE_MAX_DIM, max_area <=
+     * DH_MEDIA_MAX_PIXELS, patch <= DH_MEDIA_MAX_PATCH; width / height 0 */
+    uint32_t max_side;
+    uint64_t max_area;
+    uint32_t patch;
 };
 
 struct dh_wire_hints {

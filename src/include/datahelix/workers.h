@@ -72,6 +72,8 @@ struct dh_work_done {
     char msg[DH_ERR_MSG_MAX];
     uint32_t failed_at;
     struct dh_slot_ref slot;
+    size_t used; /* bytes of the batch from the slot's start: a fixed
+                    batch's tensor, or a packed one's table + samples */
     uint32_t n;
     int32_t *valid_frames;
     double decode_ms; /* arena wait excluded */
