@@ -537,3 +537,71 @@ def test_telemetry_per_rank_appended(sets, tmp_path):
     assert lines[0] == '{"earlier": true}'
     recs = [json.loads(x) for x in lines[1:]]
     assert len(recs) == 2 * n and all(r["rank"] == 0 for r in recs)
+
+
+DDP_SKIP_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    import torch, torch.distributed as dist
+    sys.path.insert(0, sys.argv[1])
+    import datahelix
+    dist.init_process_group("gloo")
+    kw = dict(batch_size=1, frames=4, size=(32, 32), timeout=60)
+    train = datahelix.DataLoader(sys.argv[2], on_error="skip", **kw)
+    val = datahelix.DataLoader(sys.argv[3], drop_last=False, **kw)
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Linear(3, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    out = {"steps": [], "subs": [], "val": []}
+    for epoch in range(2):
+        train.set_epoch(epoch)
+        n = 0
+        for b in train:
+            x = b["video"].float().mean(dim=(1, 2, 3))   # [B, 3]
+            loss = model(x).square().mean()
+            opt.zero_grad()
+            loss.backward()                              # DDP all-reduce
+            opt.step()
+            n += 1
+            out["subs"] += [s["failed_id"] for s in b["substituted"]]
+        out["steps"].append(n)
+        out["val"].append(sum(len(v["ids"]) for v in val))
+    out["substituted"] = train.stats()["substituted"]
+    with open(os.path.join(sys.argv[4], f"rank{dist.get_rank()}.json"),
+              "w") as f:
+        json.dump(out, f)
+    train.close()
+    val.close()
+    dist.destroy_process_group()
+""")
+
+
+def test_torchrun_ddp_with_a_bad_clip_and_skip_keeps_ranks_in_step(
+        sets, tmp_path):
+    """Issue 15's test: 2 ranks under torchrun, train (a truncated clip,
+    on_error="skip") and val interleaved for 2 epochs, DDP's all-reduce
+    each step: both ranks take every planned step, the job ends (a rank one
+    step short would hang DDP until the timeout), the clip is reported as
+    substituted on the rank that had it, once an epoch."""
+    if not _torchrun_ok():
+        pytest.skip("torch.distributed.run is not usable here")
+    m = corrupt_copy(sets / "train", tmp_path / "bad", 3)
+    for t in (m, sets / "val.jsonl"):  # compile the indexes once
+        datahelix.DataLoader(t, **SMALL).close()
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SKIP_SCRIPT)
+    p = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
+         "2", "--redirects", "1", "--tee", "1", "--master_port",
+         str(free_port()), str(script), str(ROOT / "python"), str(m),
+         str(sets / "val.jsonl"), str(tmp_path)],
+        capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = [json.loads((tmp_path / f"rank{r}.json").read_text())
+           for r in range(2)]
+    planned = [len(plan(m, 2, 1, e)) for e in range(2)]
+    assert res[0]["steps"] == res[1]["steps"] == planned
+    assert all(v > 0 for r in range(2) for v in res[r]["val"])
+    # clip 3 is in one rank's share each epoch: substituted there, once
+    assert sorted(res[0]["subs"] + res[1]["subs"]) == [3, 3]
+    assert [res[r]["substituted"] for r in range(2)] == \
+        [len(res[r]["subs"]) for r in range(2)]
