@@ -47,11 +47,10 @@ void dh_batch_sample_plan(const struct dh_media_plan *p, uint64_t epoch,
     out->seed = dh__mix64(p->seed ^ dh__mix64(epoch ^ dh__mix64(id)));
 }
 
-static int check_args(const struct dh_index *ix, const uint64_t *ids,
-                      uint32_t n, const struct dh_media_plan *p, size_t dst_len,
-                      struct dh_err *e)
+int dh__batch_check_ids(const struct dh_index *ix, const uint64_t *ids,
+                        uint32_t n, const struct dh_media_plan *p,
+                        struct dh_err *e)
 {
-    size_t need = dh_batch_bytes(p, n);
     int rc;
 
     if ((rc = dh_media_plan_check(p, e)))
@@ -59,15 +58,6 @@ static int check_args(const struct dh_index *ix, const uint64_t *ids,
     if (n == 0 || n > DH_BATCH_MAX_SAMPLES)
         return dh_err_set(e, DH_EINVAL, "batch: %u samples (1..%d)", n,
                           DH_BATCH_MAX_SAMPLES);
-    if (need == 0)
-        return dh_err_set(e, DH_EINVAL,
-                          "batch: an fps plan needs a frame "
-                          "cap to be batched");
-    if (need == SIZE_MAX || dst_len < need + DH_MEDIA_DST_PAD)
-        return dh_err_set(e, DH_EINVAL,
-                          "batch: destination holds %zu "
-                          "bytes, %u samples need %zu + %d",
-                          dst_len, n, need, DH_MEDIA_DST_PAD);
     for (uint32_t i = 0; i < n; i++)
         if (ids[i] >= dh_index_count(ix))
             return dh_err_set(e, DH_EINVAL,
@@ -76,6 +66,32 @@ static int check_args(const struct dh_index *ix, const uint64_t *ids,
                               (unsigned long long)ids[i],
                               (unsigned long long)dh_index_count(ix));
     return 0;
+}
+
+int dh__batch_check_room(size_t need, size_t dst_len, uint32_t n,
+                         const char *what, struct dh_err *e)
+{
+    if (need == 0)
+        return dh_err_set(e, DH_EINVAL,
+                          "batch: an fps plan needs a frame "
+                          "cap to be batched");
+    if (need == SIZE_MAX || dst_len < need + DH_MEDIA_DST_PAD)
+        return dh_err_set(e, DH_EINVAL,
+                          "batch: destination holds %zu "
+                          "bytes, %u %s %zu + %d",
+                          dst_len, n, what, need, DH_MEDIA_DST_PAD);
+    return 0;
+}
+
+static int check_args(const struct dh_index *ix, const uint64_t *ids,
+                      uint32_t n, const struct dh_media_plan *p, size_t dst_len,
+                      struct dh_err *e)
+{
+    int rc = dh__batch_check_ids(ix, ids, n, p, e);
+
+    return rc ? rc
+              : dh__batch_check_room(dh_batch_bytes(p, n), dst_len, n,
+                                     "samples need", e);
 }
 
 /* One sample into its slice; zero the frames it does not fill. */

@@ -127,35 +127,15 @@ static int check_args(const struct dh_index *ix, const uint64_t *ids,
                       uint32_t n, const struct dh_media_plan *p, size_t dst_len,
                       struct dh_err *e)
 {
-    size_t need;
     int rc;
 
-    if ((rc = dh_media_plan_check(p, e)))
-        return rc;
-    if (!dh_batch_is_packed(p))
+    if (!dh_batch_is_packed(p) && dh_media_plan_check(p, e) == 0)
         return dh_err_set(e, DH_EINVAL,
                           "batch: a packed batch needs a native-size plan");
-    if (n == 0 || n > DH_BATCH_MAX_SAMPLES)
-        return dh_err_set(e, DH_EINVAL, "batch: %u samples (1..%d)", n,
-                          DH_BATCH_MAX_SAMPLES);
-    for (uint32_t i = 0; i < n; i++)
-        if (ids[i] >= dh_index_count(ix))
-            return dh_err_set(e, DH_EINVAL,
-                              "batch: sample id %llu is not "
-                              "in the index (%llu samples)",
-                              (unsigned long long)ids[i],
-                              (unsigned long long)dh_index_count(ix));
-    need = dh_batch_packed_bound(ix, ids, n, p);
-    if (need == 0)
-        return dh_err_set(e, DH_EINVAL,
-                          "batch: an fps plan needs a frame "
-                          "cap to be batched");
-    if (need == SIZE_MAX || dst_len < need + DH_MEDIA_DST_PAD)
-        return dh_err_set(e, DH_EINVAL,
-                          "batch: destination holds %zu "
-                          "bytes, %u packed samples need up to %zu + %d",
-                          dst_len, n, need, DH_MEDIA_DST_PAD);
-    return 0;
+    if ((rc = dh__batch_check_ids(ix, ids, n, p, e)))
+        return rc;
+    return dh__batch_check_room(dh_batch_packed_bound(ix, ids, n, p), dst_len,
+                                n, "packed samples need up to", e);
 }
 
 /* One sample at dst + off, resolved against its own file; fills `en`. */

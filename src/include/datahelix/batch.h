@@ -96,4 +96,14 @@ int dh_batch_decode_subs(struct dh_media *m, const struct dh_index *ix,
                          struct dh_batch_subs *subs, uint32_t *failed_at,
                          struct dh_err *e) DH_MUST_CHECK;
 
+/* The argument checks both batch layouts make (batch.c): the plan, the
+ * count (1..DH_BATCH_MAX_SAMPLES) and every id in the index; then that a
+ * destination of dst_len holds `need` bytes + DH_MEDIA_DST_PAD (need 0:
+ * an fps plan without a frame cap), the message saying "N <what> X". */
+int dh__batch_check_ids(const struct dh_index *ix, const uint64_t *ids,
+                        uint32_t n, const struct dh_media_plan *p,
+                        struct dh_err *e);
+int dh__batch_check_room(size_t need, size_t dst_len, uint32_t n,
+                         const char *what, struct dh_err *e);
+
 #endif
