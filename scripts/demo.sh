@@ -12,8 +12,11 @@ echo "== 1. gen-data: $COUNT synthetic clips (S 224p ~2 s, M 336p ~4 s, L 448p ~
 "$DH" gen-data --out "$OUT/videos" --profiles mixed --count "$COUNT" --seed 1 --captions
 echo
 echo "== 2. probe: descriptors + calibrated cost model -> $OUT/manifest.jsonl, $OUT/manifest.dhx"
-"$DH" probe --calibrate 2 --summary --out "$OUT/manifest.jsonl" \
-    --index "$OUT/manifest.dhx" "$OUT/videos/captions.jsonl"
+# Tokens estimated for the sampling the loaders below use (8 frames at
+# 112x112), so the plan balances what they really deliver.
+"$DH" probe --calibrate 2 --summary --frames 8 --size 112x112 \
+    --out "$OUT/manifest.jsonl" --index "$OUT/manifest.dhx" \
+    "$OUT/videos/captions.jsonl"
 echo
 echo "== 3. the table's first descriptor"
 sed -n 2p "$OUT/manifest.jsonl" | cut -c1-400

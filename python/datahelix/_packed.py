@@ -255,12 +255,12 @@ def check_tokens(manifest, n, samp, size):
     k, have, want = diff
     redo = samp["fps"] > 0 or samp["native"]
     tokens = _reestimate(manifest, n, spec, model) if redo else None
-    what = ("re-estimated here for this sampling (the plan balances "
-            "those)" if tokens is not None else
-            "the plan balances the stored ones; re-probe with this "
+    what = ("tokens re-estimated here for this sampling (the plan "
+            "balances those)" if tokens is not None else
+            "the plan balances the stored tokens; re-probe with this "
             "sampling (datahelix probe --frames/--size) to fix")
     warnings.warn(
         f"{os.fspath(manifest)}: est_tokens were made with {k}={have!r}, "
-        f"this loader samples {k}={want!r}: tokens {what}",
+        f"this loader samples {k}={want!r}: {what}",
         UserWarning, stacklevel=3)
     return tokens
