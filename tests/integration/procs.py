@@ -4,9 +4,11 @@ processes they started, by pid (see each test)."""
 import json
 import pathlib
 import socket
+import subprocess
+import sys
 import time
 
-from conftest import run_dh
+from conftest import ROOT, run_dh
 
 
 def _stat(pid):
@@ -93,3 +95,22 @@ def plan_ids(manifest, world, batch, epoch=0, seed=0):
 
 def read_ids(path):
     return [int(x) for x in pathlib.Path(path).read_text().split()]
+
+
+def torchrun(nproc, script, out_dir, *args, port=None, timeout=300):
+    """Runs `script` under `python3 -m torch.distributed.run` with `nproc`
+    ranks on `port` (None: a free one), argv = [python/, *args, out_dir];
+    each rank
+    writes out_dir/rank{r}.json.  Those objects, rank order; a failed job
+    fails the test with its stderr's tail."""
+    p = subprocess.run(
+        # --redirects/--tee 1: Debian's torch 1.13 on Python 3.11 cannot
+        # parse its own default "0" (enum.Flag iteration changed in 3.11).
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
+         str(nproc), "--redirects", "1", "--tee", "1", "--master_port",
+         str(port or free_port()), str(script), str(ROOT / "python"),
+         *map(str, args), str(out_dir)],
+        capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return [json.loads((pathlib.Path(out_dir) / f"rank{r}.json").read_text())
+            for r in range(nproc)]

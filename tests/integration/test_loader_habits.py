@@ -17,7 +17,7 @@ import textwrap
 import pytest
 
 from conftest import ROOT, run_dh, _binary
-from procs import arena_mapping, free_port
+from procs import arena_mapping, free_port, torchrun
 
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
@@ -183,15 +183,8 @@ def test_torchrun_two_ranks_train_and_val_interleaved(sets, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(TORCHRUN_SCRIPT)
     port = free_port()
-    p = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
-         "2", "--redirects", "1", "--tee", "1", "--master_port", str(port),
-         str(script), str(ROOT / "python"), str(sets / "train.jsonl"),
-         str(sets / "val.jsonl"), str(tmp_path)],
-        capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    res = [json.loads((tmp_path / f"rank{r}.json").read_text())
-           for r in range(2)]
+    res = torchrun(2, script, tmp_path, sets / "train.jsonl",
+                   sets / "val.jsonl", port=port)
     for r in range(2):
         assert res[r]["addr"] == [f"tcp://127.0.0.1:{port + 1}",
                                   f"tcp://127.0.0.1:{port + 2}"]
@@ -589,15 +582,7 @@ def test_torchrun_ddp_with_a_bad_clip_and_skip_keeps_ranks_in_step(
         datahelix.DataLoader(t, **SMALL).close()
     script = tmp_path / "ddp.py"
     script.write_text(DDP_SKIP_SCRIPT)
-    p = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
-         "2", "--redirects", "1", "--tee", "1", "--master_port",
-         str(free_port()), str(script), str(ROOT / "python"), str(m),
-         str(sets / "val.jsonl"), str(tmp_path)],
-        capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    res = [json.loads((tmp_path / f"rank{r}.json").read_text())
-           for r in range(2)]
+    res = torchrun(2, script, tmp_path, m, sets / "val.jsonl")
     planned = [len(plan(m, 2, 1, e)) for e in range(2)]
     assert res[0]["steps"] == res[1]["steps"] == planned
     assert all(v > 0 for r in range(2) for v in res[r]["val"])

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from conftest import ROOT, run_dh, _binary
-from procs import (alive, arena_mapping, descendants, free_port,
+from procs import (alive, arena_mapping, descendants, free_port, torchrun,
                    plan_steps)
 
 torch = pytest.importorskip("torch")
@@ -46,6 +46,26 @@ def dataset(tmp_path_factory):
 def binary_env(monkeypatch):
     monkeypatch.setenv("DATAHELIX_BIN", _binary())
     monkeypatch.delenv("DATAHELIX_COORDINATOR", raising=False)
+
+
+def two_ranks(script, manifest, port=None):
+    """Runs `script` as ranks 0 and 1 of one job (torchrun's environment,
+    the Coordinator on MASTER_PORT+1 = `port`, None: a free one); each
+    prints one JSON object with its "rank".  {rank: that object}; a rank
+    that fails fails the test."""
+    port = port or free_port()
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port - 1))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", script, str(ROOT / "python"),
+             str(manifest)], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=180) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    return {json.loads(o)["rank"]: json.loads(o) for o, _ in outs}
 
 
 def plan(manifest, world, batch, epoch=0):
@@ -397,19 +417,7 @@ def test_skip_keeps_two_ranks_in_lockstep(corrupt):
     datahelix.DataLoader(m, **SMALL).close()  # compile the index once
     want = plan(m, 2, 2)
     bad_rank = next(r for r in range(2) if any(3 in s[r] for s in want))
-    port = free_port()
-    procs = []
-    for r in range(2):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port - 1))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", SKIP_SCRIPT, str(ROOT / "python"), str(m)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True))
-    outs = [p.communicate(timeout=180) for p in procs]
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, err
-    res = {json.loads(o)["rank"]: json.loads(o) for o, _ in outs}
+    res = two_ranks(SKIP_SCRIPT, m)
     assert len(res[0]["steps"]) == len(res[1]["steps"]) == len(want)
     for r in range(2):
         mine = [i for s in want for i in s[r]]
@@ -474,18 +482,8 @@ def test_two_ranks_torchrun_style_share_one_coordinator(dataset, tmp_path):
     m = dataset / "m.jsonl"
     datahelix.DataLoader(m, **SMALL).close()  # compile the index once
     port = free_port()
-    procs = []
-    for r in range(2):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port - 1))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", RANK_SCRIPT, str(ROOT / "python"), str(m)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True))
-    outs = [p.communicate(timeout=180) for p in procs]
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, err
-    res = {json.loads(o)["rank"]: json.loads(o)["ids"] for o, _ in outs}
+    res = {r: out["ids"]
+           for r, out in two_ranks(RANK_SCRIPT, m, port=port).items()}
     want = plan(m, 2, 2)
     for r in range(2):
         assert res[r] == [s[r] for s in want]
@@ -590,17 +588,7 @@ def test_torchrun_four_cpu_ranks_gloo(dataset, tmp_path):
     datahelix.DataLoader(m, **SMALL).close()  # compile the index once
     script = tmp_path / "train.py"
     script.write_text(TRAIN_SCRIPT)
-    port = free_port()
-    p = subprocess.run(
-        # --redirects/--tee 1: Debian's torch 1.13 on Python 3.11 cannot
-        # parse its own default "0" (enum.Flag iteration changed in 3.11).
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
-         "4", "--redirects", "1", "--tee", "1", "--master_port", str(port),
-         str(script), str(ROOT / "python"),
-         str(m), str(tmp_path)], capture_output=True, text=True, timeout=240)
-    assert p.returncode == 0, p.stderr[-3000:]
-    res = [json.loads((tmp_path / f"rank{r}.json").read_text())
-           for r in range(4)]
+    res = torchrun(4, script, tmp_path, m, timeout=240)
     want = plan(m, 4, 1)
     for r in range(4):
         assert res[r]["world"] == 4 and res[r]["len"] == len(want)

@@ -2,7 +2,8 @@
  * loop_fixture.h - what the tests that run real Coordinator and DataServer
  * loops on threads and speak the wire codec share (test_dataserver.c,
  * test_remote.c): the clip set of clip_fixture.h without the truncated
- * clip, the runners of loop_runner.h, a DEALER peer and a request filler.
+ * clip, the runners of loop_runner.h, a DEALER peer, a request filler and
+ * WAIT_STAT (a server counter, awaited).
  * Header-only test code: define NCLIPS, then include it once (after
  * cmocka.h and zmq.h).
  */
@@ -18,6 +19,21 @@ static int loop_fixture_setup(const char *sub, uint64_t seed)
 {
     return clip_fixture_build(sub, seed, 0);
 }
+
+/* Counters move on the server's thread a moment after the message they
+ * count is sent: poll up to the test's WAIT_MS, then assert. */
+#define WAIT_STAT(s, field, want)                                              \
+    do {                                                                       \
+        struct dh_dataserver_stats st_;                                        \
+        uint64_t end_ = now_ms() + WAIT_MS;                                    \
+        do {                                                                   \
+            dh_dataserver_stats((s), &st_);                                    \
+            if (st_.field == (uint64_t)(want))                                 \
+                break;                                                         \
+            sleep_ms(5);                                                       \
+        } while (now_ms() < end_);                                             \
+        assert_int_equal(st_.field, (want));                                   \
+    } while (0)
 
 /* ---- peers speaking the wire codec ---- */
 

@@ -57,21 +57,6 @@ static struct dh_dataserver *make_server(const char *endpoint, int reg_ms,
     return *rc == 0 ? s : NULL;
 }
 
-/* Counters move on the server's thread a moment after the message they
- * count is sent: poll (bounded), then assert. */
-#define WAIT_STAT(s, field, want)                                              \
-    do {                                                                       \
-        struct dh_dataserver_stats st_;                                        \
-        uint64_t end_ = now_ms() + WAIT_MS;                                    \
-        do {                                                                   \
-            dh_dataserver_stats((s), &st_);                                    \
-            if (st_.field == (want))                                           \
-                break;                                                         \
-            sleep_ms(5);                                                       \
-        } while (now_ms() < end_);                                             \
-        assert_int_equal(st_.field, (want));                                   \
-    } while (0)
-
 /* ---- the fake peers' side of the wire ---- */
 
 static void send_msg(void *s, const struct dh_wire_msg *m)

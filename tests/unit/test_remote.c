@@ -52,19 +52,6 @@ static int setup(void **state)
     return loop_fixture_setup("remote", 11);
 }
 
-#define WAIT_STAT(s, field, want)                                              \
-    do {                                                                       \
-        struct dh_dataserver_stats st_;                                        \
-        uint64_t end_ = now_ms() + WAIT_MS;                                    \
-        do {                                                                   \
-            dh_dataserver_stats((s), &st_);                                    \
-            if (st_.field == (uint64_t)(want))                                 \
-                break;                                                         \
-            sleep_ms(5);                                                       \
-        } while (now_ms() < end_);                                             \
-        assert_int_equal(st_.field, (want));                                   \
-    } while (0)
-
 static void local_opts(struct dh_dataserver_opts *o, const char *coord)
 {
     dh_dataserver_opts_default(o);
