@@ -129,6 +129,17 @@ bench-place: build
 bench-route: build
 	@build/bench_route
 
+# Chaos soak (issue 13 item 9; needs root): a 4-rank job with sidecars in
+# network namespaces, kill -9 and link flaps at random, corrupt clips; fails
+# on any sample lost or duplicated, a hang, RSS/fd drift or residue.  CI runs
+# 60 s of it (tests/integration/test_chaos.py).
+SOAK_SECONDS ?= 600
+SOAK_KINDS ?= sidecar,dataserver,link
+.PHONY: soak
+soak: build
+	@DATAHELIX_BIN=$(CURDIR)/build/datahelix $(PY) tests/soak/chaos.py \
+	  --seconds $(SOAK_SECONDS) --kinds $(SOAK_KINDS)
+
 FUZZ_SECONDS ?= 10
 FUZZERS := fuzz_desc_json fuzz_index_open fuzz_media_decode fuzz_wire_decode
 

@@ -76,6 +76,8 @@ static void usage(FILE *f)
         "                       decoding only)\n"
         "  --start-timeout-ms MS  bound on registering and starting the\n"
         "                       local DataServer (default 15000)\n"
+        "  --max-restarts N     restarts of a local DataServer that died\n"
+        "                       (default 3; at most 62)\n"
         "  --timeout-ms MS      bound on waiting for one batch (def. 60000)\n"
         "  --on-error P         raise (default: stop at the first failed\n"
         "                       sample) or skip (a failed sample is replaced\n"
@@ -118,6 +120,7 @@ static const struct option long_opts[] = {
     {"workers", required_argument, NULL, 'j'},
     {"listen", required_argument, NULL, 'L'},
     {"start-timeout-ms", required_argument, NULL, 'X'},
+    {"max-restarts", required_argument, NULL, 'R'},
     {"timeout-ms", required_argument, NULL, 't'},
     {"on-error", required_argument, NULL, 'e'},
     {"ids-out", required_argument, NULL, 'i'},
@@ -231,6 +234,11 @@ static int parse_opt(void *ctx, int c)
         if (!(r = dh_cli_opt_i64(CMD, "--start-timeout-ms", optarg, 1, 3600000,
                                  &v)))
             a->o.start_timeout_ms = (int)v;
+        return r;
+    case 'R':
+        /* CL_MAX_ARENAS (64) holds the first server and its restarts. */
+        if (!(r = dh_cli_opt_i64(CMD, "--max-restarts", optarg, 0, 62, &v)))
+            a->o.max_restarts = (int)v;
         return r;
     case 't':
         if (!(r = dh_cli_opt_i64(CMD, "--timeout-ms", optarg, 1, 86400000, &v)))

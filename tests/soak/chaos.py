@@ -1,0 +1,397 @@
+"""Chaos soak (issue 13 item 9): a 4-rank job with remote sidecars on two
+other hosts (Linux network namespaces), while processes are killed with
+SIGKILL at random, links flap, and corrupt clips sit in the manifest.
+
+    /usr/bin/python3 tests/soak/chaos.py --seconds 600 [--seed S]
+        [--kinds sidecar,dataserver,coordinator,link] [--out DIR]
+
+(`make soak SOAK_SECONDS=600`; CI runs a 60-second version through
+tests/integration/test_chaos.py.)  Needs root for `ip netns`.
+
+At the end it checks what the issue promises: every rank exits 0; per
+epoch every planned sample is delivered exactly once or reported bad (a
+corrupt clip, replaced by its reported substitute); nothing hung (every
+wait here is bounded); the long-lived processes' RSS and open fds are flat;
+no process of the job is left (in the namespaces or under us); nothing
+new in /dev/shm.  It prints a table and writes DIR/chaos.json.
+
+Kinds of chaos (each picked at random, one every 1.5-4 s):
+  sidecar      kill -9 of a remote sidecar on B or C; a new one starts
+  dataserver   kill -9 of a rank's local DataServer (its client restarts
+               it; at most --max-restarts per rank)
+  coordinator  kill -9 of the Coordinator; a new one on the same address
+  link         host B's or C's link down for 0.5-2 s, then up
+"""
+import argparse
+import collections
+import json
+import os
+import pathlib
+import random
+import re
+import signal
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "integration"))
+
+from conftest import run_dh  # noqa: E402
+from procs import alive, children, descendants, plan_ids, read_ids, \
+    wait_until  # noqa: E402
+from test_multihost import Hosts, listening  # noqa: E402
+
+KINDS = ("sidecar", "dataserver", "coordinator", "link")
+CI_KINDS = ("sidecar", "dataserver", "link")  # coordinator: issue 13 item 5
+RANKS = 4
+BATCH = 2
+CLIPS = 24
+BAD = 2                         # corrupt clips in the manifest
+PORT = 7500
+REMOTE_IDS = {"B": 101, "C": 102}
+SMALL = ["--frames", "4", "--size", "32x32"]
+SUB_RE = re.compile(r"substituted: epoch (\d+) step (\d+) position \d+: "
+                    r"sample (\d+) failed .* sample (\d+) delivered")
+SKIP_RE = re.compile(r"skipped: rank (\d+) epoch (\d+) step (\d+):")
+
+
+def log(msg):
+    print(f"chaos: {msg}", file=sys.stderr, flush=True)
+
+
+def make_data(d, seed):
+    """CLIPS short clips, indexed; then BAD of them damaged on disk (the
+    index still lists them, as a clip that rots after probing would be)."""
+    run_dh("gen-data", "--out", d / "videos", "--profiles", "S", "--count",
+           CLIPS, "--seed", seed, check=True, timeout=600)
+    run_dh("probe", "--out", d / "m.jsonl", "--index", d / "m.dhx",
+           d / "videos", check=True, timeout=600)
+    rows = [json.loads(x) for x in (d / "m.jsonl").read_text().splitlines()
+            if x.strip()]
+    rows = [r for r in rows if "path" in r]
+    rng = random.Random(seed)
+    bad = sorted(rng.sample(range(len(rows)), BAD))
+    for i in bad:
+        p = pathlib.Path(rows[i]["path"])
+        if not p.is_absolute():
+            p = d / p
+        data = p.read_bytes()
+        # Keep the container's first KiB (it still opens), drop the rest:
+        # no frame can be decoded.
+        p.write_bytes(data[:1024])
+    return d / "m.dhx", {rows[i].get("id", i) for i in bad}
+
+
+def proc_stats(pid):
+    """(RSS KiB, open fds) of `pid`, or None."""
+    try:
+        rss = 0
+        for line in pathlib.Path(f"/proc/{pid}/status").read_text() \
+                .splitlines():
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1])
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+        return rss, fds
+    except OSError:
+        return None
+
+
+def shm_names():
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+class Job:
+    """The cluster: Coordinator + ranks in A, sidecars in B and C."""
+
+    def __init__(self, hosts, manifest, epochs, max_restarts, extra):
+        self.h = hosts
+        self.m = manifest
+        self.coord = f"tcp://{hosts.addr['A']}:{PORT}"
+        self.epochs = epochs
+        self.max_restarts = max_restarts
+        self.extra = list(extra)  # options every process of the job takes
+        self.generation = collections.Counter()
+        self.sidecars = {}
+        self.c = None
+        self.ranks = []
+
+    def start_coordinator(self):
+        n = self.generation["coordinator"]
+        self.generation["coordinator"] += 1
+        c = self.h.start("A", f"coordinator.{n}", "coordinator", "--listen",
+                         self.coord, "--policy", "round-robin",
+                         "--heartbeat-timeout-ms", 1000, *self.extra)
+        if not (wait_until(lambda: listening(c.pid, PORT)
+                           or c.p.poll() is not None, 15)
+                and c.p.poll() is None):
+            raise RuntimeError(f"coordinator did not start:\n{c.stderr()}")
+        self.c = c
+
+    def start_sidecar(self, host):
+        n = self.generation[host]
+        self.generation[host] += 1
+        s = self.h.start(host, f"sidecar{host}.{n}", "dataserver", "--remote",
+                         "--coordinator", self.coord, "--index", self.m,
+                         "--workers", 1, "--server-id", REMOTE_IDS[host],
+                         *self.extra)
+        self.sidecars[host] = s
+
+    def start_ranks(self):
+        for r in range(RANKS):
+            self.ranks.append(self.h.start(
+                "A", f"rank{r}", "consume", "--coordinator", self.coord,
+                "--manifest", self.m, "--rank", r, "--world-size", RANKS,
+                "--batch-size", BATCH, *SMALL, "--epochs", self.epochs,
+                "--listen", f"tcp://{self.h.addr['A']}:0", "--json",
+                "--on-error", "skip", "--window-ms", 100, "--prefetch", 2,
+                "--ids-out", self.h.tmp / f"ids{r}", "--timeout-ms", 30000,
+                "--max-restarts", self.max_restarts, *self.extra))
+
+    def running(self):
+        return [p for p in self.ranks if p.p.poll() is None]
+
+    def local_server(self, rank):
+        kids = children(self.ranks[rank].pid)
+        for k in kids:
+            if k not in self.h.extra_pids:
+                self.h.extra_pids.append(k)
+        return kids[0] if kids else None
+
+
+def kill9(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def chaos_loop(job, kinds, rng, deadline, counts, notes):
+    """Until the ranks are done or the deadline: one act of chaos every
+    1.5-4 s.  Returns when no rank runs any more."""
+    restarts = collections.Counter()
+    while job.running() and time.monotonic() < deadline:
+        wait_until(lambda: not job.running(), rng.uniform(1.5, 4.0), 0.05)
+        if not job.running():
+            break
+        kind = rng.choice(kinds)
+        if kind == "sidecar":
+            host = rng.choice("BC")
+            s = job.sidecars[host]
+            if kill9(s.pid):
+                s.wait(5)
+                counts["sidecar"] += 1
+            time.sleep(rng.uniform(0.2, 1.0))
+            job.start_sidecar(host)
+        elif kind == "dataserver":
+            live = [r for r in range(RANKS) if job.ranks[r].p.poll() is None
+                    and restarts[r] < job.max_restarts - 1]
+            if not live:
+                continue
+            r = rng.choice(live)
+            pid = job.local_server(r)
+            if pid and kill9(pid):
+                restarts[r] += 1
+                counts["dataserver"] += 1
+        elif kind == "coordinator":
+            if kill9(job.c.pid):
+                job.c.wait(5)
+                counts["coordinator"] += 1
+            time.sleep(rng.uniform(0.2, 1.0))
+            job.start_coordinator()
+        elif kind == "link":
+            host = rng.choice("BC")
+            dev = f"v{host.lower()}"
+            ns = job.h.ns["A"]
+            from test_multihost import ip
+            ip("-n", ns, "link", "set", dev, "down")
+            time.sleep(rng.uniform(0.5, 2.0))
+            ip("-n", ns, "link", "set", dev, "up")
+            counts["link"] += 1
+        notes.append((round(time.monotonic(), 2), kind))
+
+
+def check_delivery(job, bad, epochs):
+    """Per rank, epoch and step: delivered == planned, except that every
+    reported failure of a corrupt clip is replaced by its reported
+    substitute; a step the rank reports skipped (every spare failed) loses
+    its samples, which is only right for corrupt clips.  Returns
+    (delivered, bad reports, lost, duplicated, problems)."""
+    problems = []
+    delivered = lost = dup = reported = 0
+    plans = [plan_ids(job.m, RANKS, BATCH, epoch=ep)[1]
+             for ep in range(epochs)]
+    for r, p in enumerate(job.ranks):
+        got = read_ids(job.h.tmp / f"ids{r}")
+        subs = collections.defaultdict(list)
+        skipped = set()
+        for line in p.stderr().splitlines():
+            m = SUB_RE.search(line)
+            if m:
+                subs[(int(m.group(1)), int(m.group(2)))].append(
+                    (int(m.group(3)), int(m.group(4))))
+            m = SKIP_RE.search(line)
+            if m and int(m.group(1)) == r:
+                skipped.add((int(m.group(2)), int(m.group(3))))
+        off = 0
+        for ep in range(epochs):
+            for st, ranks in enumerate(plans[ep]):
+                planned = ranks[r]
+                if (ep, st) in skipped:
+                    good = [i for i in planned if i not in bad]
+                    if good:
+                        lost += len(good)
+                        problems.append(f"rank {r} epoch {ep} step {st}: "
+                                        f"skipped, losing good samples "
+                                        f"{good}")
+                    continue
+                want = collections.Counter(planned)
+                for failed, sub in subs[(ep, st)]:
+                    reported += 1
+                    if failed not in bad:
+                        problems.append(f"rank {r} epoch {ep} step {st}: "
+                                        f"good sample {failed} reported "
+                                        "failed")
+                    want[failed] -= 1
+                    want[sub] += 1
+                have = collections.Counter(got[off:off + len(planned)])
+                off += len(planned)
+                delivered += sum(have.values())
+                for i in set(want) | set(have):
+                    if have[i] != want[i]:
+                        if have[i] < want[i]:
+                            lost += want[i] - have[i]
+                        else:
+                            dup += have[i] - want[i]
+                        problems.append(
+                            f"rank {r} epoch {ep} step {st}: sample {i} "
+                            f"delivered {have[i]}x, want {want[i]}x")
+        if off != len(got):
+            problems.append(f"rank {r}: {len(got)} ids delivered, the plan "
+                            f"(less skipped steps) has {off}")
+    return delivered, reported, lost, dup, problems
+
+
+def run(seconds, out, seed=0, kinds=KINDS, extra=()):
+    """The soak; returns its report (a dict).  `extra`: options every
+    process of the job takes (e.g. a key file)."""
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    manifest, bad = make_data(out, seed)
+    # ~0.3 s an epoch here (3 steps of 100 ms); enough epochs to outlast
+    # the chaos window.
+    epochs = max(2, int(seconds / 0.3))
+    shm_before = shm_names()
+    hosts = Hosts(out)
+    counts = collections.Counter()
+    notes = []
+    report = {"seconds": seconds, "seed": seed, "kinds": list(kinds),
+              "ranks": RANKS, "epochs": epochs, "bad_clips": sorted(bad)}
+    problems = []
+    t0 = time.monotonic()
+    try:
+        hosts.setup()
+        job = Job(hosts, manifest, epochs, max_restarts=62, extra=extra)
+        job.start_coordinator()
+        for h in "BC":
+            job.start_sidecar(h)
+        job.start_ranks()
+        wait_until(lambda: all(job.local_server(r) for r in range(RANKS))
+                   or not job.running(), 15)
+        time.sleep(min(5.0, seconds / 10))  # warm: first RSS / fd sample
+        first = {p.name: proc_stats(p.pid) for p in job.ranks}
+        chaos_loop(job, list(kinds), rng, t0 + seconds, counts, notes)
+        last = {p.name: proc_stats(p.pid) for p in job.running()}
+        # The ranks finish their remaining epochs without more chaos.
+        end = time.monotonic() + max(60.0, 1.5 * seconds)
+        for p in job.ranks:
+            rc = p.wait(max(0.1, end - time.monotonic()))
+            if rc != 0:
+                problems.append(f"{p.name} exit {rc}: "
+                                f"{p.stderr()[-2000:]}")
+        drift = {}
+        for name, a in first.items():
+            b = last.get(name)
+            if a and b:
+                drift[name] = {"rss_kib": b[0] - a[0], "fds": b[1] - a[1]}
+                # Flat: allocator noise, not a leak per act of chaos.
+                if b[0] - a[0] > 32 * 1024 or b[1] - a[1] > 8:
+                    problems.append(f"{name}: RSS {a[0]} -> {b[0]} KiB, fds "
+                                    f"{a[1]} -> {b[1]}")
+        report["drift"] = drift
+        if not problems:
+            d, rep, lost, dup, pr = check_delivery(job, bad, epochs)
+            report.update(delivered=d, reported_bad=rep, lost=lost,
+                          duplicated=dup)
+            problems += pr
+        kids = descendants(os.getpid())
+        ours = [k for k in kids if alive(k)
+                and not any(k == p.pid for p in hosts.procs)]
+        if ours:
+            problems.append(f"processes left under the soak: {ours}")
+    finally:
+        problems += hosts.teardown()
+    report["kills"] = dict(counts)
+    report["elapsed_s"] = round(time.monotonic() - t0, 1)
+    new_shm = sorted(shm_names() - shm_before)
+    if new_shm:
+        problems.append(f"/dev/shm residue: {new_shm}")
+    report["problems"] = problems
+    report["events"] = notes
+    (out / "chaos.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def table(rep):
+    k = rep.get("kills", {})
+    rows = [("minutes", f"{rep['seconds'] / 60:.1f} "
+             f"(elapsed {rep['elapsed_s']} s)"),
+            ("ranks / epochs", f"{rep['ranks']} / {rep['epochs']}"),
+            ("kills by kind", ", ".join(f"{n} {k.get(n, 0)}" for n in KINDS)),
+            ("samples delivered", rep.get("delivered", "-")),
+            ("reported bad (corrupt clips)", rep.get("reported_bad", "-")),
+            ("lost / duplicated", f"{rep.get('lost', '-')} / "
+             f"{rep.get('duplicated', '-')}"),
+            ("RSS / fd drift (max over ranks)",
+             "%s KiB / %s" % (max((d["rss_kib"] for d in
+                                   rep.get("drift", {}).values()), default=0),
+                              max((d["fds"] for d in
+                                   rep.get("drift", {}).values()),
+                                  default=0))),
+            ("problems", len(rep["problems"]))]
+    w = max(len(a) for a, _ in rows)
+    return "\n".join(f"{a:<{w}}  {b}" for a, b in rows)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=600)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kinds", default=",".join(CI_KINDS),
+                    help="comma-separated, of: " + ", ".join(KINDS))
+    ap.add_argument("--out", default=None,
+                    help="folder for data and logs (default: a temp dir)")
+    a = ap.parse_args(argv)
+    kinds = [k for k in a.kinds.split(",") if k]
+    for k in kinds:
+        if k not in KINDS:
+            ap.error(f"unknown kind {k!r} (kinds: {', '.join(KINDS)})")
+    if os.geteuid() != 0:
+        print("chaos: needs root (ip netns add)", file=sys.stderr)
+        return 2
+    out = a.out or tempfile.mkdtemp(prefix="datahelix-chaos-")
+    log(f"{a.seconds:.0f} s, kinds {','.join(kinds)}, logs in {out}")
+    rep = run(a.seconds, out, a.seed, kinds)
+    print(table(rep))
+    for p in rep["problems"]:
+        print(f"problem: {p}")
+    return 1 if rep["problems"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
