@@ -7,7 +7,7 @@ CTEST   := ctest --timeout 300 --output-on-failure
 CMAKE_BUILD := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build
 
 .PHONY: all deps build build-asan test test-c test-asan test-py test-fuzz lint format \
-        demo install \
+        demo install uninstall deb \
         bench bench-all bench-probe bench-verify bench-index bench-decode bench-plan fuzz clean
 
 all: build
@@ -56,8 +56,21 @@ test-py:
 demo: deps build
 	@scripts/demo.sh build/datahelix
 
+# `make install [PREFIX=DIR]` (default /usr/local) records what it put
+# where in DIR/share/datahelix/installed-files; `make uninstall [PREFIX=DIR]`
+# removes exactly those files (and the folders they leave empty).
+PREFIX ?= /usr/local
 install: build
-	cmake --install build
+	@scripts/install.sh install build $(PREFIX)
+
+uninstall:
+	@scripts/install.sh uninstall build $(PREFIX)
+
+# A Debian package of the build (dpkg-deb; installs under /usr, with the
+# Python package in /usr/lib/python3/dist-packages): DIST/datahelix_V_ARCH.deb.
+DIST ?= dist
+deb: build
+	@scripts/make-deb.sh build $(DIST)
 
 # Issue 7's evaluation matrix in <= 15 minutes here: every system side by
 # side on mixed/videomae, mixed/qwen-vl and shared/dit, the Table 2

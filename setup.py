@@ -3,7 +3,9 @@
 Builds the C library with CMake (`make build`) if it is not built yet, then
 the extension datahelix._C against it, and ships the `datahelix` program
 inside the package (datahelix/bin/) so the DataServers it starts are found
-without a PATH entry.  `make install` is the other way in (README)."""
+without a PATH entry; the `datahelix` console command runs that program
+(datahelix/_cli.py).  `make install` and `make deb` are the other ways in
+(README "Installing")."""
 import glob
 import os
 import shutil
@@ -61,4 +63,5 @@ setup(
         [os.path.join(BUILD, "libdatahelix.a")],
         extra_link_args=pkg_libs() + ["-lm", "-lpthread"])],
     cmdclass={"build_py": BuildPy},
+    entry_points={"console_scripts": ["datahelix = datahelix._cli:main"]},
 )

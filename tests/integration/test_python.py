@@ -641,36 +641,6 @@ def test_resume_after_kill9_consumes_the_epoch_once(dataset):
     assert consumed == [i for s in plan(m, 1, 2) for i in s[0]]
 
 
-def test_pip_install_offline_gives_a_working_package(dataset, tmp_path,
-                                                     monkeypatch):
-    """`pip install --no-build-isolation .` (offline): the package, its
-    extension and the `datahelix` program it starts, usable without
-    DATAHELIX_BIN or PATH."""
-    target = tmp_path / "site"
-    p = subprocess.run([sys.executable, "-m", "pip", "install",
-                        "--no-build-isolation", "--no-deps", "--no-index",
-                        "--target", str(target), str(ROOT)],
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    assert (target / "datahelix" / "bin" / "datahelix").exists()
-    env = {k: v for k, v in os.environ.items() if k != "DATAHELIX_BIN"}
-    env["PYTHONPATH"] = str(target)
-    env["PATH"] = "/usr/bin:/bin"
-    code = textwrap.dedent("""
-        import sys, datahelix
-        assert datahelix.__file__.startswith(sys.argv[2]), datahelix.__file__
-        with datahelix.DataLoader(sys.argv[1], batch_size=2, frames=4,
-                                  size=(32, 32)) as loader:
-            print(sum(b["ids"].numel() for b in loader))
-    """)
-    p = subprocess.run([sys.executable, "-c", code,
-                        str(dataset / "m.jsonl"), str(target)],
-                       capture_output=True, text=True, timeout=120, env=env,
-                       cwd=tmp_path)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == "12"
-
-
 def test_holding_the_whole_arena_raises_at_once(dataset):
     """Batches kept past the arena (arena_mb): ArenaExhausted at once
     (not the server's 30 s wait, not a sample error), the step still
