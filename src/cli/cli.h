@@ -29,6 +29,19 @@ int dh_cmd_coordinator(int argc, char **argv);
 int dh_cmd_dataserver(int argc, char **argv);
 int dh_cmd_consume(int argc, char **argv);
 int dh_cmd_bench(int argc, char **argv);
+int dh_cmd_demo(int argc, char **argv);
+
+/* ---- subcommands whose work is a Python module (py_exec.c) ---- */
+/* This program's path (/proc/self/exe) and its folder.  0, or -1 with the
+ * error printed for `cmd`. */
+int dh_cli_self_dir(const char *cmd, char *self, size_t self_len, char *dir,
+                    size_t dir_len);
+/* Replaces this process with `$DATAHELIX_PYTHON or /usr/bin/python3 -m
+ * MODULE argv[1..]`, DATAHELIX_BIN = self and, if pkg_dir is not NULL,
+ * pkg_dir first on PYTHONPATH.  Returns only on failure (DH_EXIT_FAIL,
+ * the error printed). */
+int dh_cli_exec_python(const char *cmd, const char *self, const char *pkg_dir,
+                       const char *module, int argc, char **argv);
 
 /* Prints "datahelix: <what>: <why>\n" to stderr. */
 void dh_cli_error(const char *what, const char *fmt, ...) DH_PRINTF(2, 3);
