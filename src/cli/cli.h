@@ -106,9 +106,10 @@ int dh_cli_opt_size(const char *cmd, const char *s, struct dh_media_plan *p);
 int dh_cli_parse_double(const char *s, double lo, double hi, double *out);
 
 /* ---- progress on stderr ----
- * On a terminal: a bar redrawn in place.  Elsewhere (logs, pipes): nothing,
- * unless dh_progress_log_every() asks for a plain line every N seconds, for
- * runs long enough that a log without progress looks hung. */
+ * On a terminal: a bar redrawn in place.  Elsewhere (logs, pipes): a plain
+ * line every $DATAHELIX_PROGRESS_S seconds (default 10; 0: none), so a long
+ * run's log shows it is alive; dh_progress_log_every() sets that period
+ * (0: none, e.g. for --quiet). */
 struct dh_progress {
     const char *label;
     uint64_t total;

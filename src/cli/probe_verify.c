@@ -35,8 +35,6 @@
 #include "datahelix/media.h"
 #include "datahelix/probe.h"
 
-#define LOG_EVERY_S 10.0 /* progress line period when not a terminal */
-
 struct vitem {
     struct dh_verify_entry v;
     int have; /* v holds this run's verdict */
@@ -195,16 +193,6 @@ static void *worker(void *arg)
 
 /* ---- the pass ---- */
 
-static double log_period(void)
-{
-    const char *s = getenv("DATAHELIX_PROGRESS_S");
-    double v;
-
-    if (s && dh_cli_parse_double(s, 0.001, 86400, &v) == 0)
-        return v;
-    return LOG_EVERY_S;
-}
-
 static void show(struct vpass *p, struct dh_progress *bar)
 {
     double el = dh_cli_now() - bar->t_start;
@@ -225,8 +213,8 @@ static void wait_workers(void *arg)
     struct dh_progress bar;
 
     dh_progress_start(&bar, "verify", p->ntodo);
-    if (!p->o->quiet)
-        dh_progress_log_every(&bar, log_period());
+    if (p->o->quiet)
+        dh_progress_log_every(&bar, 0);
     while (atomic_load(&p->done) < p->ntodo && !atomic_load(&p->stop)) {
         show(p, &bar);
         nanosleep(&ts, NULL);

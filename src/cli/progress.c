@@ -1,13 +1,27 @@
 /*
  * progress.c - a one-line progress bar with rate and ETA on stderr.
- * Drawn only when stderr is a terminal so logs and pipes stay clean; a
- * caller whose runs take hours may ask for a plain line every N seconds
- * there instead (dh_progress_log_every), so such a log shows it is alive.
+ * Drawn only when stderr is a terminal; anywhere else (a cluster job's log,
+ * a pipe) the same facts come as a plain line every DH_PROGRESS_LOG_S
+ * seconds ($DATAHELIX_PROGRESS_S; 0: none), so a long run's log shows it
+ * is alive without filling up with bars.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+
+#define DH_PROGRESS_LOG_S 10.0
+
+static double log_period(void)
+{
+    const char *s = getenv("DATAHELIX_PROGRESS_S");
+    double v;
+
+    if (s && *s && dh_cli_parse_double(s, 0, 86400, &v) == 0)
+        return v;
+    return DH_PROGRESS_LOG_S;
+}
 
 void dh_progress_start(struct dh_progress *p, const char *label, uint64_t total)
 {
@@ -18,9 +32,9 @@ void dh_progress_start(struct dh_progress *p, const char *label, uint64_t total)
     p->t_start = dh_cli_now();
     p->t_last_draw = 0;
     p->t_last_log = p->t_start;
-    p->log_every_s = 0;
     p->note[0] = '\0';
     p->enabled = isatty(STDERR_FILENO);
+    p->log_every_s = p->enabled ? 0 : log_period();
 }
 
 void dh_progress_log_every(struct dh_progress *p, double secs)

@@ -157,3 +157,21 @@ def test_captions_parse_and_point_at_files(gen_set):
         lengths.add(len(words))
     assert len(lengths) > 1
     assert not [f for f in gen_set.iterdir() if f.name.startswith(".")]
+
+
+def test_progress_is_a_plain_line_off_a_terminal(tmp_path):
+    """stderr a pipe (a cluster log): no bar, but a progress line every
+    DATAHELIX_PROGRESS_S seconds, with the facts the bar has; 0: none."""
+    import os
+    env = dict(os.environ, DATAHELIX_PROGRESS_S="0.001")
+    p = run_dh("gen-data", "--out", tmp_path / "a", "--profiles", "S",
+               "--count", 3, "--seed", 2, check=True, env=env)
+    lines = [x for x in p.stderr.splitlines() if "%)" in x]
+    assert lines, p.stderr
+    assert "\r" not in p.stderr and "\033[" not in p.stderr
+    assert lines[0].startswith("gen-data: 1/3 (33%)"), lines
+    assert "/s, ETA" in lines[0]
+    env["DATAHELIX_PROGRESS_S"] = "0"
+    q = run_dh("gen-data", "--out", tmp_path / "b", "--profiles", "S",
+               "--count", 3, "--seed", 2, check=True, env=env)
+    assert not [x for x in q.stderr.splitlines() if "%)" in x], q.stderr
