@@ -48,6 +48,15 @@ def stop_process(p, timeout=5):
         p.wait(timeout=timeout)
 
 
+def probed_set(d, profiles, count, seed):
+    """gen-data COUNT clips of PROFILES into d/videos, probed into
+    d/m.jsonl; returns d."""
+    run_dh("gen-data", "--out", d / "videos", "--profiles", profiles,
+           "--count", count, "--seed", seed, check=True, timeout=300)
+    run_dh("probe", "--out", d / "m.jsonl", d / "videos", check=True)
+    return d
+
+
 @pytest.fixture(scope="session")
 def gen_set(tmp_path_factory):
     """A small mixed S/M/L set with captions, made once per test session."""

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, run_dh
+from conftest import ROOT, probed_set, run_dh
 
 CLEAN_PATH = "/usr/bin:/bin"
 
@@ -36,11 +36,7 @@ def files_under(d):
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pkg")
-    run_dh("gen-data", "--out", d / "videos", "--profiles", "S", "--count",
-           6, "--seed", 5, check=True, timeout=300)
-    run_dh("probe", "--out", d / "m.jsonl", d / "videos", check=True)
-    return d / "m.jsonl"
+    return probed_set(tmp_path_factory.mktemp("pkg"), "S", 6, 5) / "m.jsonl"
 
 
 LOADER = textwrap.dedent("""

@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run_dh, _binary
+from conftest import ROOT, probed_set, run_dh, _binary
 from procs import arena_mapping
 
 torch = pytest.importorskip("torch")
@@ -39,11 +39,7 @@ DECODE = ["--plan", "fps:1", "--frames", 8, "--size", "native",
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
     """12 clips, S and M alternating: two resolutions, several lengths."""
-    d = tmp_path_factory.mktemp("vlm")
-    run_dh("gen-data", "--out", d / "videos", "--profiles", "S,M", "--count",
-           12, "--seed", 7, check=True, timeout=300)
-    run_dh("probe", "--out", d / "m.jsonl", d / "videos", check=True)
-    return d
+    return probed_set(tmp_path_factory.mktemp("vlm"), "S,M", 12, 7)
 
 
 @pytest.fixture(autouse=True)
