@@ -271,6 +271,11 @@ static int parse_args(struct args *a, int argc, char **argv)
         return dh_cli_usage_error(CMD, "--python-dataset needs --client-fd: "
                                        "a dataset is accepted only from the "
                                        "client that started this server");
+    if (a->o.python_dataset && a->o.listen)
+        return dh_cli_usage_error(CMD, "--python-dataset excludes --listen: "
+                                       "a Python-dataset server takes "
+                                       "batches only from its own workers, "
+                                       "never payloads from the network");
     if (a->o.remote && (r = check_remote(a)) != 0)
         return r;
     return DH_CLI_RUN;
@@ -322,5 +327,6 @@ int dh_cmd_dataserver(int argc, char **argv)
     memset(&a, 0, sizeof(a));
     if ((r = parse_args(&a, argc, argv)) != DH_CLI_RUN)
         return r;
+    dh_cli_ignore_sigpipe();
     return serve(&a);
 }

@@ -365,6 +365,15 @@ static int check_mode(const struct dh_dataserver_opts *o, struct dh_err *e)
                           "dataserver: --python-dataset needs "
                           "--client-fd (a dataset is accepted only from the "
                           "client that started this server)");
+    /* Its rank reads every slot as a Python batch: no slot may come from
+     * a sender on the network. */
+    if (o->python_dataset && o->listen)
+        return dh_err_set(e, DH_EINVAL,
+                          "dataserver: --python-dataset excludes --listen "
+                          "%s (a Python-dataset server takes batches only "
+                          "from its own workers, never payloads from the "
+                          "network)",
+                          o->listen);
     return 0;
 }
 

@@ -127,7 +127,9 @@ struct dh_dataserver_opts {
      * indices of the pickled dataset; a worker writes the collated batch
      * into a slot of the arena and the ResultNotice names it as one uint8
      * tensor, dims [slot bytes].  Unpickling runs code, so the file must
-     * come from this server's own client: Python mode needs client_fd. */
+     * come from this server's own client: Python mode needs client_fd,
+     * and takes no `listen` (its rank reads every slot as a Python batch,
+     * so none may come from the network). */
     const char *python_dataset; /* the pickled dataset (NULL: C media) */
     const char *python;         /* interpreter (default: python3 on PATH) */
     const char *python_path;    /* put first on the workers' PYTHONPATH
