@@ -353,6 +353,11 @@ static int check_mode(const struct dh_dataserver_opts *o, struct dh_err *e)
         return dh_err_set(e, DH_EINVAL,
                           "dataserver: --advertise needs "
                           "--listen");
+    if (o->client_pid && (o->client_pid < 0 || !o->client_socket))
+        return dh_err_set(e, DH_EINVAL,
+                          "dataserver: --client-pid %d needs "
+                          "--client-socket (and a pid > 0)",
+                          o->client_pid);
     if (o->listen && o->addr)
         return dh_err_set(e, DH_EINVAL,
                           "dataserver: with --listen the "
@@ -495,6 +500,7 @@ static struct dh_dataserver *alloc_server(const struct dh_dataserver_opts *o)
     env = &s->env;
     s->link.fd = o->client_fd;
     s->link.listen_fd = -1;
+    s->link.want_pid = o->client_pid;
     env->st = &s->st;
     env->remote = o->remote ? 1 : 0;
     env->rank = o->remote ? 0 : o->rank;

@@ -326,6 +326,24 @@ class Marker:
         return (open, (self.path, "w"))
 
 
+def test_private_files_and_the_ipc_endpoint_live_in_0700_folders(ours):
+    import stat
+
+    loader = ours(dd.Range(4), batch_size=2)
+    it = iter(loader)
+    assert next(it).tolist() == [0, 1]
+
+    def mode(p):
+        return stat.S_IMODE(os.stat(p).st_mode)
+    assert loader._coord.listen == \
+        f"ipc://{loader._coord_dir}/coordinator.sock"
+    assert mode(loader._coord_dir) == 0o700
+    assert mode(loader._dir) == 0o700
+    assert mode(os.path.join(loader._dir, "dataset.pkl")) == 0o600
+    # Whoever else could reach the socket file: nobody but this user.
+    assert os.stat(loader._coord_dir).st_uid == os.getuid()
+
+
 def test_ours_matches_torch_order_with_a_seeded_generator(ours):
     def passes(loader):
         return [flat(loader), flat(loader)]

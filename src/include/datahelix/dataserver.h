@@ -118,7 +118,11 @@ struct dh_dataserver_opts {
                                  socketpair); create() takes it over, in
                                  every case.  -1 (default): none */
     const char *client_socket; /* external mode: abstract Unix socket name
-                                 the client attaches on (NULL: none) */
+                                 the client attaches on (NULL: none); a
+                                 connecting process must be of this
+                                 server's uid (SO_PEERCRED) ... */
+    int client_pid;            /* ... or, if > 0, be this pid (0: any
+                                 process of this uid) */
     /* Python-dataset mode (datahelix.DistributedDataLoader; docs/python.md
      * "DistributedDataLoader"): requests go to python_workers Python
      * processes this server starts and owns (`python -m datahelix._worker`)
