@@ -94,9 +94,12 @@ def _error_type(module, qualname):
     never imported (a name from a slot must not run a module's code)."""
     try:
         obj = builtins if module == "builtins" else sys.modules.get(module)
-        for part in qualname.split(".") if obj is not None else ():
-            if part.startswith("_") and part != qualname:
-                return None  # not through private attributes
+        for i, part in enumerate(qualname.split(".") if obj is not None
+                                 else ()):
+            # A qualname walks the module, then nested classes only: not
+            # through __class__, __builtins__, or into other modules.
+            if part.startswith("__") or (i and not isinstance(obj, type)):
+                return None
             obj = getattr(obj, part)
         return obj if isinstance(obj, type) and \
             issubclass(obj, Exception) else None

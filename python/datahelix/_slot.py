@@ -49,6 +49,7 @@ MAX_DIMS = 32
 MAX_META = 32 << 20       # bytes of JSON
 MAX_TEXT = 1 << 20        # an error's traceback / message, characters
 MAX_NAME = 256            # a namedtuple's or a field's name
+MAX_FIELDS = 4096         # a namedtuple's fields
 
 ALLOWED = ("None, bool, int, float, str, bytes, torch.Tensor (strided), "
            "numpy.ndarray / numpy scalar of a numeric or bool dtype, and "
@@ -94,6 +95,17 @@ def _is_namedtuple(obj):
     f = getattr(type(obj), "_fields", None)
     return isinstance(obj, tuple) and isinstance(f, tuple) and \
         all(isinstance(x, str) for x in f)
+
+
+def _nt_names_ok(name, fields):
+    """What collections.namedtuple(name, fields) accepts (and the reader
+    rebuilds), checked without making a class."""
+    names = [name, *fields]
+    return all(isinstance(n, str) and n.isidentifier() and
+               not keyword.iskeyword(n) and len(n) <= MAX_NAME
+               for n in names) and \
+        not any(f.startswith("_") for f in fields) and \
+        len(set(fields)) == len(fields) and len(fields) <= MAX_FIELDS
 
 
 class _Encoder:
@@ -192,6 +204,12 @@ class _Encoder:
             return {"d": items}
         if _is_namedtuple(obj):
             name = type(obj).__name__
+            if not _nt_names_ok(name, type(obj)._fields):
+                raise EncodeError(f"{_path(path)}: namedtuple {name} with "
+                                  f"fields {type(obj)._fields} cannot be "
+                                  "rebuilt by collections.namedtuple "
+                                  "(names: identifiers, fields not "
+                                  "starting with '_')")
             return {"nt": name, "f": list(type(obj)._fields),
                     "v": [self.node(v, path + [f".{f}"], depth + 1)
                           for f, v in zip(type(obj)._fields, obj)]}
@@ -387,7 +405,7 @@ class _Decoder:
 
     def namedtuple(self, name, fields):
         _str(name, "namedtuple name", MAX_NAME)
-        if type(fields) is not list or len(fields) > 4096:
+        if type(fields) is not list or len(fields) > MAX_FIELDS:
             raise SlotError(f"namedtuple {name!r}: bad field list")
         for f in fields:
             _str(f, f"namedtuple {name!r} field", MAX_NAME)

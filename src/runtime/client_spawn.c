@@ -50,7 +50,8 @@ static int greet(struct dh_client *c, uint32_t want_id, const char *who,
     if (rc == DH_EPEERDEAD)
         return dh_err_set(e, DH_EIO,
                           "%s closed the link before handing "
-                          "over its arena",
+                          "over its arena (it died, or refused this "
+                          "process: its log says which)",
                           who);
     if (rc == DH_ETIMEOUT)
         return dh_err_set(e, DH_ETIMEOUT,

@@ -107,11 +107,14 @@ class Foo:
     ((np.array([object()]),), r"batch\[0\]", "numpy dtype object"),
     ({"s": torch.zeros(3).to_sparse()}, r"batch\['s'\]", "sparse"),
     (Point(1, lambda: 0), r"batch\.label", "type builtins.function"),
+    ([collections.namedtuple("R", ["a", "def"], rename=True)(1, 2)],
+     r"batch\[0\]", "namedtuple R .* cannot be rebuilt"),
 ])
 def test_what_cannot_travel_is_refused_naming_its_place(obj, where, what):
     with pytest.raises(TypeError, match=f"{where}: .*{what}") as ei:
         _slot.plan_batch(obj)
-    assert "allowed" in str(ei.value) or "sparse" in what or "key" in what
+    assert "allowed" in str(ei.value) or "sparse" in what or \
+        "key" in what or "rebuilt" in what
 
 
 def test_nesting_past_the_cap_is_refused_at_the_writer():
@@ -276,3 +279,21 @@ def test_an_error_travels_as_text():
     assert "Traceback (most recent call last)" in err["traceback"]
     assert (err["sample"], err["pid"], err["worker_id"]) == (7, 42, 1)
     assert all(type(v) in (str, int, type(None)) for v in err.values())
+
+
+def test_an_error_type_is_looked_up_never_imported():
+    from datahelix._distributed import _error_type
+
+    assert _error_type("builtins", "KeyError") is KeyError
+    assert _error_type("datahelix._slot", "EncodeError") is _slot.EncodeError
+    # A module this process has not imported stays so (importing `this`
+    # would print; any module's import runs its code).
+    assert "this" not in sys.modules
+    assert _error_type("this", "Anything") is None
+    assert "this" not in sys.modules
+    for module, qualname in [("builtins", "print"),        # not a class
+                             ("builtins", "int"),          # not an Exception
+                             ("os", "__class__"),
+                             ("builtins", "__import__"),
+                             ("datahelix._slot", "json.JSONDecodeError")]:
+        assert _error_type(module, qualname) is None, (module, qualname)
