@@ -61,6 +61,8 @@ _TORCH = {n: getattr(torch, n) for n in (
     "uint64", "float16", "bfloat16", "float32", "float64", "complex64",
     "complex128") if isinstance(getattr(torch, n, None), torch.dtype)}
 _TORCH_NAME = {v: k for k, v in _TORCH.items()}
+_TORCH_SIZE = {k: torch.empty((), dtype=v).element_size()
+               for k, v in _TORCH.items()}
 # numpy dtype names allowed (native little-endian, numeric or bool).
 _NUMPY = ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32",
           "uint64", "int64", "float16", "float32", "float64", "complex64",
@@ -88,7 +90,13 @@ def _np():
 
 
 def _path(path):
-    return "batch" + "".join(path)
+    """batch['meta'][2] for the chain (((None, "[]", 'meta'), "[]", 2)):
+    places are formatted only for an error message."""
+    parts = []
+    while path is not None:
+        path, how, key = path
+        parts.append(f"[{key!r}]" if how == "[]" else f".{key}")
+    return "batch" + "".join(reversed(parts))
 
 
 def _is_namedtuple(obj):
@@ -172,7 +180,12 @@ class _Encoder:
         if self.nodes > MAX_NODES:
             raise EncodeError(f"{_path(path)}: more than {MAX_NODES} values "
                               "in one batch")
-        if obj is None or isinstance(obj, (bool, str)):
+        t = type(obj)
+        if obj is None or t is str or t is bool or t is int:
+            return obj  # the common leaves first
+        if t is torch.Tensor:
+            return self._tensor(obj, path)
+        if isinstance(obj, (bool, str)):
             return obj
         if isinstance(obj, torch.Tensor):
             return self._tensor(obj, path)
@@ -198,7 +211,7 @@ class _Encoder:
         if isinstance(obj, dict):
             items = []
             for k, v in obj.items():
-                kp = path + [f"[{k!r}]"]
+                kp = (path, "[]", k)
                 items.append([self.key(k, kp, depth + 1),
                               self.node(v, kp, depth + 1)])
             return {"d": items}
@@ -211,18 +224,19 @@ class _Encoder:
                                   "(names: identifiers, fields not "
                                   "starting with '_')")
             return {"nt": name, "f": list(type(obj)._fields),
-                    "v": [self.node(v, path + [f".{f}"], depth + 1)
+                    "v": [self.node(v, (path, ".", f), depth + 1)
                           for f, v in zip(type(obj)._fields, obj)]}
         if isinstance(obj, (list, tuple)):
             return {"l" if isinstance(obj, list) else "t":
-                    [self.node(v, path + [f"[{i}]"], depth + 1)
+                    [self.node(v, (path, "[]", i), depth + 1)
                      for i, v in enumerate(obj)]}
         raise EncodeError(f"{_path(path)}: type {type(obj).__module__}."
                           f"{type(obj).__qualname__} cannot travel in a "
                           f"DistributedDataLoader batch; allowed: {ALLOWED}")
 
     def key(self, k, path, depth):
-        if k is None or isinstance(k, (bool, int, float, str, bytes)) or \
+        if k is None or type(k) is str or \
+                isinstance(k, (bool, int, float, str, bytes)) or \
                 (isinstance(k, tuple) and not _is_namedtuple(k)):
             return self.node(k, path, depth)
         raise EncodeError(f"{_path(path)}: a dict key of type "
@@ -270,7 +284,7 @@ def plan_batch(obj):
     """Lays out `obj` (the collated batch).  Raises EncodeError (a
     TypeError) naming the place and type of a value that cannot travel."""
     enc = _Encoder()
-    root = enc.node(obj, [], 0)
+    root = enc.node(obj, None, 0)
     meta = _dumps({"v": VERSION, "kind": "batch", "root": root,
                    "tensors": enc.tmeta, "arrays": enc.ameta,
                    "bytes": enc.bmeta})
@@ -325,22 +339,33 @@ def _entries(meta, key, size):
     return v
 
 
-def _region(off, nb, what, start, total):
-    _int(off, f"{what} offset")
-    _int(nb, f"{what} length")
+_MAX_INT = (1 << 63) - 1
+_MAX_DIM = 1 << 62
+
+# The checks below run per tensor: the common case takes no formatting,
+# the message is built only when a check fails.
+
+
+def _region(off, nb, kind, k, start, total):
+    if type(off) is not int or type(nb) is not int or \
+            not 0 <= off <= _MAX_INT or not 0 <= nb <= _MAX_INT:
+        _int(off, f"{kind} {k} offset")
+        _int(nb, f"{kind} {k} length")
     if off % ALIGN or start + off + nb > total:
-        raise SlotError(f"{what}: bytes {off}..{off + nb} (from {start}) "
+        raise SlotError(f"{kind} {k}: bytes {off}..{off + nb} (from {start}) "
                         f"lie outside the slot of {total} bytes")
     return start + off
 
 
-def _shape(shape, what):
+def _shape(shape, kind, k):
     if type(shape) is not list or len(shape) > MAX_DIMS:
-        raise SlotError(f"{what}: shape is not a list of at most {MAX_DIMS} "
-                        "dims")
+        raise SlotError(f"{kind} {k}: shape is not a list of at most "
+                        f"{MAX_DIMS} dims")
     n = 1
     for d in shape:
-        n *= _int(d, f"{what}: a dim", 0, 1 << 62)
+        if type(d) is not int or not 0 <= d <= _MAX_DIM:
+            _int(d, f"{kind} {k}: a dim", 0, _MAX_DIM)
+        n *= d
     return n
 
 
@@ -361,20 +386,21 @@ class _Decoder:
         self.b_ent = _entries(meta, "bytes", 2)
 
     def _idx(self, v, ent, what):
+        if type(v) is int and 0 <= v < len(ent):
+            return ent[v]
         return ent[_int(v, f"{what} index", 0, len(ent) - 1)]
 
     def tensor(self, k):
         dt, shape, off, nb = self._idx(k, self.t_ent, "tensor")
-        what = f"tensor {k}"
         dtype = _TORCH.get(dt) if type(dt) is str else None
         if dtype is None:
-            raise SlotError(f"{what}: dtype {dt!r} is not allowed")
-        n = _shape(shape, what)
-        es = torch.empty((), dtype=dtype).element_size()
+            raise SlotError(f"tensor {k}: dtype {dt!r} is not allowed")
+        n = _shape(shape, "tensor", k)
+        es = _TORCH_SIZE[dt]
         if n * es != nb:
-            raise SlotError(f"{what}: shape {shape} of {dt} is {n * es} "
+            raise SlotError(f"tensor {k}: shape {shape} of {dt} is {n * es} "
                             f"bytes, not {nb}")
-        a = _region(off, nb, what, self.start, self.total)
+        a = _region(off, nb, "tensor", k, self.start, self.total)
         if nb == 0:
             return torch.empty(shape, dtype=dtype)
         return torch.frombuffer(self.part, dtype=torch.uint8, count=nb,
@@ -385,22 +411,21 @@ class _Decoder:
         if np is None:
             import numpy as np  # the batch has arrays: numpy is needed
         dt, shape, off, nb = self._idx(k, self.a_ent, "array")
-        what = f"array {k}"
         if type(dt) is not str or dt not in _NUMPY:
-            raise SlotError(f"{what}: dtype {dt!r} is not allowed")
+            raise SlotError(f"array {k}: dtype {dt!r} is not allowed")
         dtype = np.dtype(dt)
-        n = _shape(shape, what)
+        n = _shape(shape, "array", k)
         if n * dtype.itemsize != nb or (scalar and shape):
-            raise SlotError(f"{what}: shape {shape} of {dt} is "
+            raise SlotError(f"array {k}: shape {shape} of {dt} is "
                             f"{n * dtype.itemsize} bytes, not {nb}")
-        a = _region(off, nb, what, self.start, self.total)
+        a = _region(off, nb, "array", k, self.start, self.total)
         arr = np.frombuffer(self.part, dtype=dtype, count=n,
                             offset=a).reshape(shape)
         return arr[()] if scalar else arr
 
     def raw(self, k):
         off, nb = self._idx(k, self.b_ent, "bytes")
-        a = _region(off, nb, f"bytes {k}", self.start, self.total)
+        a = _region(off, nb, "bytes", k, self.start, self.total)
         return bytes(self.mv[a:a + nb])
 
     def namedtuple(self, name, fields):
@@ -455,8 +480,9 @@ class _Decoder:
                 if type(kv) is not list or len(kv) != 2:
                     raise SlotError("a dict item is not a [key, value] pair")
                 k = self.node(kv[0], depth + 1)
+                val = self.node(kv[1], depth + 1)
                 try:
-                    out[k] = self.node(kv[1], depth + 1)
+                    out[k] = val
                 except TypeError:  # an unhashable key (a list, a tensor)
                     raise SlotError(f"a dict key of type {type(k).__name__}"
                                     ) from None
