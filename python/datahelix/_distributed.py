@@ -15,6 +15,7 @@ collated batch into an arena slot (datahelix._slot) and this process wraps
 the slot's tensors with torch.frombuffer().
 """
 import array
+import builtins
 import itertools
 import math
 import os
@@ -88,10 +89,17 @@ class _ShardSampler(torch.utils.data.Sampler):
 
 
 def _error_type(module, qualname):
-    """The exception class a worker raised, if it imports here."""
+    """The exception class a worker raised, if this process already has it:
+    looked up by name among the builtins and the modules already imported,
+    never imported (a name from a slot must not run a module's code)."""
     try:
-        obj = sys.modules.get(module) or __import__(module, fromlist=["_"])
-        for part in qualname.split("."):
+        obj = builtins if module == "builtins" else sys.modules.get(module)
+        for i, part in enumerate(qualname.split(".") if obj is not None
+                                 else ()):
+            # A qualname walks the module, then nested classes only: not
+            # through __class__, __builtins__, or into other modules.
+            if part.startswith("__") or (i and not isinstance(obj, type)):
+                return None
             obj = getattr(obj, part)
         return obj if isinstance(obj, type) and \
             issubclass(obj, Exception) else None
@@ -130,11 +138,16 @@ def _raise_worker_error(err, rank, epoch, step):
     """Re-raises what a dataset / collate_fn raised in a worker, as torch
     does ("Caught X in ...", then the original traceback), with the type
     combined with SampleError (stage "dataset", or "collate" when no sample
-    is named)."""
+    is named, or "encode": the batch holds a value the slot format cannot
+    carry).  The type is the worker's only if this process has it already
+    (builtins, imported modules: _error_type); else SampleError."""
+    stage = err.get("stage") or ("dataset" if err["sample"] is not None
+                                 else "collate")
     where = (f"{err['where']} (pid {err['pid']}) for rank {rank} epoch "
              f"{epoch} step {step}" +
-             (f" sample {err['sample']}" if err["sample"] is not None
-              else " (in collate_fn)"))
+             {"dataset": f" sample {err['sample']}",
+              "collate": " (in collate_fn)",
+              "encode": " (writing the batch into its slot)"}[stage])
     msg = f"Caught {err['name']} {where}.\nOriginal {err['traceback']}"
     cls = _hybrid(_error_type(err["module"], err["qualname"]))
     exc = None
@@ -151,7 +164,7 @@ def _raise_worker_error(err, rank, epoch, step):
     lines = err["traceback"].strip().splitlines()
     exc.sample_id = err["sample"]
     exc.path = None
-    exc.stage = "dataset" if err["sample"] is not None else "collate"
+    exc.stage = stage
     exc.cause = lines[-1] if lines else err["name"]
     exc.code = None
     exc.server = None
@@ -425,13 +438,19 @@ class DistributedDataLoader(Closing):
             raise DataError(f"rank {self.rank}: the client ended the epoch "
                             f"at step {k} of {it._given}")
         it._k += 1
+        part = None
         try:
-            out = _slot.decode(b.part(0))
-        except (ValueError, pickle.UnpicklingError, AttributeError) as e:
+            part = b.part(0)
+            out = _slot.decode(part)
+        except (ValueError, TypeError, RuntimeError, MemoryError) as e:
+            # A malformed slot (_slot.SlotError) and what torch / numpy say
+            # of a view: an error of this step, never a crash.
+            size = len(memoryview(part)) if part is not None else 0
             raise DataError(f"rank {self.rank} epoch {it._epoch} step {k}: "
-                            f"a batch that cannot be read: {e}") from None
+                            f"the batch in its arena slot ({size} bytes) "
+                            f"cannot be read: {e}") from None
         finally:
-            del b
+            del b, part
         if out["kind"] == "error":
             _raise_worker_error(out, self.rank, it._epoch, k)
         obj = out["obj"]

@@ -4,13 +4,16 @@ manifest.  Every process started here is ended by pid, and also ends on its
 own if this process dies (`coordinator --exit-with-parent`; the local
 DataServer watches its link, see docs/client.md).
 """
+import collections
 import hashlib
 import itertools
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 import weakref
 
@@ -74,8 +77,78 @@ def ensure_index(manifest):
     return dhx
 
 
+class _Drain:
+    """Reads a child's stderr to its end on a thread of its own, so that
+    the child never blocks in write(2) on a full pipe: each line goes to
+    this process's stderr with a prefix (at most BURST lines, then RATE a
+    second; the lines left out are counted and said), and the last TAIL
+    lines are kept for the error messages that name why it ended."""
+
+    BURST, RATE, TAIL = 200, 20.0, 40
+
+    def __init__(self, pipe, prefix, strip="", out=None):
+        self.pipe, self.prefix, self.strip = pipe, prefix, strip
+        self.out = out
+        self.tail = collections.deque(maxlen=self.TAIL)
+        self.lines = 0          # read
+        self.dropped = 0        # not shown
+        self._tokens, self._t = float(self.BURST), time.monotonic()
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name=f"datahelix-drain-{prefix}")
+        self.thread.start()
+
+    def _show(self, text):
+        out = self.out or sys.stderr
+        try:
+            out.write(text)
+            out.flush()
+        except (OSError, ValueError):  # our own stderr is gone: still read
+            pass
+
+    def _run(self):
+        try:
+            for raw in iter(self.pipe.readline, b""):
+                line = raw.decode(errors="replace").rstrip("\n")
+                if self.strip and line.startswith(self.strip):
+                    line = line[len(self.strip):]
+                self.lines += 1
+                self.tail.append(line)
+                now = time.monotonic()
+                self._tokens = min(self.BURST, self._tokens +
+                                   (now - self._t) * self.RATE)
+                self._t = now
+                if self._tokens < 1:
+                    self.dropped += 1
+                    continue
+                self._tokens -= 1
+                if self.dropped:
+                    self._show(f"{self.prefix}: ({self.dropped} log lines "
+                               "not shown: more than "
+                               f"{self.RATE:g} a second)\n")
+                    self.dropped = 0
+                self._show(f"{self.prefix}: {line}\n")
+        except (OSError, ValueError):
+            pass
+        finally:
+            if self.dropped:
+                self._show(f"{self.prefix}: ({self.dropped} log lines not "
+                           "shown)\n")
+            try:
+                self.pipe.close()
+            except OSError:
+                pass
+
+    def text(self, timeout=5.0):
+        """The kept lines, once the child's stderr has ended (bounded)."""
+        self.thread.join(timeout)
+        return "\n".join(self.tail)
+
+
 class Coordinator:
-    """A `datahelix coordinator` started for this process."""
+    """A `datahelix coordinator` started for this process.  Its stderr is
+    drained by a thread (_Drain): lines are shown with the prefix
+    "datahelix: coordinator (pid N)", so that its log never fills a pipe
+    and blocks it (issue 13 item 7)."""
 
     def __init__(self, listen, policy, telemetry=None, timeout=10.0,
                  shared=False):
@@ -96,6 +169,9 @@ class Coordinator:
                                      stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE,
                                      start_new_session=True)
+        self.drain = _Drain(self.proc.stderr,
+                            f"datahelix: coordinator (pid {self.proc.pid})",
+                            strip="datahelix: coordinator: ")
         if listen.startswith("ipc://"):
             path = listen[len("ipc://"):]
             end = time.monotonic() + timeout
@@ -116,18 +192,14 @@ class Coordinator:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
-        try:
-            return self.proc.stderr.read().decode(errors="replace")
-        finally:
-            self.proc.stderr.close()
+        return self.drain.text()
 
     def stop(self):
         """Ends a private Coordinator now; a shared one is left to end
-        when the last rank's DataServer is gone."""
+        when the last rank's DataServer is gone (its stderr drained until
+        then, or until this process ends: it ignores SIGPIPE)."""
         if self.proc is not None:
-            if self.shared:
-                self.proc.stderr.close()
-            else:
+            if not self.shared:
                 self._stop_and_read()
             self.proc = None
 

@@ -14,8 +14,9 @@ dataset indices - calls dataset[i] for each index (the random generators
 of `random`, torch and numpy seeded from (base seed, index) first, so a
 sample's random draws do not depend on which worker ran it), collates,
 and writes the batch into a slot of the server's arena (datahelix._slot).
-An exception of the dataset or collate_fn goes into the slot too, with its
-traceback; the rank re-raises it.  It ends at EOF on its socket, and with
+An exception of the dataset or collate_fn goes into the slot too, as text
+(type name, message, traceback); the rank re-raises it.  A batch holding a
+value the slot format cannot carry fails here, naming its place.  It ends at EOF on its socket, and with
 the server in any case (PR_SET_PDEATHSIG).
 """
 import argparse
@@ -207,10 +208,17 @@ class Worker:
         where = f"in DataServer {self.a.server_id} Python worker {self.id}"
         try:
             batch = self.load(task, ids)
-            plan = self.slot.plan_batch(batch)
         except Exception:
             plan = self.slot.plan_error(sys.exc_info(), self.id, os.getpid(),
                                         self.failed, where)
+        else:
+            try:  # a value the slot format cannot carry: named here
+                plan = self.slot.plan_batch(batch)
+            except Exception:
+                plan = self.slot.plan_error(sys.exc_info(), self.id,
+                                            os.getpid(), None, where,
+                                            stage="encode")
+            del batch
         del ids
         self.put(task, plan)
 

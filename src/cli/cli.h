@@ -146,6 +146,11 @@ void dh_cli_print_profile_summary(FILE *f, const struct dh_desc *descs,
  * return EINTR) that set the returned flag: the stop flag of a daemon's run
  * loop.  Call once per process. */
 const volatile int *dh_cli_stop_on_signals(void);
+/* A service (coordinator, dataserver, consume) must not die of a log line
+ * written to a pipe whose reader went away (the Python loader that started
+ * it has exited, a `| head`): SIGPIPE is ignored, the write fails with
+ * EPIPE and the service goes on.  Sockets already send with MSG_NOSIGNAL. */
+void dh_cli_ignore_sigpipe(void);
 /* Also raise that flag when the parent process dies (a thread polls
  * getppid()).  -1 if the thread cannot start. */
 int dh_cli_stop_with_parent(void);

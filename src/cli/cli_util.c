@@ -149,6 +149,16 @@ const volatile int *dh_cli_stop_on_signals(void)
     return &stop_flag;
 }
 
+void dh_cli_ignore_sigpipe(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_IGN;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGPIPE, &sa, NULL);
+}
+
 /* Polls the parent's pid: when it changes the parent died (we were
  * re-parented), so stop as a signal would.  100 ms is fast enough for a
  * cleanup path and costs nothing. */

@@ -555,5 +555,6 @@ int dh_cmd_consume(int argc, char **argv)
     memset(&a, 0, sizeof(a));
     if ((r = parse_args(&a, argc, argv)) != DH_CLI_RUN)
         return r;
+    dh_cli_ignore_sigpipe();
     return consume(&a);
 }

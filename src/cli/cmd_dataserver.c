@@ -32,7 +32,8 @@ static void usage(FILE *f)
         "usage: datahelix dataserver --coordinator ADDR --rank R "
         "--index M.dhx\n"
         "                            [--listen ADDR [--advertise ADDR]]\n"
-        "                            [--client-socket NAME | --client-fd N]\n"
+        "                            [--client-socket NAME [--client-pid P]\n"
+        "                             | --client-fd N]\n"
         "       datahelix dataserver --remote --coordinator ADDR "
         "--index M.dhx\n"
         "                            [--deliver-timeout-ms MS]\n"
@@ -69,7 +70,9 @@ static void usage(FILE *f)
         "                       to accept a batch before the task fails\n"
         "                       (default 5000)\n"
         "  --client-socket NAME hand the arena to the client that connects\n"
-        "                       to the abstract Unix socket @NAME\n"
+        "                       to the abstract Unix socket @NAME (a\n"
+        "                       process of this user only)\n"
+        "  --client-pid P       with --client-socket: only process P\n"
         "  --client-fd N        hand it over inherited socket N (how a\n"
         "                       client starts its embedded server)\n"
         "                       With either, the server stops when its\n"
@@ -100,7 +103,8 @@ enum {
     OPT_PY_PATH,
     OPT_PY_TIMEOUT,
     OPT_PY_SEED,
-    OPT_PY_UNLINK
+    OPT_PY_UNLINK,
+    OPT_CLIENT_PID
 };
 
 static const struct option long_opts[] = {
@@ -115,6 +119,7 @@ static const struct option long_opts[] = {
     {"remote", no_argument, NULL, 'R'},
     {"client-socket", required_argument, NULL, 'S'},
     {"client-fd", required_argument, NULL, 'F'},
+    {"client-pid", required_argument, NULL, OPT_CLIENT_PID},
     {"listen", required_argument, NULL, 'l'},
     {"advertise", required_argument, NULL, 'A'},
     {"deliver-timeout-ms", required_argument, NULL, 'D'},
@@ -227,6 +232,11 @@ static int parse_opt(void *ctx, int c)
         if (!(r = dh_cli_opt_i64(CMD, "--client-fd", optarg, 3, 1 << 20, &v)))
             a->o.client_fd = (int)v;
         return r;
+    case OPT_CLIENT_PID:
+        if (!(r = dh_cli_opt_i64(CMD, "--client-pid", optarg, 1, INT32_MAX,
+                                 &v)))
+            a->o.client_pid = (int)v;
+        return r;
     case 'R':
         a->o.remote = 1;
         return 0;
@@ -267,10 +277,17 @@ static int parse_args(struct args *a, int argc, char **argv)
                                        "exclude each other");
     if (a->o.advertise && !a->o.listen)
         return dh_cli_usage_error(CMD, "--advertise needs --listen");
+    if (a->o.client_pid && !a->o.client_socket)
+        return dh_cli_usage_error(CMD, "--client-pid needs --client-socket");
     if (a->o.python_dataset && a->o.client_fd < 0)
         return dh_cli_usage_error(CMD, "--python-dataset needs --client-fd: "
                                        "a dataset is accepted only from the "
                                        "client that started this server");
+    if (a->o.python_dataset && a->o.listen)
+        return dh_cli_usage_error(CMD, "--python-dataset excludes --listen: "
+                                       "a Python-dataset server takes "
+                                       "batches only from its own workers, "
+                                       "never payloads from the network");
     if (a->o.remote && (r = check_remote(a)) != 0)
         return r;
     return DH_CLI_RUN;
@@ -322,5 +339,6 @@ int dh_cmd_dataserver(int argc, char **argv)
     memset(&a, 0, sizeof(a));
     if ((r = parse_args(&a, argc, argv)) != DH_CLI_RUN)
         return r;
+    dh_cli_ignore_sigpipe();
     return serve(&a);
 }

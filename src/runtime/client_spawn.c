@@ -24,6 +24,7 @@
 #include "core/clock.h"
 #include "runtime/client_internal.h"
 #include "runtime/fdpass.h"
+#include "runtime/peer_cred.h"
 
 extern char **environ;
 
@@ -49,7 +50,8 @@ static int greet(struct dh_client *c, uint32_t want_id, const char *who,
     if (rc == DH_EPEERDEAD)
         return dh_err_set(e, DH_EIO,
                           "%s closed the link before handing "
-                          "over its arena",
+                          "over its arena (it died, or refused this "
+                          "process: its log says which)",
                           who);
     if (rc == DH_ETIMEOUT)
         return dh_err_set(e, DH_ETIMEOUT,
@@ -178,6 +180,7 @@ int dh__cl_start_server(struct dh_client *c, uint32_t server_id,
 int dh__cl_attach_server(struct dh_client *c, struct dh_err *e)
 {
     char who[160];
+    struct dh_peer_cred pc;
     int rc;
 
     /* The server may still be starting: retry within the start bound. */
@@ -193,6 +196,14 @@ int dh__cl_attach_server(struct dh_client *c, struct dh_err *e)
         nanosleep(&ts, NULL);
     }
     snprintf(who, sizeof(who), "local dataserver @%s", c->ds_name);
+    /* Anyone may listen on an abstract name: take an arena only from a
+     * server of this user (peer_cred.h). */
+    if ((rc = dh__peer_cred(c->link_fd, &pc, e)) < 0 ||
+        (rc = dh__peer_check(&pc, getuid(), 0, who, e)) < 0) {
+        close(c->link_fd);
+        c->link_fd = -1;
+        return rc;
+    }
     if ((rc = greet(c, 0, who, e)) < 0) {
         close(c->link_fd);
         c->link_fd = -1;

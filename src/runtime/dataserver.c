@@ -353,6 +353,11 @@ static int check_mode(const struct dh_dataserver_opts *o, struct dh_err *e)
         return dh_err_set(e, DH_EINVAL,
                           "dataserver: --advertise needs "
                           "--listen");
+    if (o->client_pid && (o->client_pid < 0 || !o->client_socket))
+        return dh_err_set(e, DH_EINVAL,
+                          "dataserver: --client-pid %d needs "
+                          "--client-socket (and a pid > 0)",
+                          o->client_pid);
     if (o->listen && o->addr)
         return dh_err_set(e, DH_EINVAL,
                           "dataserver: with --listen the "
@@ -365,6 +370,15 @@ static int check_mode(const struct dh_dataserver_opts *o, struct dh_err *e)
                           "dataserver: --python-dataset needs "
                           "--client-fd (a dataset is accepted only from the "
                           "client that started this server)");
+    /* Its rank reads every slot as a Python batch: no slot may come from
+     * a sender on the network. */
+    if (o->python_dataset && o->listen)
+        return dh_err_set(e, DH_EINVAL,
+                          "dataserver: --python-dataset excludes --listen "
+                          "%s (a Python-dataset server takes batches only "
+                          "from its own workers, never payloads from the "
+                          "network)",
+                          o->listen);
     return 0;
 }
 
@@ -486,6 +500,7 @@ static struct dh_dataserver *alloc_server(const struct dh_dataserver_opts *o)
     env = &s->env;
     s->link.fd = o->client_fd;
     s->link.listen_fd = -1;
+    s->link.want_pid = o->client_pid;
     env->st = &s->st;
     env->remote = o->remote ? 1 : 0;
     env->rank = o->remote ? 0 : o->rank;

@@ -37,6 +37,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include <zmq.h>
 
@@ -305,8 +306,10 @@ int dh__ds_quarantine_code(const struct ds_quarantines *q, uint64_t id);
 
 /* ---- dataserver_link.c: handing the arena to the client ---- */
 struct ds_link {
-    int fd;        /* the client's end of the local link, or -1 */
-    int listen_fd; /* external mode: the abstract socket, or -1 */
+    int fd;         /* the client's end of the local link, or -1 */
+    int listen_fd;  /* external mode: the abstract socket, or -1 */
+    pid_t want_pid; /* external mode: the one client pid admitted (0: any
+                       process of this uid; peer_cred.h) */
 };
 int dh__ds_link_hello(const struct ds_env *env, int fd,
                       struct dh_err *e) DH_MUST_CHECK;

@@ -16,6 +16,7 @@
 #include "runtime/dataserver_internal.h"
 #include "runtime/fdpass.h"
 #include "runtime/local_link.h"
+#include "runtime/peer_cred.h"
 
 int dh__ds_link_hello(const struct ds_env *env, int fd, struct dh_err *e)
 {
@@ -28,15 +29,27 @@ int dh__ds_link_hello(const struct ds_env *env, int fd, struct dh_err *e)
     return dh__fd_send(fd, dh_arena_fd(env->arena), buf, sizeof(buf), e);
 }
 
-/* A client connects (external mode): the first one gets the arena; while
- * it is connected, another is turned away (it sees EOF, no hello). */
+/* A client connects (external mode): the first one the credential rule
+ * admits gets the arena (peer_cred.h: anyone may connect to an abstract
+ * name); while it is connected, another is turned away (it sees EOF, no
+ * hello). */
 void dh__ds_link_accept(struct ds_link *l, const struct ds_env *env)
 {
     struct dh_err e;
+    struct dh_peer_cred pc;
     int fd = accept4(l->listen_fd, NULL, NULL, SOCK_CLOEXEC);
 
     if (fd < 0)
         return;
+    if (dh__peer_cred(fd, &pc, &e) < 0 ||
+        dh__peer_check(&pc, getuid(), l->want_pid, "a client", &e) < 0) {
+        fprintf(stderr,
+                "datahelix: dataserver %u: rank %u's link: %s; its arena is "
+                "not handed over\n",
+                env->server_id, env->rank, e.msg);
+        close(fd);
+        return;
+    }
     if (l->fd >= 0) {
         fprintf(stderr,
                 "datahelix: dataserver %u: a second client tried to "

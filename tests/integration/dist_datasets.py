@@ -1,11 +1,13 @@
 """Datasets for tests/integration/test_distributed.py.  A module of their
 own, light to import: DistributedDataLoader's workers import the classes
 by reference, as torch's spawned workers would."""
+import collections
 import os
 import signal
 import threading
 import time
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
@@ -147,3 +149,63 @@ class Blob(Dataset):
 
     def __getitem__(self, i):
         return torch.full((self.size,), i % 251, dtype=torch.uint8)
+
+
+def keep(samples):
+    """A collate_fn that keeps the list of samples as it is."""
+    return samples
+
+
+Pair = collections.namedtuple("Pair", ["left", "right"])
+
+
+class Leaves(Dataset):
+    """Sample i: every kind of value the slot format carries."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return {"t": torch.full((2, 3), float(i)),
+                "np": np.arange(i, i + 4, dtype=np.int16),
+                "scalar": np.float32(i / 2),
+                "plain": (i, i / 4, i % 2 == 0, None, f"s{i}",
+                          bytes([i, 0, 255])),
+                "pair": Pair(torch.tensor([i]), [f"r{i}"])}
+
+
+class Thing:
+    pass
+
+
+class Opaque(Range):
+    """Sample 2 holds an object the slot format cannot carry."""
+
+    def __getitem__(self, i):
+        return {"id": i, "meta": [1, 2, Thing() if i == 2 else 3]}
+
+
+class RawPlan:
+    """What datahelix._slot.plan_batch returns, with bytes of our choice."""
+
+    def __init__(self, data):
+        self.data, self.nbytes = data, len(data)
+
+    def write(self, view):
+        view[0:self.nbytes] = self.data
+
+
+class HostileSlots:
+    """worker_init_fn: the worker's first len(slots) batches are written as
+    the given raw slot bytes instead (a compromised writer)."""
+
+    def __init__(self, slots):
+        self.slots = list(slots)
+
+    def __call__(self, worker_id):
+        from datahelix import _slot
+        real, queue = _slot.plan_batch, list(self.slots)
+
+        def plan(obj):
+            return RawPlan(queue.pop(0)) if queue else real(obj)
+        _slot.plan_batch = plan

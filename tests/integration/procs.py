@@ -114,3 +114,43 @@ def torchrun(nproc, script, out_dir, *args, port=None, timeout=300):
     assert p.returncode == 0, p.stderr[-3000:]
     return [json.loads((pathlib.Path(out_dir) / f"rank{r}.json").read_text())
             for r in range(nproc)]
+
+
+def _recv_exact(s, n):
+    b = b""
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        if not c:
+            raise ConnectionError(f"peer closed after {len(b)} of {n} bytes")
+        b += c
+    return b
+
+
+def zmtp_dealer(ipc_path, timeout=10):
+    """A raw ZMTP 3.0 DEALER (NULL mechanism) connected to the ipc:// socket
+    file `ipc_path`, for sending frames no well-behaved peer would (the
+    tests have no ZeroMQ binding).  zmtp_send(sock, frames) sends one
+    message."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(str(ipc_path))
+    s.sendall(b"\xff" + b"\0" * 8 + b"\x7f" + bytes([3, 0]) +
+              b"NULL".ljust(20, b"\0") + b"\0" * 32)
+    _recv_exact(s, 64)  # the peer's greeting
+    body = b"\x05READY\x0bSocket-Type" + (6).to_bytes(4, "big") + b"DEALER"
+    s.sendall(b"\x04" + bytes([len(body)]) + body)
+    flags = _recv_exact(s, 1)[0]  # the peer's READY
+    n = _recv_exact(s, 8 if flags & 0x02 else 1)
+    _recv_exact(s, int.from_bytes(n, "big"))
+    return s
+
+
+def zmtp_send(s, frames):
+    out = b""
+    for i, f in enumerate(frames):
+        more = 0x01 if i + 1 < len(frames) else 0
+        if len(f) < 256:
+            out += bytes([more]) + bytes([len(f)]) + f
+        else:
+            out += bytes([more | 0x02]) + len(f).to_bytes(8, "big") + f
+    s.sendall(out)

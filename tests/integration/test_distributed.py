@@ -12,6 +12,7 @@ zero copy, ranks' shares, the cost hints in the index, a worker killed or
 hung mid-batch, a dataset that cannot be loaded, and no process or file
 left behind after close() or SIGKILL of the training process.
 """
+import json
 import os
 import pathlib
 import signal
@@ -228,7 +229,7 @@ def test_batches_are_views_of_the_arena(ours):
     b = next(iter(loader))
     assert b.shape == (4, 3, 64, 64) and b[3].eq(3).all()
     assert "memfd:datahelix-arena" in arena_mapping(b.data_ptr())
-    # A numpy array in a batch (pickle protocol 5, out of band): no copy.
+    # A numpy array in a batch (the slot format's arrays): no copy.
     loader = ours(dd.Range(6), batch_size=3,
                   collate_fn=lambda x: {"np": np.array(x, dtype=np.int64),
                                         "t": torch.tensor(x)})
@@ -237,6 +238,110 @@ def test_batches_are_views_of_the_arena(ours):
     ptr = got[1]["np"].__array_interface__["data"][0]
     assert "memfd:datahelix-arena" in arena_mapping(ptr)
     assert "memfd:datahelix-arena" in arena_mapping(got[1]["t"].data_ptr())
+
+
+def test_every_leaf_kind_travels_and_tensors_stay_views(ours):
+    import numpy as np
+
+    got = [s for b in ours(dd.Leaves(), batch_size=2, collate_fn=dd.keep)
+           for s in b]
+    assert len(got) == 4
+    for i, s in enumerate(got):
+        assert s["t"].tolist() == [[float(i)] * 3] * 2
+        assert s["np"].dtype == np.int16 and s["np"].tolist() == \
+            list(range(i, i + 4))
+        assert type(s["scalar"]) is np.float32 and s["scalar"] == i / 2
+        assert s["plain"] == (i, i / 4, i % 2 == 0, None, f"s{i}",
+                              bytes([i, 0, 255]))
+        assert type(s["pair"]).__name__ == "Pair" and \
+            s["pair"]._fields == ("left", "right")
+        assert s["pair"].left.tolist() == [i] and s["pair"].right == [f"r{i}"]
+        for ptr in (s["t"].data_ptr(), s["pair"].left.data_ptr(),
+                    s["np"].__array_interface__["data"][0]):
+            assert "memfd:datahelix-arena" in arena_mapping(ptr)
+
+
+def test_a_value_the_format_cannot_carry_fails_in_the_worker(ours):
+    it = iter(ours(dd.Opaque(4), batch_size=1, collate_fn=dd.keep,
+                   num_workers=1))
+    assert [next(it)[0]["id"] for _ in range(2)] == [0, 1]
+    with pytest.raises(datahelix.SampleError) as ei:
+        next(it)
+    msg = str(ei.value)
+    assert isinstance(ei.value, TypeError), type(ei.value).__mro__
+    assert "batch[0]['meta'][2]: type dist_datasets.Thing" in msg, msg
+    assert "allowed: None, bool, int" in msg, msg
+    assert "writing the batch into its slot" in msg, msg
+    assert ei.value.stage == "encode" and (ei.value.rank,
+                                           ei.value.step) == (0, 2)
+    assert next(it)[0]["id"] == 3  # the next step comes as usual
+
+
+def test_a_hostile_slot_is_refused_and_never_unpickled(ours, tmp_path):
+    import pickle
+
+    mark = tmp_path / "pwned"
+    payload = pickle.dumps(Marker(mark))
+    def raw(meta, data=b"\0" * 64):
+        m = json.dumps(meta).encode()
+        h = b"DHPYSLT2" + len(m).to_bytes(8, "little") + m
+        return h + b"\0" * (-len(h) % 64) + data
+
+    def tensor(entry):
+        return raw({"v": 2, "kind": "batch", "root": {"T": 0},
+                    "tensors": [entry]})
+
+    hostile = [b"DHPYSLT1" + len(payload).to_bytes(8, "little") + payload,
+               b"DHPYSLT2" + len(payload).to_bytes(8, "little") + payload,
+               b"DHPYSLT2" + (1 << 40).to_bytes(8, "little"),
+               tensor(["uint8", [1 << 40], 0, 64]),
+               tensor(["object", [8], 0, 64]),
+               tensor(["uint8", [64], 1 << 30, 64])]
+    it = iter(ours(dd.Range(8), batch_size=1, num_workers=1,
+                   worker_init_fn=dd.HostileSlots(hostile)))
+    causes = []
+    for _ in hostile:
+        with pytest.raises(datahelix.DataError) as ei:
+            next(it)
+        causes.append(str(ei.value))
+    for k, c in enumerate(causes):
+        assert f"rank 0 epoch 0 step {k}: the batch in its arena slot" in c, c
+    assert "bad magic" in causes[0] and "not JSON" in causes[1], causes
+    assert "runs past the slot" in causes[2], causes
+    assert "tensor 0: shape [1099511627776] of uint8" in causes[3], causes
+    assert "dtype 'object' is not allowed" in causes[4], causes
+    assert "outside the slot" in causes[5], causes
+    assert not mark.exists()
+    # The loader goes on: later steps are the worker's own batches.
+    assert [b.tolist() for b in it] == [[6], [7]]
+
+
+class Marker:
+    """Unpickling this creates the file `path` (it calls open())."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_private_files_and_the_ipc_endpoint_live_in_0700_folders(ours):
+    import stat
+
+    loader = ours(dd.Range(4), batch_size=2)
+    it = iter(loader)
+    assert next(it).tolist() == [0, 1]
+
+    def mode(p):
+        return stat.S_IMODE(os.stat(p).st_mode)
+    assert loader._coord.listen == \
+        f"ipc://{loader._coord_dir}/coordinator.sock"
+    assert mode(loader._coord_dir) == 0o700
+    assert mode(loader._dir) == 0o700
+    assert mode(os.path.join(loader._dir, "dataset.pkl")) == 0o600
+    # Whoever else could reach the socket file: nobody but this user.
+    assert os.stat(loader._coord_dir).st_uid == os.getuid()
 
 
 def test_ours_matches_torch_order_with_a_seeded_generator(ours):
@@ -458,6 +563,13 @@ def test_bad_arguments(ours):
     p = run_dh("dataserver", "--coordinator", "ipc:///nonexistent", "--rank",
                0, "--index", "x.dhx", "--python-dataset", "ds.pkl")
     assert p.returncode != 0 and "needs --client-fd" in p.stderr, p.stderr
+    # ... and takes no payloads from the network (its rank reads every slot
+    # as a Python batch).
+    p = run_dh("dataserver", "--coordinator", "ipc:///nonexistent", "--rank",
+               0, "--index", "x.dhx", "--python-dataset", "ds.pkl",
+               "--client-fd", 3, "--listen", "tcp://127.0.0.1:0")
+    assert p.returncode != 0 and \
+        "--python-dataset excludes --listen" in p.stderr, p.stderr
     # One pass at a time: an older iterator refuses to go on.
     loader = ours(dd.Range(4), batch_size=1)
     old = iter(loader)

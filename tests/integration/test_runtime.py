@@ -328,6 +328,10 @@ def test_usage_errors(dataset):
     assert p.returncode == 2 and "required" in p.stderr
     p = run_dh(*consume_args("ipc:///x", dataset / "m.dhx", 2, 2, 2))
     assert p.returncode == 2 and "--rank 2" in p.stderr
+    p = run_dh("dataserver", "--coordinator", "ipc:///x", "--rank", 0,
+               "--index", dataset / "m.dhx", "--client-pid", 5)
+    assert p.returncode == 2 and \
+        "--client-pid needs --client-socket" in p.stderr, p.stderr
 
 
 # ---- failures of the local DataServer ----------------------------------
@@ -378,6 +382,49 @@ def test_kill9_of_external_dataserver_is_a_clear_error(dataset, coordinator):
         assert time.monotonic() - t0 < 15
     finally:
         ds.stop()
+
+
+def test_external_link_hands_the_arena_only_to_the_named_pid(dataset,
+                                                             coordinator):
+    """`--client-pid P`: anyone may connect to an abstract name, so the
+    server asks the kernel who connected (SO_PEERCRED) and hands its arena
+    memfd to P only; anyone else of this user is turned away (without it:
+    any process of this uid; see test_peer_cred for other uids)."""
+    coord, _ = coordinator
+    m = dataset / "m.dhx"
+    name = f"dh-test-{os.getpid()}-pid"
+    ds = Proc("dataserver", "--coordinator", coord, "--rank", 0, "--index",
+              m, "--client-socket", name, "--client-pid", 1)
+    try:
+        assert wait_until(lambda: "registered" in ds.err_so_far(), 30), \
+            ds.err_so_far()
+        p = run_dh(*consume_args(coord, m, 0, 1, 2, "--dataserver", name,
+                                 "--timeout-ms", 5000, "--start-timeout-ms",
+                                 5000), timeout=60)
+        assert p.returncode != 0, p.stdout
+        assert "closed the link before handing over its arena" in p.stderr, \
+            p.stderr
+        assert wait_until(lambda: "refused: this link serves pid 1 only" in
+                          ds.err_so_far(), 10), ds.err_so_far()
+        assert ds.p.poll() is None  # it goes on serving
+    finally:
+        ds.stop()
+    # The named pid gets it: consume first (it retries attaching within
+    # its start bound), then a server for its pid.
+    name += "2"
+    proc = start_consume(*consume_args(coord, m, 0, 1, 2, "--dataserver",
+                                       name, "--start-timeout-ms", 30000))
+    ds = Proc("dataserver", "--coordinator", coord, "--rank", 0, "--index",
+              m, "--client-socket", name, "--client-pid", proc.pid)
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+        ds.stop()
+    assert proc.returncode == 0, err
+    assert summary_of(out)["steps"] > 0
 
 
 @pytest.mark.parametrize("how", ["normal", "sigint", "sigkill"])

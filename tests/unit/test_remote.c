@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -798,6 +799,20 @@ static void listen_and_remote_options(void **state)
     o.listen = "tcp://127.0.0.1:0";
     assert_int_equal(dh_dataserver_create(&o, &s, &e), DH_EINVAL);
     assert_null(s);
+
+    /* A Python-dataset server never takes payloads from the network (its
+     * rank reads every slot as a Python batch). */
+    int sv[2];
+
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+    local_opts(&o, ep);
+    o.listen = "tcp://127.0.0.1:0";
+    o.client_fd = sv[1]; /* create() takes it over */
+    o.python_dataset = "/nonexistent/ds.pkl";
+    assert_int_equal(dh_dataserver_create(&o, &s, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "--python-dataset excludes --listen"));
+    assert_null(s);
+    close(sv[0]);
 
     local_opts(&o, ep);
     o.listen = "tcp://*:0";

@@ -118,7 +118,11 @@ struct dh_dataserver_opts {
                                  socketpair); create() takes it over, in
                                  every case.  -1 (default): none */
     const char *client_socket; /* external mode: abstract Unix socket name
-                                 the client attaches on (NULL: none) */
+                                 the client attaches on (NULL: none); a
+                                 connecting process must be of this
+                                 server's uid (SO_PEERCRED) ... */
+    int client_pid;            /* ... or, if > 0, be this pid (0: any
+                                 process of this uid) */
     /* Python-dataset mode (datahelix.DistributedDataLoader; docs/python.md
      * "DistributedDataLoader"): requests go to python_workers Python
      * processes this server starts and owns (`python -m datahelix._worker`)
@@ -127,7 +131,9 @@ struct dh_dataserver_opts {
      * indices of the pickled dataset; a worker writes the collated batch
      * into a slot of the arena and the ResultNotice names it as one uint8
      * tensor, dims [slot bytes].  Unpickling runs code, so the file must
-     * come from this server's own client: Python mode needs client_fd. */
+     * come from this server's own client: Python mode needs client_fd,
+     * and takes no `listen` (its rank reads every slot as a Python batch,
+     * so none may come from the network). */
     const char *python_dataset; /* the pickled dataset (NULL: C media) */
     const char *python;         /* interpreter (default: python3 on PATH) */
     const char *python_path;    /* put first on the workers' PYTHONPATH

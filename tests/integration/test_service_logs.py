@@ -1,0 +1,110 @@
+"""Logs never block, SIGPIPE kills nothing (issue 13 item 7): the
+Coordinator a Python loader starts has its stderr drained by a thread
+(datahelix._services._Drain) that shows its lines with a prefix, so a flood
+of log lines (here: > 1 MiB of "malformed message" lines provoked by a raw
+ZMTP peer) does not stop the job; and a service whose stderr reader went
+away goes on serving."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, _binary, stop_process
+from procs import alive, wait_until, zmtp_dealer, zmtp_send
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import datahelix  # noqa: E402
+import dist_datasets as dd  # noqa: E402
+from datahelix import _services  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def binary_env(monkeypatch):
+    monkeypatch.setenv("DATAHELIX_BIN", _binary())
+    monkeypatch.delenv("DATAHELIX_COORDINATOR", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+
+
+def flood(path, n):
+    """n malformed messages at the Coordinator on ipc socket `path`."""
+    s = zmtp_dealer(path)
+    try:
+        for i in range(0, n, 500):
+            for _ in range(min(500, n - i)):
+                zmtp_send(s, [b"\x00not a datahelix message, " + b"x" * 40])
+    finally:
+        s.close()
+
+
+def test_a_megabyte_of_coordinator_log_does_not_block_the_job(capfd):
+    n = 12000  # > 1 MiB of log lines (each ~110 bytes)
+    with datahelix.DistributedDataLoader(dd.Range(40), batch_size=2,
+                                         num_workers=1, timeout=20) as dl:
+        it = iter(dl)
+        assert next(it).tolist() == [0, 1]
+        coord = dl._coord
+        assert coord.listen.startswith("ipc://")
+        flood(coord.listen[len("ipc://"):], n)
+        # The Coordinator logged every one and the drain read them all ...
+        assert wait_until(lambda: coord.drain.lines >= n, 60), \
+            coord.drain.lines
+        # ... while the job went on: the rest of this epoch and another.
+        assert [b.tolist() for b in it][-1] == [38, 39]
+        assert sum(len(b) for b in dl) == 40
+        assert coord.proc.poll() is None
+    err = capfd.readouterr().err
+    assert "datahelix: coordinator (pid" in err and "malformed message" in err
+    # The flood was shown capped, not line by line.
+    assert "log lines not shown" in err, err[-2000:]
+    assert err.count("malformed message") < n // 4
+
+
+def test_the_drain_reads_a_child_to_its_end_and_keeps_the_tail():
+    code = ("import sys\nfor i in range(20000):\n"
+            "    sys.stderr.write(f'line {i} ' + 'y' * 80 + '\\n')\n")
+    p = subprocess.Popen([sys.executable, "-c", code],
+                         stderr=subprocess.PIPE)
+
+    class Sink:
+        text = []
+
+        def write(self, s):
+            self.text.append(s)
+
+        def flush(self):
+            pass
+    sink = Sink()
+    d = _services._Drain(p.stderr, "child", out=sink)
+    try:
+        assert p.wait(timeout=60) == 0  # > 1 MiB, never blocked
+    finally:
+        if p.poll() is None:
+            stop_process(p)
+    tail = d.text()
+    assert d.lines == 20000 and tail.endswith("line 19999 " + "y" * 80)
+    shown = "".join(sink.text)
+    assert shown.startswith("child: line 0 ") and "not shown" in shown
+
+
+def test_a_coordinator_whose_stderr_reader_is_gone_keeps_serving(tmp_path):
+    sock = tmp_path / "c.sock"
+    # Python's subprocess gives the child SIGPIPE's default action: without
+    # the service ignoring it, its next log line would kill it.
+    p = subprocess.Popen([_binary(), "coordinator", "--listen",
+                          f"ipc://{sock}"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        assert wait_until(sock.exists, 10)
+        p.stderr.close()  # nobody reads its log any more
+        flood(sock, 50)   # it logs 50 lines into the closed pipe
+        s = zmtp_dealer(sock)  # and still answers a new peer
+        s.close()
+        ended = wait_until(lambda: p.poll() is not None, 1)
+        assert not ended and alive(p.pid), \
+            f"the coordinator ended: {p.returncode} (-13: SIGPIPE)"
+    finally:
+        stop_process(p)
