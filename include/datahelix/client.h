@@ -176,6 +176,8 @@ struct dh_client_stats {
     uint64_t arena_bytes;    /* the local arena's data area (0: none yet) */
     uint64_t held_bytes;     /* arena slots of batches not released */
     uint64_t substituted;    /* samples replaced by a spare (skip policy) */
+    uint64_t coordinator_restarts; /* restarted Coordinators this client
+                                      refilled (docs/exactly-once.md) */
 };
 
 /* The default miss threshold: a ready batch's next() costs 0.05-0.3 ms

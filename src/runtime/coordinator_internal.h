@@ -77,8 +77,10 @@ struct dh_coordinator {
     int had_local;            /* a local server registered at some time */
     uint64_t unused_since_ms; /* no local server since then (0: some) */
     int shutdown;
-    int quiet; /* 1: failed sends are counted, not logged */
-    int bound; /* the endpoint is ours (ipc file to remove) */
+    int quiet;            /* 1: failed sends are counted, not logged */
+    int bound;            /* the endpoint is ours (ipc file to remove) */
+    uint64_t incarnation; /* random, never 0: told to clients in acks, so
+                             they see a restart (docs/exactly-once.md) */
 
     struct dh_place *place;
     struct dh_inflight *inflight;
@@ -137,5 +139,9 @@ void dh__co_client_moved(struct dh_coordinator *c, uint32_t rank,
 /* Queues the in-flight tasks of dead slot `slot` for re-routing (the slot
  * has already left placement and the registry). */
 void dh__co_orphan_tasks(struct dh_coordinator *c, int32_t slot);
+/* The local server of `rank` died: its tasks running on other servers can
+ * no longer be delivered (their payloads went, or would go, to the dead
+ * one), so each is re-routed to the rank's next local server. */
+void dh__co_target_lost(struct dh_coordinator *c, uint32_t rank, uint64_t now);
 
 #endif
