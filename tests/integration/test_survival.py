@@ -273,8 +273,9 @@ def test_embedded_loader_restarts_its_coordinator(dataset, capfd):
         got += [b["ids"].tolist() for b in loader]
         st = loader.stats()
         new = coord.proc.pid
-    print(f"coordinator restarted {t_new:.2f} s after the kill; the rest of "
-          f"the epoch done {t_done:.2f} s after it")
+    with capfd.disabled():
+        print(f"coordinator restarted {t_new:.2f} s after the kill; the rest "
+              f"of the epoch done {t_done:.2f} s after it")
     assert got == want
     assert st["coordinator_restarts"] == 1 and st["errors"] == 0, st
     assert coord.restarts == 1
