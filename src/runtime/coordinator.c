@@ -245,6 +245,12 @@ static void on_register_client(struct dh_coordinator *c,
         send_refusal(c, from, "client registry full");
         return;
     }
+    if (!c->clients[slot].used || !same_peer(&c->clients[slot].peer, from)) {
+        /* A new client of the rank: a local server will come again. */
+        if (r->rank < DH_WIRE_MAX_RANKS &&
+            c->rank_local[r->rank] == CO_RANK_LEFT)
+            c->rank_local[r->rank] = -1;
+    }
     if (!c->clients[slot].used)
         CO_INC(c, clients);
     else if (!same_peer(&c->clients[slot].peer, from))
@@ -327,6 +333,7 @@ static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
                          const char *why)
 {
     struct co_server *s = &c->servers[slot];
+    int dead = why || now - s->last_seen_ms >= (uint64_t)c->hb_timeout_ms;
 
     if (!why && now - s->last_seen_ms < (uint64_t)c->hb_timeout_ms)
         fprintf(stderr, "datahelix: coordinator: server %u (%s) left\n",
@@ -349,16 +356,15 @@ static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
                 s->wire_id); /* cannot happen */
     if (s->role == DH_WIRE_ROLE_LOCAL && s->rank < DH_WIRE_MAX_RANKS &&
         c->rank_local[s->rank] == slot)
-        c->rank_local[s->rank] = -1;
+        c->rank_local[s->rank] = dead ? -1 : CO_RANK_LEFT;
     s->used = 0;
     atomic_fetch_sub(&c->st_servers, 1);
-    if (why || now - s->last_seen_ms >= (uint64_t)c->hb_timeout_ms)
+    if (dead)
         CO_INC(c, dead_servers); /* one that left is not counted */
     dh__co_orphan_tasks(c, slot);
     /* A local server that died (not one that left: its client is gone)
      * was the delivery target of its rank's tasks on remote servers. */
-    if (s->role == DH_WIRE_ROLE_LOCAL &&
-        (why || now - s->last_seen_ms >= (uint64_t)c->hb_timeout_ms))
+    if (s->role == DH_WIRE_ROLE_LOCAL && dead)
         dh__co_target_lost(c, s->rank, now);
 }
 

@@ -45,6 +45,11 @@ struct co_client {
 
 enum co_state { CO_PENDING_NEW, CO_PENDING_REROUTE, CO_RUNNING };
 
+/* rank_local[] of a rank whose local server left (its client went away or
+ * it was told to stop): no server will come for its tasks, which fail
+ * instead of waiting, until a client registers the rank anew. */
+#define CO_RANK_LEFT (-2)
+
 /* One task the Coordinator knows: waiting in the FIFO or running. */
 struct co_task {
     struct dh_wire_request req; /* owns its arrays */
@@ -87,7 +92,9 @@ struct dh_coordinator {
     int max_servers, max_clients;
     struct co_server *servers; /* indexed by placement slot */
     struct co_client *clients;
-    int32_t *rank_local; /* rank -> slot of its local server, or -1 */
+    int32_t *rank_local; /* rank -> slot of its local server, or -1
+                            (none yet, or it died: its tasks wait for the
+                            next), or CO_RANK_LEFT */
     uint64_t next_gen;
 
     struct dh_idmap tasks; /* task id -> struct co_task *, all but the

@@ -280,7 +280,8 @@ static int decide_local(struct dh_coordinator *c, const struct dh_place_req *q,
     return 0;
 }
 
-/* 1: placed and sent, 0: backpressure (try later), <0: cannot place. */
+/* 1: placed and sent, 0: backpressure (try later), <0: cannot place
+ * (DH_EPEERDEAD: the requester's local server left). */
 static int place_task(struct dh_coordinator *c, struct co_task *t, uint64_t now)
 {
     struct dh_place_req q;
@@ -289,6 +290,8 @@ static int place_task(struct dh_coordinator *c, struct co_task *t, uint64_t now)
     int rc;
 
     fill_req(c, t, now, &q);
+    if (q.local_server == CO_RANK_LEFT)
+        return DH_EPEERDEAD; /* nobody will take its batch */
     rc = local_only(c, t, &q) ? decide_local(c, &q, &d)
                               : dh_place_decide(c->place, &q, &d);
     if (rc < 0)
@@ -359,7 +362,11 @@ void dh__co_drain(struct dh_coordinator *c, uint64_t now)
             if (fifo_push(c, t, 0) < 0) /* cannot happen: it just left */
                 fail_task(c, t, DH_ETOOBIG, "request queue full");
         } else if (rc < 0) {
-            fail_task(c, t, rc, "request cannot be placed (bad cost hints)");
+            fail_task(c, t, rc,
+                      rc == DH_EPEERDEAD
+                          ? "the requester's local DataServer left (its "
+                            "client went away, or it was told to stop)"
+                          : "request cannot be placed (bad cost hints)");
         }
     }
 }

@@ -691,15 +691,15 @@ static void a_waiting_request_does_not_block_other_ranks(void **state)
     stop_and_free(f);
 }
 
-/* A server that says it is leaving is dropped at once, its task re-routed,
- * and it does not count as dead. */
+/* A server that says it is leaving is dropped at once and does not count
+ * as dead; its rank's task, with nowhere to go, fails at once. */
 static void a_leaving_server_is_dropped_at_once(void **state)
 {
     struct fx *f = start("deadline", 60000, 4);
     void *a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
     void *b = server(f, 2, DH_WIRE_ROLE_REMOTE, 0);
     void *cl = client(f, 0);
-    void *a2, *on = NULL;
+    void *a2, *cl2, *on = NULL;
     struct dh_wire_msg m;
 
     (void)state;
@@ -711,20 +711,30 @@ static void a_leaving_server_is_dropped_at_once(void **state)
     m.u.heartbeat.leaving = 1;
     send_msg(a, &m);
     ASSERT_STAT(f, servers, 1);
-    /* Rank 0 has no local server now: the task waits for one. */
-    ASSERT_STAT(f, pending, 1);
-    expect_none(b, DH_WIRE_ROUTE);
-    a2 = server(f, 7, DH_WIRE_ROLE_LOCAL, 0);
-    route_on_either(a2, b, 1, &m, &on);
-    assert_int_equal(m.u.route.target_server_id, 7);
+    /* Rank 0's server left (its client went away): no server will come
+     * for the task, and no remote could deliver it, so it fails at once
+     * rather than waiting in the queue for ever. */
+    expect(cl, DH_WIRE_ERROR_NOTICE, &m);
+    assert_int_equal(m.u.error.task.id, task(1).id);
+    assert_int_equal(m.u.error.cause, DH_EPEERDEAD);
+    assert_non_null(strstr(m.u.error.message, "local DataServer left"));
     dh_wire_msg_fini(&m);
-    ASSERT_STAT(f, rerouted, 1);
+    expect_none(b, DH_WIRE_ROUTE);
+    ASSERT_STAT(f, pending, 0);
     ASSERT_STAT(f, dead_servers, 0);
     ASSERT_STAT(f, malformed, 0);
+    /* A new client of rank 0 and its server: served again. */
+    cl2 = client(f, 0);
+    a2 = server(f, 7, DH_WIRE_ROLE_LOCAL, 0);
+    request(cl2, 2);
+    route_on_either(a2, b, 2, &m, &on);
+    assert_int_equal(m.u.route.target_server_id, 7);
+    dh_wire_msg_fini(&m);
     zmq_close(a);
     zmq_close(a2);
     zmq_close(b);
     zmq_close(cl);
+    zmq_close(cl2);
     stop_and_free(f);
 }
 
