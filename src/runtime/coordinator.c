@@ -335,7 +335,7 @@ static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
     struct co_server *s = &c->servers[slot];
     int dead = why || now - s->last_seen_ms >= (uint64_t)c->hb_timeout_ms;
 
-    if (!why && now - s->last_seen_ms < (uint64_t)c->hb_timeout_ms)
+    if (!dead)
         fprintf(stderr, "datahelix: coordinator: server %u (%s) left\n",
                 s->wire_id, s->addr); /* it said so: not a failure */
     else if (why)
