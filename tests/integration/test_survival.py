@@ -7,7 +7,8 @@
   buffers, and every sample still arrives exactly once, within a bounded
   recovery time (printed).
 - The embedded loader (python DataLoader), which owns its Coordinator,
-  restarts it itself after a kill -9 and finishes the epoch exactly once.
+  restarts it itself after a kill -9 and finishes the epoch exactly once;
+  so does rank 0 of two torchrun-style ranks for the job's shared one.
 - A rank's local DataServer killed (-9) while a remote sidecar holds one of
   its tasks: the sidecar can no longer deliver it, the task is re-routed to
   the rank's restarted local server instead of failing, so the rank does
@@ -284,6 +285,67 @@ def test_embedded_loader_restarts_its_coordinator(dataset, capfd):
     assert "ended (killed by signal 9" in err, err
     assert "restarting it in 0.1 s (restart 1 of 5)" in err, err
     assert "restarted: registered again" in err, err
+
+
+RANK_SCRIPT = """
+import json, os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+import datahelix
+rank, got = int(os.environ["RANK"]), []
+with datahelix.DataLoader(sys.argv[2], batch_size=2, frames=4, size=(32, 32),
+                          prefetch=2) as loader:
+    for ep in range(2):
+        loader.set_epoch(ep)
+        for k, b in enumerate(loader):
+            got.append(b["ids"].tolist())
+            if rank == 0 and ep == 0 and k == 0:  # the job's Coordinator
+                os.kill(loader._coord.proc.pid, signal.SIGKILL)
+            time.sleep(0.05)
+    st = loader.stats()
+    own = loader._coord.restarts if loader._coord is not None else None
+print(json.dumps({"rank": rank, "ids": got, "own": own,
+                  "coordinator_restarts": st["coordinator_restarts"]}))
+"""
+
+
+def test_torchrun_ranks_survive_rank0s_coordinator_kill9(dataset, tmp_path):
+    """Two ranks as torchrun starts them: rank 0 serves the job's shared
+    Coordinator (on MASTER_PORT + 1) and restarts it after a kill -9;
+    both ranks refill it, every sample once per epoch."""
+    pytest.importorskip("torch")
+    m = dataset / "m.jsonl"
+    port = free_port()
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port - 1),
+                   DATAHELIX_BIN=_binary())
+        env.pop("DATAHELIX_COORDINATOR", None)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", RANK_SCRIPT, str(ROOT / "python"),
+             str(m)], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True))
+    try:
+        outs = [p.communicate(timeout=180) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-4000:]
+    res = {json.loads(o)["rank"]: json.loads(o) for o, _ in outs}
+    want = [[], []]
+    for ep in range(2):
+        per_rank, _ = plan_ids(m.with_suffix(".dhx"), 2, 2, epoch=ep)
+        for r in range(2):
+            want[r] += [per_rank[r][i:i + 2]
+                        for i in range(0, len(per_rank[r]), 2)]
+    for r in range(2):
+        assert res[r]["ids"] == want[r], (r, res[r]["ids"], want[r])
+        assert res[r]["coordinator_restarts"] == 1, res[r]
+    assert res[0]["own"] == 1 and res[1]["own"] is None
+    assert "restarting it in 0.1 s (restart 1 of 5)" in outs[0][1]
 
 
 # ---- item 6: the delivery target died -----------------------------------
