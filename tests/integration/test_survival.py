@@ -247,7 +247,7 @@ def test_coordinator_kill9_and_restart_mid_epoch(dataset, procs, tmp_path):
 # ---- item 5: the embedded loader restarts its Coordinator ---------------
 
 def test_embedded_loader_restarts_its_coordinator(dataset, capfd):
-    torch = pytest.importorskip("torch")  # noqa: F841 (the loader needs it)
+    pytest.importorskip("torch")  # the loader needs it
     sys.path.insert(0, str(ROOT / "python"))
     import datahelix
     os.environ["DATAHELIX_BIN"] = _binary()
