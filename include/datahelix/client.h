@@ -165,7 +165,8 @@ struct dh_client_stats {
     double input_wait_p50_ms, input_wait_p95_ms, input_wait_max_ms;
     double window_p50_ms;    /* time between steps, as measured */
     uint64_t requests;       /* DescriptorRequests sent (re-issues included) */
-    uint64_t reissued;       /* requests re-sent after a server restart */
+    uint64_t reissued;       /* requests re-sent after a server or
+                                Coordinator restart */
     uint64_t restarts;       /* embedded server restarts */
     uint64_t late_released;  /* duplicate or stale results released */
     uint64_t quarantined;    /* distinct samples that failed */
@@ -176,6 +177,8 @@ struct dh_client_stats {
     uint64_t arena_bytes;    /* the local arena's data area (0: none yet) */
     uint64_t held_bytes;     /* arena slots of batches not released */
     uint64_t substituted;    /* samples replaced by a spare (skip policy) */
+    uint64_t coordinator_restarts; /* restarted Coordinators this client
+                                      refilled (docs/exactly-once.md) */
 };
 
 /* The default miss threshold: a ready batch's next() costs 0.05-0.3 ms

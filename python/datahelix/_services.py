@@ -145,10 +145,18 @@ class _Drain:
 
 
 class Coordinator:
-    """A `datahelix coordinator` started for this process.  Its stderr is
-    drained by a thread (_Drain): lines are shown with the prefix
+    """A `datahelix coordinator` started for this process, and restarted by
+    it if it dies (docs/exactly-once.md "Restarts"): at most RESTARTS
+    times, after a backoff that doubles from BACKOFF_S up to BACKOFF_MAX_S,
+    each restart logged on stderr.  The new one listens on the same
+    address; the clients and DataServers refill it themselves.  Each one's
+    stderr is drained by a thread (_Drain): lines are shown with the prefix
     "datahelix: coordinator (pid N)", so that its log never fills a pipe
     and blocks it (issue 13 item 7)."""
+
+    RESTARTS = 5
+    BACKOFF_S = 0.1
+    BACKOFF_MAX_S = 2.0
 
     def __init__(self, listen, policy, telemetry=None, timeout=10.0,
                  shared=False):
@@ -157,50 +165,133 @@ class Coordinator:
         left (they end with their ranks), not with this process."""
         self.listen = listen
         self.shared = shared
+        self.timeout = timeout
+        self.restarts = 0
         cmd = [binary(), "coordinator", "--listen", listen, "--policy",
                policy, "--heartbeat-timeout-ms", "1000"]
         cmd += (["--exit-when-unused", "2000"] if shared
                 else ["--exit-with-parent"])
-        if telemetry:
+        if telemetry:  # (a restarted one writes the file anew)
             cmd += ["--telemetry", os.fspath(telemetry)]
+        self._cmd = cmd
+        self._lock = threading.Lock()  # self.proc, self._closing
+        self._closing = False
+        self.proc = self._spawn()
+        err = self._ready(self.proc)
+        if err is not None:
+            err = self._stop_and_read() or err
+            raise RuntimeError(f"datahelix: the coordinator at {listen} "
+                               f"did not start: {err.strip()}")
+        self._watcher = threading.Thread(
+            target=self._watch, name="datahelix-coordinator-watch",
+            daemon=True)
+        self._watcher.start()
+
+    def _spawn(self):
         # Its own process group: a Ctrl-C reaches the training process,
         # which then closes this cleanly.
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE,
-                                     start_new_session=True)
-        self.drain = _Drain(self.proc.stderr,
-                            f"datahelix: coordinator (pid {self.proc.pid})",
+        proc = subprocess.Popen(self._cmd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE,
+                                start_new_session=True)
+        proc.drain = _Drain(proc.stderr,
+                            f"datahelix: coordinator (pid {proc.pid})",
                             strip="datahelix: coordinator: ")
-        if listen.startswith("ipc://"):
-            path = listen[len("ipc://"):]
-            end = time.monotonic() + timeout
-            while not os.path.exists(path) and time.monotonic() < end:
-                if self.proc.poll() is not None:
-                    break
-                time.sleep(0.005)
-            if not os.path.exists(path):
-                err = self._stop_and_read()
-                raise RuntimeError(f"datahelix: the coordinator at {listen} "
-                                   f"did not start: {err.strip()}")
+        return proc
+
+    def _ready(self, proc):
+        """None once `proc` listens (an ipc socket file exists; a TCP one
+        binds at once or exits), else why not, within self.timeout."""
+        if not self.listen.startswith("ipc://"):
+            return None
+        path = self.listen[len("ipc://"):]
+        end = time.monotonic() + self.timeout
+        while not os.path.exists(path) and time.monotonic() < end:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.005)
+        return None if os.path.exists(path) else "no socket file"
+
+    def _watch(self):
+        """Restarts the Coordinator when it dies by a signal or fails (not
+        when it ends cleanly: asked to, or every rank is gone)."""
+        while True:
+            with self._lock:
+                proc = None if self._closing else self.proc
+            if proc is None:
+                return
+            try:
+                rc = proc.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                continue
+            with self._lock:
+                if self._closing:  # stop() ended it
+                    return
+            if rc == 0 or not self._restart(proc, rc):
+                return
+
+    def _restart(self, dead, rc):
+        """Starts a new Coordinator on the same address after `dead` ended
+        with `rc`; False once the restarts are used up or it is closing."""
+        why = (f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}")
+        last = dead.drain.text().strip()
+        last = last.splitlines()[-1] if last else ""
+        while True:
+            if self.restarts >= self.RESTARTS:
+                sys.stderr.write(
+                    f"datahelix: the coordinator at {self.listen} ended "
+                    f"({why}) and its {self.RESTARTS} restarts are used up; "
+                    "its ranks will time out\n")
+                return False
+            self.restarts += 1
+            delay = min(self.BACKOFF_MAX_S,
+                        self.BACKOFF_S * 2 ** (self.restarts - 1))
+            said = f'; its last line: "{last}"' if last else ""
+            sys.stderr.write(
+                f"datahelix: the coordinator at {self.listen} ended ({why}"
+                f"{said}); restarting it in {delay:.1f} s (restart "
+                f"{self.restarts} of {self.RESTARTS})\n")
+            sys.stderr.flush()
+            time.sleep(delay)
+            with self._lock:
+                if self._closing:
+                    return False
+                try:
+                    proc = self._spawn()
+                except OSError as e:
+                    why = f"could not start: {e}"
+                    continue
+                self.proc = proc
+            if self._ready(proc) is None and proc.poll() is None:
+                return True
+            rc = proc.wait()  # it exited at once: counts as a restart
+            why = (f"killed by signal {-rc}" if rc < 0
+                   else f"exit status {rc}")
 
     def _stop_and_read(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        with self._lock:
+            self._closing = True
+            proc = self.proc
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=5)
+                proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        return self.drain.text()
+                proc.kill()
+                proc.wait(timeout=5)
+        return proc.drain.text()
 
     def stop(self):
         """Ends a private Coordinator now; a shared one is left to end
         when the last rank's DataServer is gone (its stderr drained until
         then, or until this process ends: it ignores SIGPIPE)."""
         if self.proc is not None:
-            if not self.shared:
+            if self.shared:
+                with self._lock:
+                    self._closing = True
+            else:
                 self._stop_and_read()
+            self._watcher.join(timeout=5)
             self.proc = None
 
 

@@ -490,11 +490,12 @@ static void summary(const struct run *r)
                "\"misses\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"skipped\":"
                "%" PRIu64 ",\"substituted\":%" PRIu64
                ",\"quarantined\":%" PRIu64 ",\"restarts\":%" PRIu64
-               ",\"reissued\":%" PRIu64 ",\"elapsed_s\":%.3f}}\n",
+               ",\"reissued\":%" PRIu64 ",\"coordinator_restarts\":%" PRIu64
+               ",\"elapsed_s\":%.3f}}\n",
                r->a->o.rank, st.steps, r->samples, sps, st.input_wait_p50_ms,
                st.input_wait_p95_ms, st.input_wait_max_ms, st.misses, st.errors,
                r->skipped, st.substituted, st.quarantined, st.restarts,
-               st.reissued, st.elapsed_s);
+               st.reissued, st.coordinator_restarts, st.elapsed_s);
         return;
     }
     printf("rank %u: %" PRIu64 " steps, %" PRIu64 " samples in %.2f s = "

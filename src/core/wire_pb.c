@@ -97,6 +97,7 @@ static void register_client_pb(struct dh__wire_pb_out *o,
     pb->pid = r->pid;
     pb->host = text_pb(r->host);
     pb->server_address = text_pb(r->server_addr);
+    pb->incarnation = r->incarnation;
     o->env.register_client = pb;
 }
 
@@ -146,6 +147,7 @@ static int heartbeat_pb(struct dh__wire_pb_out *o,
     pb->n_links = n;
     pb->links = o->link_ptrs;
     pb->leaving = h->leaving != 0;
+    pb->unknown = h->unknown != 0;
     o->env.heartbeat = pb;
     return 0;
 }
@@ -403,6 +405,7 @@ static int register_client_from_pb(const struct dh__wire_ck *c,
     r->rank = pb->rank;
     r->world_size = pb->world_size;
     r->pid = pb->pid;
+    r->incarnation = pb->incarnation;
     if ((rc = text_from_pb(c, "host", r->host, DH_WIRE_MAX_HOST, &pb->host)) <
         0)
         return rc;
@@ -449,6 +452,7 @@ static int heartbeat_from_pb(const struct dh__wire_ck *c,
     h->busy_workers = pb->busy_workers;
     h->latency_ms = pb->latency_ms;
     h->leaving = pb->leaving != 0;
+    h->unknown = pb->unknown != 0;
     return 0;
 }
 

@@ -642,6 +642,11 @@ static PyObject *client_stats(ClientObject *self, PyObject *unused)
         Py_XDECREF(v);
         if (rc < 0)
             goto fail;
+        v = PyLong_FromUnsignedLongLong(s.coordinator_restarts);
+        rc = v ? PyDict_SetItemString(d, "coordinator_restarts", v) : -1;
+        Py_XDECREF(v);
+        if (rc < 0)
+            goto fail;
     }
     n = dh_client_server_load(self->c, ids, parts, 256);
     for (size_t i = 0; i < n && i < 256; i++) {

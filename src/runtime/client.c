@@ -209,16 +209,7 @@ static int do_register(struct dh_client *c, struct dh_err *e)
     if ((rc = dh__tp_open(c->ctx, &o, &c->sock, NULL, 0, e)) < 0)
         return rc;
     snprintf(peer, sizeof(peer), "coordinator %s", c->coord);
-    dh_wire_msg_init(&m, DH_WIRE_REGISTER_CLIENT);
-    m.u.register_client.rank = c->rank;
-    m.u.register_client.world_size = c->world;
-    m.u.register_client.pid = (uint32_t)getpid();
-    if (gethostname(m.u.register_client.host,
-                    sizeof(m.u.register_client.host) - 1) < 0)
-        m.u.register_client.host[0] = 0;
-    rc = dh__tp_send(c->sock, NULL, &m, peer, e);
-    dh_wire_msg_fini(&m);
-    if (rc < 0)
+    if ((rc = dh__cl_send_register(c, peer, e)) < 0)
         return rc;
     while ((t = dh__mono_ms()) < end) {
         struct dh_err de;
@@ -227,9 +218,10 @@ static int do_register(struct dh_client *c, struct dh_err *e)
             dh__tp_recv(c->sock, NULL, &m, peer, &de) <= 0)
             continue;
         if (m.type == DH_WIRE_REGISTER_CLIENT &&
-            m.u.register_client.rank == c->rank)
+            m.u.register_client.rank == c->rank) {
+            c->incarnation = m.u.register_client.incarnation;
             rc = 1;
-        else if (m.type == DH_WIRE_SHUTDOWN)
+        } else if (m.type == DH_WIRE_SHUTDOWN)
             rc = dh_err_set(e, DH_EIO, "coordinator %s refused rank %u: %s",
                             c->coord, c->rank, m.u.shutdown.reason);
         else

@@ -89,6 +89,8 @@ struct dh_client {
 
     struct dh_index *ix;
     void *ctx, *sock;
+    uint64_t incarnation;       /* the Coordinator's, from its last ack */
+    uint64_t next_keepalive_ms; /* I/O thread: the next RegisterClient */
     int link_fd, wake_fd;
     pid_t child; /* embedded server, or -1 */
     uint32_t server_id;
@@ -142,6 +144,10 @@ enum dh_stage dh__stage_of(int cause);
 
 /* ---- client_io.c ---- */
 void *dh__cl_io_main(void *arg);
+/* Sends RegisterClient for this rank (`peer` names the Coordinator in
+ * errors): the first registration, and every keepalive after it. */
+int dh__cl_send_register(struct dh_client *c, const char *peer,
+                         struct dh_err *e);
 /* Wakes the I/O thread (a step was consumed or the epoch changed). */
 void dh__cl_wake(struct dh_client *c);
 /* Task id of step position k, microbatch j of the current pass. */

@@ -27,6 +27,10 @@
 #include "runtime/transport.h"
 
 #define POLL_MS 100
+/* How often RegisterClient is repeated: what bounds the time a restarted
+ * Coordinator waits to be refilled (docs/exactly-once.md "Restarts"), at
+ * the cost of one small message per rank per period (as a heartbeat). */
+#define KEEPALIVE_MS 500
 
 void dh__cl_wake(struct dh_client *c)
 {
@@ -199,6 +203,67 @@ static void reissue(struct dh_client *c)
         else
             c->st.reissued++;
     }
+}
+
+/* ---- the Coordinator's view of this client ---- */
+
+int dh__cl_send_register(struct dh_client *c, const char *peer,
+                         struct dh_err *e)
+{
+    struct dh_wire_msg m;
+    int rc;
+
+    dh_wire_msg_init(&m, DH_WIRE_REGISTER_CLIENT);
+    m.u.register_client.rank = c->rank;
+    m.u.register_client.world_size = c->world;
+    m.u.register_client.pid = (uint32_t)getpid();
+    if (gethostname(m.u.register_client.host,
+                    sizeof(m.u.register_client.host) - 1) < 0)
+        m.u.register_client.host[0] = 0;
+    rc = dh__tp_send(c->sock, NULL, &m, peer, e);
+    dh_wire_msg_fini(&m);
+    return rc;
+}
+
+/* The keepalive: a repeated registration, answered by every Coordinator
+ * with its incarnation.  A failed send is no news (the Coordinator may be
+ * down; the next period tries again). */
+static void keepalive(struct dh_client *c)
+{
+    uint64_t now = dh__mono_ms();
+    struct dh_err e;
+
+    if (now < c->next_keepalive_ms)
+        return;
+    c->next_keepalive_ms = now + KEEPALIVE_MS;
+    (void)dh__cl_send_register(c, NULL, &e);
+}
+
+/* An ack of this rank's registration.  Another incarnation than before is
+ * a Coordinator that restarted and knows nothing of our tasks: this
+ * client's reorder buffer is the authoritative list of what is
+ * outstanding, so every task without an outcome is sent again, under its
+ * own id.  A result that then arrives twice (the old execution's and the
+ * new one's) is released by the reorder buffer, not delivered twice. */
+static void on_register_ack(struct dh_client *c,
+                            const struct dh_wire_register_client *r)
+{
+    size_t n = 0;
+
+    if (r->rank != c->rank || !r->incarnation ||
+        r->incarnation == c->incarnation)
+        return;
+    c->incarnation = r->incarnation;
+    pthread_mutex_lock(&c->mu);
+    c->st.coordinator_restarts++;
+    if (c->ro && dh_reorder_pending(c->ro, c->pend, c->pool_n, &n) < 0)
+        n = 0;
+    fprintf(stderr,
+            "datahelix: client %u: coordinator %s restarted: registered "
+            "again, re-issuing %zu outstanding tasks\n",
+            c->rank, c->coord, n);
+    reissue(c);
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* ---- notices ---- */
@@ -413,7 +478,8 @@ static void dispatch(struct dh_client *c, const struct dh_wire_msg *m)
         on_route(c, &m->u.route);
         break;
     case DH_WIRE_REGISTER_CLIENT:
-        break; /* a repeated ack */
+        on_register_ack(c, &m->u.register_client);
+        break;
     case DH_WIRE_SHUTDOWN:
         snprintf(why, sizeof(why), "coordinator %.200s shut down: %.200s",
                  c->coord, m->u.shutdown.reason);
@@ -552,6 +618,7 @@ void *dh__cl_io_main(void *arg)
             pthread_mutex_unlock(&c->mu);
             break;
         }
+        keepalive(c);
         pthread_mutex_lock(&c->mu);
         issue(c);
         pthread_mutex_unlock(&c->mu);

@@ -19,6 +19,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -244,13 +245,45 @@ static void on_register_client(struct dh_coordinator *c,
         send_refusal(c, from, "client registry full");
         return;
     }
+    if (!c->clients[slot].used || !same_peer(&c->clients[slot].peer, from)) {
+        /* A new client of the rank: a local server will come again. */
+        if (r->rank < DH_WIRE_MAX_RANKS &&
+            c->rank_local[r->rank] == CO_RANK_LEFT)
+            c->rank_local[r->rank] = -1;
+    }
     if (!c->clients[slot].used)
         CO_INC(c, clients);
     else if (!same_peer(&c->clients[slot].peer, from))
         dh__co_client_moved(c, r->rank, from); /* a restarted client */
     c->clients[slot] = (struct co_client){
         .used = 1, .rank = r->rank, .peer = *from};
-    (void)dh__co_send(c, from, m);
+    /* The ack: the message echoed, with this process's incarnation (a
+     * client that sees it change refills this Coordinator). */
+    dh_wire_msg_fini(&c->out);
+    dh_wire_msg_init(&c->out, DH_WIRE_REGISTER_CLIENT);
+    c->out.u.register_client = *r;
+    c->out.u.register_client.incarnation = c->incarnation;
+    (void)dh__co_send(c, from, &c->out);
+}
+
+/* A heartbeat names a server not registered here: this Coordinator was
+ * restarted (or dropped it as dead).  Told so, the server registers
+ * again; its late heartbeats are no fault of its own, so not malformed. */
+static void send_unknown(struct dh_coordinator *c, const struct co_peer *from,
+                         uint32_t server_id)
+{
+    char who[128];
+
+    peer_name(c->cur_addr, from, who, sizeof(who));
+    fprintf(stderr,
+            "datahelix: coordinator: heartbeat from unregistered server "
+            "%u (%s): told to register again\n",
+            server_id, who);
+    dh_wire_msg_fini(&c->out);
+    dh_wire_msg_init(&c->out, DH_WIRE_HEARTBEAT);
+    c->out.u.heartbeat.server_id = server_id;
+    c->out.u.heartbeat.unknown = 1;
+    (void)dh__co_send(c, from, &c->out);
 }
 
 static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
@@ -261,10 +294,7 @@ static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
 
     if (slot < 0) {
         if (!h->leaving) /* a leaving one may have been dropped already */
-            dh__co_malformed(c, from,
-                             "heartbeat from unregistered server "
-                             "%u",
-                             h->server_id);
+            send_unknown(c, from, h->server_id);
         return;
     }
     if (h->leaving && same_peer(&c->servers[slot].peer, from)) {
@@ -303,8 +333,9 @@ static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
                          const char *why)
 {
     struct co_server *s = &c->servers[slot];
+    int dead = why || now - s->last_seen_ms >= (uint64_t)c->hb_timeout_ms;
 
-    if (!why && now - s->last_seen_ms < (uint64_t)c->hb_timeout_ms)
+    if (!dead)
         fprintf(stderr, "datahelix: coordinator: server %u (%s) left\n",
                 s->wire_id, s->addr); /* it said so: not a failure */
     else if (why)
@@ -325,12 +356,16 @@ static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
                 s->wire_id); /* cannot happen */
     if (s->role == DH_WIRE_ROLE_LOCAL && s->rank < DH_WIRE_MAX_RANKS &&
         c->rank_local[s->rank] == slot)
-        c->rank_local[s->rank] = -1;
+        c->rank_local[s->rank] = dead ? -1 : CO_RANK_LEFT;
     s->used = 0;
     atomic_fetch_sub(&c->st_servers, 1);
-    if (why || now - s->last_seen_ms >= (uint64_t)c->hb_timeout_ms)
+    if (dead)
         CO_INC(c, dead_servers); /* one that left is not counted */
     dh__co_orphan_tasks(c, slot);
+    /* A local server that died (not one that left: its client is gone)
+     * was the delivery target of its rank's tasks on remote servers. */
+    if (s->role == DH_WIRE_ROLE_LOCAL && dead)
+        dh__co_target_lost(c, s->rank, now);
 }
 
 static void check_heartbeats(struct dh_coordinator *c, uint64_t now)
@@ -546,6 +581,21 @@ static int alloc_tables(struct dh_coordinator *c,
     return dh__co_tasks_init(c, o->max_inflight, o->max_pending, e);
 }
 
+/* A number no earlier Coordinator on this address is likely to have had:
+ * from the kernel's random source, else from the clock and the pid. */
+static uint64_t draw_incarnation(void)
+{
+    uint64_t v = 0;
+    struct timespec ts;
+
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v)) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        v = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^
+            ((uint64_t)getpid() << 16);
+    }
+    return v ? v : 1;
+}
+
 int dh_coordinator_create(const struct dh_coordinator_opts *o,
                           struct dh_coordinator **out, struct dh_err *e)
 {
@@ -570,6 +620,7 @@ int dh_coordinator_create(const struct dh_coordinator_opts *o,
     c->exit_unused_ms = o->exit_when_unused_ms;
     c->max_servers = o->max_servers;
     c->max_clients = o->max_clients;
+    c->incarnation = draw_incarnation();
     dh_wire_msg_init(&c->in, DH_WIRE_NONE);
     dh_wire_msg_init(&c->out, DH_WIRE_NONE);
     if ((rc = alloc_tables(c, o, pol, e)) < 0 ||

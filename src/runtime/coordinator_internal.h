@@ -45,6 +45,11 @@ struct co_client {
 
 enum co_state { CO_PENDING_NEW, CO_PENDING_REROUTE, CO_RUNNING };
 
+/* rank_local[] of a rank whose local server left (its client went away or
+ * it was told to stop): no server will come for its tasks, which fail
+ * instead of waiting, until a client registers the rank anew. */
+#define CO_RANK_LEFT (-2)
+
 /* One task the Coordinator knows: waiting in the FIFO or running. */
 struct co_task {
     struct dh_wire_request req; /* owns its arrays */
@@ -77,15 +82,19 @@ struct dh_coordinator {
     int had_local;            /* a local server registered at some time */
     uint64_t unused_since_ms; /* no local server since then (0: some) */
     int shutdown;
-    int quiet; /* 1: failed sends are counted, not logged */
-    int bound; /* the endpoint is ours (ipc file to remove) */
+    int quiet;            /* 1: failed sends are counted, not logged */
+    int bound;            /* the endpoint is ours (ipc file to remove) */
+    uint64_t incarnation; /* random, never 0: told to clients in acks, so
+                             they see a restart (docs/exactly-once.md) */
 
     struct dh_place *place;
     struct dh_inflight *inflight;
     int max_servers, max_clients;
     struct co_server *servers; /* indexed by placement slot */
     struct co_client *clients;
-    int32_t *rank_local; /* rank -> slot of its local server, or -1 */
+    int32_t *rank_local; /* rank -> slot of its local server, or -1
+                            (none yet, or it died: its tasks wait for the
+                            next), or CO_RANK_LEFT */
     uint64_t next_gen;
 
     struct dh_idmap tasks; /* task id -> struct co_task *, all but the
@@ -137,5 +146,9 @@ void dh__co_client_moved(struct dh_coordinator *c, uint32_t rank,
 /* Queues the in-flight tasks of dead slot `slot` for re-routing (the slot
  * has already left placement and the registry). */
 void dh__co_orphan_tasks(struct dh_coordinator *c, int32_t slot);
+/* The local server of `rank` died: its tasks running on other servers can
+ * no longer be delivered (their payloads went, or would go, to the dead
+ * one), so each is re-routed to the rank's next local server. */
+void dh__co_target_lost(struct dh_coordinator *c, uint32_t rank, uint64_t now);
 
 #endif

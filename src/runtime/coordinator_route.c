@@ -244,9 +244,11 @@ static void fill_req(const struct dh_coordinator *c, const struct co_task *t,
 static int local_only(const struct dh_coordinator *c, const struct co_task *t,
                       const struct dh_place_req *q)
 {
-    return t->req.hints.local_only ||
-           (q->local_server >= 0 &&
-            !strncmp(c->servers[q->local_server].addr, "local:", 6));
+    /* No local server (yet, or no more: it is being restarted, or a
+     * restarted Coordinator has not heard from it): nobody could take a
+     * remote's payload, so the request waits for it. */
+    return t->req.hints.local_only || q->local_server < 0 ||
+           !strncmp(c->servers[q->local_server].addr, "local:", 6);
 }
 
 /* The decision among the local server alone: it, or backpressure when it
@@ -278,7 +280,8 @@ static int decide_local(struct dh_coordinator *c, const struct dh_place_req *q,
     return 0;
 }
 
-/* 1: placed and sent, 0: backpressure (try later), <0: cannot place. */
+/* 1: placed and sent, 0: backpressure (try later), <0: cannot place
+ * (DH_EPEERDEAD: the requester's local server left). */
 static int place_task(struct dh_coordinator *c, struct co_task *t, uint64_t now)
 {
     struct dh_place_req q;
@@ -287,6 +290,8 @@ static int place_task(struct dh_coordinator *c, struct co_task *t, uint64_t now)
     int rc;
 
     fill_req(c, t, now, &q);
+    if (q.local_server == CO_RANK_LEFT)
+        return DH_EPEERDEAD; /* nobody will take its batch */
     rc = local_only(c, t, &q) ? decide_local(c, &q, &d)
                               : dh_place_decide(c->place, &q, &d);
     if (rc < 0)
@@ -357,7 +362,11 @@ void dh__co_drain(struct dh_coordinator *c, uint64_t now)
             if (fifo_push(c, t, 0) < 0) /* cannot happen: it just left */
                 fail_task(c, t, DH_ETOOBIG, "request queue full");
         } else if (rc < 0) {
-            fail_task(c, t, rc, "request cannot be placed (bad cost hints)");
+            fail_task(c, t, rc,
+                      rc == DH_EPEERDEAD
+                          ? "the requester's local DataServer left (its "
+                            "client went away, or it was told to stop)"
+                          : "request cannot be placed (bad cost hints)");
         }
     }
 }
@@ -428,6 +437,15 @@ static void note_alive(struct dh_coordinator *c, const struct co_peer *from,
         }
 }
 
+/* 1 if `wire_id` is a registered local server. */
+static int is_local(const struct dh_coordinator *c, uint32_t wire_id)
+{
+    for (int i = 0; i < c->max_servers; i++)
+        if (c->servers[i].used && c->servers[i].wire_id == wire_id)
+            return c->servers[i].role == DH_WIRE_ROLE_LOCAL;
+    return 0;
+}
+
 /* service_ms: the server's own time on the task (0: unknown, then the
  * time since routing, which includes its time queued there). */
 static void complete_task(struct dh_coordinator *c, struct co_task *t,
@@ -452,6 +470,77 @@ static void complete_task(struct dh_coordinator *c, struct co_task *t,
         t->cancelled = 1; /* still in the FIFO, which frees it */
 }
 
+/* Moves running task t off its server (alive, or it would be orphaned
+ * already) to the front of the FIFO, to be placed on its rank's local
+ * server only: the one place its batch can always be delivered.  The old
+ * execution's work leaves that server's queue; if it still completes
+ * first, that completion is kept as any other. */
+static void to_local(struct dh_coordinator *c, struct co_task *t, uint64_t now)
+{
+    const struct co_server *s = &c->servers[t->server];
+
+    if (s->used && s->gen == t->server_gen &&
+        dh_place_complete(c->place, t->server, t->work_ms,
+                          (double)(now - t->since_ms)) < 0)
+        fprintf(stderr,
+                "datahelix: coordinator: placement lost server "
+                "slot %d\n",
+                (int)t->server); /* cannot happen */
+    t->req.hints.local_only = 1;
+    t->state = CO_PENDING_REROUTE;
+    t->server = -1;
+    t->bp_logged = 0;
+    if (fifo_push(c, t, 1) < 0) /* cannot happen: sized for all */
+        fail_task(c, t, DH_ETOOBIG, "re-route queue full");
+}
+
+void dh__co_target_lost(struct dh_coordinator *c, uint32_t rank, uint64_t now)
+{
+    struct co_task **p;
+    size_t pos = 0, n = 0;
+
+    while ((p = dh__idmap_next(&c->tasks, &pos, NULL))) {
+        struct co_task *t = *p;
+
+        if (t->req.requester_rank != rank || t->state != CO_RUNNING ||
+            t->server < 0 || c->servers[t->server].role != DH_WIRE_ROLE_REMOTE)
+            continue;
+        to_local(c, t, now);
+        n++;
+    }
+    if (n)
+        fprintf(stderr,
+                "datahelix: coordinator: rank %u lost its local server: "
+                "%zu of its tasks on remote servers re-routed to its next "
+                "one\n",
+                rank, n);
+}
+
+/* A remote could not deliver task `w` to its target (the requester's
+ * local server died or cannot be reached: DH_EPEERDEAD).  That says
+ * nothing about the samples, so the client never hears of it: the task
+ * goes to the rank's local server.  From a server the task no longer runs
+ * on (it was re-routed already) it is only a late word. */
+static void on_undelivered(struct dh_coordinator *c,
+                           const struct dh_wire_error *w, uint64_t now)
+{
+    struct co_task *t = task_find(c, w->task.id);
+
+    if (!t || t->state != CO_RUNNING || t->server < 0 ||
+        c->servers[t->server].wire_id != w->server_id ||
+        c->servers[t->server].gen != t->server_gen) {
+        CO_INC(c, duplicates);
+        return;
+    }
+    fprintf(stderr,
+            "datahelix: coordinator: server %u could not deliver task %llu "
+            "to rank %u (%s): re-routing it to that rank's local server\n",
+            w->server_id, (unsigned long long)w->task.id, t->req.requester_rank,
+            w->message);
+    to_local(c, t, now);
+    dh__co_drain(c, now);
+}
+
 void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
                     const struct dh_wire_msg *m, uint64_t now)
 {
@@ -463,6 +552,13 @@ void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
     int first = 0;
 
     note_alive(c, from, sid, now);
+    /* Only a remote delivers to another server; one this Coordinator
+     * does not know (restarted: not registered again yet) cannot hold a
+     * task of its own, so its word is late in any case. */
+    if (!is_result && m->u.error.cause == DH_EPEERDEAD && !is_local(c, sid)) {
+        on_undelivered(c, &m->u.error, now);
+        return;
+    }
     if (dh_inflight_done(c->inflight, task->id, sid, &first) < 0 || !first ||
         !(t = task_find(c, task->id))) {
         CO_INC(c, duplicates); /* late or unknown: never reaches a client */

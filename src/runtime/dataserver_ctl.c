@@ -35,7 +35,13 @@ struct ds_ctl {
     int registered;    /* the Coordinator acknowledged us */
     int coord_stopped; /* it told us to stop: no goodbye to send */
     int left;          /* the goodbye went */
+    struct dh_wire_register_server reg; /* what we registered (no arrays) */
+    uint64_t reregister_ms; /* when the last re-registration went, or 0 */
 };
+
+/* At most one re-registration per this many ms: a restarted Coordinator
+ * answers every queued heartbeat with "unknown". */
+#define REREGISTER_MS 200
 
 void dh__ds_malformed(const struct ds_env *env, const char *from,
                       const char *fmt, ...)
@@ -168,6 +174,35 @@ void dh__ds_ctl_leave(struct ds_ctl *c)
 
 /* ---- receiving ---- */
 
+/* The Coordinator does not know this server (it restarted, or took it
+ * for dead): registering again puts it back in placement, so its rank's
+ * refilled tasks can run (docs/exactly-once.md "Restarts").  Not blocking:
+ * the ack arrives like any control message. */
+static void on_unknown(struct ds_ctl *c, const struct dh_wire_heartbeat *h)
+{
+    uint64_t now = dh__mono_ms();
+
+    if (!h->unknown || h->server_id != c->env->server_id) {
+        dh__ds_malformed(c->env, "the coordinator",
+                         "a heartbeat that is not an \"unknown server\" "
+                         "answer for this server");
+        return;
+    }
+    if (!c->reg.server_id || c->coord_stopped ||
+        (c->reregister_ms && now - c->reregister_ms < REREGISTER_MS))
+        return;
+    c->reregister_ms = now;
+    c->registered = 0;
+    fprintf(stderr,
+            "datahelix: dataserver %u: coordinator %s does not know this "
+            "server (restarted?): registering again\n",
+            c->env->server_id, c->coord);
+    dh_wire_msg_fini(&c->out);
+    dh_wire_msg_init(&c->out, DH_WIRE_REGISTER_SERVER);
+    c->out.u.register_server = c->reg;
+    send_out(c);
+}
+
 /* Receives one message into m (type DH_WIRE_NONE if it was bad).
  * 1: got one, 0: none waiting, < 0: socket error. */
 static int recv_one(struct ds_ctl *c, struct dh_wire_msg *m, struct dh_err *e)
@@ -183,6 +218,19 @@ static int recv_one(struct ds_ctl *c, struct dh_wire_msg *m, struct dh_err *e)
         return dh_err_set(e, rc, "%s", de.msg);
     if (m->type == DH_WIRE_SHUTDOWN)
         c->coord_stopped = 1;
+    if (rc > 0 && m->type == DH_WIRE_HEARTBEAT) {
+        on_unknown(c, &m->u.heartbeat);
+        dh_wire_msg_fini(m); /* handled here: nothing for the core */
+        dh_wire_msg_init(m, DH_WIRE_NONE);
+    } else if (rc > 0 && m->type == DH_WIRE_REGISTER_SERVER &&
+               c->reregister_ms && !c->registered &&
+               m->u.register_server.server_id == c->env->server_id) {
+        c->registered = 1;
+        fprintf(stderr,
+                "datahelix: dataserver %u: registered again with "
+                "coordinator %s\n",
+                c->env->server_id, c->coord);
+    }
     return rc;
 }
 
@@ -293,6 +341,7 @@ int dh__ds_ctl_register(struct ds_ctl *c, const struct dh_dataserver_opts *o,
     int rc;
 
     fill_register(c, o, endpoint);
+    c->reg = c->out.u.register_server;
     if ((rc = send_msg(c, &c->out, e)) < 0)
         return rc;
     while ((t = dh__mono_ms()) < end) {

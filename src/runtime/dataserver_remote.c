@@ -210,7 +210,8 @@ static int send_payload(struct ds_fwd *f, struct ds_parked *k,
 }
 
 /* 1: sent, 0: the target cannot take it yet, < 0: it never will. */
-static int try_deliver(struct ds_fwd *f, struct ds_parked *k, struct dh_err *e)
+static int try_deliver_once(struct ds_fwd *f, struct ds_parked *k,
+                            struct dh_err *e)
 {
     const struct ds_job *j = k->job;
     struct ds_peer *p;
@@ -236,6 +237,20 @@ static int try_deliver(struct ds_fwd *f, struct ds_parked *k, struct dh_err *e)
                           (unsigned long long)j->task.id, j->target_id,
                           j->target_addr, se.msg);
     return send_payload(f, k, p, e);
+}
+
+/* 1: sent, 0: the target cannot take it yet, < 0: it never will, and
+ * then DH_EPEERDEAD (but for DH_ENOMEM, ours): the Coordinator takes that
+ * for "undelivered", not for a failed sample, and re-routes the task to
+ * where it can be delivered (docs/exactly-once.md "Lost delivery
+ * target"). */
+static int try_deliver(struct ds_fwd *f, struct ds_parked *k, struct dh_err *e)
+{
+    int rc = try_deliver_once(f, k, e);
+
+    if (rc < 0 && rc != DH_ENOMEM)
+        rc = e->code = DH_EPEERDEAD;
+    return rc;
 }
 
 static void entry_clear(struct ds_fwd *f, struct ds_parked *k)
@@ -351,7 +366,7 @@ static void retry(struct ds_fwd *f)
             continue;
         rc = try_deliver(f, k, &e);
         if (rc == 0 && now >= k->give_up_ms)
-            rc = dh_err_set(&e, DH_ETIMEOUT,
+            rc = dh_err_set(&e, DH_EPEERDEAD,
                             "remote dataserver %u: the "
                             "delivery target, server %u at %s, did not take "
                             "task %llu within %d ms (unreachable or full)",

@@ -220,19 +220,30 @@ static void *server(struct fx *f, uint32_t id, enum dh_wire_role role,
     return server_at(f, id, role, rank, NULL);
 }
 
-static void *client(struct fx *f, uint32_t rank)
+/* Registers `rank` on socket s (a new one if NULL); the incarnation
+ * the ack names goes to *inc if not NULL. */
+static void *client_on(struct fx *f, void *s, uint32_t rank, uint64_t *inc)
 {
-    void *s = peer(f);
     struct dh_wire_msg m, ack;
 
+    if (!s)
+        s = peer(f);
     dh_wire_msg_init(&m, DH_WIRE_REGISTER_CLIENT);
     m.u.register_client.rank = rank;
     m.u.register_client.world_size = rank + 1;
     m.u.register_client.pid = 1;
     send_msg(s, &m);
     expect(s, DH_WIRE_REGISTER_CLIENT, &ack);
+    assert_int_equal(ack.u.register_client.rank, rank);
+    if (inc)
+        *inc = ack.u.register_client.incarnation;
     dh_wire_msg_fini(&ack);
     return s;
+}
+
+static void *client(struct fx *f, uint32_t rank)
+{
+    return client_on(f, NULL, rank, NULL);
 }
 
 static void heartbeat(void *s, uint32_t id)
@@ -400,43 +411,74 @@ static void telemetry_has_one_line_per_decision(void **state)
     free(f);
 }
 
+/* The next Route for `step` on x or y (whichever gets it: the policy
+ * decides); *on is the socket it came on. */
+static void route_on_either(void *x, void *y, uint32_t step,
+                            struct dh_wire_msg *m, void **on)
+{
+    uint64_t end = now_ms() + WAIT_MS;
+
+    while (now_ms() < end) {
+        void *s[2] = {x, y};
+
+        for (int i = 0; i < 2; i++) {
+            if (recv_type(s[i], DH_WIRE_ROUTE, m, 20) < 0)
+                continue;
+            if (m->u.route.task.id == task(step).id) {
+                *on = s[i];
+                return;
+            }
+            dh_wire_msg_fini(m);
+        }
+    }
+    fail_msg("no route for step %u", step);
+}
+
+/* A silent local server is declared dead.  Its task cannot go to the
+ * remote while the rank has no local server (nobody could take the
+ * remote's payload): it waits, then runs where the rank's next local
+ * server can receive it. */
 static void silent_server_is_dead_and_task_rerouted(void **state)
 {
     struct fx *f = start("deadline", 500, 4);
     void *a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
     void *b = server(f, 2, DH_WIRE_ROLE_REMOTE, 0);
     void *cl = client(f, 0);
+    void *a2, *on = NULL;
     struct dh_wire_msg m;
     uint64_t end;
-    int got = -1;
 
     (void)state;
     request(cl, 1);
     expect_route(a, 1, 1);
-    /* b keeps heartbeating, a falls silent: the task must move to b. */
-    for (end = now_ms() + WAIT_MS; got != 0 && now_ms() < end;) {
+    /* b keeps heartbeating, a falls silent: a is declared dead. */
+    for (end = now_ms() + WAIT_MS;
+         stats(f).dead_servers < 1 && now_ms() < end;) {
         heartbeat(b, 2);
-        got = recv_type(b, DH_WIRE_ROUTE, &m, 50);
+        expect_none(b, DH_WIRE_ROUTE); /* no delivery target: it waits */
     }
-    assert_int_equal(got, 0);
-    assert_int_equal(m.u.route.task.id, task(1).id);
-    assert_int_equal(m.u.route.server_id, 2);
+    ASSERT_STAT(f, dead_servers, 1);
+    ASSERT_STAT(f, pending, 1);
+    expect_none(b, DH_WIRE_ROUTE);
+    heartbeat(b, 2);
+    a2 = server(f, 7, DH_WIRE_ROLE_LOCAL, 0);
+    route_on_either(a2, b, 1, &m, &on);
     assert_int_equal(m.u.route.has_request, 1);
     assert_int_equal(m.u.route.request.sample_ids[0], 101);
-    assert_int_equal(m.u.route.target_server_id, 2); /* a is gone */
+    assert_int_equal(m.u.route.target_server_id, 7); /* a is gone */
     dh_wire_msg_fini(&m);
-    ASSERT_STAT(f, dead_servers, 1);
     ASSERT_STAT(f, rerouted, 1);
-    ASSERT_STAT(f, servers, 1);
+    ASSERT_STAT(f, servers, 2);
 
-    result(b, 1, 2);
-    expect_result(cl, 1, 2);
+    result(a2, 1, 7); /* (a remote's batch lands at a2 and a2 notifies) */
+    expect_result(cl, 1, 7);
     result(a, 1, 1); /* the "dead" server finishes after all: released */
     expect(a, DH_WIRE_RELEASE, &m);
     dh_wire_msg_fini(&m);
     expect_none(cl, DH_WIRE_RESULT_NOTICE);
     ASSERT_STAT(f, results, 1);
     zmq_close(a);
+    zmq_close(a2);
     zmq_close(b);
     zmq_close(cl);
     stop_and_free(f);
@@ -649,14 +691,15 @@ static void a_waiting_request_does_not_block_other_ranks(void **state)
     stop_and_free(f);
 }
 
-/* A server that says it is leaving is dropped at once, its task re-routed,
- * and it does not count as dead. */
+/* A server that says it is leaving is dropped at once and does not count
+ * as dead; its rank's task, with nowhere to go, fails at once. */
 static void a_leaving_server_is_dropped_at_once(void **state)
 {
     struct fx *f = start("deadline", 60000, 4);
     void *a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
     void *b = server(f, 2, DH_WIRE_ROLE_REMOTE, 0);
     void *cl = client(f, 0);
+    void *a2, *cl2, *on = NULL;
     struct dh_wire_msg m;
 
     (void)state;
@@ -668,15 +711,30 @@ static void a_leaving_server_is_dropped_at_once(void **state)
     m.u.heartbeat.leaving = 1;
     send_msg(a, &m);
     ASSERT_STAT(f, servers, 1);
-    ASSERT_STAT(f, rerouted, 1);
-    assert_int_equal(recv_type(b, DH_WIRE_ROUTE, &m, WAIT_MS), 0);
-    assert_int_equal(m.u.route.task.id, task(1).id);
+    /* Rank 0's server left (its client went away): no server will come
+     * for the task, and no remote could deliver it, so it fails at once
+     * rather than waiting in the queue for ever. */
+    expect(cl, DH_WIRE_ERROR_NOTICE, &m);
+    assert_int_equal(m.u.error.task.id, task(1).id);
+    assert_int_equal(m.u.error.cause, DH_EPEERDEAD);
+    assert_non_null(strstr(m.u.error.message, "local DataServer left"));
     dh_wire_msg_fini(&m);
+    expect_none(b, DH_WIRE_ROUTE);
+    ASSERT_STAT(f, pending, 0);
     ASSERT_STAT(f, dead_servers, 0);
     ASSERT_STAT(f, malformed, 0);
+    /* A new client of rank 0 and its server: served again. */
+    cl2 = client(f, 0);
+    a2 = server(f, 7, DH_WIRE_ROLE_LOCAL, 0);
+    request(cl2, 2);
+    route_on_either(a2, b, 2, &m, &on);
+    assert_int_equal(m.u.route.target_server_id, 7);
+    dh_wire_msg_fini(&m);
     zmq_close(a);
+    zmq_close(a2);
     zmq_close(b);
     zmq_close(cl);
+    zmq_close(cl2);
     stop_and_free(f);
 }
 
@@ -719,16 +777,15 @@ static void malformed_is_counted_and_loop_keeps_serving(void **state)
     dh_wire_msg_init(&m, DH_WIRE_RELEASE); /* not for the coordinator */
     m.u.release.task = task(0);
     send_msg(bad, &m);
-    heartbeat(bad, 9); /* from a server nobody registered */
+    /* From a server nobody registered: not malformed (a restarted
+     * Coordinator hears such heartbeats), answered "unknown". */
+    heartbeat(bad, 9);
+    expect(bad, DH_WIRE_HEARTBEAT, &m);
+    assert_int_equal(m.u.heartbeat.server_id, 9);
+    assert_int_equal(m.u.heartbeat.unknown, 1);
+    dh_wire_msg_fini(&m);
     a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0); /* still serving */
-    /* The two sockets are separate connections: wait for bad's four. */
-    for (uint64_t end = now_ms() + WAIT_MS;
-         stats(f).malformed < 4 && now_ms() < end;) {
-        struct timespec ts = {0, 5000000};
-
-        nanosleep(&ts, NULL);
-    }
-    ASSERT_STAT(f, malformed, 4);
+    ASSERT_STAT(f, malformed, 3);
     ASSERT_STAT(f, servers, 1);
     zmq_close(bad);
     zmq_close(a);
@@ -776,6 +833,144 @@ static void bad_options_and_busy_address(void **state)
     dh_coordinator_destroy(NULL);
 }
 
+/* What a restart looks like to a peer (issue 13 item 5): every ack of a
+ * client's (repeated) registration names the Coordinator's incarnation,
+ * the same for the life of one Coordinator and another for the next one
+ * on the same address; a server it does not know is told so. */
+static void a_restart_is_visible_to_clients_and_servers(void **state)
+{
+    struct fx *f = start("least-request", 60000, 4);
+    struct fx *f2;
+    uint64_t i1 = 0, i1b = 0, i2 = 0;
+    struct dh_wire_msg m;
+    void *cl, *s;
+
+    (void)state;
+    cl = client_on(f, NULL, 0, &i1);
+    assert_true(i1 != 0);
+    client_on(f, cl, 0, &i1b); /* the keepalive: same process, same one */
+    assert_true(i1b == i1);
+    ASSERT_STAT(f, clients, 1);
+    zmq_close(cl);
+    stop_and_free(f);
+
+    f2 = start("least-request", 60000, 4);
+    cl = client_on(f2, NULL, 0, &i2);
+    assert_true(i2 != 0 && i2 != i1); /* a new process: refill it */
+    s = peer(f2);
+    heartbeat(s, 5); /* a server the old one knew */
+    expect(s, DH_WIRE_HEARTBEAT, &m);
+    assert_int_equal(m.u.heartbeat.server_id, 5);
+    assert_int_equal(m.u.heartbeat.unknown, 1);
+    dh_wire_msg_fini(&m);
+    ASSERT_STAT(f2, malformed, 0);
+    zmq_close(s);
+    zmq_close(cl);
+    stop_and_free(f2);
+}
+
+static void error_from(void *s, uint32_t step, uint32_t server_id, int cause)
+{
+    struct dh_wire_msg m;
+
+    dh_wire_msg_init(&m, DH_WIRE_ERROR_NOTICE);
+    m.u.error.task = task(step);
+    m.u.error.server_id = server_id;
+    m.u.error.sample_id = 100 + step;
+    m.u.error.cause = cause;
+    snprintf(m.u.error.message, sizeof(m.u.error.message), "test");
+    send_msg(s, &m);
+    dh_wire_msg_fini(&m);
+}
+
+/* Issue 13 item 6: a remote that cannot deliver (DH_EPEERDEAD) does not
+ * fail the task: the client never hears of it, and the task runs on the
+ * requester's local server.  A late word of the same kind from a server
+ * the task no longer runs on changes nothing. */
+static void an_undelivered_task_goes_to_the_local_server(void **state)
+{
+    struct fx *f = start("round-robin", 60000, 4);
+    void *a = server_at(f, 1, DH_WIRE_ROLE_LOCAL, 0, "tcp://127.0.0.1:9");
+    void *b = server(f, 2, DH_WIRE_ROLE_REMOTE, 0);
+    void *cl = client(f, 0);
+    struct dh_wire_msg m;
+    void *on = NULL;
+    uint32_t remote_step = 0;
+
+    (void)state;
+    request(cl, 0);
+    request(cl, 1);
+    route_on_either(a, b, 0, &m, &on);
+    remote_step = on == b ? 0 : 1;
+    dh_wire_msg_fini(&m);
+    route_on_either(a, b, 1, &m, &on);
+    dh_wire_msg_fini(&m);
+    assert_true(on == (remote_step == 1 ? b : a)); /* one each */
+
+    error_from(b, remote_step, 2, DH_EPEERDEAD);
+    expect_route(a, remote_step, 1);
+    expect_none(cl, DH_WIRE_ERROR_NOTICE);
+    ASSERT_STAT(f, rerouted, 1);
+    error_from(b, remote_step, 2, DH_EPEERDEAD); /* late: ignored */
+    result(a, remote_step, 1);
+    expect_result(cl, remote_step, 1);
+    expect_none(cl, DH_WIRE_ERROR_NOTICE);
+    ASSERT_STAT(f, rerouted, 1);
+    ASSERT_STAT(f, results, 1);
+    /* A sample's own failure on the remote is the client's to hear. */
+    error_from(b, 1 - remote_step, 2, DH_EMEDIA);
+    expect(cl, DH_WIRE_ERROR_NOTICE, &m);
+    assert_int_equal(m.u.error.cause, DH_EMEDIA);
+    dh_wire_msg_fini(&m);
+    zmq_close(a);
+    zmq_close(b);
+    zmq_close(cl);
+    stop_and_free(f);
+}
+
+/* The local server of a rank dies (here: superseded by its restart) while
+ * a remote holds one of the rank's tasks: the remote's batch could only go
+ * to the dead server, so that task is re-routed to the new local server at
+ * once, without waiting for the remote to give up. */
+static void a_dead_target_moves_the_remote_tasks_of_its_rank(void **state)
+{
+    struct fx *f = start("round-robin", 60000, 4);
+    void *a = server_at(f, 1, DH_WIRE_ROLE_LOCAL, 0, "tcp://127.0.0.1:9");
+    void *b = server(f, 2, DH_WIRE_ROLE_REMOTE, 0);
+    void *cl = client(f, 0);
+    struct dh_wire_msg m;
+    void *on = NULL, *a2;
+    uint32_t remote_step;
+
+    (void)state;
+    request(cl, 0);
+    request(cl, 1);
+    route_on_either(a, b, 0, &m, &on);
+    remote_step = on == b ? 0 : 1;
+    dh_wire_msg_fini(&m);
+    route_on_either(a, b, 1, &m, &on);
+    dh_wire_msg_fini(&m);
+    a2 = server_at(f, 7, DH_WIRE_ROLE_LOCAL, 0, "tcp://127.0.0.1:10");
+    for (int got = 0; got < 2;) { /* both steps reach a2 (local only) */
+        expect(a2, DH_WIRE_ROUTE, &m);
+        assert_int_equal(m.u.route.server_id, 7);
+        assert_int_equal(m.u.route.target_server_id, 7);
+        got += m.u.route.task.id == task(remote_step).id ||
+               m.u.route.task.id == task(1 - remote_step).id;
+        dh_wire_msg_fini(&m);
+    }
+    ASSERT_STAT(f, rerouted, 2);
+    error_from(b, remote_step, 2, DH_EPEERDEAD); /* it gave up: no news */
+    expect_none(cl, DH_WIRE_ERROR_NOTICE);
+    result(a2, remote_step, 7);
+    expect_result(cl, remote_step, 7);
+    zmq_close(a);
+    zmq_close(a2);
+    zmq_close(b);
+    zmq_close(cl);
+    stop_and_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -793,6 +988,9 @@ int main(void)
         cmocka_unit_test(malformed_is_counted_and_loop_keeps_serving),
         cmocka_unit_test(shutdown_message_ends_run),
         cmocka_unit_test(bad_options_and_busy_address),
+        cmocka_unit_test(a_restart_is_visible_to_clients_and_servers),
+        cmocka_unit_test(an_undelivered_task_goes_to_the_local_server),
+        cmocka_unit_test(a_dead_target_moves_the_remote_tasks_of_its_rank),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

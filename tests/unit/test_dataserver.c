@@ -4,7 +4,8 @@
  * read through the DataServer's arena, equals dh_batch_decode() of the same
  * samples inline; an out-of-range sample id yields an ErrorNotice naming
  * it; a Release from a (fake) Coordinator returns the slot to the arena;
- * heartbeats flow; stop flags end both loops promptly; an unreachable
+ * heartbeats flow; told it is unknown, it registers again; stop flags
+ * end both loops promptly; an unreachable
  * Coordinator is a clear timeout error.  Every receive has a timeout. */
 #include <pthread.h>
 #include <setjmp.h>
@@ -324,6 +325,21 @@ static void release_and_shutdown_from_fake_coordinator(void **state)
     assert_int_equal(
         recv_type(rt, 1, id, &idlen, DH_WIRE_HEARTBEAT, &m, WAIT_MS), 0);
     assert_int_equal(m.u.heartbeat.server_id, 1);
+    dh_wire_msg_fini(&m);
+
+    /* A (restarted) Coordinator that does not know the server says so:
+     * it registers again, as before (issue 13 item 5), not malformed. */
+    dh_wire_msg_init(&m, DH_WIRE_HEARTBEAT);
+    m.u.heartbeat.server_id = 1;
+    m.u.heartbeat.unknown = 1;
+    router_send(rt, id, idlen, &m);
+    dh_wire_msg_fini(&m);
+    assert_int_equal(
+        recv_type(rt, 1, id, &idlen, DH_WIRE_REGISTER_SERVER, &m, WAIT_MS), 0);
+    assert_int_equal(m.u.register_server.server_id, 1);
+    assert_int_equal(m.u.register_server.role, DH_WIRE_ROLE_LOCAL);
+    assert_int_equal(m.u.register_server.workers, 2);
+    router_send(rt, id, idlen, &m); /* the ack */
     dh_wire_msg_fini(&m);
 
     assert_int_equal(zmq_send(rt, id, idlen, ZMQ_SNDMORE), (int)idlen);

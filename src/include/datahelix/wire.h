@@ -142,6 +142,7 @@ struct dh_wire_register_client {
     uint32_t pid;
     char host[DH_WIRE_MAX_HOST + 1];
     char server_addr[DH_WIRE_MAX_ADDR + 1]; /* local DataServer; may be "" */
+    uint64_t incarnation; /* the Coordinator's, in its ack; 0 from a client */
 };
 
 struct dh_wire_register_server {
@@ -169,6 +170,7 @@ struct dh_wire_heartbeat {
     struct dh_wire_link *links; /* owned, n_links <= DH_WIRE_MAX_PEERS */
     uint32_t n_links;
     int leaving; /* 0 or 1: the server is stopping, drop it now */
+    int unknown; /* 0 or 1, Coordinator -> server: not registered here */
 };
 
 /* A media plan as it travels: struct dh_media_plan with owned indices. */
