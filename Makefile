@@ -147,7 +147,7 @@ bench-route: build
 # on any sample lost or duplicated, a hang, RSS/fd drift or residue.  CI runs
 # 60 s of it (tests/integration/test_chaos.py).
 SOAK_SECONDS ?= 600
-SOAK_KINDS ?= sidecar,dataserver,link
+SOAK_KINDS ?= sidecar,dataserver,coordinator,link
 .PHONY: soak
 soak: build
 	@DATAHELIX_BIN=$(CURDIR)/build/datahelix $(PY) tests/soak/chaos.py \

@@ -50,8 +50,8 @@ def test_a_megabyte_of_coordinator_log_does_not_block_the_job(capfd):
         assert coord.listen.startswith("ipc://")
         flood(coord.listen[len("ipc://"):], n)
         # The Coordinator logged every one and the drain read them all ...
-        assert wait_until(lambda: coord.drain.lines >= n, 60), \
-            coord.drain.lines
+        assert wait_until(lambda: coord.proc.drain.lines >= n, 60), \
+            coord.proc.drain.lines
         # ... while the job went on: the rest of this epoch and another.
         assert [b.tolist() for b in it][-1] == [38, 39]
         assert sum(len(b) for b in dl) == 40

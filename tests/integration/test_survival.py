@@ -343,7 +343,10 @@ def test_torchrun_ranks_survive_rank0s_coordinator_kill9(dataset, tmp_path):
                         for i in range(0, len(per_rank[r]), 2)]
     for r in range(2):
         assert res[r]["ids"] == want[r], (r, res[r]["ids"], want[r])
-        assert res[r]["coordinator_restarts"] == 1, res[r]
+    # Rank 0 kills at its first batch; under load rank 1 may register only
+    # with the new Coordinator, and then it has seen no restart.
+    assert res[0]["coordinator_restarts"] == 1, res[0]
+    assert res[1]["coordinator_restarts"] in (0, 1), res[1]
     assert res[0]["own"] == 1 and res[1]["own"] is None
     assert "restarting it in 0.1 s (restart 1 of 5)" in outs[0][1]
 

@@ -43,7 +43,7 @@ from procs import alive, children, descendants, plan_ids, read_ids, \
 from test_multihost import Hosts, listening  # noqa: E402
 
 KINDS = ("sidecar", "dataserver", "coordinator", "link")
-CI_KINDS = ("sidecar", "dataserver", "link")  # coordinator: issue 13 item 5
+CI_KINDS = KINDS
 RANKS = 4
 BATCH = 2
 CLIPS = 24
