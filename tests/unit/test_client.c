@@ -640,8 +640,7 @@ static void unreachable_coordinator_times_out(void **state)
     dh_client_opts_default(&o);
     o.coordinator = ep;
     o.index_path = dhx;
-    o.dataserver = "dh-test-nobody";
-    o.plan = small_plan();
+    o.plan = small_plan(); /* embedded: it registers before it spawns */
     o.start_timeout_ms = 300;
     n_th = count_dir("/proc/self/task");
     n_fd = count_dir("/proc/self/fd");

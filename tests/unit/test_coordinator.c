@@ -7,7 +7,7 @@
  * exactly once; a duplicate from a second server released, not delivered;
  * a silent server declared dead and its task re-routed; backpressure
  * queueing; malformed input counted while the loop keeps serving; Shutdown
- * and the stop flag end run() promptly.  Every receive has a timeout. */
+ * from a peer refused, the stop flag ends run() promptly.  Every receive has a timeout. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -188,6 +188,17 @@ static void expect_none(void *s, enum dh_wire_type type)
     assert_int_equal(recv_type(s, type, &m, QUIET_MS), -1);
 }
 
+/* Rank `rank`'s token, which its fake client and local servers share. */
+static const char *tok(uint32_t rank)
+{
+    static char buf[4][DH_WIRE_TOKEN_LEN + 1];
+    static int k;
+    char *b = buf[k++ & 3];
+
+    snprintf(b, DH_WIRE_TOKEN_LEN + 1, "%032x", rank + 0xabcu);
+    return b;
+}
+
 /* A fake server registered at `addr` (NULL: "ipc://server-ID"). */
 static void *server_at(struct fx *f, uint32_t id, enum dh_wire_role role,
                        uint32_t rank, const char *addr)
@@ -205,6 +216,9 @@ static void *server_at(struct fx *f, uint32_t id, enum dh_wire_role role,
                  "ipc://server-%u", id);
     m.u.register_server.role = role;
     m.u.register_server.rank = role == DH_WIRE_ROLE_LOCAL ? rank : 0;
+    if (role == DH_WIRE_ROLE_LOCAL)
+        snprintf(m.u.register_server.token, sizeof(m.u.register_server.token),
+                 "%s", tok(rank));
     m.u.register_server.workers = 1;
     m.u.register_server.arena_bytes = 1 << 20;
     send_msg(s, &m);
@@ -229,6 +243,8 @@ static void *client(struct fx *f, uint32_t rank)
     m.u.register_client.rank = rank;
     m.u.register_client.world_size = rank + 1;
     m.u.register_client.pid = 1;
+    snprintf(m.u.register_client.token, sizeof(m.u.register_client.token), "%s",
+             tok(rank));
     send_msg(s, &m);
     expect(s, DH_WIRE_REGISTER_CLIENT, &ack);
     dh_wire_msg_fini(&ack);
@@ -735,7 +751,9 @@ static void malformed_is_counted_and_loop_keeps_serving(void **state)
     stop_and_free(f);
 }
 
-static void shutdown_message_ends_run(void **state)
+/* A Shutdown from a peer is refused (counted, logged): only the owner
+ * stops the Coordinator, through run()'s stop flag (issue 13). */
+static void shutdown_from_a_peer_is_refused(void **state)
 {
     struct fx *f = start("least-request", 5000, 4);
     void *a = server(f, 1, DH_WIRE_ROLE_REMOTE, 0);
@@ -745,6 +763,9 @@ static void shutdown_message_ends_run(void **state)
     dh_wire_msg_init(&m, DH_WIRE_SHUTDOWN);
     snprintf(m.u.shutdown.reason, sizeof(m.u.shutdown.reason), "test");
     send_msg(a, &m);
+    ASSERT_STAT(f, refused, 1);
+    assert_false(wait_finished(f, QUIET_MS));
+    f->stop = 1; /* the owner's way */
     assert_true(wait_finished(f, 2000));
     expect(a, DH_WIRE_SHUTDOWN, &m); /* peers are told */
     dh_wire_msg_fini(&m);
@@ -791,7 +812,7 @@ int main(void)
         cmocka_unit_test(remote_only_when_local_takes_payloads),
         cmocka_unit_test(backpressure_queues_then_routes),
         cmocka_unit_test(malformed_is_counted_and_loop_keeps_serving),
-        cmocka_unit_test(shutdown_message_ends_run),
+        cmocka_unit_test(shutdown_from_a_peer_is_refused),
         cmocka_unit_test(bad_options_and_busy_address),
     };
 

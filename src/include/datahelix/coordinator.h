@@ -87,6 +87,20 @@ struct dh_coordinator_opts {
                                 first one registered (the embedded
                                 Coordinator of a multi-rank job: local
                                 servers end with their ranks).  0: off */
+    /* Bounds against hostile or broken peers (docs/wire-protocol.md
+     * "Bounds"); 0 takes the default. */
+    int claim_timeout_ms;        /* a rank with no local server and no message
+                                  from its client for this long may be
+                                  claimed by another token (default 30000) */
+    int pending_timeout_ms;      /* a request waiting this long for a server
+                                  fails with DH_ETIMEOUT (default 120000) */
+    int peer_msgs_per_s;         /* messages one peer may send a second, and
+                                  in a burst (default 100000; < 0: no cap) */
+    uint32_t max_tasks_per_rank; /* tasks one rank may hold (default 4096) */
+    uint64_t max_ids_per_rank;   /* sample ids they may hold (default 2^21) */
+    int max_remote_servers;      /* registry slots remote servers may hold
+                                  (default max_servers / 2: the rest is
+                                  kept for local servers) */
 };
 
 /* Fills the defaults above (listen / policy NULL, telemetry NULL). */
@@ -104,6 +118,10 @@ struct dh_coordinator_stats {
     uint64_t queue_full;    /* requests refused: FIFO full */
     uint64_t send_failures; /* sends ZeroMQ refused (peer gone, HWM) */
     uint64_t heartbeats;    /* heartbeats of registered servers applied */
+    uint64_t refused;       /* messages refused by an authorization rule */
+    uint64_t rate_limited;  /* messages dropped over a peer's rate cap */
+    uint64_t expired;       /* requests failed after pending_timeout_ms */
+    uint64_t capped;        /* requests refused over a rank's caps */
     uint64_t servers, clients, inflight, pending; /* current sizes */
 };
 
