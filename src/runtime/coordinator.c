@@ -556,6 +556,8 @@ int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
         }
         check_heartbeats(c, dh__mono_ms());
         dh__co_expire(c, dh__mono_ms());
+        if (c->drain_again) /* ranks a drain could not reach go first */
+            dh__co_drain(c, dh__mono_ms());
         if (c->exit_unused_ms > 0 && unused_for_long(c, dh__mono_ms())) {
             fprintf(stderr,
                     "datahelix: coordinator: no local dataserver "

@@ -103,6 +103,7 @@ struct dh_coordinator {
     struct co_rate *rates;
     uint64_t log_window_ms, log_lines, log_suppressed;
     uint8_t *drain_blocked; /* rank bitmap of one drain */
+    int drain_again;        /* the last drain left ranks untried */
     struct co_task **drain_buf;
     uint64_t next_gen;
 

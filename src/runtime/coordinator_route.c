@@ -366,6 +366,7 @@ void dh__co_drain(struct dh_coordinator *c, uint64_t now)
 {
     size_t n = c->fifo_len, blocked = 0, nb = 0;
 
+    c->drain_again = 0;
     /* One turn of the ring: a task placed leaves it; one not tried (the
      * budget of ranks spent) goes back at once; one of a blocked rank is
      * set aside and goes back after them all, so each rank keeps its own
@@ -385,6 +386,7 @@ void dh__co_drain(struct dh_coordinator *c, uint64_t now)
             continue;
         }
         if (blocked >= DRAIN_BLOCKED_MAX) {
+            c->drain_again = 1;         /* the loop drains again, from here */
             if (fifo_push(c, t, 0) < 0) /* cannot happen: it just left */
                 fail_task(c, t, DH_ETOOBIG, "request queue full");
             continue;
@@ -412,6 +414,7 @@ void dh__co_drain(struct dh_coordinator *c, uint64_t now)
 void dh__co_expire(struct dh_coordinator *c, uint64_t now)
 {
     char why[96];
+    int any = 0;
 
     if (now < c->next_expire_ms)
         return;
@@ -432,8 +435,11 @@ void dh__co_expire(struct dh_coordinator *c, uint64_t now)
         task_remove(c, t->req.task.id);
         t->cancelled = 1; /* the FIFO frees it */
         CO_INC(c, expired);
+        any = 1;
     }
     CO_SET(c, inflight, dh_inflight_count(c->inflight));
+    if (any)
+        dh__co_drain(c, now); /* frees them, and room may have freed */
 }
 
 /* ---- requests ---- */
