@@ -30,15 +30,21 @@
  *       DH_COORDINATOR_SERVER_ID.  A request for a task already known is
  *       not placed twice: its client identity is refreshed (and, if it is
  *       running, the Route ack is re-sent).
- *   ResultNotice / ErrorNotice  accepted from any peer (a server declared
- *       dead may still deliver first: DESIGN.md 8); the first completion of a task is
+ *   ResultNotice / ErrorNotice  accepted only from the server the task
+ *       is routed to or its delivery target, from the connection that
+ *       registered it (docs/wire-protocol.md "Authorization"; a refused
+ *       result's slot is released to its sender); the first completion of a task is
  *       forwarded to its client; a later duplicate is NOT forwarded: the
  *       Coordinator answers the peer that sent it with a Release of the
  *       notice's slot (offset, generation) so the slot returns to its arena
  *       (a duplicate ErrorNotice holds no slot and is just dropped).  So a
  *       client sees each task id at most once from the Coordinator.
- *   Shutdown  from any peer ends run(); on exit every registered peer is
+ *   Shutdown  from a peer is refused (counted in `refused`): only the
+ *       owner ends run(), through its stop flag; on exit every registered peer is
  *       sent a Shutdown (best effort, never blocking).
+ *   Registrations of a rank's client and local server carry the rank's
+ *       token; requests come only from the rank's registered client, for
+ *       its own rank; per-rank and per-peer bounds ("Bounds" there).
  *   Anything else (undecodable bytes, wrong frame count, a message type a
  *       peer may not send, a heartbeat from an unregistered server) is
  *       counted in dh_coordinator_stats.malformed and logged as
