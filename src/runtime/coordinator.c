@@ -334,6 +334,14 @@ static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
         return;
     }
     if (h->leaving) {
+        struct co_server *s = &c->servers[slot];
+
+        /* A local server leaves when its client went away (or was told
+         * to stop): the rank is free for the next job's client at once,
+         * not after claim_timeout_ms. */
+        if (s->role == DH_WIRE_ROLE_LOCAL && c->ranks[s->rank] &&
+            c->rank_local[s->rank] == slot)
+            c->ranks[s->rank]->token[0] = '\0';
         declare_dead(c, slot, now, NULL);
         dh__co_drain(c, now);
         return;
