@@ -106,20 +106,28 @@ static void one_round(void *ctx, const char *ep, uint32_t world, unsigned k)
 int main(int argc, char **argv)
 {
     void *ctx;
-    double end;
+    double end, secs = 0;
+    unsigned long world = 0;
     unsigned k = 0;
+    char *e1 = NULL, *e2 = NULL;
 
-    if (argc != 4) {
-        fprintf(stderr, "usage: dh_attacker ENDPOINT WORLD SECONDS\n");
+    if (argc == 4) {
+        world = strtoul(argv[2], &e1, 10);
+        secs = strtod(argv[3], &e2);
+    }
+    if (argc != 4 || *e1 || *e2 || world < 1 || world > 64 || secs <= 0 ||
+        secs > 600) {
+        fprintf(stderr, "usage: dh_attacker ENDPOINT WORLD(1..64) "
+                        "SECONDS(0..600]\n");
         return 2;
     }
     if (!(ctx = zmq_ctx_new()))
         return 1;
-    end = now_s() + atof(argv[3]);
+    end = now_s() + secs;
     while (now_s() < end) {
         struct timespec ts = {0, 20000000};
 
-        one_round(ctx, argv[1], (uint32_t)atoi(argv[2]), k++);
+        one_round(ctx, argv[1], (uint32_t)world, k++);
         nanosleep(&ts, NULL);
     }
     zmq_ctx_term(ctx);
