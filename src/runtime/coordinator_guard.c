@@ -160,6 +160,26 @@ int dh__co_claim_live(const struct dh_coordinator *c, uint32_t rank,
             now - r->seen_ms < (uint64_t)c->claim_timeout_ms);
 }
 
+/* Frees one lapsed claim that holds no task, so that ranks that came and
+ * went (or strangers that stopped) never fill the table for good; 1 if
+ * one was freed.  A scan of every rank, only when the table is full. */
+static int reclaim(struct dh_coordinator *c, uint64_t now)
+{
+    for (uint32_t i = 0; i < DH_WIRE_MAX_RANKS; i++) {
+        struct co_rank *r = c->ranks[i];
+
+        if (!r || r->tasks || dh__co_claim_live(c, i, now))
+            continue;
+        if (r->has_client)
+            atomic_fetch_sub(&c->st_clients, 1);
+        dh__free(r);
+        c->ranks[i] = NULL;
+        c->n_ranks--;
+        return 1;
+    }
+    return 0;
+}
+
 struct co_rank *dh__co_claim(struct dh_coordinator *c, uint32_t rank,
                              const char *token, uint64_t now, const char **why)
 {
@@ -185,7 +205,7 @@ struct co_rank *dh__co_claim(struct dh_coordinator *c, uint32_t rank,
         return r;
     }
     if (!r) {
-        if (c->n_ranks >= (size_t)c->max_clients) {
+        if (c->n_ranks >= (size_t)c->max_clients && !reclaim(c, now)) {
             *why = "client registry full";
             return NULL;
         }

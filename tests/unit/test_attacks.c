@@ -380,6 +380,51 @@ static void fake_registrations_leave_room_for_the_job(void **state)
     stop_and_free(f);
 }
 
+static void few_clients(struct dh_coordinator_opts *o)
+{
+    o->max_clients = 8;
+    o->claim_timeout_ms = 300;
+}
+
+/* Fake client registrations fill the client registry only while they
+ * live: claims that lapsed (claim_timeout_ms without a message) and hold
+ * no task are reclaimed for the job's own rank. */
+static void lapsed_fake_clients_are_reclaimed(void **state)
+{
+    struct fx *f;
+    void *fake[8], *a, *cl = NULL;
+    char t[DH_WIRE_TOKEN_LEN + 1];
+
+    (void)state;
+    start_tweak = few_clients;
+    f = start("least-request", 60000, 4);
+    start_tweak = NULL;
+    for (uint32_t i = 0; i < 8; i++) {
+        fake[i] = peer(f);
+        snprintf(t, sizeof(t), "%032x", 0x7000u + i);
+        assert_int_equal(
+            register_as(fake[i], 0, 0, DH_WIRE_ROLE_LOCAL, 100 + i, t),
+            DH_WIRE_REGISTER_CLIENT);
+    }
+    a = peer(f);
+    assert_int_equal(register_as(a, 0, 0, DH_WIRE_ROLE_LOCAL, 0, tok(0)),
+                     DH_WIRE_SHUTDOWN); /* full while they live */
+    zmq_close(a);
+    {
+        struct timespec ts = {0, 400 * 1000000};
+
+        nanosleep(&ts, NULL); /* past claim_timeout_ms */
+    }
+    cl = client(f, 0);
+    a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
+    legit_step(f, a, cl, 0, 0);
+    for (uint32_t i = 0; i < 8; i++)
+        zmq_close(fake[i]);
+    zmq_close(a);
+    zmq_close(cl);
+    stop_and_free(f);
+}
+
 static void low_rate(struct dh_coordinator_opts *o)
 {
     o->peer_msgs_per_s = 200;
@@ -468,6 +513,7 @@ int main(void)
         cmocka_unit_test(stuck_ranks_do_not_starve_others),
         cmocka_unit_test(pending_requests_are_capped_and_expire),
         cmocka_unit_test(fake_registrations_leave_room_for_the_job),
+        cmocka_unit_test(lapsed_fake_clients_are_reclaimed),
         cmocka_unit_test(a_flooding_peer_is_rate_limited),
         cmocka_unit_test(refusal_log_is_rate_limited),
     };
