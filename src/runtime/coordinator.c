@@ -499,6 +499,7 @@ static int recv_one(struct dh_coordinator *c, struct dh_err *e)
         dh_wire_msg_fini(&c->in);
     }
     c->cur_addr = NULL;
+    c->cur_type = NULL;
     return 1;
 }
 

@@ -145,7 +145,7 @@ void dh__co_refused(struct dh_coordinator *c, const struct co_peer *from,
     va_end(ap);
     dh__co_peer_name(c->cur_addr, from, who, sizeof(who));
     fprintf(stderr, "datahelix: coordinator: refused %s from %s: %s\n",
-            c->cur_type, who, why);
+            c->cur_type ? c->cur_type : "message", who, why);
 }
 
 /* ---- rank claims ---- */
