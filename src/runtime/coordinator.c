@@ -136,7 +136,6 @@ static int reregister(struct dh_coordinator *c, int slot,
                       const struct dh_wire_register_server *r, uint64_t now)
 {
     struct co_server *s = &c->servers[slot];
-
     const char *why = NULL;
 
     if (s->role != r->role || s->rank != r->rank) {
@@ -250,8 +249,6 @@ int dh__co_same_peer(const struct co_peer *a, const struct co_peer *b)
     return a->len == b->len && !memcmp(a->id, b->id, a->len);
 }
 
-#define same_peer dh__co_same_peer
-
 /* A server registers once per process (a ZeroMQ reconnect is invisible
  * here), so a known id from another peer is a new process - a restart
  * whose predecessor's tasks died with it: it supersedes the old entry.
@@ -263,12 +260,11 @@ static void on_register_server(struct dh_coordinator *c,
     const struct dh_wire_register_server *r = &m->u.register_server;
     int slot = find_server(c, r->server_id);
     int rc;
-
     const char *why = NULL;
 
     /* A local server's new process must prove the rank's token before it
      * may end the old one (registry_bound() checks it again). */
-    if (slot >= 0 && !same_peer(&c->servers[slot].peer, from) &&
+    if (slot >= 0 && !dh__co_same_peer(&c->servers[slot].peer, from) &&
         c->servers[slot].role == r->role && c->servers[slot].rank == r->rank) {
         if (r->role == DH_WIRE_ROLE_LOCAL &&
             !dh__co_claim(c, r->rank, r->token, now, &why)) {
@@ -305,7 +301,7 @@ static void on_register_client(struct dh_coordinator *c,
     }
     if (!k->has_client)
         CO_INC(c, clients);
-    else if (!same_peer(&k->client, from))
+    else if (!dh__co_same_peer(&k->client, from))
         dh__co_client_moved(c, r->rank, from); /* a restarted client */
     k->has_client = 1;
     k->client = *from;
@@ -328,7 +324,7 @@ static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
     }
     /* Only the connection that registered the server speaks for it: a
      * heartbeat from another would take its Routes. */
-    if (!same_peer(&c->servers[slot].peer, from)) {
+    if (!dh__co_same_peer(&c->servers[slot].peer, from)) {
         dh__co_refused(c, from, "server %u is registered by another connection",
                        h->server_id);
         return;
