@@ -72,5 +72,11 @@ def test_two_rank_epoch_survives_an_attacker(dataset, tmp_path):
                 p.wait(timeout=5)
         _, _, cerr = c.stop()
     assert "refused shutdown" in cerr, cerr
+    # The exit line counts every refusal, the log shows at most 20 a second.
+    stopped = [x for x in cerr.splitlines() if "coordinator: stopped:" in x]
+    assert len(stopped) == 1, cerr
+    refused = int(stopped[0].split("refused ")[1].split(",")[0])
+    assert refused > 1000, stopped
+    assert cerr.count("refused ") < 20 * 60, "the log is not rate-limited"
     assert "refused register_server" in cerr, cerr
     assert "shutdown requested" not in cerr, cerr
