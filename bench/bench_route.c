@@ -300,6 +300,8 @@ static int register_server(struct peer *p, struct dh_err *e)
     s->workers = WORKERS;
     s->arena_bytes = (uint64_t)1 << 30;
     snprintf(s->host, sizeof(s->host), "bench");
+    if (p->rank >= 0) /* the rank's token, shared with its client */
+        snprintf(s->token, sizeof(s->token), "%032x", (unsigned)p->rank + 1);
     return send_msg(p->sock, &m, e);
 }
 
@@ -315,6 +317,7 @@ static int register_client(struct peer *p, struct dh_err *e)
     snprintf(c->host, sizeof(c->host), "bench");
     snprintf(c->server_addr, sizeof(c->server_addr), "ipc://bench-server-%d",
              p->rank + 1);
+    snprintf(c->token, sizeof(c->token), "%032x", (unsigned)p->rank + 1);
     return send_msg(p->sock, &m, e);
 }
 

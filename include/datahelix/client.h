@@ -163,20 +163,23 @@ struct dh_client_stats {
     uint64_t misses; /* steps whose batch was not ready (input
                               wait > ddl_ms) */
     double input_wait_p50_ms, input_wait_p95_ms, input_wait_max_ms;
-    double window_p50_ms;    /* time between steps, as measured */
-    uint64_t requests;       /* DescriptorRequests sent (re-issues included) */
-    uint64_t reissued;       /* requests re-sent after a server or
-                                Coordinator restart */
-    uint64_t restarts;       /* embedded server restarts */
-    uint64_t late_released;  /* duplicate or stale results released */
-    uint64_t quarantined;    /* distinct samples that failed */
-    uint64_t cross_ds_bytes; /* bytes of parts prepared on a server other
+    double window_p50_ms;     /* time between steps, as measured */
+    uint64_t requests;        /* DescriptorRequests sent (re-issues included) */
+    uint64_t reissued;        /* requests re-sent after a server or
+                                 Coordinator restart */
+    uint64_t restarts;        /* embedded server restarts */
+    uint64_t late_released;   /* duplicate or stale results released */
+    uint64_t quarantined;     /* distinct samples that failed */
+    uint64_t cross_ds_bytes;  /* bytes of parts prepared on a server other
                                 than the one whose arena holds them */
-    uint64_t batch_bytes;    /* bytes of every part delivered */
-    double elapsed_s;        /* since the first next() */
-    uint64_t arena_bytes;    /* the local arena's data area (0: none yet) */
-    uint64_t held_bytes;     /* arena slots of batches not released */
-    uint64_t substituted;    /* samples replaced by a spare (skip policy) */
+    uint64_t batch_bytes;     /* bytes of every part delivered */
+    double elapsed_s;         /* since the first next() */
+    uint64_t arena_bytes;     /* the local arena's data area (0: none yet) */
+    uint64_t held_bytes;      /* arena slots of batches not released */
+    uint64_t substituted;     /* samples replaced by a spare (skip policy) */
+    uint64_t protocol_errors; /* results that did not match their request
+                                 (count, ids, dtype, dims): failed with
+                                 DH_EPROTO, never used as data */
     uint64_t coordinator_restarts; /* restarted Coordinators this client
                                       refilled (docs/exactly-once.md) */
 };

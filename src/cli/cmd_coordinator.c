@@ -121,6 +121,23 @@ static int parse_args(struct args *a, int argc, char **argv)
     return DH_CLI_RUN;
 }
 
+/* What peers were refused, on one line at exit: the counters behind the
+ * rate-limited refusal log (docs/wire-protocol.md "Authorization"). */
+static void report(const struct dh_coordinator *c)
+{
+    struct dh_coordinator_stats st;
+
+    dh_coordinator_stats(c, &st);
+    fprintf(stderr,
+            "datahelix: coordinator: stopped: %llu requests, %llu results; "
+            "refused %llu, rate-limited %llu, malformed %llu, capped %llu, "
+            "expired %llu\n",
+            (unsigned long long)st.requests, (unsigned long long)st.results,
+            (unsigned long long)st.refused, (unsigned long long)st.rate_limited,
+            (unsigned long long)st.malformed, (unsigned long long)st.capped,
+            (unsigned long long)st.expired);
+}
+
 static int serve(struct args *a)
 {
     struct dh_coordinator *c = NULL;
@@ -151,6 +168,7 @@ static int serve(struct args *a)
                 dh_coordinator_endpoint(c),
                 a->o.policy ? a->o.policy : "least-request");
         rc = dh_coordinator_run(c, stop, &e);
+        report(c);
     }
     if (rc < 0)
         dh_cli_error(CMD, "%s", e.msg[0] ? e.msg : dh_strerror(rc));

@@ -11,18 +11,21 @@
  * Locking: single-threaded (the worker threads live in the library).
  */
 #include <getopt.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "datahelix/dataserver.h"
+#include "datahelix/wire.h"
 
 #define CMD "dataserver"
 
 struct args {
     struct dh_dataserver_opts o;
     int have_rank;
+    char token[DH_WIRE_TOKEN_LEN + 1];
 };
 
 static void usage(FILE *f)
@@ -261,6 +264,28 @@ static int check_remote(const struct args *a)
 
 DH_CLI_CMD(CMD, ":h", long_opts, parse_opt, 0, usage);
 
+/* The rank's token comes in the environment of a server its client
+ * started (never on the command line, which other users can read); it is
+ * copied and removed, so the server's own children do not inherit it.
+ * Without it the server draws one and hands it to its client. */
+static int take_token(struct args *a)
+{
+    const char *t = getenv(DH_RANK_TOKEN_ENV);
+
+    if (!t)
+        return DH_CLI_RUN;
+    if (a->o.remote || strlen(t) >= sizeof(a->token)) {
+        unsetenv(DH_RANK_TOKEN_ENV);
+        return a->o.remote ? DH_CLI_RUN
+                           : dh_cli_usage_error(CMD, DH_RANK_TOKEN_ENV
+                                                " is not a rank token");
+    }
+    snprintf(a->token, sizeof(a->token), "%s", t);
+    unsetenv(DH_RANK_TOKEN_ENV);
+    a->o.token = a->token;
+    return DH_CLI_RUN;
+}
+
 static int parse_args(struct args *a, int argc, char **argv)
 {
     int r;
@@ -290,7 +315,7 @@ static int parse_args(struct args *a, int argc, char **argv)
                                        "never payloads from the network");
     if (a->o.remote && (r = check_remote(a)) != 0)
         return r;
-    return DH_CLI_RUN;
+    return take_token(a);
 }
 
 static void announce(const struct args *a, const struct dh_dataserver *s)

@@ -102,6 +102,20 @@ static int ck_task(const struct dh__wire_ck *c, const struct dh_wire_task *t)
     return 0;
 }
 
+/* "" or exactly DH_WIRE_TOKEN_LEN lower-case hex digits. */
+static int ck_token(const struct dh__wire_ck *c, const char *t)
+{
+    size_t n = strnlen(t, DH_WIRE_TOKEN_LEN + 1);
+
+    if (n != 0 && n != DH_WIRE_TOKEN_LEN)
+        return WIRE_BAD(c, "token has %zu characters, not 0 or %u", n,
+                        DH_WIRE_TOKEN_LEN);
+    for (size_t i = 0; i < n; i++)
+        if (!((t[i] >= '0' && t[i] <= '9') || (t[i] >= 'a' && t[i] <= 'f')))
+            return WIRE_BAD(c, "token is not lower-case hex");
+    return 0;
+}
+
 static int ck_register_client(const struct dh__wire_ck *c,
                               const struct dh_wire_register_client *r)
 {
@@ -114,8 +128,10 @@ static int ck_register_client(const struct dh__wire_ck *c,
                         r->rank, r->world_size);
     if ((rc = dh__wire_ck_text(c, "host", r->host, DH_WIRE_MAX_HOST, 0)) < 0)
         return rc;
-    return dh__wire_ck_text(c, "server_address", r->server_addr,
-                            DH_WIRE_MAX_ADDR, 0);
+    if ((rc = dh__wire_ck_text(c, "server_address", r->server_addr,
+                               DH_WIRE_MAX_ADDR, 0)) < 0)
+        return rc;
+    return ck_token(c, r->token);
 }
 
 static int ck_register_server(const struct dh__wire_ck *c,
@@ -134,6 +150,10 @@ static int ck_register_server(const struct dh__wire_ck *c,
         (rc = ck_u64(c, "rank", r->rank, 0,
                      local ? DH_WIRE_MAX_RANKS - 1 : 0)) < 0)
         return rc;
+    if ((rc = ck_token(c, r->token)) < 0)
+        return rc;
+    if (!local && r->token[0])
+        return WIRE_BAD(c, "a remote server carries no rank token");
     return ck_u64(c, "arena_bytes", r->arena_bytes, local ? 1 : 0,
                   DH_WIRE_MAX_BYTES);
 }

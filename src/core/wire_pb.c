@@ -98,6 +98,7 @@ static void register_client_pb(struct dh__wire_pb_out *o,
     pb->host = text_pb(r->host);
     pb->server_address = text_pb(r->server_addr);
     pb->incarnation = r->incarnation;
+    pb->token = text_pb(r->token);
     o->env.register_client = pb;
 }
 
@@ -114,6 +115,7 @@ static void register_server_pb(struct dh__wire_pb_out *o,
     pb->workers = r->workers;
     pb->arena_bytes = r->arena_bytes;
     pb->host = text_pb(r->host);
+    pb->token = text_pb(r->token);
     o->env.register_server = pb;
 }
 
@@ -409,8 +411,10 @@ static int register_client_from_pb(const struct dh__wire_ck *c,
     if ((rc = text_from_pb(c, "host", r->host, DH_WIRE_MAX_HOST, &pb->host)) <
         0)
         return rc;
-    return text_from_pb(c, "server_address", r->server_addr, DH_WIRE_MAX_ADDR,
-                        &pb->server_address);
+    if ((rc = text_from_pb(c, "server_address", r->server_addr,
+                           DH_WIRE_MAX_ADDR, &pb->server_address)) < 0)
+        return rc;
+    return text_from_pb(c, "token", r->token, DH_WIRE_TOKEN_LEN, &pb->token);
 }
 
 static int register_server_from_pb(const struct dh__wire_ck *c,
@@ -427,7 +431,10 @@ static int register_server_from_pb(const struct dh__wire_ck *c,
     if ((rc = text_from_pb(c, "address", r->addr, DH_WIRE_MAX_ADDR,
                            &pb->address)) < 0)
         return rc;
-    return text_from_pb(c, "host", r->host, DH_WIRE_MAX_HOST, &pb->host);
+    if ((rc = text_from_pb(c, "host", r->host, DH_WIRE_MAX_HOST, &pb->host)) <
+        0)
+        return rc;
+    return text_from_pb(c, "token", r->token, DH_WIRE_TOKEN_LEN, &pb->token);
 }
 
 static int heartbeat_from_pb(const struct dh__wire_ck *c,

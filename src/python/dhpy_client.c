@@ -637,9 +637,13 @@ static PyObject *client_stats(ClientObject *self, PyObject *unused)
         goto fail;
     {
         PyObject *v = PyLong_FromUnsignedLongLong(s.substituted);
-        int rc = v ? PyDict_SetItemString(d, "substituted", v) : -1;
+        PyObject *w = PyLong_FromUnsignedLongLong(s.protocol_errors);
+        int rc = v && w ? PyDict_SetItemString(d, "substituted", v) : -1;
 
+        if (rc == 0)
+            rc = PyDict_SetItemString(d, "protocol_errors", w);
         Py_XDECREF(v);
+        Py_XDECREF(w);
         if (rc < 0)
             goto fail;
         v = PyLong_FromUnsignedLongLong(s.coordinator_restarts);

@@ -329,11 +329,18 @@ int dh_client_create(const struct dh_client_opts *o, struct dh_client **out,
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     atomic_store(&c->refs, 1);
     if ((rc = copy_opts(c, o, e)) < 0 || (rc = alloc_state(c, e)) < 0 ||
-        (rc = dh_index_open(c->index_path, 0, &c->ix, e)) < 0 ||
-        (rc = do_register(c, e)) < 0)
+        (rc = dh_index_open(c->index_path, 0, &c->ix, e)) < 0)
         goto fail;
-    rc = c->ds_name ? dh__cl_attach_server(c, e)
-                    : dh__cl_start_server(c, c->rank + 1, e);
+    /* Embedded: the client draws the rank's token, registers with it and
+     * hands it to the server it starts.  External: the server drew it and
+     * says it in its hello, so the client attaches first. */
+    if (c->ds_name)
+        rc = dh__cl_attach_server(c, e);
+    else if ((rc = dh__link_token_new(c->token, e)) == 0 &&
+             (rc = do_register(c, e)) == 0)
+        rc = dh__cl_start_server(c, c->rank + 1, e);
+    if (rc == 0 && c->ds_name)
+        rc = do_register(c, e);
     if (rc < 0)
         goto fail;
     if (pthread_create(&c->io, NULL, dh__cl_io_main, c) != 0) {

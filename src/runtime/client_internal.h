@@ -74,6 +74,11 @@ struct cl_sent {
 struct dh_client {
     /* options (copied) */
     char coord[DH_WIRE_MAX_ADDR + 1];
+    /* The rank's secret (docs/wire-protocol.md "Authorization"): drawn
+     * here and handed to the DataServer this client starts, or taken from
+     * the hello of the external one it attaches to. */
+    char token[DH_WIRE_TOKEN_LEN + 1];
+    char env_token[sizeof(DH_RANK_TOKEN_ENV) + DH_WIRE_TOKEN_LEN + 1];
     char *index_path, *ds_name, *bin, *ds_listen;
     char *ds_args[17]; /* NULL-terminated copies */
     uint32_t rank, world;

@@ -217,6 +217,7 @@ int dh__cl_send_register(struct dh_client *c, const char *peer,
     m.u.register_client.rank = c->rank;
     m.u.register_client.world_size = c->world;
     m.u.register_client.pid = (uint32_t)getpid();
+    memcpy(m.u.register_client.token, c->token, sizeof(c->token));
     if (gethostname(m.u.register_client.host,
                     sizeof(m.u.register_client.host) - 1) < 0)
         m.u.register_client.host[0] = 0;
@@ -343,8 +344,105 @@ static void take_subs(struct cl_result *r, const struct dh_wire_result *w)
     r->n_subs = w->n_subs;
 }
 
+/* NULL if result `w` matches this client's own request for its task, or
+ * names a task of no current request (the reorder buffer releases those);
+ * else what differs.  A result is the count, ids (a substitute only at a
+ * position the notice marks, for the id asked there), dtype and leading
+ * dim the request implies (mu held). */
+static const char *mismatch(const struct dh_client *c,
+                            const struct dh_wire_result *w, char *buf,
+                            size_t len)
+{
+    struct dh_wire_task t;
+    uint64_t k, lo, hi;
+    uint32_t s = 0;
+    int opaque = 0;
+
+    dh_wire_task_split(w->task.id, &t);
+    if (t.rank != c->rank || t.pass != c->pass || w->task.epoch != c->epoch ||
+        t.step < c->first_step || t.step - c->first_step >= c->n_steps ||
+        t.microbatch >= c->mb)
+        return NULL;
+    k = t.step - c->first_step;
+    part_range(c, k, t.microbatch, &lo, &hi);
+    /* A Python-dataset request's first id is a header (bit 63; the
+     * iteration's seed), which its result leaves out: the batch is one
+     * opaque uint8 slot (docs/python.md), so ids and count are all there
+     * is to check. */
+    if (hi - lo > 1 && c->ids[lo] >> 63) {
+        opaque = 1;
+        lo++;
+    }
+    if (w->n_samples != hi - lo) {
+        snprintf(buf, len, "%u samples, %llu asked", w->n_samples,
+                 (unsigned long long)(hi - lo));
+        return buf;
+    }
+    for (uint32_t i = 0; i < w->n_samples; i++) {
+        int sub = s < w->n_subs && w->sub_pos[s] == i;
+
+        if (sub && w->sub_failed[s++] != c->ids[lo + i]) {
+            snprintf(buf, len, "a substitute for sample %llu, not asked",
+                     (unsigned long long)w->sub_failed[s - 1]);
+            return buf;
+        }
+        if (!sub && w->sample_ids[i] != c->ids[lo + i]) {
+            snprintf(buf, len, "sample %llu at position %u, %llu asked",
+                     (unsigned long long)w->sample_ids[i], i,
+                     (unsigned long long)c->ids[lo + i]);
+            return buf;
+        }
+    }
+    if (opaque)
+        return NULL;
+    if (w->dtype != c->plan.dtype) {
+        snprintf(buf, len, "dtype %d, %d asked", (int)w->dtype,
+                 (int)c->plan.dtype);
+        return buf;
+    }
+    /* A packed batch (native geometry) is one flat tensor; any other has
+     * the samples as its leading dim. */
+    if (c->plan.geometry != DH_GEOM_NATIVE && w->dims[0] != w->n_samples) {
+        snprintf(buf, len, "leading dim %llu for %u samples",
+                 (unsigned long long)w->dims[0], w->n_samples);
+        return buf;
+    }
+    return NULL;
+}
+
+/* A result that is not what was asked: its slot goes back and the task
+ * fails with DH_EPROTO (mu held). */
+static void protocol_error(struct dh_client *c, const struct dh_wire_result *w,
+                           int ai, const struct dh_slot_ref *ref,
+                           const char *why)
+{
+    struct cl_result *r;
+    struct dh_err e;
+
+    if (dh_arena_release(c->arenas[ai].a, ref, &e) < 0)
+        fprintf(stderr, "datahelix: client %u: %s\n", c->rank, e.msg);
+    c->st.protocol_errors++;
+    fprintf(stderr,
+            "datahelix: client %u: protocol error: the result of task %llu "
+            "from server %u does not match the request (%s); not used\n",
+            c->rank, (unsigned long long)w->task.id, w->server_id, why);
+    if (!(r = pool_get(c)))
+        return;
+    r->task_id = w->task.id;
+    r->is_error = 1;
+    r->code = DH_EPROTO;
+    r->sample_id = w->n_samples ? w->sample_ids[0] : 0;
+    snprintf(r->msg, sizeof(r->msg),
+             "protocol error: server %u's result does not match the request "
+             "(%.200s)",
+             w->server_id, why);
+    file_result(c, r);
+}
+
 static void on_result(struct dh_client *c, const struct dh_wire_result *w)
 {
+    char why[160];
+    const char *bad;
     int ai = arena_of(c, w->server_id);
     struct dh_slot_ref ref = {
         .offset = w->arena_offset, .len = w->length, .gen = w->slot_generation};
@@ -361,6 +459,11 @@ static void on_result(struct dh_client *c, const struct dh_wire_result *w)
         return;
     }
     pthread_mutex_lock(&c->mu);
+    if ((bad = mismatch(c, w, why, sizeof(why)))) {
+        protocol_error(c, w, ai, &ref, bad);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
     if (!(r = pool_get(c))) {
         /* Every entry holds the outcome of a step in the window, so this
          * result is not for one of them (e.g. an abandoned epoch's, come

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "runtime/client_internal.h"
 #include "runtime/fdpass.h"
@@ -34,7 +35,7 @@ extern char **environ;
 static int greet(struct dh_client *c, uint32_t want_id, const char *who,
                  struct dh_err *e)
 {
-    unsigned char buf[64];
+    unsigned char buf[DH_LINK_HELLO_BYTES + 8];
     size_t len = 0;
     int fd = -1, rc, n = atomic_load(&c->n_arenas);
     struct dh_link_hello h;
@@ -76,8 +77,15 @@ static int greet(struct dh_client *c, uint32_t want_id, const char *who,
                         who, h.rank, h.server_id, c->rank);
         goto out;
     }
+    if (want_id && strcmp(h.token, c->token) != 0) {
+        rc = dh_err_set(e, DH_EINVAL,
+                        "%s does not hold the rank token it was given", who);
+        goto out;
+    }
     if ((rc = dh_arena_attach(fd, &a, e)) < 0)
         goto out;
+    if (!want_id) /* external: the server's token is the rank's */
+        memcpy(c->token, h.token, sizeof(c->token));
     c->arenas[n] = (struct cl_arena){.server_id = h.server_id, .a = a};
     atomic_store(&c->n_arenas, n + 1);
     c->server_id = h.server_id;
@@ -96,6 +104,30 @@ static const char *program(const struct dh_client *c)
     return env && env[0] ? env : "datahelix";
 }
 
+/* The child's environment: ours without any DATAHELIX_RANK_TOKEN, plus
+ * the rank's token (the one place it is handed over: never on the
+ * command line, which other users can read).  The strings are borrowed
+ * from environ and from c->env_token; 0 or ENOMEM. */
+static int child_env(struct dh_client *c, char ***out)
+{
+    size_t n = 0, k = 0, pre = sizeof(DH_RANK_TOKEN_ENV "=") - 1;
+    char **v;
+
+    while (environ[n])
+        n++;
+    if (!(v = dh__calloc(n + 2, sizeof(*v))))
+        return ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], DH_RANK_TOKEN_ENV "=", pre) != 0)
+            v[k++] = environ[i];
+    snprintf(c->env_token, sizeof(c->env_token), "%s=%s", DH_RANK_TOKEN_ENV,
+             c->token);
+    v[k++] = c->env_token;
+    v[k] = NULL;
+    *out = v;
+    return 0;
+}
+
 int dh__cl_start_server(struct dh_client *c, uint32_t server_id,
                         struct dh_err *e)
 {
@@ -104,6 +136,7 @@ int dh__cl_start_server(struct dh_client *c, uint32_t server_id,
     const char *bin = program(c);
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
+    char **envp = NULL;
     sigset_t none;
     pid_t pid = -1;
 
@@ -146,7 +179,10 @@ int dh__cl_start_server(struct dh_client *c, uint32_t server_id,
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setflags(&at,
                              POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
-    rc = sv[1] < 0 ? EMFILE : posix_spawnp(&pid, bin, &fa, &at, argv, environ);
+    rc = sv[1] < 0 ? EMFILE : child_env(c, &envp);
+    if (rc == 0)
+        rc = posix_spawnp(&pid, bin, &fa, &at, argv, envp);
+    dh__free(envp);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     if (sv[1] >= 0)

@@ -42,13 +42,18 @@ void dh_coordinator_opts_default(struct dh_coordinator_opts *o)
     o->max_inflight = 65536;
     o->max_pending = 4096;
     o->queue_per_worker = 4;
+    o->claim_timeout_ms = 30000;
+    o->pending_timeout_ms = 120000;
+    o->peer_msgs_per_s = 100000;
+    o->max_tasks_per_rank = 4096;
+    o->max_ids_per_rank = 1u << 21;
 }
 
 /* ---- logging ---- */
 
 /* "127.0.0.1 id 0080000001": the transport address when ZeroMQ knows it
  * (addr: of the message being handled, or NULL) and the routing id. */
-static void peer_name(const char *addr, const struct co_peer *p, char *buf,
+void dh__co_peer_name(const char *addr, const struct co_peer *p, char *buf,
                       size_t len)
 {
     size_t n = 0;
@@ -68,9 +73,9 @@ void dh__co_malformed(struct dh_coordinator *c, const struct co_peer *from,
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    peer_name(c->cur_addr, from, who, sizeof(who));
-    fprintf(stderr, "datahelix: coordinator: malformed message from %s: %s\n",
-            who, why);
+    dh__co_peer_name(c->cur_addr, from, who, sizeof(who));
+    dh__co_logf(c, "datahelix: coordinator: malformed message from %s: %s\n",
+                who, why);
 }
 
 /* ---- sending ---- */
@@ -90,9 +95,9 @@ int dh__co_send(struct dh_coordinator *c, const struct co_peer *to,
     if (rc < 0 && !c->quiet) {
         char who[128];
 
-        peer_name(NULL, to, who, sizeof(who));
-        fprintf(stderr, "datahelix: coordinator: cannot send %s to %s: %s\n",
-                dh_wire_type_name(m->type), who, e.msg);
+        dh__co_peer_name(NULL, to, who, sizeof(who));
+        dh__co_logf(c, "datahelix: coordinator: cannot send %s to %s: %s\n",
+                    dh_wire_type_name(m->type), who, e.msg);
     }
     return rc;
 }
@@ -105,7 +110,7 @@ static void send_refusal(struct dh_coordinator *c, const struct co_peer *to,
     snprintf(c->out.u.shutdown.reason, sizeof(c->out.u.shutdown.reason),
              "registration refused: %s", why);
     (void)dh__co_send(c, to, &c->out);
-    fprintf(stderr, "datahelix: coordinator: registration refused: %s\n", why);
+    dh__co_refused(c, to, "%s", why);
 }
 
 /* ---- registry ---- */
@@ -132,11 +137,17 @@ static int reregister(struct dh_coordinator *c, int slot,
                       const struct dh_wire_register_server *r, uint64_t now)
 {
     struct co_server *s = &c->servers[slot];
+    const char *why = NULL;
 
     if (s->role != r->role || s->rank != r->rank) {
         send_refusal(c, from,
                      "server id already registered with another "
                      "role or rank");
+        return -1;
+    }
+    if (s->role == DH_WIRE_ROLE_LOCAL &&
+        !dh__co_claim(c, r->rank, r->token, now, &why)) {
+        send_refusal(c, from, why);
         return -1;
     }
     s->peer = *from;
@@ -148,6 +159,40 @@ static int reregister(struct dh_coordinator *c, int slot,
 static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
                          const char *why);
 
+/* Why a new registration may not take a slot (NULL: it may).  A
+ * connection registers one server; remote servers hold at most
+ * max_remote slots, local servers of ranks no client has claimed at most
+ * max_orphan_local, so strangers never take the slots of the job's local
+ * servers; a local server must prove its rank's token. */
+static const char *registry_bound(struct dh_coordinator *c,
+                                  const struct co_peer *from,
+                                  const struct dh_wire_register_server *r,
+                                  uint64_t now)
+{
+    int remotes = 0, orphans = 0;
+    const char *why = NULL;
+
+    for (int i = 0; i < c->max_servers; i++) {
+        const struct co_server *s = &c->servers[i];
+
+        if (!s->used)
+            continue;
+        if (dh__co_same_peer(&s->peer, from) && s->wire_id != r->server_id)
+            return "this connection already registered another server";
+        remotes += s->role == DH_WIRE_ROLE_REMOTE;
+        orphans += s->role == DH_WIRE_ROLE_LOCAL &&
+                   !(c->ranks[s->rank] && c->ranks[s->rank]->has_client);
+    }
+    if (r->role == DH_WIRE_ROLE_REMOTE)
+        return remotes >= c->max_remote ? "no room for another remote server"
+                                        : NULL;
+    if (!(c->ranks[r->rank] && c->ranks[r->rank]->has_client) &&
+        !dh__co_claim_live(c, r->rank, now) && orphans >= c->max_orphan_local)
+        return "no room for another local server of a rank without a client";
+    (void)dh__co_claim(c, r->rank, r->token, now, &why);
+    return why;
+}
+
 /* A new local server for a rank that has one supersedes it: the rank's
  * client restarted its DataServer (a new arena), so whatever ran on the
  * old one is re-routed with the new one as delivery target. */
@@ -156,10 +201,15 @@ static int add_server(struct dh_coordinator *c, const struct co_peer *from,
 {
     int local = r->role == DH_WIRE_ROLE_LOCAL;
     int slot;
+    const char *why_s;
     struct dh_err e;
     char why[DH_ERR_MSG_MAX + 64];
     int32_t cap = c->queue_per_worker * (int32_t)r->workers;
 
+    if ((why_s = registry_bound(c, from, r, now))) {
+        send_refusal(c, from, why_s);
+        return -1;
+    }
     if (local && r->rank < DH_WIRE_MAX_RANKS && c->rank_local[r->rank] >= 0) {
         snprintf(why, sizeof(why), "superseded by server %u for rank %u",
                  r->server_id, r->rank);
@@ -195,7 +245,7 @@ added:
     return 0;
 }
 
-static int same_peer(const struct co_peer *a, const struct co_peer *b)
+int dh__co_same_peer(const struct co_peer *a, const struct co_peer *b)
 {
     return a->len == b->len && !memcmp(a->id, b->id, a->len);
 }
@@ -211,9 +261,17 @@ static void on_register_server(struct dh_coordinator *c,
     const struct dh_wire_register_server *r = &m->u.register_server;
     int slot = find_server(c, r->server_id);
     int rc;
+    const char *why = NULL;
 
-    if (slot >= 0 && !same_peer(&c->servers[slot].peer, from) &&
+    /* A local server's new process must prove the rank's token before it
+     * may end the old one (registry_bound() checks it again). */
+    if (slot >= 0 && !dh__co_same_peer(&c->servers[slot].peer, from) &&
         c->servers[slot].role == r->role && c->servers[slot].rank == r->rank) {
+        if (r->role == DH_WIRE_ROLE_LOCAL &&
+            !dh__co_claim(c, r->rank, r->token, now, &why)) {
+            send_refusal(c, from, why);
+            return;
+        }
         declare_dead(c, slot, now, "registered again by a new process");
         slot = -1;
     }
@@ -226,37 +284,34 @@ static void on_register_server(struct dh_coordinator *c,
     }
 }
 
+/* A client proves its rank's token: the first registration of a rank (or
+ * one after its claim lapsed) sets it, any later one must carry it, so a
+ * stranger cannot take a live rank's results.  The same client from a new
+ * connection (a restart in the same job) keeps the rank's tasks. */
 static void on_register_client(struct dh_coordinator *c,
                                const struct co_peer *from,
-                               const struct dh_wire_msg *m)
+                               const struct dh_wire_msg *m, uint64_t now)
 {
     const struct dh_wire_register_client *r = &m->u.register_client;
-    int slot = -1;
+    const char *why = NULL;
+    struct co_rank *k = dh__co_claim(c, r->rank, r->token, now, &why);
 
-    for (int i = 0; i < c->max_clients; i++) {
-        if (c->clients[i].used && c->clients[i].rank == r->rank) {
-            slot = i;
-            break;
-        }
-        if (!c->clients[i].used && slot < 0)
-            slot = i;
-    }
-    if (slot < 0) {
-        send_refusal(c, from, "client registry full");
+    if (!k) {
+        send_refusal(c, from, why);
         return;
     }
-    if (!c->clients[slot].used || !same_peer(&c->clients[slot].peer, from)) {
+    if (!k->has_client || !dh__co_same_peer(&k->client, from)) {
         /* A new client of the rank: a local server will come again. */
         if (r->rank < DH_WIRE_MAX_RANKS &&
             c->rank_local[r->rank] == CO_RANK_LEFT)
             c->rank_local[r->rank] = -1;
     }
-    if (!c->clients[slot].used)
+    if (!k->has_client)
         CO_INC(c, clients);
-    else if (!same_peer(&c->clients[slot].peer, from))
+    else if (!dh__co_same_peer(&k->client, from))
         dh__co_client_moved(c, r->rank, from); /* a restarted client */
-    c->clients[slot] = (struct co_client){
-        .used = 1, .rank = r->rank, .peer = *from};
+    k->has_client = 1;
+    k->client = *from;
     /* The ack: the message echoed, with this process's incarnation (a
      * client that sees it change refills this Coordinator). */
     dh_wire_msg_fini(&c->out);
@@ -274,11 +329,11 @@ static void send_unknown(struct dh_coordinator *c, const struct co_peer *from,
 {
     char who[128];
 
-    peer_name(c->cur_addr, from, who, sizeof(who));
-    fprintf(stderr,
-            "datahelix: coordinator: heartbeat from unregistered server "
-            "%u (%s): told to register again\n",
-            server_id, who);
+    dh__co_peer_name(c->cur_addr, from, who, sizeof(who));
+    dh__co_logf(c,
+                "datahelix: coordinator: heartbeat from unregistered server "
+                "%u (%s): told to register again\n",
+                server_id, who);
     dh_wire_msg_fini(&c->out);
     dh_wire_msg_init(&c->out, DH_WIRE_HEARTBEAT);
     c->out.u.heartbeat.server_id = server_id;
@@ -297,13 +352,30 @@ static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
             send_unknown(c, from, h->server_id);
         return;
     }
-    if (h->leaving && same_peer(&c->servers[slot].peer, from)) {
+    /* Only the connection that registered the server speaks for it: a
+     * heartbeat from another would take its Routes. */
+    if (!dh__co_same_peer(&c->servers[slot].peer, from)) {
+        dh__co_refused(c, from, "server %u is registered by another connection",
+                       h->server_id);
+        return;
+    }
+    if (h->leaving) {
+        struct co_server *s = &c->servers[slot];
+
+        /* A local server leaves when its client went away (or was told
+         * to stop): the rank is free for the next job's client at once,
+         * not after claim_timeout_ms. */
+        if (s->role == DH_WIRE_ROLE_LOCAL && c->ranks[s->rank] &&
+            c->rank_local[s->rank] == slot)
+            c->ranks[s->rank]->token[0] = '\0';
         declare_dead(c, slot, now, NULL);
         dh__co_drain(c, now);
         return;
     }
     c->servers[slot].last_seen_ms = now;
-    c->servers[slot].peer = *from;
+    if (c->servers[slot].role == DH_WIRE_ROLE_LOCAL &&
+        c->ranks[c->servers[slot].rank])
+        c->ranks[c->servers[slot].rank]->seen_ms = now;
     /* The wire's queue_depth counts running tasks too; placement wants
      * the queued ones beside the busy workers. */
     if (dh_place_heartbeat(c->place, slot,
@@ -394,7 +466,7 @@ static void dispatch(struct dh_coordinator *c, const struct co_peer *from,
         on_register_server(c, from, m, now);
         break;
     case DH_WIRE_REGISTER_CLIENT:
-        on_register_client(c, from, m);
+        on_register_client(c, from, m, now);
         break;
     case DH_WIRE_HEARTBEAT:
         on_heartbeat(c, from, m, now);
@@ -407,6 +479,14 @@ static void dispatch(struct dh_coordinator *c, const struct co_peer *from,
         dh__co_on_done(c, from, m, now);
         break;
     case DH_WIRE_SHUTDOWN:
+        /* Only the job's owner stops the job (issue 13 item 2); the owner
+         * has the stop flag, and an admin key will set cur_admin. */
+        if (!c->cur_admin) {
+            dh__co_refused(c, from,
+                           "only the job's owner may stop the coordinator "
+                           "(it stops on SIGINT / SIGTERM)");
+            break;
+        }
         fprintf(stderr, "datahelix: coordinator: shutdown requested: %s\n",
                 m->u.shutdown.reason);
         c->shutdown = 1;
@@ -426,6 +506,7 @@ static int recv_one(struct dh_coordinator *c, struct dh_err *e)
     struct dh_tp_from from;
     struct co_peer peer = {0};
     struct dh_err de;
+    uint64_t now;
     int rc = dh__tp_recv(c->sock, &from, &c->in, NULL, &de);
 
     if (rc == 0)
@@ -435,13 +516,21 @@ static int recv_one(struct dh_coordinator *c, struct dh_err *e)
     peer.len = from.id_len;
     memcpy(peer.id, from.id, peer.len);
     c->cur_addr = from.addr;
-    if (rc < 0) {
+    c->cur_admin = 0; /* the transport cannot tell yet: see the field */
+    now = dh__mono_ms();
+    if (!dh__co_rate_ok(c, &peer, now)) {
+        CO_INC(c, rate_limited); /* not logged: a flood must not be */
+        if (rc > 0)
+            dh_wire_msg_fini(&c->in);
+    } else if (rc < 0) {
         dh__co_malformed(c, &peer, "%s", de.msg);
     } else {
-        dispatch(c, &peer, dh__mono_ms());
+        c->cur_type = dh_wire_type_name(c->in.type);
+        dispatch(c, &peer, now);
         dh_wire_msg_fini(&c->in);
     }
     c->cur_addr = NULL;
+    c->cur_type = NULL;
     return 1;
 }
 
@@ -455,9 +544,9 @@ static void broadcast_shutdown(struct dh_coordinator *c)
     for (int i = 0; i < c->max_servers; i++)
         if (c->servers[i].used)
             (void)dh__co_send(c, &c->servers[i].peer, &c->out);
-    for (int i = 0; i < c->max_clients; i++)
-        if (c->clients[i].used)
-            (void)dh__co_send(c, &c->clients[i].peer, &c->out);
+    for (size_t i = 0; i < DH_WIRE_MAX_RANKS; i++)
+        if (c->ranks[i] && c->ranks[i]->has_client)
+            (void)dh__co_send(c, &c->ranks[i]->client, &c->out);
     c->quiet = 0;
 }
 
@@ -506,6 +595,9 @@ int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
             }
         }
         check_heartbeats(c, dh__mono_ms());
+        dh__co_expire(c, dh__mono_ms());
+        if (c->drain_again) /* ranks a drain could not reach go first */
+            dh__co_drain(c, dh__mono_ms());
         if (c->exit_unused_ms > 0 && unused_for_long(c, dh__mono_ms())) {
             fprintf(stderr,
                     "datahelix: coordinator: no local dataserver "
@@ -534,7 +626,9 @@ static int check_opts(const struct dh_coordinator_opts *o,
         o->max_clients > 65536 || o->max_inflight < 1 ||
         o->max_inflight > DH_INFLIGHT_MAX_CAPACITY || o->max_pending < 1 ||
         o->max_pending > DH_INFLIGHT_MAX_CAPACITY || o->queue_per_worker < 0 ||
-        o->queue_per_worker > 1000000)
+        o->queue_per_worker > 1000000 || o->claim_timeout_ms < 0 ||
+        o->pending_timeout_ms < 0 || o->max_remote_servers < 0 ||
+        o->max_remote_servers > o->max_servers)
         return dh_err_set(e, DH_EINVAL,
                           "coordinator size limits out of "
                           "range");
@@ -572,10 +666,11 @@ static int alloc_tables(struct dh_coordinator *c,
         (rc = dh_inflight_create(o->max_inflight, &c->inflight, e)) < 0)
         return rc;
     c->servers = dh__calloc((size_t)o->max_servers, sizeof(*c->servers));
-    c->clients = dh__calloc((size_t)o->max_clients, sizeof(*c->clients));
     c->rank_local = dh__malloc(DH_WIRE_MAX_RANKS * sizeof(*c->rank_local));
-    if (!c->servers || !c->clients || !c->rank_local)
+    if (!c->servers || !c->rank_local)
         return dh_err_set(e, DH_ENOMEM, "coordinator: out of memory");
+    if ((rc = dh__co_guard_init(c, e)) < 0)
+        return rc;
     for (size_t i = 0; i < DH_WIRE_MAX_RANKS; i++)
         c->rank_local[i] = -1;
     return dh__co_tasks_init(c, o->max_inflight, o->max_pending, e);
@@ -621,6 +716,18 @@ int dh_coordinator_create(const struct dh_coordinator_opts *o,
     c->max_servers = o->max_servers;
     c->max_clients = o->max_clients;
     c->incarnation = draw_incarnation();
+    /* Remote servers never take the slots local ones need; local servers
+     * of ranks without a client (external mode, before it attaches) never
+     * take those of claimed ranks. */
+    c->max_remote = o->max_remote_servers ? o->max_remote_servers
+                                          : (o->max_servers + 1) / 2;
+    c->max_orphan_local = (o->max_servers + 3) / 4;
+    c->claim_timeout_ms = o->claim_timeout_ms ? o->claim_timeout_ms : 30000;
+    c->pending_timeout_ms = o->pending_timeout_ms ? o->pending_timeout_ms
+                                                  : 120000;
+    c->peer_rate = o->peer_msgs_per_s ? o->peer_msgs_per_s : 100000;
+    c->rank_max_tasks = o->max_tasks_per_rank ? o->max_tasks_per_rank : 4096;
+    c->rank_max_ids = o->max_ids_per_rank ? o->max_ids_per_rank : 1u << 21;
     dh_wire_msg_init(&c->in, DH_WIRE_NONE);
     dh_wire_msg_init(&c->out, DH_WIRE_NONE);
     if ((rc = alloc_tables(c, o, pol, e)) < 0 ||
@@ -666,7 +773,7 @@ void dh_coordinator_destroy(struct dh_coordinator *c)
     dh_inflight_destroy(c->inflight);
     dh_place_destroy(c->place);
     dh__free(c->servers);
-    dh__free(c->clients);
+    dh__co_guard_fini(c);
     dh__free(c->rank_local);
     dh__free(c);
 }

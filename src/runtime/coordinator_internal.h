@@ -37,11 +37,19 @@ struct co_server {
     char addr[DH_WIRE_MAX_ADDR + 1];
 };
 
-struct co_client {
-    int used;
-    uint32_t rank;
-    struct co_peer peer;
+/* Who speaks for a rank (coordinator_guard.c): the claim's token, proved
+ * by the rank's client and its local DataServer at registration, and what
+ * the rank holds here (its per-rank caps). */
+struct co_rank {
+    char token[DH_WIRE_TOKEN_LEN + 1];
+    uint64_t seen_ms; /* last message of its client or local server */
+    int has_client;
+    struct co_peer client;
+    uint32_t tasks; /* its tasks in the map */
+    uint64_t ids;   /* their sample ids */
 };
+
+struct co_rate; /* coordinator_guard.c */
 
 enum co_state { CO_PENDING_NEW, CO_PENDING_REROUTE, CO_RUNNING };
 
@@ -55,10 +63,11 @@ struct co_task {
     struct dh_wire_request req; /* owns its arrays */
     struct co_peer client;
     enum co_state state;
-    int cancelled;   /* completed while in the FIFO: the FIFO frees it */
-    int bp_logged;   /* a BACKPRESSURE decision was already in telemetry */
-    int counted_new; /* counted in pending_new while in the FIFO */
-    int32_t server;  /* placement slot while running, else -1 */
+    int cancelled;    /* completed while in the FIFO: the FIFO frees it */
+    int bp_logged;    /* a BACKPRESSURE decision was already in telemetry */
+    int counted_new;  /* counted in pending_new while in the FIFO */
+    int counted_rank; /* counted in its co_rank's tasks / ids */
+    int32_t server;   /* placement slot while running, else -1 */
     uint64_t server_gen;
     double work_ms;
     uint64_t arrived_ms, since_ms;
@@ -70,7 +79,8 @@ struct co_task {
 #define CO_STATS(X)                                                         \
     X(malformed) X(requests) X(routed) X(rerouted) X(results)               \
     X(duplicates) X(dead_servers) X(queue_full) X(send_failures)            \
-    X(heartbeats) X(servers) X(clients) X(inflight) X(pending)
+    X(heartbeats) X(refused) X(rate_limited) X(expired) X(capped)          \
+    X(servers) X(clients) X(inflight) X(pending)
 /* clang-format on */
 
 struct dh_coordinator {
@@ -89,12 +99,21 @@ struct dh_coordinator {
 
     struct dh_place *place;
     struct dh_inflight *inflight;
-    int max_servers, max_clients;
+    int max_servers, max_clients, max_remote, max_orphan_local;
     struct co_server *servers; /* indexed by placement slot */
-    struct co_client *clients;
-    int32_t *rank_local; /* rank -> slot of its local server, or -1
-                            (none yet, or it died: its tasks wait for the
-                            next), or CO_RANK_LEFT */
+    int32_t *rank_local;       /* rank -> slot of its local server, or -1
+                               (none yet, or it died: its tasks wait for
+                               the next), or CO_RANK_LEFT */
+    struct co_rank **ranks;    /* by rank; NULL: never registered */
+    size_t n_ranks;
+    int claim_timeout_ms, pending_timeout_ms, peer_rate;
+    uint32_t rank_max_tasks;
+    uint64_t rank_max_ids, next_expire_ms;
+    struct co_rate *rates;
+    uint64_t log_window_ms, log_lines, log_suppressed;
+    uint8_t *drain_blocked; /* rank bitmap of one drain */
+    int drain_again;        /* the last drain left ranks untried */
+    struct co_task **drain_buf;
     uint64_t next_gen;
 
     struct dh_idmap tasks; /* task id -> struct co_task *, all but the
@@ -105,6 +124,12 @@ struct dh_coordinator {
     size_t dead_cap;
 
     const char *cur_addr; /* Peer-Address of the message being handled */
+    const char *cur_type; /* its type name, for refusals */
+    /* 1: the message being handled comes from the job's owner or an admin
+     * key.  Always 0 until the transport can tell (issue 13 item 1: the
+     * ZAP handler's user id of an admin key sets it); the owner stops the
+     * Coordinator through dh_coordinator_run()'s stop flag (a signal). */
+    int cur_admin;
     struct dh_wire_msg in, out;
 
 #define CO_STAT_FIELD_(n) _Atomic uint64_t st_##n;
@@ -126,6 +151,36 @@ int dh__co_send(struct dh_coordinator *c, const struct co_peer *to,
 void dh__co_malformed(struct dh_coordinator *c, const struct co_peer *from,
                       const char *fmt, ...) DH_PRINTF(3, 4);
 
+int dh__co_same_peer(const struct co_peer *a, const struct co_peer *b);
+/* "127.0.0.1 id 0080000001" (addr may be NULL). */
+void dh__co_peer_name(const char *addr, const struct co_peer *p, char *buf,
+                      size_t len);
+
+/* ---- coordinator_guard.c ---- */
+int dh__co_guard_init(struct dh_coordinator *c, struct dh_err *e);
+void dh__co_guard_fini(struct dh_coordinator *c);
+/* 1: `from` may send one more message now (its token bucket: peer_rate
+ * a second, as many in a burst); 0: drop it. */
+int dh__co_rate_ok(struct dh_coordinator *c, const struct co_peer *from,
+                   uint64_t now);
+/* Counts one refusal (stats.refused) and logs it, rate-limited. */
+void dh__co_refused(struct dh_coordinator *c, const struct co_peer *from,
+                    const char *fmt, ...) DH_PRINTF(3, 4);
+/* One stderr line, rate-limited with the refusals. */
+void dh__co_logf(struct dh_coordinator *c, const char *fmt, ...)
+    DH_PRINTF(2, 3);
+/* 1: `rank` is claimed and its claim is alive (a local server registered,
+ * or its client / server seen within claim_timeout_ms). */
+int dh__co_claim_live(const struct dh_coordinator *c, uint32_t rank,
+                      uint64_t now);
+/* The claim of `rank` for `token`: the live claim if the token matches,
+ * else a free or lapsed one taken over; NULL (and *why) if refused. */
+struct co_rank *dh__co_claim(struct dh_coordinator *c, uint32_t rank,
+                             const char *token, uint64_t now, const char **why);
+/* The rank's claim if `from` is its registered client, else NULL. */
+struct co_rank *dh__co_client_of(const struct dh_coordinator *c, uint32_t rank,
+                                 const struct co_peer *from);
+
 /* ---- coordinator_route.c ---- */
 int dh__co_tasks_init(struct dh_coordinator *c, size_t max_inflight,
                       size_t max_pending, struct dh_err *e);
@@ -136,7 +191,10 @@ void dh__co_on_request(struct dh_coordinator *c, const struct co_peer *from,
 /* ResultNotice or ErrorNotice. */
 void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
                     const struct dh_wire_msg *m, uint64_t now);
-/* Places waiting tasks, oldest first, until one meets backpressure. */
+/* Fails waiting requests older than pending_timeout_ms (DH_ETIMEOUT to
+ * their clients); cheap to call often (it runs once a second). */
+void dh__co_expire(struct dh_coordinator *c, uint64_t now);
+/* Places waiting tasks, oldest first; see the drain in coordinator_route.c. */
 void dh__co_drain(struct dh_coordinator *c, uint64_t now);
 /* The client of `rank` is now `to` (a new process): every known task of
  * that rank answers there, so late results reach a client that releases

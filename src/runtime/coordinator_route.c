@@ -9,10 +9,15 @@
  * at the same co_task), from arrival until its first completion.  The
  * in-flight table says where a running task runs; the co_task keeps what
  * re-routing needs (the request and the client's routing id).  Waiting
- * tasks sit in a ring, oldest first, re-routes in front of new requests;
- * only the head is tried, so a request that meets backpressure waits with
- * everything behind it (simple and fair; head-of-line blocking across
- * ranks is accepted for now).
+ * tasks sit in a ring, oldest first, re-routes in front of new requests.
+ * A drain tries each waiting task once, but once one task of a rank meets
+ * backpressure the rank's later ones wait without a try, and at most
+ * DRAIN_BLOCKED_MAX ranks are tried in vain per drain: the ranks not
+ * reached then go first next time, so no rank's queue holds back another's
+ * (issue 13: 65 requests of one stuck rank starved every rank).
+ * Authorization (docs/wire-protocol.md "Authorization"): a request comes
+ * from its rank's registered client and names that rank; a completion
+ * comes from the server the task runs on or from its delivery target.
  * A request whose rank's local server takes no payloads (registered as
  * "local:...") or that says local_only is decided among that local server
  * alone: a remote server could not deliver its batch.
@@ -44,7 +49,12 @@ static void task_remove(struct dh_coordinator *c, uint64_t id)
  * would: both arrays come from the library's allocation seam). */
 static void task_free(struct dh_coordinator *c, struct co_task *t)
 {
-    (void)c;
+    struct co_rank *k = c->ranks[t->req.requester_rank];
+
+    if (t->counted_rank && k) { /* the rank's caps get it back */
+        k->tasks--;
+        k->ids -= t->req.n_samples;
+    }
     dh__free(t->req.sample_ids);
     dh__free(t->req.spare_ids);
     dh__free(t->req.plan.indices);
@@ -66,8 +76,10 @@ int dh__co_tasks_init(struct dh_coordinator *c, size_t max_inflight,
     c->max_pending = max_pending;
     c->dead_cap = 1024;
     c->fifo = dh__calloc(c->fifo_cap, sizeof(*c->fifo));
+    c->drain_buf = dh__calloc(c->fifo_cap, sizeof(*c->drain_buf));
+    c->drain_blocked = dh__calloc(DH_WIRE_MAX_RANKS / 8, 1);
     c->dead_buf = dh__calloc(c->dead_cap, sizeof(*c->dead_buf));
-    if (!c->fifo || !c->dead_buf)
+    if (!c->fifo || !c->dead_buf || !c->drain_buf || !c->drain_blocked)
         return dh_err_set(e, DH_ENOMEM, "coordinator: out of memory");
     return 0;
 }
@@ -88,6 +100,8 @@ void dh__co_tasks_fini(struct dh_coordinator *c)
         task_free(c, *p);
     dh__idmap_fini(&c->tasks);
     dh__free(c->fifo);
+    dh__free(c->drain_buf);
+    dh__free(c->drain_blocked);
     dh__free(c->dead_buf);
 }
 
@@ -335,32 +349,58 @@ static void fail_task(struct dh_coordinator *c, struct co_task *t, int rc,
     task_free(c, t);
 }
 
-/* Waiting tasks tried per drain, at most, after the first that must go on
- * waiting: a task whose candidates are all full must not hold back the
- * ones behind it (another rank's local server may have room), but a long
- * queue of blocked tasks is not rescanned in full on every event. */
+/* Ranks tried in vain per drain, at most: a long queue of blocked tasks
+ * is not rescanned with placement on every event, and the ranks not
+ * reached go first next time (see the file comment). */
 #define DRAIN_BLOCKED_MAX 64
+
+static int rank_blocked(const struct dh_coordinator *c, uint32_t r)
+{
+    return c->drain_blocked[r >> 3] >> (r & 7) & 1;
+}
+
+static void set_blocked(struct dh_coordinator *c, uint32_t r, int on)
+{
+    if (on)
+        c->drain_blocked[r >> 3] |= (uint8_t)(1u << (r & 7));
+    else
+        c->drain_blocked[r >> 3] &= (uint8_t) ~(1u << (r & 7));
+}
 
 void dh__co_drain(struct dh_coordinator *c, uint64_t now)
 {
-    size_t n = c->fifo_len, blocked = 0;
+    size_t n = c->fifo_len, blocked = 0, nb = 0;
 
-    /* One turn of the ring: each task is popped once and, if it must go
-     * on waiting, pushed back, so the waiting ones keep their order. */
+    c->drain_again = 0;
+    /* One turn of the ring: a task placed leaves it; one not tried (the
+     * budget of ranks spent) goes back at once; one of a blocked rank is
+     * set aside and goes back after them all, so each rank keeps its own
+     * order and the untried ranks come first next time. */
     for (size_t i = 0; i < n && c->fifo_len > 0; i++) {
         struct co_task *t = c->fifo[c->fifo_head];
-        int rc;
+        uint32_t r = t->req.requester_rank;
+        int rc = 0;
 
         fifo_pop(c);
         if (t->cancelled) {
             task_free(c, t);
             continue;
         }
-        rc = blocked < DRAIN_BLOCKED_MAX ? place_task(c, t, now) : 0;
-        if (rc == 0) {
-            blocked++;
+        if (rank_blocked(c, r)) {
+            c->drain_buf[nb++] = t;
+            continue;
+        }
+        if (blocked >= DRAIN_BLOCKED_MAX) {
+            c->drain_again = 1;         /* the loop drains again, from here */
             if (fifo_push(c, t, 0) < 0) /* cannot happen: it just left */
                 fail_task(c, t, DH_ETOOBIG, "request queue full");
+            continue;
+        }
+        rc = place_task(c, t, now);
+        if (rc == 0) {
+            blocked++;
+            set_blocked(c, r, 1);
+            c->drain_buf[nb++] = t;
         } else if (rc < 0) {
             fail_task(c, t, rc,
                       rc == DH_EPEERDEAD
@@ -369,6 +409,46 @@ void dh__co_drain(struct dh_coordinator *c, uint64_t now)
                           : "request cannot be placed (bad cost hints)");
         }
     }
+    for (size_t i = 0; i < nb; i++) {
+        struct co_task *t = c->drain_buf[i];
+
+        set_blocked(c, t->req.requester_rank, 0);
+        if (fifo_push(c, t, 0) < 0) /* cannot happen: it just left */
+            fail_task(c, t, DH_ETOOBIG, "request queue full");
+    }
+}
+
+/* ---- expiry ---- */
+
+void dh__co_expire(struct dh_coordinator *c, uint64_t now)
+{
+    char why[96];
+    int any = 0;
+
+    if (now < c->next_expire_ms)
+        return;
+    c->next_expire_ms = now + 1000;
+    for (size_t k = 0; k < c->fifo_len; k++) {
+        struct co_task *t = c->fifo[(c->fifo_head + k) % c->fifo_cap];
+        int first = 0;
+
+        if (t->cancelled ||
+            now - t->arrived_ms < (uint64_t)c->pending_timeout_ms)
+            continue;
+        snprintf(why, sizeof(why), "request waited %llu ms for a server",
+                 (unsigned long long)(now - t->arrived_ms));
+        send_error(c, t, DH_ETIMEOUT, why);
+        if (t->state == CO_PENDING_REROUTE &&
+            dh_inflight_done(c->inflight, t->req.task.id, 0, &first) < 0)
+            first = 0;
+        task_remove(c, t->req.task.id);
+        t->cancelled = 1; /* the FIFO frees it */
+        CO_INC(c, expired);
+        any = 1;
+    }
+    CO_SET(c, inflight, dh_inflight_count(c->inflight));
+    if (any)
+        dh__co_drain(c, now); /* frees them, and room may have freed */
 }
 
 /* ---- requests ---- */
@@ -393,9 +473,23 @@ static int admit(struct dh_coordinator *c, struct co_task *t)
 void dh__co_on_request(struct dh_coordinator *c, const struct co_peer *from,
                        struct dh_wire_msg *m, uint64_t now)
 {
-    struct co_task *t = task_find(c, m->u.request.task.id);
+    const struct dh_wire_request *q = &m->u.request;
+    struct co_rank *k = dh__co_client_of(c, q->requester_rank, from);
+    struct co_task *t;
 
-    if (t) { /* a re-issue: refresh where the answer goes */
+    /* A task id belongs to the rank in it, and only that rank's client
+     * may ask for it (the rank bits: wire.h "task ids"). */
+    if (!k || q->task.rank != q->requester_rank) {
+        dh__co_refused(c, from,
+                       "task %#llx for rank %u: the sender is not rank "
+                       "%u's registered client",
+                       (unsigned long long)q->task.id, q->requester_rank,
+                       q->task.rank);
+        return;
+    }
+    k->seen_ms = now;
+    if ((t = task_find(
+             c, q->task.id))) { /* a re-issue: refresh where the answer goes */
         t->client = *from;
         if (t->state == CO_RUNNING)
             send_route(c, t, from, 0);
@@ -413,17 +507,61 @@ void dh__co_on_request(struct dh_coordinator *c, const struct co_peer *from,
     t->state = CO_PENDING_NEW;
     t->server = -1;
     t->arrived_ms = now;
+    if (k->tasks >= c->rank_max_tasks ||
+        k->ids + t->req.n_samples > c->rank_max_ids) {
+        char why[128];
+
+        CO_INC(c, capped);
+        snprintf(why, sizeof(why),
+                 "rank %u holds %u tasks of %llu sample ids (caps %u, %llu)",
+                 t->req.requester_rank, k->tasks, (unsigned long long)k->ids,
+                 c->rank_max_tasks, (unsigned long long)c->rank_max_ids);
+        dh__co_logf(c, "datahelix: coordinator: request refused: %s\n", why);
+        send_error(c, t, DH_ETOOBIG, why);
+        task_free(c, t);
+        return;
+    }
     if (admit(c, t) < 0) {
         CO_INC(c, queue_full);
         send_error(c, t, DH_ETOOBIG, "request queue full");
         task_free(c, t);
         return;
     }
+    k->tasks++;
+    k->ids += t->req.n_samples;
+    t->counted_rank = 1;
     CO_INC(c, requests);
     dh__co_drain(c, now);
 }
 
 /* ---- completions ---- */
+
+/* The slot of the server registered by `from` under wire id `sid`, or -1:
+ * a notice is believed only from the connection that registered its
+ * server id. */
+static int sender_slot(const struct dh_coordinator *c,
+                       const struct co_peer *from, uint32_t sid)
+{
+    for (int i = 0; i < c->max_servers; i++)
+        if (c->servers[i].used && c->servers[i].wire_id == sid)
+            return dh__co_same_peer(&c->servers[i].peer, from) ? i : -1;
+    return -1;
+}
+
+/* 1: server `slot` may complete `t`: the task runs there (the same
+ * registration), or it is the requester's local server, the delivery
+ * target of a remote's payload.  A waiting task (never routed, or waiting
+ * for a re-route) only from the latter: a late payload landed there. */
+static int may_complete(const struct dh_coordinator *c, const struct co_task *t,
+                        int slot)
+{
+    uint32_t r = t->req.requester_rank;
+
+    if (t->state == CO_RUNNING && t->server == slot &&
+        c->servers[slot].gen == t->server_gen)
+        return 1;
+    return t->state != CO_PENDING_NEW && c->rank_local[r] == slot;
+}
 
 static void note_alive(struct dh_coordinator *c, const struct co_peer *from,
                        uint32_t wire_id, uint64_t now)
@@ -549,9 +687,30 @@ void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
                                                 : &m->u.error.task;
     uint32_t sid = is_result ? m->u.result.server_id : m->u.error.server_id;
     struct co_task *t = NULL;
-    int first = 0;
+    int first = 0, from_slot = sender_slot(c, from, sid);
 
+    if (from_slot < 0) {
+        dh__co_refused(c, from,
+                       "task %#llx: the sender is not registered as server "
+                       "%u",
+                       (unsigned long long)task->id, sid);
+        /* A server declared dead may still finish: the slot it names is
+         * its own, so it gets it back (a stranger learns nothing). */
+        if (is_result)
+            send_release(c, from, &m->u.result);
+        return;
+    }
     note_alive(c, from, sid, now);
+    t = task_find(c, task->id);
+    if (t && !may_complete(c, t, from_slot)) {
+        dh__co_refused(c, from,
+                       "task %#llx was not routed to server %u, nor is it "
+                       "its delivery target",
+                       (unsigned long long)task->id, sid);
+        if (is_result) /* its own slot: give it back */
+            send_release(c, from, &m->u.result);
+        return;
+    }
     /* Only a remote delivers to another server; one this Coordinator
      * does not know (restarted: not registered again yet) cannot hold a
      * task of its own, so its word is late in any case. */
@@ -560,7 +719,7 @@ void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
         return;
     }
     if (dh_inflight_done(c->inflight, task->id, sid, &first) < 0 || !first ||
-        !(t = task_find(c, task->id))) {
+        !t) {
         CO_INC(c, duplicates); /* late or unknown: never reaches a client */
         if (is_result)
             send_release(c, from, &m->u.result);

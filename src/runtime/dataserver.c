@@ -404,6 +404,11 @@ static int check_opts(const struct dh_dataserver_opts *o, struct dh_err *e)
                           "dataserver: option out of range "
                           "(rank %u, workers %u, heartbeat %d ms)",
                           o->rank, o->workers, o->heartbeat_ms);
+    if (o->token && !dh__link_token_ok(o->token))
+        return dh_err_set(e, DH_EINVAL,
+                          "dataserver: the rank token is not %u lower-case "
+                          "hex digits",
+                          DH_WIRE_TOKEN_LEN);
     return check_mode(o, e);
 }
 
@@ -531,6 +536,12 @@ int dh_dataserver_create(const struct dh_dataserver_opts *o,
         if (o->client_fd >= 0)
             close(o->client_fd);
         return dh_err_set(e, DH_ENOMEM, "out of memory");
+    }
+    if (!s->env.remote && o->token)
+        snprintf(s->env.token, sizeof(s->env.token), "%s", o->token);
+    else if (!s->env.remote && (rc = dh__link_token_new(s->env.token, e)) < 0) {
+        dh_dataserver_destroy(s);
+        return rc;
     }
     if ((rc = open_parts(s, o, e)) < 0) {
         dh_dataserver_destroy(s);

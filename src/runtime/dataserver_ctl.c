@@ -311,6 +311,8 @@ static void fill_register(struct ds_ctl *c, const struct dh_dataserver_opts *o,
     r->rank = c->env->remote ? 0 : o->rank;
     r->workers = o->workers;
     r->arena_bytes = o->arena_bytes; /* remote: staging bytes */
+    if (!c->env->remote)
+        memcpy(r->token, c->env->token, sizeof(r->token));
     if (gethostname(r->host, sizeof(r->host) - 1) < 0)
         r->host[0] = 0;
 }

@@ -88,6 +88,7 @@ struct ds_env {
     struct dh_arena *arena; /* local: shared with the client; remote:
                                private staging, never handed to anyone */
     uint64_t arena_cap;
+    char token[DH_WIRE_TOKEN_LEN + 1]; /* local: the rank's token */
     int alloc_timeout_ms, sample_timeout_ms, deliver_timeout_ms;
     int client_gone;
     struct ds_stats *st;

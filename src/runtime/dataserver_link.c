@@ -13,6 +13,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <string.h>
+
 #include "runtime/dataserver_internal.h"
 #include "runtime/fdpass.h"
 #include "runtime/local_link.h"
@@ -25,6 +27,7 @@ int dh__ds_link_hello(const struct ds_env *env, int fd, struct dh_err *e)
                               .rank = env->rank,
                               .capacity = env->arena_cap};
 
+    memcpy(h.token, env->token, sizeof(h.token));
     dh__link_hello_pack(buf, &h);
     return dh__fd_send(fd, dh_arena_fd(env->arena), buf, sizeof(buf), e);
 }

@@ -5,8 +5,10 @@
  * Locking: none.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -14,7 +16,37 @@
 #include "core/le.h"
 #include "runtime/local_link.h"
 
-static const char MAGIC[8] = {'D', 'H', 'A', 'R', 'E', 'N', 'A', '1'};
+static const char MAGIC[8] = {'D', 'H', 'A', 'R', 'E', 'N', 'A', '2'};
+
+int dh__link_token_new(char out[DH_WIRE_TOKEN_LEN + 1], struct dh_err *e)
+{
+    unsigned char raw[DH_WIRE_TOKEN_LEN / 2];
+    size_t got = 0;
+
+    while (got < sizeof(raw)) {
+        ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return dh_err_set(e, DH_EIO, "rank token: getrandom: %s",
+                              strerror(errno));
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+    return 0;
+}
+
+int dh__link_token_ok(const char *t)
+{
+    size_t i = 0;
+
+    for (; t && i < DH_WIRE_TOKEN_LEN; i++)
+        if (!((t[i] >= '0' && t[i] <= '9') || (t[i] >= 'a' && t[i] <= 'f')))
+            return 0;
+    return t && t[i] == '\0';
+}
 
 void dh__link_hello_pack(unsigned char out[DH_LINK_HELLO_BYTES],
                          const struct dh_link_hello *h)
@@ -23,6 +55,7 @@ void dh__link_hello_pack(unsigned char out[DH_LINK_HELLO_BYTES],
     dh__put_le32(out + 8, h->server_id);
     dh__put_le32(out + 12, h->rank);
     dh__put_le64(out + 16, h->capacity);
+    memcpy(out + 24, h->token, DH_WIRE_TOKEN_LEN);
 }
 
 int dh__link_hello_unpack(const unsigned char *in, size_t len,
@@ -36,6 +69,13 @@ int dh__link_hello_unpack(const unsigned char *in, size_t len,
     h->server_id = dh__get_le32(in + 8);
     h->rank = dh__get_le32(in + 12);
     h->capacity = dh__get_le64(in + 16);
+    memcpy(h->token, in + 24, DH_WIRE_TOKEN_LEN);
+    h->token[DH_WIRE_TOKEN_LEN] = '\0';
+    if (!dh__link_token_ok(h->token))
+        return dh_err_set(e, DH_EFORMAT,
+                          "local link: the hello's rank token is not "
+                          "%u hex digits",
+                          DH_WIRE_TOKEN_LEN);
     return 0;
 }
 

@@ -11,8 +11,11 @@
  * that each side sees the other die (POLLHUP / EOF), whatever the cause,
  * SIGKILL included.
  *
- * Hello: "DHARENA1", server id (u32), rank (u32), arena capacity (u64),
- * little-endian, DH_LINK_HELLO_BYTES in all.
+ * Hello: "DHARENA2", server id (u32), rank (u32), arena capacity (u64),
+ * little-endian, then the rank's token (DH_WIRE_TOKEN_LEN hex digits:
+ * the client's own in embedded mode, the one the server drew in external
+ * mode, which the client then registers with; docs/wire-protocol.md
+ * "Authorization"), DH_LINK_HELLO_BYTES in all.
  *
  * Thread-safety: the functions keep no state.
  */
@@ -24,13 +27,23 @@
 
 #include "datahelix/error.h"
 
-#define DH_LINK_HELLO_BYTES 24
+#include "datahelix/wire.h"
+
+#define DH_LINK_HELLO_BYTES (24 + DH_WIRE_TOKEN_LEN)
 #define DH_LINK_MAX_NAME 100 /* sun_path minus the leading NUL, rounded */
 
 struct dh_link_hello {
     uint32_t server_id, rank;
     uint64_t capacity;
+    char token[DH_WIRE_TOKEN_LEN + 1];
 };
+
+/* Draws a new rank token: DH_WIRE_TOKEN_LEN lower-case hex digits of
+ * getrandom(2).  DH_EIO if the kernel gives no randomness. */
+int dh__link_token_new(char out[DH_WIRE_TOKEN_LEN + 1],
+                       struct dh_err *e) DH_MUST_CHECK;
+/* 1 if `t` is a well-formed token. */
+int dh__link_token_ok(const char *t);
 
 void dh__link_hello_pack(unsigned char out[DH_LINK_HELLO_BYTES],
                          const struct dh_link_hello *h);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <zmq.h>
 
 #include "datahelix/arena.h"
 #include "datahelix/batch.h"
@@ -640,8 +641,7 @@ static void unreachable_coordinator_times_out(void **state)
     dh_client_opts_default(&o);
     o.coordinator = ep;
     o.index_path = dhx;
-    o.dataserver = "dh-test-nobody";
-    o.plan = small_plan();
+    o.plan = small_plan(); /* embedded: it registers before it spawns */
     o.start_timeout_ms = 300;
     n_th = count_dir("/proc/self/task");
     n_fd = count_dir("/proc/self/fd");
@@ -1082,9 +1082,147 @@ static void slack_follows_a_fixed_step_deadline(void **state)
     assert_int_equal(st.misses, 0);
 }
 
+/* ---- a result that is not what was asked (issue 13) ---- */
+
+/* A Coordinator that relays like the real one, but adds 1000 to the first
+ * sample id of step 0's result: the client must refuse it as a protocol
+ * error, never hand it out as data, and still take step 1. */
+struct liar {
+    void *ctx, *sock;
+    char ep[64];
+    pthread_t th;
+    volatile int stop;
+};
+
+static void liar_send(struct liar *l, const uint8_t *id, size_t n,
+                      const struct dh_wire_msg *m)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+
+    assert_int_equal(dh_wire_encode(m, &buf, &len, NULL), 0);
+    zmq_send(l->sock, id, n, ZMQ_SNDMORE);
+    zmq_send(l->sock, buf, len, 0);
+    dh_wire_free(buf);
+}
+
+static void *liar_main(void *arg)
+{
+    struct liar *l = arg;
+    uint8_t cl[256], ds[256], id[256], buf[1 << 16];
+    int ncl = 0, nds = 0;
+
+    while (!l->stop) {
+        zmq_pollitem_t it = {.socket = l->sock, .events = ZMQ_POLLIN};
+        struct dh_wire_msg m;
+        int n, len;
+
+        if (zmq_poll(&it, 1, 20) <= 0)
+            continue;
+        n = zmq_recv(l->sock, id, sizeof(id), 0);
+        len = zmq_recv(l->sock, buf, sizeof(buf), 0);
+        if (n <= 0 || len <= 0 ||
+            dh_wire_decode(buf, (size_t)len, &m, NULL) < 0)
+            continue;
+        if (m.type == DH_WIRE_REGISTER_CLIENT ||
+            m.type == DH_WIRE_REGISTER_SERVER) {
+            memcpy(m.type == DH_WIRE_REGISTER_CLIENT ? cl : ds, id, (size_t)n);
+            *(m.type == DH_WIRE_REGISTER_CLIENT ? &ncl : &nds) = n;
+            liar_send(l, id, (size_t)n, &m); /* the ack */
+        } else if (m.type == DH_WIRE_DESCRIPTOR_REQUEST && nds) {
+            struct dh_wire_msg r;
+
+            dh_wire_msg_init(&r, DH_WIRE_ROUTE);
+            r.u.route.task = m.u.request.task;
+            r.u.route.server_id = r.u.route.target_server_id = 1;
+            snprintf(r.u.route.target_addr, sizeof(r.u.route.target_addr),
+                     "local:rank-0");
+            r.u.route.has_request = 1;
+            r.u.route.request = m.u.request; /* borrowed */
+            liar_send(l, ds, (size_t)nds, &r);
+            r.u.route.has_request = 0;
+            liar_send(l, id, (size_t)n, &r);
+        } else if (m.type == DH_WIRE_RESULT_NOTICE && ncl) {
+            if (m.u.result.task.step == 0)
+                m.u.result.sample_ids[0] += 1000;
+            liar_send(l, cl, (size_t)ncl, &m);
+        }
+        dh_wire_msg_fini(&m);
+    }
+    return NULL;
+}
+
+static void mismatched_result_is_a_protocol_error(void **state)
+{
+    struct env *v = *state;
+    static struct liar l;
+    struct dh_dataserver_opts so;
+    struct dh_client_opts o;
+    struct dh_client_stats st;
+    struct dh_client_batch *b = NULL;
+    struct dh_client_failure f;
+    uint64_t ids[4] = {3, 7, 0, 11}, offs[3] = {0, 2, 4};
+    size_t len = sizeof(l.ep);
+    struct dh_err e;
+    int zero = 0;
+
+    assert_non_null(l.ctx = zmq_ctx_new());
+    assert_non_null(l.sock = zmq_socket(l.ctx, ZMQ_ROUTER));
+    zmq_setsockopt(l.sock, ZMQ_LINGER, &zero, sizeof(zero));
+    assert_int_equal(zmq_bind(l.sock, "tcp://127.0.0.1:0"), 0);
+    assert_int_equal(zmq_getsockopt(l.sock, ZMQ_LAST_ENDPOINT, l.ep, &len), 0);
+    assert_int_equal(pthread_create(&l.th, NULL, liar_main, &l), 0);
+
+    snprintf(v->sock, sizeof(v->sock), "dh-test-%d-liar", (int)getpid());
+    dh_dataserver_opts_default(&so);
+    so.coordinator = l.ep;
+    so.index_path = dhx;
+    so.workers = 1;
+    so.arena_bytes = 4u << 20;
+    so.register_timeout_ms = WAIT_MS;
+    so.client_socket = v->sock;
+    if (dh_dataserver_create(&so, &v->ds.s, &e))
+        fail_msg("dataserver: %s", e.msg);
+    start_runner(&v->ds);
+    dh_client_opts_default(&o);
+    o.coordinator = l.ep;
+    o.index_path = dhx;
+    o.dataserver = v->sock;
+    o.plan = small_plan();
+    o.prefetch = 2;
+    o.timeout_ms = WAIT_MS;
+    o.start_timeout_ms = WAIT_MS;
+    client_up(v, &o);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 2, ids, offs, &e), 0);
+    /* The step fails (consumed), as a transfer error: not data, and no
+     * sample is blamed or quarantined for it. */
+    assert_int_equal(dh_client_next(v->cl, &b, &e), DH_ESAMPLE);
+    assert_null(b);
+    if (!strstr(e.msg, "does not match the request"))
+        fail_msg("next(): %s", e.msg);
+    assert_int_equal(dh_client_failure(v->cl, &f), 0);
+    assert_int_equal(f.cause, DH_EPROTO);
+    assert_int_equal(f.stage, DH_STAGE_TRANSFER);
+    assert_int_equal(dh_client_quarantine(v->cl, NULL, 0), 0);
+    b = next_ok(v->cl);
+    check_batch(b, 0, 1, ids + 2, 2, 1);
+    dh_client_batch_release(b);
+    dh_client_stats(v->cl, &st);
+    assert_int_equal(st.protocol_errors, 1);
+    assert_int_equal(st.steps, 1);
+    dh_client_destroy(v->cl);
+    v->cl = NULL;
+    l.stop = 1;
+    pthread_join(l.th, NULL);
+    zmq_close(l.sock);
+    zmq_ctx_term(l.ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(mismatched_result_is_a_protocol_error,
+                                        env_setup, env_teardown),
         cmocka_unit_test_setup_teardown(steps_exactly_once_in_order, env_setup,
                                         env_teardown),
         cmocka_unit_test_setup_teardown(microbatches_split_a_step, env_setup,

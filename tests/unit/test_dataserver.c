@@ -29,6 +29,8 @@
 #include "datahelix/index.h"
 #include "datahelix/wire.h"
 
+/* The rank token the fake client and the local server share. */
+#define RANK_TOKEN "0123456789abcdef0123456789abcdef"
 #define NCLIPS 2
 #define WAIT_MS 10000 /* a message that should come (decode under ASan) */
 
@@ -47,6 +49,7 @@ static struct dh_dataserver *make_server(const char *endpoint, int reg_ms,
     struct dh_dataserver *s = NULL;
 
     dh_dataserver_opts_default(&o);
+    o.token = RANK_TOKEN; /* the fake client's (docs/wire-protocol.md) */
     o.coordinator = endpoint;
     o.index_path = dhx;
     o.rank = 0;
@@ -113,6 +116,8 @@ static void *client(void *ctx, const char *endpoint)
     m.u.register_client.rank = 0;
     m.u.register_client.world_size = 1;
     m.u.register_client.pid = (uint32_t)getpid();
+    snprintf(m.u.register_client.token, sizeof(m.u.register_client.token), "%s",
+             RANK_TOKEN);
     snprintf(m.u.register_client.host, sizeof(m.u.register_client.host),
              "test");
     send_msg(s, &m);

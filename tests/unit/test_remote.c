@@ -39,6 +39,8 @@
 #include "datahelix/index.h"
 #include "datahelix/wire.h"
 
+/* The rank token the fake client and the local server share. */
+#define RANK_TOKEN "0123456789abcdef0123456789abcdef"
 #define NCLIPS 2
 #define WAIT_MS 10000 /* a message that should come (decode under ASan) */
 #define LOCAL_ID 1
@@ -56,6 +58,7 @@ static int setup(void **state)
 static void local_opts(struct dh_dataserver_opts *o, const char *coord)
 {
     dh_dataserver_opts_default(o);
+    o->token = RANK_TOKEN;
     o->coordinator = coord;
     o->index_path = dhx;
     o->rank = 0;
@@ -171,6 +174,8 @@ static void *client(void *ctx, const char *endpoint)
     m.u.register_client.rank = 0;
     m.u.register_client.world_size = 1;
     m.u.register_client.pid = (uint32_t)getpid();
+    snprintf(m.u.register_client.token, sizeof(m.u.register_client.token), "%s",
+             RANK_TOKEN);
     send_msg(s, &m, 0);
     dh_wire_msg_fini(&m);
     assert_int_equal(

@@ -142,6 +142,7 @@ static void fill_msg(struct dh_wire_msg *m, int i)
         m->u.register_client.pid = UINT32_MAX;
         fill_text(m->u.register_client.host, DH_WIRE_MAX_HOST, 'h');
         fill_text(m->u.register_client.server_addr, DH_WIRE_MAX_ADDR, 'a');
+        fill_text(m->u.register_client.token, DH_WIRE_TOKEN_LEN, 'f');
         break;
     case DH_WIRE_REGISTER_SERVER:
         m->u.register_server.server_id = 1;
@@ -151,6 +152,7 @@ static void fill_msg(struct dh_wire_msg *m, int i)
         m->u.register_server.rank = DH_WIRE_MAX_RANKS - 1;
         m->u.register_server.workers = DH_WIRE_MAX_WORKERS;
         m->u.register_server.arena_bytes = DH_WIRE_MAX_BYTES;
+        fill_text(m->u.register_server.token, DH_WIRE_TOKEN_LEN, '0');
         break;
     case DH_WIRE_HEARTBEAT:
         fill_heartbeat(&m->u.heartbeat);
@@ -314,6 +316,7 @@ static void assert_msg_eq(const struct dh_wire_msg *a,
         assert_int_equal(ca->pid, cb->pid);
         assert_string_equal(ca->host, cb->host);
         assert_string_equal(ca->server_addr, cb->server_addr);
+        assert_string_equal(ca->token, cb->token);
         break;
     case DH_WIRE_REGISTER_SERVER:
         assert_int_equal(sa->server_id, sb->server_id);
@@ -323,6 +326,7 @@ static void assert_msg_eq(const struct dh_wire_msg *a,
         assert_int_equal(sa->workers, sb->workers);
         assert_int_equal(sa->arena_bytes, sb->arena_bytes);
         assert_string_equal(sa->host, sb->host);
+        assert_string_equal(sa->token, sb->token);
         break;
     case DH_WIRE_HEARTBEAT:
         assert_heartbeat_eq(&a->u.heartbeat, &b->u.heartbeat);
@@ -1476,6 +1480,21 @@ static void encode_rejects_bad_messages(void **state)
     memset(m.u.register_client.host, 'h', sizeof(m.u.register_client.host));
     assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), DH_ETOOBIG);
     assert_non_null(strstr(e.msg, "register_client.host"));
+    /* A rank token is "" or exactly 32 lower-case hex digits, and a remote
+     * server has none (docs/wire-protocol.md "Authorization"). */
+    fill_msg(&m, 0);
+    m.u.register_client.token[31] = '\0';
+    assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "token has 31 characters"));
+    fill_msg(&m, 0);
+    m.u.register_client.token[3] = 'F';
+    assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "not lower-case hex"));
+    fill_msg(&m, 1);
+    m.u.register_server.role = DH_WIRE_ROLE_REMOTE;
+    m.u.register_server.rank = 0;
+    assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "remote server carries no rank token"));
     fill_msg(&m, 5);
     m.u.result.task.id++;
     assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), DH_EINVAL);

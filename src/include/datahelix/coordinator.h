@@ -30,15 +30,21 @@
  *       DH_COORDINATOR_SERVER_ID.  A request for a task already known is
  *       not placed twice: its client identity is refreshed (and, if it is
  *       running, the Route ack is re-sent).
- *   ResultNotice / ErrorNotice  accepted from any peer (a server declared
- *       dead may still deliver first: DESIGN.md 8); the first completion of a task is
+ *   ResultNotice / ErrorNotice  accepted only from the server the task
+ *       is routed to or its delivery target, from the connection that
+ *       registered it (docs/wire-protocol.md "Authorization"; a refused
+ *       result's slot is released to its sender); the first completion of a task is
  *       forwarded to its client; a later duplicate is NOT forwarded: the
  *       Coordinator answers the peer that sent it with a Release of the
  *       notice's slot (offset, generation) so the slot returns to its arena
  *       (a duplicate ErrorNotice holds no slot and is just dropped).  So a
  *       client sees each task id at most once from the Coordinator.
- *   Shutdown  from any peer ends run(); on exit every registered peer is
+ *   Shutdown  from a peer is refused (counted in `refused`): only the
+ *       owner ends run(), through its stop flag; on exit every registered peer is
  *       sent a Shutdown (best effort, never blocking).
+ *   Registrations of a rank's client and local server carry the rank's
+ *       token; requests come only from the rank's registered client, for
+ *       its own rank; per-rank and per-peer bounds ("Bounds" there).
  *   Anything else (undecodable bytes, wrong frame count, a message type a
  *       peer may not send, a heartbeat from an unregistered server) is
  *       counted in dh_coordinator_stats.malformed and logged as
@@ -87,6 +93,20 @@ struct dh_coordinator_opts {
                                 first one registered (the embedded
                                 Coordinator of a multi-rank job: local
                                 servers end with their ranks).  0: off */
+    /* Bounds against hostile or broken peers (docs/wire-protocol.md
+     * "Bounds"); 0 takes the default. */
+    int claim_timeout_ms;        /* a rank with no local server and no message
+                                  from its client for this long may be
+                                  claimed by another token (default 30000) */
+    int pending_timeout_ms;      /* a request waiting this long for a server
+                                  fails with DH_ETIMEOUT (default 120000) */
+    int peer_msgs_per_s;         /* messages one peer may send a second, and
+                                  in a burst (default 100000; < 0: no cap) */
+    uint32_t max_tasks_per_rank; /* tasks one rank may hold (default 4096) */
+    uint64_t max_ids_per_rank;   /* sample ids they may hold (default 2^21) */
+    int max_remote_servers;      /* registry slots remote servers may hold
+                                  (default max_servers / 2: the rest is
+                                  kept for local servers) */
 };
 
 /* Fills the defaults above (listen / policy NULL, telemetry NULL). */
@@ -104,6 +124,10 @@ struct dh_coordinator_stats {
     uint64_t queue_full;    /* requests refused: FIFO full */
     uint64_t send_failures; /* sends ZeroMQ refused (peer gone, HWM) */
     uint64_t heartbeats;    /* heartbeats of registered servers applied */
+    uint64_t refused;       /* messages refused by an authorization rule */
+    uint64_t rate_limited;  /* messages dropped over a peer's rate cap */
+    uint64_t expired;       /* requests failed after pending_timeout_ms */
+    uint64_t capped;        /* requests refused over a rank's caps */
     uint64_t servers, clients, inflight, pending; /* current sizes */
 };
 

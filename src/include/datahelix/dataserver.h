@@ -123,6 +123,12 @@ struct dh_dataserver_opts {
                                  server's uid (SO_PEERCRED) ... */
     int client_pid;            /* ... or, if > 0, be this pid (0: any
                                  process of this uid) */
+    const char *token;         /* local: the rank's token, DH_WIRE_TOKEN_LEN
+                                 lower-case hex digits, that proves this
+                                 server is its client's (docs/wire-protocol.md
+                                 "Authorization"); the CLI takes it from
+                                 DATAHELIX_RANK_TOKEN.  NULL: drawn here and
+                                 handed to the client in the hello */
     /* Python-dataset mode (datahelix.DistributedDataLoader; docs/python.md
      * "DistributedDataLoader"): requests go to python_workers Python
      * processes this server starts and owns (`python -m datahelix._worker`)

@@ -55,6 +55,10 @@
 #define DH_WIRE_MAX_BYTES (1ull << 48) /* any byte count, offset or rate */
 #define DH_WIRE_MAX_SLACK_MS 86400000  /* |slack_ms|: one day */
 #define DH_WIRE_MAX_LATENCY_MS 1e9     /* heartbeat latency EWMA */
+#define DH_WIRE_TOKEN_LEN 32u          /* hex digits of a rank token */
+/* The environment variable that hands a spawned DataServer its rank's
+ * token (set in that child's environment only, never on a command line). */
+#define DH_RANK_TOKEN_ENV "DATAHELIX_RANK_TOKEN"
 #define DH_WIRE_MAX_SPARES                                                     \
     64u /* spares per request, substitutions
                                           per result (skip policy) */
@@ -143,6 +147,9 @@ struct dh_wire_register_client {
     char host[DH_WIRE_MAX_HOST + 1];
     char server_addr[DH_WIRE_MAX_ADDR + 1]; /* local DataServer; may be "" */
     uint64_t incarnation; /* the Coordinator's, in its ack; 0 from a client */
+    /* The rank's secret: "" or DH_WIRE_TOKEN_LEN lower-case hex digits
+     * (docs/wire-protocol.md "Authorization"). */
+    char token[DH_WIRE_TOKEN_LEN + 1];
 };
 
 struct dh_wire_register_server {
@@ -154,6 +161,7 @@ struct dh_wire_register_server {
     uint64_t arena_bytes; /* LOCAL: 1..DH_WIRE_MAX_BYTES; REMOTE: staging
                              bytes, 0..DH_WIRE_MAX_BYTES */
     char host[DH_WIRE_MAX_HOST + 1];
+    char token[DH_WIRE_TOKEN_LEN + 1]; /* LOCAL: the rank's token; REMOTE: "" */
 };
 
 struct dh_wire_link {
