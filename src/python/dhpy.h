@@ -35,4 +35,9 @@ int dhpy_client_init(PyObject *m);
  * and its DataServer workers need); -1 on error. */
 int dhpy_pyds_init(PyObject *m);
 
+/* Adds SampleDecoder, spares() and MEDIA_DST_PAD (dhpy_sample.c: what a
+ * DataLoader's transform= runs on the DataServer's Python workers); -1 on
+ * error. */
+int dhpy_sample_init(PyObject *m);
+
 #endif
