@@ -19,13 +19,18 @@ torch.utils.data.DataLoader, side by side in one run (issues 5 and 15).
    --torch-decode pyav), the same batch size and output.
 3. The same with transform=: one per-sample function (TRANSFORM below: a
    centre crop, a horizontal flip, uint8 -> float32 normalised, CTHW),
-   given to datahelix as transform= (it runs in the training process
-   inside next(), on a zero-copy view of the arena) and called by torch's
-   Dataset.__getitem__ in its workers after the decode.  Reported: both
-   rates, the ratio, datahelix's transform and collate cost per sample
-   from stats() (per pass) and the transform's own cost measured alone.
+   given to datahelix as transform= (it runs on the DataServer's N
+   Python worker processes, which decode each sample with the C media
+   pipeline and call it on a zero-copy view of the frames, then write the
+   stacked batch into the arena: docs/python.md "transform and
+   collate_fn") and called by torch's Dataset.__getitem__ in its N
+   workers after the decode.  Reported: both rates, the ratio,
+   datahelix's transform and stack cost per sample from stats() (per
+   pass, measured in its workers) and the transform's own cost measured
+   alone.
 
-Equal CPU: the same N decode workers on each side, and this process (so
+Equal CPU: the same N decode workers on each side (with transform=:
+N Python workers on the datahelix side too), and this process (so
 every DataServer and worker it starts) pinned to N CPUs when the machine
 has more (datahelix_bench.processes.pin_cpus, as `datahelix bench` does);
 one torch intra-op thread in the training process (as its ranks).
@@ -315,10 +320,12 @@ def table(res, args):
         f"{r['transform']['ratio']:.2f}x {spread(r['transform']['rates'])} |",
         f"| transform per sample (stats()[\"transform_ms\"]; alone: "
         f"{r['transform']['alone_ms_per_sample']:.2f} ms) | "
-        f"{r['transform']['transform_ms_per_sample']:.2f} ms, in next() | "
+        f"{r['transform']['transform_ms_per_sample']:.2f} ms, in its "
+        f"DataServer's workers | "
         f"in its workers | |",
-        f"| collate per sample (stats()[\"collate_ms\"]) | "
-        f"{r['transform']['collate_ms_per_sample']:.2f} ms, in next() | "
+        f"| stack per sample (stats()[\"collate_ms\"]) | "
+        f"{r['transform']['collate_ms_per_sample']:.2f} ms, in its "
+        f"DataServer's workers | "
         f"in its workers | |",
     ]
     if r["next_dropped"] or r["next_cold_dropped"]:
