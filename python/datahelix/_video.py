@@ -78,7 +78,8 @@ class Clips:
 
     def __getstate__(self):
         d = dict(self.__dict__)
-        d["_dec"] = d["_ix"] = None
+        d["_dec"] = d["_ix"] = d["_out"] = d["_out_key"] = None
+        d.pop("_bufs", None)
         return d
 
     def __len__(self):
@@ -163,7 +164,7 @@ class Clips:
                "valid_frames": torch.tensor(valid, dtype=torch.int32),
                "substituted": subs, "pid": os.getpid()}
         if self.collate_fn is None:
-            res["video"] = _stack(outs)
+            res["video"] = self._stack(outs)
         else:
             info = _tworker.get_worker_info()
             ep, step = (_epoch_of(info.seed - info.id),
@@ -196,25 +197,32 @@ class Clips:
             f"{failed.stage} ({failed.cause}) and no spare of the step "
             "could replace it")
 
-
-def _stack(outs):
-    """The step's outputs as one batch: torch.stack for tensors (no
-    shared-memory allocation: the batch is written into the arena next),
-    default_collate for anything else."""
-    if all(isinstance(o, torch.Tensor) for o in outs):
+    def _stack(self, outs):
+        """The step's outputs as one batch: torch.stack for tensors, into
+        a buffer this worker reuses step after step (its bytes are copied
+        into the arena slot before the next step, and a fresh one would
+        cost page faults each step); default_collate for anything else
+        (without the shared-memory allocation it makes in a worker: the
+        batch is written into the arena next)."""
+        if all(isinstance(o, torch.Tensor) for o in outs):
+            shapes = {(tuple(o.shape), o.dtype) for o in outs}
+            if len(shapes) > 1:
+                raise RuntimeError(
+                    "transform= returned tensors of different shapes in "
+                    f"one step ({sorted(str(s) for s in shapes)}): a "
+                    "batch stacks them; give collate_fn= to batch them "
+                    "otherwise")
+            shape, dtype = shapes.pop()
+            key = ((len(outs),) + shape, dtype)
+            if getattr(self, "_out_key", None) != key:
+                self._out = torch.empty(key[0], dtype=dtype)
+                self._out_key = key
+            return torch.stack(outs, out=self._out)
+        info, _tworker._worker_info = _tworker._worker_info, None
         try:
-            return torch.stack(outs)
-        except RuntimeError as e:
-            raise RuntimeError(
-                "transform= returned tensors of different shapes in one "
-                f"step ({sorted({tuple(o.shape) for o in outs})}): a batch "
-                "stacks them; give collate_fn= to batch them otherwise") \
-                from e
-    info, _tworker._worker_info = _tworker._worker_info, None
-    try:
-        return default_collate(outs)
-    finally:
-        _tworker._worker_info = info
+            return default_collate(outs)
+        finally:
+            _tworker._worker_info = info
 
 
 # -- the training process's side ----------------------------------------------
