@@ -36,6 +36,10 @@ has more (datahelix_bench.processes.pin_cpus, as `datahelix bench` does);
 one torch intra-op thread in the training process (as its ranks).
 Rounds alternate the two loaders (both stay up), so that a noisy machine
 slows both alike; figures are medians of --reps rounds, one epoch each.
+Besides samples/s, each epoch's CPU time of this process and every
+process under it (/proc; only one loader works at a time), per sample:
+what "equal CPU" compares when other jobs load the machine and wall-clock
+rates swing.
 
 The data sets are made with `datahelix gen-data` and cached under --work;
 results.json and table.md go to --out (bench/out/python).
@@ -214,11 +218,40 @@ def overhead(args):
 
 # -- 2, 3. end to end, side by side -------------------------------------------
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s():
+    """CPU seconds (user + system) used so far by this process and every
+    process under it (DataServers, their Python workers, Coordinators,
+    torch's workers), from /proc: what a loader's epoch costs in CPU
+    whatever else the machine runs (only one loader works at a time)."""
+    parent, cpu = {}, {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                f_ = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        parent[int(d)] = int(f_[1])
+        cpu[int(d)] = (int(f_[11]) + int(f_[12])) / _TICK
+    tree, todo = set(), [os.getpid()]
+    while todo:
+        p = todo.pop()
+        tree.add(p)
+        todo += [c for c, pp in parent.items() if pp == p and c not in tree]
+    return sum(cpu.get(p, 0.0) for p in tree)
+
+
 def one_epoch(loader):
-    n, t0 = 0, time.perf_counter()
+    """(samples, samples/s, CPU ms per sample of every process)."""
+    n, c0, t0 = 0, tree_cpu_s(), time.perf_counter()
     for b in loader:
         n += b["video"].shape[0]
-    return n, n / (time.perf_counter() - t0)
+    t1 = time.perf_counter()
+    return n, n / (t1 - t0), (tree_cpu_s() - c0) * 1e3 / max(n, 1)
 
 
 def side_by_side(dh, td, reps):
@@ -231,13 +264,14 @@ def side_by_side(dh, td, reps):
     for loader in (dh, td):
         for _ in loader:
             pass
-    rates = {"dh": [], "torch": []}
+    rates = {"dh": [], "torch": [], "cpu_ms_dh": [], "cpu_ms_torch": []}
     t_ms, c_ms = [], []
     for r in range(reps):
         order = ("dh", "torch") if r % 2 == 0 else ("torch", "dh")
         for who in order:
-            n, rate = one_epoch(dh if who == "dh" else td)
+            n, rate, cpu_ms = one_epoch(dh if who == "dh" else td)
             rates[who].append(rate)
+            rates["cpu_ms_" + who].append(cpu_ms)
             if who == "dh":
                 e = dh.stats()["epoch"]
                 t_ms.append(e["transform_ms"] / n)
@@ -292,6 +326,17 @@ def spread(rates):
     return f"(rounds {min(q):.2f}-{max(q):.2f})" if len(q) > 1 else ""
 
 
+def cpu(rates, who):
+    return f"{statistics.median(rates['cpu_ms_' + who]):.0f}"
+
+
+def cpu_ratio(rates):
+    """Samples per CPU-second, datahelix over torch (> 1: less CPU)."""
+    q = statistics.median(rates["cpu_ms_torch"]) / \
+        statistics.median(rates["cpu_ms_dh"])
+    return f"{q:.2f}x"
+
+
 def table(res, args):
     r = res
     dec = ("same C decode" if args.torch_decode == "c"
@@ -318,6 +363,12 @@ def table(res, args):
         f"{r['transform']['datahelix_samples_per_s']:.1f} | "
         f"{r['transform']['torch_samples_per_s']:.1f} | "
         f"{r['transform']['ratio']:.2f}x {spread(r['transform']['rates'])} |",
+        f"| CPU ms per sample, every process, no transform / transform "
+        f"on (ratio: samples per CPU-second, ours over torch's) | "
+        f"{cpu(r['rates'], 'dh')} / {cpu(r['transform']['rates'], 'dh')} | "
+        f"{cpu(r['rates'], 'torch')} / "
+        f"{cpu(r['transform']['rates'], 'torch')} | "
+        f"{cpu_ratio(r['rates'])} / {cpu_ratio(r['transform']['rates'])} |",
         f"| transform per sample (stats()[\"transform_ms\"]; alone: "
         f"{r['transform']['alone_ms_per_sample']:.2f} ms) | "
         f"{r['transform']['transform_ms_per_sample']:.2f} ms, in its "
