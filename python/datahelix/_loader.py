@@ -175,7 +175,7 @@ class DataLoader(Closing):
         if samp["native"]:
             _packed.check_native(layout, microbatches, transform, collate_fn)
         if transform is not None:  # on the DataServer's workers: _video.py
-            _video.check(microbatches, dataserver, transport)
+            _video.check(microbatches, dataserver, listen, transport)
             from ._distributed import dataset_file_bytes
             dataset_file_bytes({"transform": transform,
                                 "collate_fn": collate_fn},
@@ -228,6 +228,7 @@ class DataLoader(Closing):
         self._tx = transform is not None
         self._tx_dir = None      # the dataset file's private folder
         self._substituted = 0    # transform=: counted here, not in C
+        self._tx_failed = set()  # and the samples that failed
         if self._tx and arena_mb is None:
             self._opts["arena_bytes"] = _video.arena_bytes(self)
         if self._native and arena_mb is None:
@@ -463,11 +464,14 @@ class DataLoader(Closing):
         finally:
             del b
         if got["kind"] == "error":
+            if got["sample"] is not None:
+                self._tx_failed.add(got["sample"])
             if self.on_error == "skip" and _video.is_skippable(got):
                 return None
             _video.raise_error(got, self, step)
         r = got["obj"]
         self._substituted += len(r["substituted"])
+        self._tx_failed.update(x["failed_id"] for x in r["substituted"])
         self._meter.add_python(r["transform_ms"] / 1e3,
                                r["collate_ms"] / 1e3)
         if self.collate_fn is not None:
@@ -599,6 +603,8 @@ class DataLoader(Closing):
             s["quarantine"] = self._client.quarantine()
             if self._tx:  # substitutes are made by the Python workers
                 s["substituted"] = self._substituted
+                s["quarantine"] = sorted(set(s["quarantine"]) |
+                                         self._tx_failed)
             return s
         return dict(self._meter.last or {})  # as close() left them
 

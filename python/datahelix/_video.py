@@ -231,7 +231,7 @@ _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _JOB_TIMEOUT_MS = 600000  # one step on one worker (then killed, replaced)
 
 
-def check(microbatches, dataserver, transport):
+def check(microbatches, dataserver, listen, transport):
     """What transform= does not go with: said at construction."""
     if microbatches != 1:
         raise ValueError("transform= runs on the local DataServer's Python "
@@ -240,6 +240,10 @@ def check(microbatches, dataserver, transport):
         raise ValueError("transform= runs on the local DataServer's Python "
                          "workers: it does not go with dataserver= (a "
                          "remote DataServer)")
+    if listen is not None:
+        raise ValueError("transform= runs on the local DataServer's Python "
+                         "workers: it does not go with listen= (remote "
+                         "DataServers would deliver untransformed batches)")
     if transport != "shm":
         raise ValueError("transform=: batches are handed over zero-copy "
                          "(transport='shm')")

@@ -128,6 +128,7 @@ def test_a_failing_transform_with_skip_is_substituted(sets):
     assert [b["ids"].tolist() for k, b in enumerate(got) if k != 1] == \
         [w[0] for k, w in enumerate(want) if k != 1]
     assert st["substituted"] == 1 and st["skipped"] == 0
+    assert st["quarantine"] == [sid]
 
 
 def test_a_failing_transform_raises_at_its_step_then_goes_on(sets):
@@ -173,6 +174,9 @@ def test_transform_must_be_picklable_and_batchable(sets):
         datahelix.DataLoader(m, transform=lambda v: (lock, v), **SMALL)
     with pytest.raises(ValueError, match="microbatches=1"):
         datahelix.DataLoader(m, transform=to_float, microbatches=2, **SMALL)
+    with pytest.raises(ValueError, match="listen="):
+        datahelix.DataLoader(m, transform=to_float, listen="tcp://127.0.0.1:0",
+                             **SMALL)
 
     def ragged(v, _n=[0]):  # a shape per call: a step cannot stack
         _n[0] += 1
