@@ -39,7 +39,8 @@ slows both alike; figures are medians of --reps rounds, one epoch each.
 Besides samples/s, each epoch's CPU time of this process and every
 process under it (/proc; only one loader works at a time), per sample:
 what "equal CPU" compares when other jobs load the machine and wall-clock
-rates swing.
+rates swing; and the training thread's own CPU time inside next(), per
+sample: what the loader takes from the training loop.
 
 The data sets are made with `datahelix gen-data` and cached under --work;
 results.json and table.md go to --out (bench/out/python).
@@ -246,12 +247,21 @@ def tree_cpu_s():
 
 
 def one_epoch(loader):
-    """(samples, samples/s, CPU ms per sample of every process)."""
-    n, c0, t0 = 0, tree_cpu_s(), time.perf_counter()
-    for b in loader:
+    """(samples, samples/s, CPU ms per sample of every process, CPU ms
+    per sample the training thread spent inside next())."""
+    n, in_next, c0, t0 = 0, 0.0, tree_cpu_s(), time.perf_counter()
+    it = iter(loader)
+    while True:
+        u0 = time.thread_time()
+        try:
+            b = next(it)
+        except StopIteration:
+            break
+        in_next += time.thread_time() - u0
         n += b["video"].shape[0]
     t1 = time.perf_counter()
-    return n, n / (t1 - t0), (tree_cpu_s() - c0) * 1e3 / max(n, 1)
+    per = 1e3 / max(n, 1)
+    return n, n / (t1 - t0), (tree_cpu_s() - c0) * per, in_next * per
 
 
 def side_by_side(dh, td, reps):
@@ -264,14 +274,16 @@ def side_by_side(dh, td, reps):
     for loader in (dh, td):
         for _ in loader:
             pass
-    rates = {"dh": [], "torch": [], "cpu_ms_dh": [], "cpu_ms_torch": []}
+    rates = {"dh": [], "torch": [], "cpu_ms_dh": [], "cpu_ms_torch": [],
+             "next_cpu_ms_dh": [], "next_cpu_ms_torch": []}
     t_ms, c_ms = [], []
     for r in range(reps):
         order = ("dh", "torch") if r % 2 == 0 else ("torch", "dh")
         for who in order:
-            n, rate, cpu_ms = one_epoch(dh if who == "dh" else td)
+            n, rate, cpu_ms, next_ms = one_epoch(dh if who == "dh" else td)
             rates[who].append(rate)
             rates["cpu_ms_" + who].append(cpu_ms)
+            rates["next_cpu_ms_" + who].append(next_ms)
             if who == "dh":
                 e = dh.stats()["epoch"]
                 t_ms.append(e["transform_ms"] / n)
@@ -326,8 +338,9 @@ def spread(rates):
     return f"(rounds {min(q):.2f}-{max(q):.2f})" if len(q) > 1 else ""
 
 
-def cpu(rates, who):
-    return f"{statistics.median(rates['cpu_ms_' + who]):.0f}"
+def cpu(rates, who, what=""):
+    v = statistics.median(rates[f"{what}cpu_ms_{who}"])
+    return f"{v:.0f}" if v >= 10 else f"{v:.2f}"
 
 
 def cpu_ratio(rates):
@@ -369,6 +382,11 @@ def table(res, args):
         f"{cpu(r['rates'], 'torch')} / "
         f"{cpu(r['transform']['rates'], 'torch')} | "
         f"{cpu_ratio(r['rates'])} / {cpu_ratio(r['transform']['rates'])} |",
+        f"| training thread's CPU ms per sample inside next(), no "
+        f"transform / transform on | {cpu(r['rates'], 'dh', 'next_')} / "
+        f"{cpu(r['transform']['rates'], 'dh', 'next_')} | "
+        f"{cpu(r['rates'], 'torch', 'next_')} / "
+        f"{cpu(r['transform']['rates'], 'torch', 'next_')} | |",
         f"| transform per sample (stats()[\"transform_ms\"]; alone: "
         f"{r['transform']['alone_ms_per_sample']:.2f} ms) | "
         f"{r['transform']['transform_ms_per_sample']:.2f} ms, in its "
