@@ -8,12 +8,14 @@ Every wait is bounded: loaders run with a timeout.
 """
 import os
 import sys
+import textwrap
 import threading
 
 import pytest
 
 from conftest import ROOT, _binary
 from test_loader_habits import SMALL, corrupt_copy, plan, sets  # noqa: F401
+from test_python import two_ranks
 
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
@@ -219,3 +221,47 @@ def test_resume_mid_epoch_with_transform(sets):
         rest = [b["ids"].tolist() for b in loader]
         again = [b["ids"].tolist() for b in loader]  # a new pass: all
     assert first == want[:2] and rest == want[2:] and again == want
+
+
+TWO_RANKS = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import datahelix
+
+    def half(v):  # defined in __main__: travels by value (cloudpickle)
+        return v[:, ::2, ::2].float()
+
+    tx = half if TX_ON else None
+    loader = datahelix.DataLoader(sys.argv[2], batch_size=2, frames=4,
+                                  size=(32, 32), timeout=60, on_error="skip",
+                                  transform=tx)
+    out = [{"step": b["step"], "ids": b["ids"].tolist(),
+            "shape": list(b["video"].shape),
+            "subs": [(x["position"], x["failed_id"], x["substitute_id"])
+                     for x in b["substituted"]]}
+           for b in loader]
+    print(json.dumps({"rank": loader.rank, "steps": out,
+                      "substituted": loader.stats()["substituted"]}),
+          flush=True)
+    loader.close()
+""")
+
+
+def test_skip_with_transform_keeps_two_ranks_in_lockstep(sets, tmp_path):
+    """Two ranks (separate processes, one Coordinator), a corrupt clip in
+    one rank's share, transform= and on_error="skip": both ranks take
+    every planned step, full size, and the substitute is the one the C
+    pool picks without a transform (the same spares, from the plan)."""
+    m = corrupt_copy(sets / "train", tmp_path, 3)
+    datahelix.DataLoader(m, **SMALL).close()  # compile the index once
+    want = plan(m, 2, 2)
+    plain = two_ranks(TWO_RANKS.replace("TX_ON", "False"), m)
+    tx = two_ranks(TWO_RANKS.replace("TX_ON", "True"), m)
+    for r in range(2):
+        assert len(tx[r]["steps"]) == len(plain[r]["steps"]) == len(want)
+        for a, b in zip(tx[r]["steps"], plain[r]["steps"]):
+            assert (a["step"], a["ids"], a["subs"]) == \
+                (b["step"], b["ids"], b["subs"])
+            assert a["shape"] == [2, 4, 16, 16, 3]
+        assert tx[r]["substituted"] == plain[r]["substituted"]
+    assert sorted(tx[r]["substituted"] for r in range(2)) == [0, 1]
