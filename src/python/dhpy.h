@@ -28,6 +28,10 @@ extern PyObject *dhpy_DataError, *dhpy_SampleError, *dhpy_ArenaExhausted,
  * DH_ENOTFOUND / DH_EIO, else DataError.  Returns NULL. */
 PyObject *dhpy_raise(int rc, const struct dh_err *e);
 
+/* dhpy_raise(), and sets the exception's `code` attribute to rc (the
+ * DH_E* code a caller can report, as the C pool's notices carry it). */
+PyObject *dhpy_raise_code(int rc, const struct dh_err *e);
+
 /* Adds the Client, Batch and Part types to `m`; -1 on error. */
 int dhpy_client_init(PyObject *m);
 

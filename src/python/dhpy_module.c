@@ -53,6 +53,22 @@ PyObject *dhpy_raise(int rc, const struct dh_err *e)
     return NULL;
 }
 
+PyObject *dhpy_raise_code(int rc, const struct dh_err *e)
+{
+    PyObject *exc, *val, *tb, *code;
+
+    dhpy_raise(rc, e);
+    PyErr_Fetch(&exc, &val, &tb);
+    PyErr_NormalizeException(&exc, &val, &tb);
+    if (val && (code = PyLong_FromLong(rc))) {
+        if (PyObject_SetAttrString(val, "code", code) < 0)
+            PyErr_Clear();
+        Py_DECREF(code);
+    }
+    PyErr_Restore(exc, val, tb);
+    return NULL;
+}
+
 /* ---- schedule ---- */
 
 static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)

@@ -141,7 +141,7 @@ static PyObject *decoder_decode_into(DecoderObject *self, PyObject *args)
     Py_END_ALLOW_THREADS self->busy = 0;
     PyBuffer_Release(&out);
     if (rc < 0)
-        return dhpy_raise(rc, &e);
+        return dhpy_raise_code(rc, &e);
     return PyLong_FromLong(valid);
 }
 

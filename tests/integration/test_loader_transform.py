@@ -163,6 +163,7 @@ def test_a_corrupt_clip_with_transform_and_skip(sets, tmp_path):
     assert len(got) == len(plan(m, 1, 2))
     subs = [s for b in got for s in b["substituted"]]
     assert [(s["failed_id"], s["stage"]) for s in subs] == [(3, "decode")]
+    assert subs[0]["code"] < 0 and "000003" in subs[0]["cause"]
     with datahelix.DataLoader(m, transform=to_float, **SMALL) as loader:
         with pytest.raises(datahelix.SampleError) as ei:
             list(loader)
@@ -237,8 +238,8 @@ TWO_RANKS = textwrap.dedent("""
                                   transform=tx)
     out = [{"step": b["step"], "ids": b["ids"].tolist(),
             "shape": list(b["video"].shape),
-            "subs": [(x["position"], x["failed_id"], x["substitute_id"])
-                     for x in b["substituted"]]}
+            "subs": [(x["position"], x["failed_id"], x["substitute_id"],
+                      x["stage"], x["code"]) for x in b["substituted"]]}
            for b in loader]
     print(json.dumps({"rank": loader.rank, "steps": out,
                       "substituted": loader.stats()["substituted"]}),
