@@ -51,7 +51,7 @@ setup(
     ext_modules=[Extension(
         "datahelix._C",
         sources=["src/python/dhpy_module.c", "src/python/dhpy_client.c",
-                 "src/python/dhpy_pyds.c"],
+                 "src/python/dhpy_pyds.c", "src/python/dhpy_sample.c"],
         include_dirs=["include", "src/include", "src"],
         define_macros=[("_GNU_SOURCE", None)],
         extra_compile_args=["-std=c11"],

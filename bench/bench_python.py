@@ -19,18 +19,28 @@ torch.utils.data.DataLoader, side by side in one run (issues 5 and 15).
    --torch-decode pyav), the same batch size and output.
 3. The same with transform=: one per-sample function (TRANSFORM below: a
    centre crop, a horizontal flip, uint8 -> float32 normalised, CTHW),
-   given to datahelix as transform= (it runs in the training process
-   inside next(), on a zero-copy view of the arena) and called by torch's
-   Dataset.__getitem__ in its workers after the decode.  Reported: both
-   rates, the ratio, datahelix's transform and collate cost per sample
-   from stats() (per pass) and the transform's own cost measured alone.
+   given to datahelix as transform= (it runs on the DataServer's N
+   Python worker processes, which decode each sample with the C media
+   pipeline and call it on a zero-copy view of the frames, then write the
+   stacked batch into the arena: docs/python.md "transform and
+   collate_fn") and called by torch's Dataset.__getitem__ in its N
+   workers after the decode.  Reported: both rates, the ratio,
+   datahelix's transform and stack cost per sample from stats() (per
+   pass, measured in its workers) and the transform's own cost measured
+   alone.
 
-Equal CPU: the same N decode workers on each side, and this process (so
+Equal CPU: the same N decode workers on each side (with transform=:
+N Python workers on the datahelix side too), and this process (so
 every DataServer and worker it starts) pinned to N CPUs when the machine
 has more (datahelix_bench.processes.pin_cpus, as `datahelix bench` does);
 one torch intra-op thread in the training process (as its ranks).
 Rounds alternate the two loaders (both stay up), so that a noisy machine
 slows both alike; figures are medians of --reps rounds, one epoch each.
+Besides samples/s, each epoch's CPU time of this process and every
+process under it (/proc; only one loader works at a time), per sample:
+what "equal CPU" compares when other jobs load the machine and wall-clock
+rates swing; and the training thread's own CPU time inside next(), per
+sample: what the loader takes from the training loop.
 
 The data sets are made with `datahelix gen-data` and cached under --work;
 results.json and table.md go to --out (bench/out/python).
@@ -209,11 +219,49 @@ def overhead(args):
 
 # -- 2, 3. end to end, side by side -------------------------------------------
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s():
+    """CPU seconds (user + system) used so far by this process and every
+    process under it (DataServers, their Python workers, Coordinators,
+    torch's workers), from /proc: what a loader's epoch costs in CPU
+    whatever else the machine runs (only one loader works at a time)."""
+    parent, cpu = {}, {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                f_ = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        parent[int(d)] = int(f_[1])
+        cpu[int(d)] = (int(f_[11]) + int(f_[12])) / _TICK
+    tree, todo = set(), [os.getpid()]
+    while todo:
+        p = todo.pop()
+        tree.add(p)
+        todo += [c for c, pp in parent.items() if pp == p and c not in tree]
+    return sum(cpu.get(p, 0.0) for p in tree)
+
+
 def one_epoch(loader):
-    n, t0 = 0, time.perf_counter()
-    for b in loader:
+    """(samples, samples/s, CPU ms per sample of every process, CPU ms
+    per sample the training thread spent inside next())."""
+    n, in_next, c0, t0 = 0, 0.0, tree_cpu_s(), time.perf_counter()
+    it = iter(loader)
+    while True:
+        u0 = time.thread_time()
+        try:
+            b = next(it)
+        except StopIteration:
+            break
+        in_next += time.thread_time() - u0
         n += b["video"].shape[0]
-    return n, n / (time.perf_counter() - t0)
+    t1 = time.perf_counter()
+    per = 1e3 / max(n, 1)
+    return n, n / (t1 - t0), (tree_cpu_s() - c0) * per, in_next * per
 
 
 def side_by_side(dh, td, reps):
@@ -226,13 +274,16 @@ def side_by_side(dh, td, reps):
     for loader in (dh, td):
         for _ in loader:
             pass
-    rates = {"dh": [], "torch": []}
+    rates = {"dh": [], "torch": [], "cpu_ms_dh": [], "cpu_ms_torch": [],
+             "next_cpu_ms_dh": [], "next_cpu_ms_torch": []}
     t_ms, c_ms = [], []
     for r in range(reps):
         order = ("dh", "torch") if r % 2 == 0 else ("torch", "dh")
         for who in order:
-            n, rate = one_epoch(dh if who == "dh" else td)
+            n, rate, cpu_ms, next_ms = one_epoch(dh if who == "dh" else td)
             rates[who].append(rate)
+            rates["cpu_ms_" + who].append(cpu_ms)
+            rates["next_cpu_ms_" + who].append(next_ms)
             if who == "dh":
                 e = dh.stats()["epoch"]
                 t_ms.append(e["transform_ms"] / n)
@@ -287,6 +338,18 @@ def spread(rates):
     return f"(rounds {min(q):.2f}-{max(q):.2f})" if len(q) > 1 else ""
 
 
+def cpu(rates, who, what=""):
+    v = statistics.median(rates[f"{what}cpu_ms_{who}"])
+    return f"{v:.0f}" if v >= 10 else f"{v:.2f}"
+
+
+def cpu_ratio(rates):
+    """Samples per CPU-second, datahelix over torch (> 1: less CPU)."""
+    q = statistics.median(rates["cpu_ms_torch"]) / \
+        statistics.median(rates["cpu_ms_dh"])
+    return f"{q:.2f}x"
+
+
 def table(res, args):
     r = res
     dec = ("same C decode" if args.torch_decode == "c"
@@ -313,12 +376,25 @@ def table(res, args):
         f"{r['transform']['datahelix_samples_per_s']:.1f} | "
         f"{r['transform']['torch_samples_per_s']:.1f} | "
         f"{r['transform']['ratio']:.2f}x {spread(r['transform']['rates'])} |",
+        f"| CPU ms per sample, every process, no transform / transform "
+        f"on (ratio: samples per CPU-second, ours over torch's) | "
+        f"{cpu(r['rates'], 'dh')} / {cpu(r['transform']['rates'], 'dh')} | "
+        f"{cpu(r['rates'], 'torch')} / "
+        f"{cpu(r['transform']['rates'], 'torch')} | "
+        f"{cpu_ratio(r['rates'])} / {cpu_ratio(r['transform']['rates'])} |",
+        f"| training thread's CPU ms per sample inside next(), no "
+        f"transform / transform on | {cpu(r['rates'], 'dh', 'next_')} / "
+        f"{cpu(r['transform']['rates'], 'dh', 'next_')} | "
+        f"{cpu(r['rates'], 'torch', 'next_')} / "
+        f"{cpu(r['transform']['rates'], 'torch', 'next_')} | |",
         f"| transform per sample (stats()[\"transform_ms\"]; alone: "
         f"{r['transform']['alone_ms_per_sample']:.2f} ms) | "
-        f"{r['transform']['transform_ms_per_sample']:.2f} ms, in next() | "
+        f"{r['transform']['transform_ms_per_sample']:.2f} ms, in its "
+        f"DataServer's workers | "
         f"in its workers | |",
-        f"| collate per sample (stats()[\"collate_ms\"]) | "
-        f"{r['transform']['collate_ms_per_sample']:.2f} ms, in next() | "
+        f"| stack per sample (stats()[\"collate_ms\"]) | "
+        f"{r['transform']['collate_ms_per_sample']:.2f} ms, in its "
+        f"DataServer's workers | "
         f"in its workers | |",
     ]
     if r["next_dropped"] or r["next_cold_dropped"]:

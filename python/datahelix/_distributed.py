@@ -245,6 +245,25 @@ class _Iter:
         return L._next_batch(self)
 
 
+def dataset_file_bytes(inner, why):
+    """A DataServer Python worker's dataset file (datahelix._worker
+    load_config): `inner` pickled with cloudpickle when installed (so
+    lambdas and classes of __main__ travel too), else pickle; `why` begins
+    the TypeError for what cannot be pickled."""
+    try:
+        import cloudpickle
+        dumps, how = cloudpickle.dumps, "cloudpickle"
+    except ImportError:
+        dumps, how = (lambda o: pickle.dumps(o, protocol=5)), "pickle"
+    try:
+        blob = dumps(inner)
+    except Exception as e:
+        raise TypeError(f"{why}, so they must be picklable ({how}): "
+                        f"{type(e).__name__}: {e}") from e
+    return pickle.dumps({"version": 1, "sys_path": list(sys.path),
+                         "payload": blob, "pickler": how}, protocol=5)
+
+
 class DistributedDataLoader(Closing):
     """torch.utils.data.DataLoader's arguments and behaviour over any
     map-style Dataset, with the samples loaded by Python worker processes
@@ -475,26 +494,13 @@ class DistributedDataLoader(Closing):
     # -- services -----------------------------------------------------------
 
     def _payload(self):
-        """The pickled dataset file's bytes (cloudpickle when installed,
-        so lambdas and classes of __main__ travel too)."""
+        """The pickled dataset file's bytes (dataset_file_bytes)."""
         inner = {"dataset": self.dataset, "collate_fn": self.collate_fn,
                  "worker_init_fn": self.worker_init_fn,
                  "auto_collation": self._auto_collation}
-        try:
-            import cloudpickle
-            dumps, how = cloudpickle.dumps, "cloudpickle"
-        except ImportError:
-            dumps, how = (lambda o: pickle.dumps(o, protocol=5)), "pickle"
-        try:
-            blob = dumps(inner)
-        except Exception as e:
-            raise TypeError(
-                "DistributedDataLoader ships the dataset, collate_fn and "
-                "worker_init_fn to the DataServer's worker processes, so "
-                f"they must be picklable ({how}): {type(e).__name__}: {e}") \
-                from e
-        return pickle.dumps({"version": 1, "sys_path": list(sys.path),
-                             "payload": blob, "pickler": how}, protocol=5)
+        return dataset_file_bytes(inner, "DistributedDataLoader ships the "
+                                  "dataset, collate_fn and worker_init_fn "
+                                  "to the DataServer's worker processes")
 
     def _write_private(self, name, data):
         path = os.path.join(self._dir, name)

@@ -3,12 +3,12 @@
 import array
 import os
 import shutil
+import tempfile
 import time
 
 import torch
-from torch.utils.data import default_collate
 
-from . import _C, _packed, _passes
+from . import _C, _packed, _passes, _slot, _video
 from . import _options as _opt
 from ._services import (Closing, Coordinator, binary, claim_coordinator,
                         coordinator_address, ensure_index, loader_ordinal,
@@ -106,9 +106,12 @@ class DataLoader(Closing):
     torch's meaning (num_workers: decode threads, prefetch_factor, shuffle,
     generator, pin_memory, collate_fn, timeout, ...) or refused with what
     to use instead (sampler, batch_sampler, worker_init_fn,
-    multiprocessing_context); size is (H, W) as torchvision; transform and
-    collate_fn run in this process, in next().  docs/python.md "Torch's
-    arguments".
+    multiprocessing_context); size is (H, W) as torchvision.  transform
+    (and with it collate_fn) runs on the local DataServer's num_workers
+    Python worker processes, on a zero-copy view of each decoded sample,
+    in parallel with decode and training (so it must be picklable);
+    collate_fn alone runs in this process, in next().  docs/python.md
+    "Torch's arguments", "transform and collate_fn".
     """
 
     def __init__(self, manifest, batch_size=4, frames=16, size=(224, 224),
@@ -171,6 +174,13 @@ class DataLoader(Closing):
                                 max_frames)
         if samp["native"]:
             _packed.check_native(layout, microbatches, transform, collate_fn)
+        if transform is not None:  # on the DataServer's workers: _video.py
+            _video.check(microbatches, dataserver, listen, transport)
+            from ._distributed import dataset_file_bytes
+            dataset_file_bytes({"transform": transform,
+                                "collate_fn": collate_fn},
+                               "transform= (and collate_fn= with it) run in "
+                               "the DataServer's worker processes")
         if batch_size < 1 or prefetch < 1 or microbatches < 1:
             raise ValueError("batch_size, frames, prefetch and microbatches "
                              "must be >= 1")
@@ -215,6 +225,12 @@ class DataLoader(Closing):
                           spares=_SKIP_SPARES if on_error == "skip" else 0)
         self._opts.update(samp)
         self._dtype = _DTYPES[dtype]
+        self._tx = transform is not None
+        self._tx_dir = None      # the dataset file's private folder
+        self._substituted = 0    # transform=: counted here, not in C
+        self._tx_failed = set()  # and the samples that failed
+        if self._tx and arena_mb is None:
+            self._opts["arena_bytes"] = _video.arena_bytes(self)
         if self._native and arena_mb is None:
             self._opts["arena_bytes"] = _packed.arena_bytes(
                 samp, batch_size, prefetch, 4 if dtype == "float32" else 1)
@@ -319,9 +335,15 @@ class DataLoader(Closing):
         if start:
             self._coord = Coordinator(addr, self.policy,
                                       shared=self.world_size > 1)
+        opts = self._opts
+        if self._tx:  # the DataServer's Python workers decode, transform
+            self._tx_dir = tempfile.mkdtemp(prefix="datahelix-tx-")
+            opts = dict(opts, spares=0, workers=1,
+                        dataserver_args=_video.dataserver_args(
+                            self, self._tx_dir))
         self._client = _C.Client(addr, self.index_path, rank=self.rank,
                                  world_size=self.world_size,
-                                 datahelix_bin=binary(), **self._opts)
+                                 datahelix_bin=binary(), **opts)
 
     # -- iteration ----------------------------------------------------------
 
@@ -342,7 +364,7 @@ class DataLoader(Closing):
         self._step = base + k
         o = array.array("Q", offs)[k:]
         # The pass's counters start before its first request goes out.
-        self._meter.start(self._epoch, self._pass + 1, self._client.stats())
+        self._meter.start(self._epoch, self._pass + 1, self._client_stats())
         self._start_pass(base + k, ids, o.tobytes())
         self._pass += 1
         return _Pass(self, self._pass)
@@ -378,7 +400,13 @@ class DataLoader(Closing):
                 raise StopIteration
             self._step = b.step + 1
             self._meter.batch(b.input_wait_ms)
-            return self._to_dict(b)
+            if not self._tx:
+                return self._to_dict(b)
+            out = self._from_workers(b)
+            if out is not None:
+                return out
+            self._skipped += 1  # skip: its spares all failed too
+            self._meter.skipped()
 
     def _video(self, b):
         parts = []
@@ -416,35 +444,68 @@ class DataLoader(Closing):
         if self._native:  # a list of views, packed, cu_seqlens, thw
             out.update(_packed.video(b.part(0), len(ids), self._dtype,
                                      self._patch))
-        if self.transform is not None or self.collate_fn is not None:
+        if self.collate_fn is not None:
             out = self._per_sample(out)
         if self._pinner is not None:
             out = self._pinner.pin(out)
         return out
 
+    def _from_workers(self, b):
+        """transform=: the batch a Python worker wrote into the slot
+        (_video.Clips.collate), its tensors views of the slot; None for a
+        step on_error="skip" drops."""
+        step = b.step
+        try:
+            got = _slot.decode(b.part(0))
+        except (ValueError, AttributeError) as e:
+            raise _C.DataError(f"rank {self.rank} epoch {self._epoch} step "
+                               f"{step}: a batch that cannot be read: "
+                               f"{e}") from None
+        finally:
+            del b
+        if got["kind"] == "error":
+            if got["sample"] is not None:
+                self._tx_failed.add(got["sample"])
+            if self.on_error == "skip" and _video.is_skippable(got):
+                return None
+            _video.raise_error(got, self, step)
+        r = got["obj"]
+        self._substituted += len(r["substituted"])
+        self._tx_failed.update(x["failed_id"] for x in r["substituted"])
+        self._meter.add_python(r["transform_ms"] / 1e3,
+                               r["collate_ms"] / 1e3)
+        if self.collate_fn is not None:
+            out = r["user"]
+        else:
+            ids = r["ids"].tolist()
+            out = {"video": r["video"], "valid_frames": r["valid_frames"],
+                   "ids": r["ids"],
+                   "tokens": torch.tensor(
+                       [self._index.tokens(i) if self._tokens is None
+                        else self._tokens[i] for i in ids],
+                       dtype=torch.int64),
+                   "text": [self._index.text(i) for i in ids],
+                   "epoch": self._epoch, "step": step,
+                   "substituted": r["substituted"]}
+        if self._pinner is not None:
+            out = self._pinner.pin(out)
+        return out
+
     def _per_sample(self, batch):
-        """transform= on each sample's frames (a zero-copy view of the
-        arena), then collate_fn= over the samples, in this process inside
-        next() (docs/python.md "transform and collate_fn")."""
+        """collate_fn= without transform= over the samples (zero-copy
+        views of the arena), in this process inside next() (docs/python.md
+        "transform and collate_fn"; with transform= both run on the
+        DataServer's workers, _from_workers)."""
         t0 = time.perf_counter()
         video = batch["video"]
-        frames = [video[i] for i in range(video.shape[0])]
-        if self.transform is not None:
-            frames = [self.transform(v) for v in frames]
-        t1 = time.perf_counter()
-        if self.collate_fn is None:
-            batch["video"] = default_collate(frames)
-            out = batch
-        else:
-            samples = [{"video": v, "valid_frames": int(f), "id": int(i),
-                        "tokens": int(t), "text": x,
-                        "epoch": batch["epoch"], "step": batch["step"]}
-                       for v, f, i, t, x in zip(
-                           frames, batch["valid_frames"], batch["ids"],
-                           batch["tokens"], batch["text"])]
-            out = self.collate_fn(samples)
-        t2 = time.perf_counter()
-        self._meter.add_python(t1 - t0, t2 - t1)
+        samples = [{"video": video[k], "valid_frames": int(f), "id": int(i),
+                    "tokens": int(t), "text": x, "epoch": batch["epoch"],
+                    "step": batch["step"]}
+                   for k, (f, i, t, x) in enumerate(zip(
+                       batch["valid_frames"], batch["ids"], batch["tokens"],
+                       batch["text"]))]
+        out = self.collate_fn(samples)
+        self._meter.add_python(0.0, time.perf_counter() - t0)
         return out
 
     # -- state --------------------------------------------------------------
@@ -540,6 +601,10 @@ class DataLoader(Closing):
         if self._client is not None:
             s = self._client.stats()
             s["quarantine"] = self._client.quarantine()
+            if self._tx:  # substitutes are made by the Python workers
+                s["substituted"] = self._substituted
+                s["quarantine"] = sorted(set(s["quarantine"]) |
+                                         self._tx_failed)
             return s
         return dict(self._meter.last or {})  # as close() left them
 
@@ -573,9 +638,10 @@ class DataLoader(Closing):
         if self._coord is not None:
             self._coord.stop()
             self._coord = None
-        if self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
+        for d in ("_tmpdir", "_tx_dir"):
+            if getattr(self, d, None) is not None:
+                shutil.rmtree(getattr(self, d), ignore_errors=True)
+                setattr(self, d, None)
 
     # -- task identity and resume checks ------------------------------------
 
@@ -584,6 +650,8 @@ class DataLoader(Closing):
         id is (pass, step, rank, part) with the epoch beside it, so no two
         schedules of this rank share an id, at any epoch count
         (_passes.py)."""
+        if self._tx:  # Python jobs: a header, the ids, the spares
+            ids, offs = _video.jobs(self, first_step, ids, offs)
         self._client.start_pass(self._epoch, _passes.new_pass(), first_step,
                                 ids, offs)
 

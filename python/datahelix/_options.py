@@ -24,10 +24,12 @@ REFUSED = {
                      "ranks): use batch_size= and balance=; for a batch "
                      "sampler of your own, datahelix.DistributedDataLoader "
                      "over a torch Dataset",
-    "worker_init_fn": "no Python runs where clips are decoded (the "
-                      "DataServer's C threads): per-sample Python goes in "
-                      "transform=; a Python dataset with worker processes "
-                      "in datahelix.DistributedDataLoader",
+    "worker_init_fn": "the DataServer's workers are datahelix's own "
+                      "(C threads, or with transform= Python processes "
+                      "that seed random / torch / numpy per sample): "
+                      "per-sample Python goes in transform=; a Python "
+                      "dataset with worker_init_fn in "
+                      "datahelix.DistributedDataLoader",
     "multiprocessing_context": "this loader starts no worker processes of "
                                "its own (the DataServer, a separate "
                                "program, decodes): drop the argument",

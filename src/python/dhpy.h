@@ -28,11 +28,20 @@ extern PyObject *dhpy_DataError, *dhpy_SampleError, *dhpy_ArenaExhausted,
  * DH_ENOTFOUND / DH_EIO, else DataError.  Returns NULL. */
 PyObject *dhpy_raise(int rc, const struct dh_err *e);
 
+/* dhpy_raise(), and sets the exception's `code` attribute to rc (the
+ * DH_E* code a caller can report, as the C pool's notices carry it). */
+PyObject *dhpy_raise_code(int rc, const struct dh_err *e);
+
 /* Adds the Client, Batch and Part types to `m`; -1 on error. */
 int dhpy_client_init(PyObject *m);
 
 /* Adds Arena and python_index() (dhpy_pyds.c: what DistributedDataLoader
  * and its DataServer workers need); -1 on error. */
 int dhpy_pyds_init(PyObject *m);
+
+/* Adds SampleDecoder, spares() and MEDIA_DST_PAD (dhpy_sample.c: what a
+ * DataLoader's transform= runs on the DataServer's Python workers); -1 on
+ * error. */
+int dhpy_sample_init(PyObject *m);
 
 #endif

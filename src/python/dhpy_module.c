@@ -53,6 +53,22 @@ PyObject *dhpy_raise(int rc, const struct dh_err *e)
     return NULL;
 }
 
+PyObject *dhpy_raise_code(int rc, const struct dh_err *e)
+{
+    PyObject *exc, *val, *tb, *code;
+
+    dhpy_raise(rc, e);
+    PyErr_Fetch(&exc, &val, &tb);
+    PyErr_NormalizeException(&exc, &val, &tb);
+    if (val && (code = PyLong_FromLong(rc))) {
+        if (PyObject_SetAttrString(val, "code", code) < 0)
+            PyErr_Clear();
+        Py_DECREF(code);
+    }
+    PyErr_Restore(exc, val, tb);
+    return NULL;
+}
+
 /* ---- schedule ---- */
 
 static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
@@ -522,7 +538,8 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddIntConstant(m, "BALANCE_FIXED", DH_BALANCE_FIXED) < 0 ||
         PyModule_AddIntConstant(m, "BALANCE_FREE", DH_BALANCE_FREE) < 0 ||
         PyModule_AddIntConstant(m, "BALANCE_NONE", DH_BALANCE_NONE) < 0 ||
-        dhpy_client_init(m) < 0 || dhpy_pyds_init(m) < 0)
+        dhpy_client_init(m) < 0 || dhpy_pyds_init(m) < 0 ||
+        dhpy_sample_init(m) < 0)
         goto fail;
     return m;
 fail:

@@ -39,23 +39,6 @@ typedef struct {
     Py_ssize_t len;
 } SlotViewObject;
 
-/* Raises for rc (dhpy_raise) and sets `code` on the exception. */
-static PyObject *raise_code(int rc, const struct dh_err *e)
-{
-    PyObject *exc, *val, *tb, *code;
-
-    dhpy_raise(rc, e);
-    PyErr_Fetch(&exc, &val, &tb);
-    PyErr_NormalizeException(&exc, &val, &tb);
-    if (val && (code = PyLong_FromLong(rc))) {
-        if (PyObject_SetAttrString(val, "code", code) < 0)
-            PyErr_Clear();
-        Py_DECREF(code);
-    }
-    PyErr_Restore(exc, val, tb);
-    return NULL;
-}
-
 static int arena_init(ArenaObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"fd", NULL};
@@ -70,7 +53,7 @@ static int arena_init(ArenaObject *self, PyObject *args, PyObject *kw)
     }
     if ((rc = dh_arena_attach(fd, &self->a, &e)) < 0) {
         self->a = NULL;
-        raise_code(rc, &e);
+        dhpy_raise_code(rc, &e);
         return -1;
     }
     return 0;
@@ -103,7 +86,7 @@ static PyObject *arena_alloc(ArenaObject *self, PyObject *args)
         return NULL;
     Py_BEGIN_ALLOW_THREADS rc = dh_arena_alloc(self->a, (size_t)n, timeout_ms,
                                                &r, &e);
-    Py_END_ALLOW_THREADS if (rc < 0) return raise_code(rc, &e);
+    Py_END_ALLOW_THREADS if (rc < 0) return dhpy_raise_code(rc, &e);
     return Py_BuildValue("(KKI)", (unsigned long long)r.offset,
                          (unsigned long long)r.len, (unsigned)r.gen);
 }
@@ -157,7 +140,7 @@ static PyObject *arena_release(ArenaObject *self, PyObject *args)
     if (arena_ready(self) < 0 || parse_ref(args, &r) < 0)
         return NULL;
     if ((rc = dh_arena_release(self->a, &r, &e)) < 0)
-        return raise_code(rc, &e);
+        return dhpy_raise_code(rc, &e);
     Py_RETURN_NONE;
 }
 

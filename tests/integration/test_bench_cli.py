@@ -313,9 +313,12 @@ def test_bench_python_runs_end_to_end_in_a_tiny_configuration(tmp_path):
         assert r["datahelix_samples_per_s"] > 0 < r["torch_samples_per_s"]
         assert math.isclose(r["ratio"], r["datahelix_samples_per_s"] /
                             r["torch_samples_per_s"])
+        cpu = r["rates"]["cpu_ms_dh"] + r["rates"]["cpu_ms_torch"]
+        assert len(cpu) == 2 and all(c > 0 for c in cpu)
     assert t["transform_ms_per_sample"] > 0 < t["alone_ms_per_sample"]
     table = (out / "table.md").read_text()
     assert "transform on" in table and "next() on a ready batch" in table
+    assert "CPU ms per sample" in table
 
 
 def test_bench_python_transform_is_one_function_for_both_loaders():

@@ -402,30 +402,18 @@ def test_generator_seeds_the_plan(sets):
     assert again.seed == seed  # every rank seeds its generator alike
 
 
-def test_transform_and_collate_fn_run_per_sample_in_this_process(sets):
+def test_collate_fn_runs_per_sample_in_this_process(sets):
+    """collate_fn without transform: here, on views of the arena (with
+    transform=, both run on the DataServer's workers:
+    test_loader_transform.py)."""
     m = sets / "val.jsonl"
     seen = []
-
-    def transform(v):
-        seen.append(arena_mapping(v.data_ptr()))  # a view, not a copy
-        assert v.shape == (4, 32, 32, 3) and v.dtype == torch.uint8
-        return v.permute(3, 0, 1, 2).float() / 255
-
-    with datahelix.DataLoader(m, transform=transform, **SMALL) as loader:
-        b = next(iter(loader))
-        assert tuple(b["video"].shape) == (2, 3, 4, 32, 32)
-        assert b["video"].dtype == torch.float32
-        assert sorted(b) == ["epoch", "ids", "step", "substituted", "text",
-                             "tokens", "valid_frames", "video"]
-        st = loader.stats()
-        assert st["transform_ms"] > 0 and st["epoch"]["transform_ms"] > 0
-    assert len(seen) == 2 and all("memfd:datahelix-arena" in s
-                                  for s in seen), seen
 
     def collate(samples):
         assert [sorted(s) for s in samples] == [
             ["epoch", "id", "step", "text", "tokens", "valid_frames",
              "video"]] * len(samples)
+        seen.extend(arena_mapping(s["video"].data_ptr()) for s in samples)
         return ([s["id"] for s in samples],
                 torch.stack([s["video"] for s in samples]))
 
@@ -434,6 +422,9 @@ def test_transform_and_collate_fn_run_per_sample_in_this_process(sets):
         got = list(loader)
         assert [g[0] for g in got] == want
         assert tuple(got[0][1].shape) == (2, 4, 32, 32, 3)
+        assert loader.stats()["collate_ms"] > 0
+    assert len(seen) == 2 * len(want) and all(
+        "memfd:datahelix-arena" in s for s in seen), seen
 
 
 def test_pin_memory_without_cuda_warns_and_works(sets):
