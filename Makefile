@@ -7,7 +7,7 @@ CTEST   := ctest --timeout 300 --output-on-failure
 CMAKE_BUILD := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build
 
 .PHONY: all deps build build-asan test test-c test-asan test-py test-fuzz lint format \
-        demo install uninstall deb \
+        demo install uninstall deb fuzz-build \
         bench bench-all bench-probe bench-verify bench-index bench-decode bench-plan fuzz clean
 
 all: build
@@ -154,15 +154,35 @@ soak: build
 	  --seconds $(SOAK_SECONDS) --kinds $(SOAK_KINDS)
 
 FUZZ_SECONDS ?= 10
-FUZZERS := fuzz_desc_json fuzz_index_open fuzz_media_decode fuzz_wire_decode
+FUZZERS := fuzz_desc_json fuzz_index_open fuzz_media_decode fuzz_wire_decode \
+           fuzz_coordinator_seq
 
-fuzz:
+# `make fuzz` grows the checked-in corpora: every target runs FUZZ_MINUTES
+# (default 1) from its corpus, and what it finds that adds coverage is
+# merged back into tests/fuzz/corpus/<target> (libFuzzer -merge=1, so the
+# corpus stays minimal); commit what it adds.  `make test` replays them
+# (ctest *_replay, also under ASan) and runs each for FUZZ_SECONDS.
+FUZZ_MINUTES ?= 1
+fuzz: fuzz-build
+	@for f in $(FUZZERS); do \
+	  d=$$(mktemp -d) && \
+	  echo "== $$f: $(FUZZ_MINUTES) min" && \
+	  build-fuzz/$$f -max_total_time=$$(( $(FUZZ_MINUTES) * 60 )) -timeout=10 \
+	    -rss_limit_mb=2048 -max_len=32768 $$d tests/fuzz/corpus/$$f \
+	    > build-fuzz/$$f.grow.log 2>&1 || { tail -40 build-fuzz/$$f.grow.log; rm -rf $$d; exit 1; }; \
+	  n0=$$(ls tests/fuzz/corpus/$$f | wc -l); \
+	  build-fuzz/$$f -merge=1 tests/fuzz/corpus/$$f $$d > build-fuzz/$$f.merge.log 2>&1; \
+	  echo "$$f: $$(grep -o 'Done [0-9]* runs' build-fuzz/$$f.grow.log), corpus $$n0 -> $$(ls tests/fuzz/corpus/$$f | wc -l) inputs"; \
+	  rm -rf $$d; \
+	done
+
+fuzz-build:
 	@cmake --preset fuzz >/dev/null
 	@$(CMAKE_BUILD) --preset fuzz -j$(JOBS)
 
 # A short bounded libFuzzer run of every target from its checked-in corpus
 # (new inputs go to a scratch folder; the corpus is never written).
-test-fuzz: fuzz
+test-fuzz: fuzz-build
 	@echo "== libFuzzer smoke run, $(FUZZ_SECONDS) s per target"
 	@for f in $(FUZZERS); do \
 	  d=$$(mktemp -d) && \

@@ -501,12 +501,31 @@ static void dispatch(struct dh_coordinator *c, const struct co_peer *from,
 
 /* 1: a message was handled (or a bad one dropped), 0: none waiting, <0:
  * socket error. */
+/* One message from `peer` (rc: 1 decoded into c->in, < 0 dropped with
+ * the reason in de), under the peer's rate cap. */
+static void handle(struct dh_coordinator *c, const struct co_peer *peer,
+                   int rc, const struct dh_err *de, uint64_t now)
+{
+    if (!dh__co_rate_ok(c, peer, now)) {
+        CO_INC(c, rate_limited); /* not logged: a flood must not be */
+        if (rc > 0)
+            dh_wire_msg_fini(&c->in);
+    } else if (rc < 0) {
+        dh__co_malformed(c, peer, "%s", de->msg);
+    } else {
+        c->cur_type = dh_wire_type_name(c->in.type);
+        dispatch(c, peer, now);
+        dh_wire_msg_fini(&c->in);
+    }
+    c->cur_addr = NULL;
+    c->cur_type = NULL;
+}
+
 static int recv_one(struct dh_coordinator *c, struct dh_err *e)
 {
     struct dh_tp_from from;
     struct co_peer peer = {0};
     struct dh_err de;
-    uint64_t now;
     int rc = dh__tp_recv(c->sock, &from, &c->in, NULL, &de);
 
     if (rc == 0)
@@ -517,21 +536,29 @@ static int recv_one(struct dh_coordinator *c, struct dh_err *e)
     memcpy(peer.id, from.id, peer.len);
     c->cur_addr = from.addr;
     c->cur_admin = 0; /* the transport cannot tell yet: see the field */
-    now = dh__mono_ms();
-    if (!dh__co_rate_ok(c, &peer, now)) {
-        CO_INC(c, rate_limited); /* not logged: a flood must not be */
-        if (rc > 0)
-            dh_wire_msg_fini(&c->in);
-    } else if (rc < 0) {
-        dh__co_malformed(c, &peer, "%s", de.msg);
-    } else {
-        c->cur_type = dh_wire_type_name(c->in.type);
-        dispatch(c, &peer, now);
-        dh_wire_msg_fini(&c->in);
-    }
-    c->cur_addr = NULL;
-    c->cur_type = NULL;
+    handle(c, &peer, rc, &de, dh__mono_ms());
     return 1;
+}
+
+void dh__co_feed(struct dh_coordinator *c, const uint8_t *id, size_t id_len,
+                 const uint8_t *buf, size_t len, int admin, uint64_t now)
+{
+    struct co_peer peer = {0};
+    struct dh_err de = {0};
+    int rc;
+
+    peer.len = (uint8_t)(id_len < sizeof(peer.id) ? id_len : sizeof(peer.id));
+    memcpy(peer.id, id, peer.len);
+    rc = dh_wire_decode(buf, len, &c->in, &de);
+    c->cur_addr = "fed";
+    c->cur_admin = admin;
+    handle(c, &peer, rc == 0 ? 1 : rc, &de, now);
+}
+
+void dh__co_tick(struct dh_coordinator *c, uint64_t now)
+{
+    check_heartbeats(c, now);
+    dh__co_expire(c, now);
 }
 
 static void broadcast_shutdown(struct dh_coordinator *c)

@@ -143,6 +143,15 @@ struct dh_coordinator {
     atomic_store_explicit(&(c)->st_##n, (uint64_t)(v), memory_order_relaxed)
 
 /* ---- coordinator.c ---- */
+/* The event loop's two steps without the socket, for the stateful fuzzer
+ * (tests/fuzz/fuzz_coordinator_seq.c): one encoded envelope as received
+ * from routing id `id` (decoded, rate-capped and dispatched as recv_one()
+ * does; `admin`: the transport authenticated the owner's key), and the
+ * timers (heartbeat deaths, request expiry) at `now`. */
+void dh__co_feed(struct dh_coordinator *c, const uint8_t *id, size_t id_len,
+                 const uint8_t *buf, size_t len, int admin, uint64_t now);
+void dh__co_tick(struct dh_coordinator *c, uint64_t now);
+
 /* Encodes `m` and sends it to `to` without blocking.  0 or negative
  * (counted in send_failures and logged). */
 int dh__co_send(struct dh_coordinator *c, const struct co_peer *to,

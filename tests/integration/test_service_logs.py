@@ -1,9 +1,10 @@
 """Logs never block, SIGPIPE kills nothing (issue 13 item 7): the
 Coordinator a Python loader starts has its stderr drained by a thread
-(datahelix._services._Drain) that shows its lines with a prefix, so a flood
-of log lines (here: > 1 MiB of "malformed message" lines provoked by a raw
-ZMTP peer) does not stop the job; and a service whose stderr reader went
-away goes on serving."""
+(datahelix._services._Drain) that shows its lines with a prefix, and caps
+its own log (a flood of malformed messages from a raw ZMTP peer gives a
+few lines a second and a count of the rest), so neither a flood nor a long
+job's log stops it; the drain itself reads a child that writes > 1 MiB to
+its end; and a service whose stderr reader went away goes on serving."""
 import os
 import subprocess
 import sys
@@ -40,8 +41,8 @@ def flood(path, n):
         s.close()
 
 
-def test_a_megabyte_of_coordinator_log_does_not_block_the_job(capfd):
-    n = 12000  # > 1 MiB of log lines (each ~110 bytes)
+def test_a_flood_at_the_coordinator_neither_blocks_nor_floods_its_log(capfd):
+    n = 12000  # unlimited, > 1 MiB of log lines (each ~110 bytes)
     with datahelix.DistributedDataLoader(dd.Range(40), batch_size=2,
                                          num_workers=1, timeout=20) as dl:
         it = iter(dl)
@@ -49,17 +50,15 @@ def test_a_megabyte_of_coordinator_log_does_not_block_the_job(capfd):
         coord = dl._coord
         assert coord.listen.startswith("ipc://")
         flood(coord.listen[len("ipc://"):], n)
-        # The Coordinator logged every one and the drain read them all ...
-        assert wait_until(lambda: coord.proc.drain.lines >= n, 60), \
-            coord.proc.drain.lines
-        # ... while the job went on: the rest of this epoch and another.
+        # The job goes on meanwhile: the rest of this epoch and another.
         assert [b.tolist() for b in it][-1] == [38, 39]
         assert sum(len(b) for b in dl) == 40
         assert coord.proc.poll() is None
+        # Its log said so in a few lines a second (the rest are counted,
+        # and said on the next line of a later second).
+        assert coord.proc.drain.lines < n // 4, coord.proc.drain.lines
     err = capfd.readouterr().err
     assert "datahelix: coordinator (pid" in err and "malformed message" in err
-    # The flood was shown capped, not line by line.
-    assert "log lines not shown" in err, err[-2000:]
     assert err.count("malformed message") < n // 4
 
 
