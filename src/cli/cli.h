@@ -29,6 +29,7 @@ int dh_cmd_coordinator(int argc, char **argv);
 int dh_cmd_dataserver(int argc, char **argv);
 int dh_cmd_consume(int argc, char **argv);
 int dh_cmd_bench(int argc, char **argv);
+int dh_cmd_keygen(int argc, char **argv);
 
 /* Prints "datahelix: <what>: <why>\n" to stderr. */
 void dh_cli_error(const char *what, const char *fmt, ...) DH_PRINTF(2, 3);

@@ -507,13 +507,19 @@ static int check_opts(const struct dh_coordinator_opts *o,
                                  e);
 }
 
-static int bind_socket(struct dh_coordinator *c, const char *addr,
-                       struct dh_err *e)
+static int bind_socket(struct dh_coordinator *c,
+                       const struct dh_coordinator_opts *co, struct dh_err *e)
 {
+    const char *addr = co->listen ? co->listen : DH_COORDINATOR_DEFAULT_LISTEN;
     struct dh_tp_opts o = {
         .kind = DH_TP_COORD, .addr = addr, .who = "coordinator"};
     int rc;
 
+    if ((rc = dh__tp_auth_init(&c->auth, co->keyfile, "coordinator", e)) < 0)
+        return rc;
+    c->keyed = rc;
+    o.auth = c->keyed ? &c->auth : NULL;
+    o.insecure = co->insecure;
     if (!(c->ctx = zmq_ctx_new()))
         return dh_err_set(e, DH_ENOMEM, "coordinator: zmq: %s",
                           zmq_strerror(zmq_errno()));
@@ -573,9 +579,7 @@ int dh_coordinator_create(const struct dh_coordinator_opts *o,
     dh_wire_msg_init(&c->in, DH_WIRE_NONE);
     dh_wire_msg_init(&c->out, DH_WIRE_NONE);
     if ((rc = alloc_tables(c, o, pol, e)) < 0 ||
-        (rc = bind_socket(c,
-                          o->listen ? o->listen : DH_COORDINATOR_DEFAULT_LISTEN,
-                          e)) < 0) {
+        (rc = bind_socket(c, o, e)) < 0) {
         dh_coordinator_destroy(c);
         return rc;
     }
@@ -597,6 +601,7 @@ void dh_coordinator_stats(const struct dh_coordinator *c,
     out->n = atomic_load_explicit(&m->st_##n, memory_order_relaxed);
     CO_STATS(CO_LOAD_)
 #undef CO_LOAD_
+    out->refused_peers = dh__tp_auth_refused(&m->auth);
 }
 
 void dh_coordinator_destroy(struct dh_coordinator *c)
@@ -604,6 +609,7 @@ void dh_coordinator_destroy(struct dh_coordinator *c)
     if (!c)
         return;
     dh__tp_close(&c->sock, 0);
+    dh__tp_auth_fini(&c->auth); /* its ZAP socket, before the context */
     if (c->ctx)
         zmq_ctx_term(c->ctx);
     /* ZeroMQ leaves the socket file of an ipc:// endpoint we bound. */

@@ -19,6 +19,7 @@
 #include "datahelix/inflight.h"
 #include "datahelix/place.h"
 #include "datahelix/wire.h"
+#include "runtime/transport.h"
 
 /* A ZeroMQ ROUTER routing id (at most 255 bytes). */
 struct co_peer {
@@ -70,6 +71,8 @@ struct co_task {
 
 struct dh_coordinator {
     void *ctx, *sock;
+    struct dh_tp_auth auth; /* the job key (docs/security.md) */
+    int keyed;              /* 1: auth holds a key: CURVE */
     char endpoint[DH_WIRE_MAX_ADDR + 1];
     FILE *telemetry;
     int hb_timeout_ms, queue_per_worker;

@@ -802,6 +802,10 @@ static void listen_and_remote_options(void **state)
     local_opts(&o, ep);
     o.listen = "tcp://*:0";
     o.advertise = "tcp://127.0.0.1:7777";
+    /* every interface without a key: refused unless insecure */
+    assert_int_equal(dh_dataserver_create(&o, &s, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "refusing to listen on tcp://*:0"));
+    o.insecure = 1;
     assert_int_equal(dh_dataserver_create(&o, &s, &e), 0);
     assert_string_equal(dh_dataserver_endpoint(s), "tcp://127.0.0.1:7777");
     dh_dataserver_destroy(s);

@@ -87,6 +87,11 @@ struct dh_coordinator_opts {
                                 first one registered (the embedded
                                 Coordinator of a multi-rank job: local
                                 servers end with their ranks).  0: off */
+    const char *keyfile;     /* the job key (docs/security.md): every peer must
+                            hold it (CURVE).  NULL: $DATAHELIX_KEYFILE if
+                            set, else no key */
+    int insecure;            /* 1: bind a non-local address without a key
+                            (warned); 0 (default): refused */
 };
 
 /* Fills the defaults above (listen / policy NULL, telemetry NULL). */
@@ -105,6 +110,7 @@ struct dh_coordinator_stats {
     uint64_t send_failures; /* sends ZeroMQ refused (peer gone, HWM) */
     uint64_t heartbeats;    /* heartbeats of registered servers applied */
     uint64_t servers, clients, inflight, pending; /* current sizes */
+    uint64_t refused_peers; /* connections refused: not the job's key */
 };
 
 /*
