@@ -78,7 +78,7 @@ class Coordinator:
     """A `datahelix coordinator` started for this process."""
 
     def __init__(self, listen, policy, telemetry=None, timeout=10.0,
-                 shared=False):
+                 shared=False, keyfile=None):
         """shared: other ranks use it too, so it must outlive this process
         until they are done: it stops when no rank's local DataServer is
         left (they end with their ranks), not with this process."""
@@ -90,6 +90,8 @@ class Coordinator:
                 else ["--exit-with-parent"])
         if telemetry:
             cmd += ["--telemetry", os.fspath(telemetry)]
+        if keyfile:  # the path; the key never travels by value
+            cmd += ["--keyfile", os.fspath(keyfile)]
         # Its own process group: a Ctrl-C reaches the training process,
         # which then closes this cleanly.
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,

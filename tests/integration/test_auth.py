@@ -18,10 +18,15 @@ import subprocess
 import tempfile
 import time
 
+import sys
+
 import pytest
 
-from conftest import run_dh, _binary
-from procs import free_port, plan_ids, read_ids, wait_until
+from conftest import ROOT, run_dh, _binary
+from procs import free_port, plan_ids, read_ids, torchrun, wait_until
+
+sys.path.insert(0, str(ROOT / "python"))
+import datahelix  # noqa: E402
 
 SMALL = ["--frames", "4", "--size", "32x32"]
 
@@ -62,7 +67,7 @@ def dataset(tmp_path_factory):
     run_dh("gen-data", "--out", d / "videos", "--profiles", "S", "--count",
            6, "--seed", 5, check=True, timeout=300)
     run_dh("probe", "--out", d / "m.jsonl", "--index", d / "m.dhx",
-           d / "videos", check=True)
+           "--frames", 4, "--size", "32x32", d / "videos", check=True)
     return d
 
 
@@ -255,3 +260,112 @@ def test_strangers_are_refused_while_the_job_completes(dataset, tmp_path):
     # 10 s
     assert n and int(n[-1]) >= 5, cerr
     assert len(n) <= 5 + 5 * 12, cerr
+
+
+# ---- embedded jobs: the key made per job, shared through the store ---------
+
+TORCHRUN_SCRIPT = r'''
+import json, os, re, stat, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[3])
+import datahelix
+from procs import descendants
+
+rank = int(os.environ["RANK"])
+loader = datahelix.DataLoader(sys.argv[2], batch_size=1, frames=4,
+                              size=(32, 32))
+it = iter(loader)
+ids = next(it)["ids"].tolist()
+key = loader._key.path
+text = open(key).read()
+secret = re.search(r"secret-key = (\S+)", text).group(1)
+st, dst = os.stat(key), os.stat(os.path.dirname(key))
+seen = {"cmdline": [], "environ": []}
+# no process of this rank (its DataServer, rank 0: the Coordinator) holds
+# the key by value on its command line or in its environment
+for pid in descendants(os.getpid()):
+    for what in ("cmdline", "environ"):
+        try:
+            data = open(f"/proc/{pid}/{what}", "rb").read().decode(
+                errors="replace")
+        except OSError:
+            continue
+        seen[what].append(secret in data)
+cmdlines = []
+for pid in descendants(os.getpid()):
+    try:
+        cmdlines.append(open(f"/proc/{pid}/cmdline", "rb").read()
+                        .decode(errors="replace").split("\0"))
+    except OSError:
+        pass
+stranger = None
+if rank == 0:
+    # a client without the key at the job's Coordinator: refused
+    p = subprocess.run([os.environ["DATAHELIX_BIN"], "consume",
+                        "--coordinator", loader._client_addr, "--manifest",
+                        loader.index_path, "--rank", "0", "--world-size",
+                        "2", "--batch-size", "1", "--frames", "4", "--size",
+                        "32x32", "--start-timeout-ms", "1500"],
+                       capture_output=True, text=True, timeout=60)
+    stranger = [p.returncode, p.stderr[-300:]]
+for b in it:
+    ids += b["ids"].tolist()
+loader.close()
+out = {"rank": rank, "ids": ids, "addr": loader._client_addr,
+       "public": re.search(r"public-key = (\S+)", text).group(1),
+       "mode": stat.S_IMODE(st.st_mode), "dir_mode": stat.S_IMODE(dst.st_mode),
+       "owner": st.st_uid == os.getuid(), "gone": not os.path.exists(key),
+       "dir_gone": not os.path.exists(os.path.dirname(key)),
+       "seen": seen, "stranger": stranger,
+       "keyfile_args": [c[c.index("--keyfile") + 1] if "--keyfile" in c
+                        else None for c in cmdlines if "datahelix" in c[0]
+                        or c[0].endswith("datahelix")]}
+with open(os.path.join(sys.argv[4], f"rank{rank}.json"), "w") as f:
+    json.dump(out, f)
+'''
+
+
+def test_torchrun_ranks_share_a_key_made_per_job(dataset, tmp_path):
+    m = dataset / "m.jsonl"
+    datahelix.DataLoader(m, batch_size=1, frames=4, size=(32, 32)).close()
+    script = tmp_path / "train.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    res = torchrun(2, script, tmp_path, m, ROOT / "tests" / "integration",
+                   timeout=240)
+    r0, r1 = res
+    assert r0["addr"].startswith("tcp://127.0.0.1:")  # MASTER_ADDR, keyed
+    assert r0["public"] == r1["public"]                # one key, shared
+    for r in res:
+        assert r["mode"] == 0o600 and r["dir_mode"] == 0o700 and r["owner"]
+        assert r["gone"] and r["dir_gone"]             # removed at close
+        assert r["seen"]["cmdline"] and not any(r["seen"]["cmdline"])
+        assert not any(r["seen"]["environ"])
+        assert r["keyfile_args"] and all(r["keyfile_args"]), r
+    assert r0["stranger"][0] == 1 and "did not answer" in r0["stranger"][1]
+    assert sorted(r0["ids"] + r1["ids"]) == sorted(set(r0["ids"] +
+                                                       r1["ids"]))
+    assert len(r0["ids"]) == len(r1["ids"]) > 0
+
+
+def test_single_process_loader_makes_and_removes_a_private_key(dataset):
+    m = dataset / "m.jsonl"
+    with datahelix.DataLoader(m, batch_size=2, frames=4,
+                              size=(32, 32)) as loader:
+        n = sum(1 for _ in loader)
+        key = loader._key.path
+        assert key and os.stat(key).st_mode & 0o777 == 0o600
+        assert os.stat(os.path.dirname(key)).st_mode & 0o777 == 0o700
+    assert n == 3 and not os.path.exists(key)
+    # the user's key file, given, is used as is and left in place
+    k = keygen(dataset / "mine.key")
+    with datahelix.DataLoader(m, batch_size=2, frames=4, size=(32, 32),
+                              keyfile=k) as loader:
+        assert sum(1 for _ in loader) == 3
+        assert loader._key.path == str(k)
+    assert k.exists()
+    os.chmod(k, 0o644)  # and refused if others can read it
+    with pytest.raises(Exception, match="mode 0644"):
+        with datahelix.DataLoader(m, batch_size=2, frames=4, size=(32, 32),
+                                  keyfile=k) as loader:
+            next(iter(loader))
+    k.unlink()
