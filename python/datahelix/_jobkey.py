@@ -98,6 +98,8 @@ class JobKey:
                 with open(path, "rb") as f:
                     store.set(name, f.read())
             else:
+                # bounded: a store's own timeout may be 30 minutes
+                store.wait([name], timedelta(seconds=STORE_TIMEOUT_S))
                 _write_private(path, store.get(name))
                 # the last rank to read it takes it out of the store
                 if store.add(name + "/read", 1) == world_size - 1:
