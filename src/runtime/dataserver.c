@@ -556,6 +556,7 @@ void dh_dataserver_stats(const struct dh_dataserver *s,
     out->n = atomic_load_explicit(&m->st.st_##n, memory_order_relaxed);
     DS_STATS(DS_LOAD_)
 #undef DS_LOAD_
+    out->refused_peers = dh__tp_auth_refused(&m->auth);
 }
 
 /* The Coordinator hears first that this server leaves; then the executor

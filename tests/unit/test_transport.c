@@ -392,6 +392,64 @@ static void test_curve_two_sockets(void **state)
     zmq_ctx_term(ctx);
 }
 
+/* Inside a CURVE session a peer holding the job key may still send
+ * garbage: 2,000 hostile messages (random bytes, random frame counts),
+ * each one dropped with a typed error, and the stream stays in step. */
+static void test_curve_hostile_frames(void **state)
+{
+    struct dh_tp_auth job;
+    struct dh_tp_opts o = {.kind = DH_TP_COORD,
+                           .addr = "tcp://127.0.0.1:0",
+                           .who = "test",
+                           .auth = &job};
+    char bound[DH_WIRE_MAX_ADDR + 1];
+    void *ctx = zmq_ctx_new(), *srv = NULL;
+    struct dh_wire_msg m;
+    struct dh_tp_from from;
+    struct conn c;
+    struct dh_err e;
+    uint32_t x = 12345;
+    uint8_t buf[512];
+    int dropped = 0;
+
+    (void)state;
+    auth_new(&job, "test");
+    assert_int_equal(dh__tp_open(ctx, &o, &srv, bound, sizeof(bound), &e), 0);
+    conn_open(&c, DH_TP_CLIENT_CTL, bound, &job);
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < 100; i++) {
+            int frames = 1 + (int)((x = x * 1103515245u + 12345u) >> 29);
+
+            for (int f = 0; f < frames; f++) {
+                size_t n = 1 + ((x = x * 1103515245u + 12345u) >> 16) % 511;
+
+                for (size_t k = 0; k < n; k++)
+                    buf[k] = (uint8_t)((x = x * 1103515245u + 12345u) >> 24);
+                buf[0] = 0xff; /* never a valid envelope's first byte */
+                assert_int_equal(
+                    zmq_send(c.sock, buf, n, f + 1 < frames ? ZMQ_SNDMORE : 0),
+                    (int)n);
+            }
+        }
+        for (int i = 0; i < 100; i++) {
+            int rc = recv_wait(srv, &from, &m, &e);
+
+            assert_true(dh__tp_dropped(rc));
+            assert_string_equal(from.user, DH_ZAP_USER_JOB);
+            dropped++;
+        }
+    }
+    assert_int_equal(dropped, 2000);
+    conn_send(&c, "still here", 1);
+    assert_int_equal(recv_wait(srv, &from, &m, &e), 1);
+    assert_string_equal(m.u.shutdown.reason, "still here");
+    dh_wire_msg_fini(&m);
+    conn_close(&c);
+    dh__tp_close(&srv, 0);
+    dh__tp_auth_fini(&job);
+    zmq_ctx_term(ctx);
+}
+
 /* ---- binds without a key ---- */
 
 static void test_insecure_bind(void **state)
@@ -478,6 +536,7 @@ int main(void)
         cmocka_unit_test(test_curve_coordinator),
         cmocka_unit_test(test_curve_payload),
         cmocka_unit_test(test_curve_two_sockets),
+        cmocka_unit_test(test_curve_hostile_frames),
         cmocka_unit_test(test_insecure_bind),
         cmocka_unit_test(test_addr_is_local),
     };

@@ -172,6 +172,8 @@ struct dh_dataserver_stats {
                                  named a remembered sample (with spares:
                                  samples substituted without a decode) */
     uint64_t substituted;     /* samples replaced by a spare (skip policy) */
+    uint64_t refused_peers;   /* connections to `listen` refused: not the
+                                 job's key (docs/security.md) */
 };
 
 /*
