@@ -42,6 +42,16 @@
      ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |                                    \
      ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_MONITOR_STOPPED)
 
+/* Names inproc endpoints uniquely in the process: a monitored socket's own
+ * end of its monitor is closed asynchronously, so a name must never be
+ * reused, not even by a handler allocated where a freed one was. */
+static unsigned endpoint_seq; /* atomic */
+
+static unsigned next_seq(void)
+{
+    return __atomic_fetch_add(&endpoint_seq, 1, __ATOMIC_RELAXED);
+}
+
 struct zap_fd {
     int fd;
     char addr[64];
@@ -61,7 +71,6 @@ struct dh_zap {
     pthread_mutex_t mu;
     void *mon_new[ZAP_MAX_MON];
     int n_new;
-    unsigned seq;
     /* the thread's own */
     void *mon[ZAP_MAX_MON];
     int n_mon;
@@ -355,8 +364,8 @@ int dh__zap_start(void *ctx, const struct dh_keys *k, const char *who,
     snprintf(z->who, sizeof(z->who), "%s", who ? who : "datahelix");
     for (int i = 0; i < ZAP_MAX_FDS; i++)
         z->fds[i].fd = -1;
-    snprintf(z->wake_ep, sizeof(z->wake_ep), "inproc://datahelix-zap-wake-%p",
-             (void *)z);
+    snprintf(z->wake_ep, sizeof(z->wake_ep), "inproc://datahelix-zap-wake-%u",
+             next_seq());
     zmq_z85_decode(z->job, k->pub);
     for (int i = 0; i < k->n_admin; i++)
         zmq_z85_decode(z->admin[z->n_admin++], k->admin[i]);
@@ -401,8 +410,7 @@ int dh__zap_watch(struct dh_zap *z, void *sock, struct dh_err *e)
     int zero = 0, rc = 0;
 
     pthread_mutex_lock(&z->mu);
-    snprintf(ep, sizeof(ep), "inproc://datahelix-zap-mon-%p-%u", (void *)z,
-             z->seq++);
+    snprintf(ep, sizeof(ep), "inproc://datahelix-zap-mon-%u", next_seq());
     if (z->n_new + z->n_mon >= ZAP_MAX_MON) {
         rc = dh_err_set(e, DH_EIO, "%s: more than %d bound sockets watched",
                         z->who, ZAP_MAX_MON);
