@@ -287,8 +287,12 @@ static int serve_monitor(struct dh_zap *z, void *mon)
 static void take_new_monitors(struct dh_zap *z)
 {
     pthread_mutex_lock(&z->mu);
-    for (int i = 0; i < z->n_new && z->n_mon < ZAP_MAX_MON; i++)
-        z->mon[z->n_mon++] = z->mon_new[i];
+    for (int i = 0; i < z->n_new; i++) {
+        if (z->n_mon < ZAP_MAX_MON)
+            z->mon[z->n_mon++] = z->mon_new[i];
+        else /* watch() counts both lists, so only in a race: not kept */
+            zmq_close(z->mon_new[i]);
+    }
     z->n_new = 0;
     pthread_mutex_unlock(&z->mu);
 }
@@ -321,8 +325,10 @@ static void *zap_main(void *arg)
             if (!(it[2 + i].revents & ZMQ_POLLIN) ||
                 serve_monitor(z, z->mon[i]) == 0)
                 continue;
-            zmq_close(z->mon[i]); /* its socket is gone */
+            zmq_close(z->mon[i]);       /* its socket is gone */
+            pthread_mutex_lock(&z->mu); /* watch() reads n_mon */
             z->mon[i] = z->mon[--z->n_mon];
+            pthread_mutex_unlock(&z->mu);
         }
     }
     return NULL;
