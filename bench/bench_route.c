@@ -36,8 +36,18 @@
  * the coordinator thread must stop within 2 s.  Errors end the bench with
  * "bench_route: <what>: <why>" and exit status 1.
  *
+ * Cost of security (issue 13, docs/security.md): after the policy table,
+ * the same routing runs (least-request, telemetry off, --sec-requests
+ * requests after a 5,000 warm-up) with every peer on CURVE (a job key, the
+ * Coordinator's ZAP handler) and without, interleaved, R runs each; and
+ * the payload path alone: a DH_TP_PAYLOAD_OUT DEALER streaming 4 MiB
+ * payloads (64 per run after 8 untimed) to a DH_TP_PAYLOAD_IN ROUTER over
+ * tcp://127.0.0.1, each in its own context (own I/O thread) as in two
+ * processes, CURVE on and off interleaved.  Medians and ratios.
+ *
  * Usage: bench_route [--requests N] [--warmup N] [--reps R] [--inflight K]
  *                    [--policy P[,P...]] [--ipc] [--no-peer] [--json]
+ *                    [--security-only | --no-security] [--sec-requests N]
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -53,6 +63,8 @@
 
 #include "datahelix/coordinator.h"
 #include "datahelix/wire.h"
+#include "runtime/keys.h"
+#include "runtime/transport.h"
 
 #define NSERVERS 64
 #define NCLIENTS 8
@@ -74,6 +86,9 @@
 struct opts {
     long requests, warmup;
     int reps, inflight, ipc, peer, json;
+    int curve;    /* this run: every peer on CURVE with a job key */
+    int security; /* 1: also the CURVE section, 2: only it, 0: not */
+    long sec_requests;
     const char *policy[MAX_POLICIES];
     int npolicy;
 };
@@ -109,7 +124,8 @@ struct run {
     void *ctx;
     struct peer peers[NPEERS]; /* servers first, then clients */
     zmq_pollitem_t items[NPEERS];
-    char dir[64], tel_path[96];
+    char dir[64], tel_path[96], key_path[96];
+    struct dh_keys keys; /* o->curve: the job key every peer holds */
     FILE *tel;
     double next_hb_us;
     uint64_t hb_seq;
@@ -260,6 +276,13 @@ static int start_coordinator(struct run *r, const char *policy, int tel,
      * after its 4096th.  Room for the whole run keeps the figures about
      * routing; harmless once that is fixed. */
     co.max_pending = (size_t)(r->o->warmup + r->o->requests) + 1024;
+    if (r->o->curve) {
+        snprintf(r->key_path, sizeof(r->key_path), "%s/job.key", r->dir);
+        if ((rc = dh__keys_generate(&r->keys, e)) < 0 ||
+            (rc = dh__keys_write(r->key_path, &r->keys, 0, e)) < 0)
+            return rc;
+        co.keyfile = r->key_path;
+    }
     if ((rc = dh_coordinator_create(&co, &r->c, e)) < 0)
         return rc;
     if (pthread_create(&r->th, NULL, coordinator_main, r) != 0)
@@ -280,6 +303,11 @@ static int open_peer(struct run *r, struct peer *p, struct dh_err *e)
     zmq_setsockopt(p->sock, ZMQ_SNDTIMEO, &to, sizeof(to));
     zmq_setsockopt(p->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
     zmq_setsockopt(p->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+    if (r->o->curve && /* what transport.c sets on a connecting socket */
+        (zmq_setsockopt(p->sock, ZMQ_CURVE_SERVERKEY, r->keys.pub, 40) < 0 ||
+         zmq_setsockopt(p->sock, ZMQ_CURVE_PUBLICKEY, r->keys.pub, 40) < 0 ||
+         zmq_setsockopt(p->sock, ZMQ_CURVE_SECRETKEY, r->keys.sec, 40) < 0))
+        return dh_err_set(e, DH_EIO, "curve: %s", zmq_strerror(zmq_errno()));
     if (zmq_connect(p->sock, dh_coordinator_endpoint(r->c)) < 0)
         return dh_err_set(e, DH_EIO, "connect %s: %s",
                           dh_coordinator_endpoint(r->c),
@@ -653,8 +681,11 @@ static void run_free(struct run *r)
         fclose(r->tel);
     if (r->dir[0]) {
         unlink(r->tel_path);
+        if (r->key_path[0])
+            unlink(r->key_path);
         rmdir(r->dir);
     }
+    dh__keys_wipe(&r->keys);
     free(r->ph.sent_us);
     free(r->ph.lat_us);
 }
@@ -943,6 +974,177 @@ static void print_json(const struct opts *o, const struct result *res)
     printf("]}\n");
 }
 
+/* ---- the cost of security ---- */
+
+#define PAY_BYTES (4u << 20)
+#define PAY_COUNT 64
+#define PAY_WARMUP 8
+
+struct security {
+    double route_plain[MAX_REPS], route_curve[MAX_REPS];
+    double pay_plain[MAX_REPS], pay_curve[MAX_REPS];
+    double route_plain_med, route_curve_med, pay_plain_med, pay_curve_med;
+    int reps;
+};
+
+static void no_free(void *data, void *hint)
+{
+    (void)data;
+    (void)hint;
+}
+
+/* Streams `n` payloads out -> in; 0, or a stall of STALL_MS fails. */
+static int pay_stream(void *out, void *in, const uint8_t *buf, int n,
+                      struct dh_err *e)
+{
+    static const char hdr[16] = "payload-header";
+    zmq_pollitem_t it[2] = {{.socket = out}, {.socket = in}};
+    int sent = 0, got = 0, rc;
+
+    while (got < n) {
+        it[0].events = sent < n ? ZMQ_POLLOUT : 0;
+        it[1].events = ZMQ_POLLIN;
+        if ((rc = zmq_poll(it, 2, (long)STALL_MS)) <= 0)
+            return dh_err_set(e, DH_ETIMEOUT,
+                              "payload: nothing moved for %.0f ms (%d of "
+                              "%d received)",
+                              STALL_MS, got, n);
+        if ((it[0].revents & ZMQ_POLLOUT) && sent < n &&
+            (rc = dh__tp_send_more(out, hdr, sizeof(hdr), e)) != 0) {
+            if (rc < 0 || (rc = dh__tp_send_zc(out, (void *)buf, PAY_BYTES,
+                                               no_free, NULL, e)) < 0)
+                return rc;
+            sent++;
+        }
+        if (it[1].revents & ZMQ_POLLIN) {
+            zmq_msg_t f[2];
+            int nf = 0, extra = 0;
+
+            if ((rc = dh__tp_recv_frames(in, NULL, f, 2, &nf, &extra, e)) < 0)
+                return rc;
+            if (rc == 1 && (nf != 2 || zmq_msg_size(&f[1]) != PAY_BYTES))
+                rc = dh_err_set(e, DH_EIO, "payload: %d frames", nf);
+            dh__tp_frames_close(f, nf);
+            if (rc < 0)
+                return rc;
+            got += rc;
+        }
+    }
+    return 0;
+}
+
+/* One payload run: MB/s of the timed payloads. */
+static int pay_once(int curve, const uint8_t *buf, double *mbps,
+                    struct dh_err *e)
+{
+    struct dh_tp_auth sa, ca;
+    struct dh_tp_opts io = {.kind = DH_TP_PAYLOAD_IN,
+                            .addr = "tcp://127.0.0.1:0",
+                            .who = "bench in",
+                            .max_msg = PAY_BYTES + 4096};
+    struct dh_tp_opts oo = {
+        .kind = DH_TP_PAYLOAD_OUT, .who = "bench out", .peer = "bench in"};
+    char bound[DH_WIRE_MAX_ADDR + 1];
+    void *sctx = zmq_ctx_new(), *cctx = zmq_ctx_new(), *in = NULL, *out = NULL;
+    double t0;
+    int rc;
+
+    memset(&sa, 0, sizeof(sa));
+    memset(&ca, 0, sizeof(ca));
+    snprintf(sa.who, sizeof(sa.who), "bench in");
+    if (curve) {
+        if ((rc = dh__keys_generate(&sa.keys, e)) < 0)
+            goto out;
+        ca.keys = sa.keys;
+        io.auth = &sa;
+        oo.auth = &ca;
+    }
+    if ((rc = dh__tp_open(sctx, &io, &in, bound, sizeof(bound), e)) < 0)
+        goto out;
+    oo.addr = bound;
+    if ((rc = dh__tp_open(cctx, &oo, &out, NULL, 0, e)) < 0 ||
+        (rc = pay_stream(out, in, buf, PAY_WARMUP, e)) < 0)
+        goto out;
+    t0 = now_us();
+    if ((rc = pay_stream(out, in, buf, PAY_COUNT, e)) < 0)
+        goto out;
+    *mbps = (double)PAY_COUNT * PAY_BYTES / (now_us() - t0); /* B/us */
+out:
+    dh__tp_close(&out, 0);
+    dh__tp_close(&in, 0);
+    dh__tp_auth_fini(&sa);
+    dh__keys_wipe(&ca.keys);
+    zmq_ctx_term(cctx);
+    zmq_ctx_term(sctx);
+    return rc;
+}
+
+/* R routing runs and R payload runs each way, interleaved (the order
+ * alternates, so a drift of the machine favours neither). */
+static void measure_security(const struct opts *o, struct security *s)
+{
+    struct opts ro = *o;
+    uint8_t *buf = malloc(PAY_BYTES);
+    struct dh_err e;
+    double tmp[MAX_REPS];
+
+    if (!buf)
+        die("payload", "out of memory");
+    memset(buf, 0x5a, PAY_BYTES);
+    ro.requests = o->sec_requests;
+    ro.warmup = 5000;
+    s->reps = o->reps;
+    for (int i = 0; i < o->reps; i++) {
+        for (int k = 0; k < 2; k++) {
+            int curve = (i + k) % 2;
+            struct sample smp;
+
+            ro.curve = curve;
+            if (run_once(&ro, "least-request", 0, &smp, &e) < 0)
+                die(curve ? "routing with CURVE" : "routing", e.msg);
+            (curve ? s->route_curve : s->route_plain)[i] = smp.req_per_s;
+            sample_fini(&smp);
+            if (pay_once(curve, buf, &(curve ? s->pay_curve : s->pay_plain)[i],
+                         &e) < 0)
+                die(curve ? "payload with CURVE" : "payload", e.msg);
+        }
+    }
+    free(buf);
+#define SEC_MED_(a)                                                            \
+    memcpy(tmp, s->a, (size_t)o->reps * sizeof(double));                       \
+    s->a##_med = median(tmp, (size_t)o->reps);
+    SEC_MED_(route_plain)
+    SEC_MED_(route_curve)
+    SEC_MED_(pay_plain)
+    SEC_MED_(pay_curve)
+#undef SEC_MED_
+}
+
+static void print_security(const struct opts *o, const struct security *s)
+{
+    printf("\n## cost of security: CURVE (job key + ZAP) vs plain, tcp "
+           "loopback, median of %d interleaved runs each\n\n",
+           s->reps);
+    printf("| measure | plain | CURVE | CURVE / plain | target |\n");
+    printf("|---|---:|---:|---:|---:|\n");
+    printf("| routing, requests/s (least-request, %d DataServers, %d clients "
+           "x %d, %ld requests) | %.0f | %.0f | %.1f %% | >= 90 %% |\n",
+           NSERVERS, NCLIENTS, o->inflight, o->sec_requests, s->route_plain_med,
+           s->route_curve_med, 100.0 * s->route_curve_med / s->route_plain_med);
+    printf("| payload, MB/s (%u MiB frames, %d per run) | %.0f | %.0f | "
+           "%.1f %% | >= 70 %% |\n",
+           PAY_BYTES >> 20, PAY_COUNT, s->pay_plain_med, s->pay_curve_med,
+           100.0 * s->pay_curve_med / s->pay_plain_med);
+    if (o->json)
+        printf("{\"security\":{\"route_plain\":%.1f,\"route_curve\":%.1f,"
+               "\"route_ratio\":%.4f,\"payload_plain_mbps\":%.1f,"
+               "\"payload_curve_mbps\":%.1f,\"payload_ratio\":%.4f,"
+               "\"reps\":%d}}\n",
+               s->route_plain_med, s->route_curve_med,
+               s->route_curve_med / s->route_plain_med, s->pay_plain_med,
+               s->pay_curve_med, s->pay_curve_med / s->pay_plain_med, s->reps);
+}
+
 /* ---- options ---- */
 
 static void usage(int status)
@@ -951,6 +1153,8 @@ static void usage(int status)
             "usage: bench_route [--requests N] [--warmup N] [--reps R] "
             "[--inflight K] [--policy P[,P...]] [--ipc] [--no-peer] "
             "[--json]\n"
+            "                   [--security-only | --no-security] "
+            "[--sec-requests N]\n"
             "  --requests N  timed requests per run (default 100000)\n"
             "  --warmup N    untimed requests first (default 10000)\n"
             "  --reps R      runs per policy, median reported (default 5, "
@@ -961,7 +1165,11 @@ static void usage(int status)
             "all three)\n"
             "  --ipc         ipc:// instead of tcp://127.0.0.1\n"
             "  --no-peer     skip the runs with telemetry off\n"
-            "  --json        one JSON line after the table\n",
+            "  --json        one JSON line after the table\n"
+            "  --security-only  only the CURVE vs plain section\n"
+            "  --no-security    skip it\n"
+            "  --sec-requests N routing requests per run there (default "
+            "30000)\n",
             MAX_REPS);
     exit(status);
 }
@@ -1009,6 +1217,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
                        .reps = 5,
                        .inflight = 32,
                        .peer = 1,
+                       .security = 1,
+                       .sec_requests = 30000,
                        .npolicy = 3,
                        .policy = {"round-robin", "least-request", "deadline"}};
     for (int i = 1; i < argc; i++) {
@@ -1030,6 +1240,12 @@ static void parse_args(int argc, char **argv, struct opts *o)
             o->peer = 0;
         else if (!strcmp(a, "--json"))
             o->json = 1;
+        else if (!strcmp(a, "--security-only"))
+            o->security = 2;
+        else if (!strcmp(a, "--no-security"))
+            o->security = 0;
+        else if (!strcmp(a, "--sec-requests") && ++i)
+            o->sec_requests = num(a, v, NCLIENTS, 8000000L);
         else if (!strcmp(a, "--help") || !strcmp(a, "-h"))
             usage(0);
         else
@@ -1040,16 +1256,24 @@ static void parse_args(int argc, char **argv, struct opts *o)
 int main(int argc, char **argv)
 {
     static struct result res[MAX_POLICIES];
+    static struct security sec;
     struct opts o;
 
     parse_args(argc, argv, &o);
-    for (int i = 0; i < o.npolicy; i++) {
+    for (int i = 0; o.security < 2 && i < o.npolicy; i++) {
         res[i].policy = o.policy[i];
         measure_policy(&o, &res[i]);
         fprintf(stderr, "bench_route: %s done\n", o.policy[i]);
     }
-    print_table(&o, res);
-    if (o.json)
-        print_json(&o, res);
+    if (o.security < 2) {
+        print_table(&o, res);
+        if (o.json)
+            print_json(&o, res);
+    }
+    if (o.security) {
+        measure_security(&o, &sec);
+        fprintf(stderr, "bench_route: security done\n");
+        print_security(&o, &sec);
+    }
     return 0;
 }

@@ -115,6 +115,11 @@ struct dh_client_opts {
                                 the plan: docs/dataserver.md "Substitutes"),
                                 so the step keeps its size; the batch says
                                 so (dh_client_batch.subs) */
+    const char *keyfile;        /* the job key (docs/security.md): the
+                                Coordinator connection uses CURVE with it,
+                                and the embedded server gets it as
+                                --keyfile.  NULL: $DATAHELIX_KEYFILE if set,
+                                else none */
 };
 
 /* Fills the defaults above (pointers NULL, rank 0, world 1, plan from

@@ -32,6 +32,7 @@ from torch.utils.data._utils.collate import default_collate, default_convert
 from . import _C, _passes, _slot
 from ._C import ArenaExhausted, DataError, SampleError
 from ._C import TimeoutError as DataTimeoutError
+from ._jobkey import JobKey
 from ._services import (Closing, Coordinator, binary, claim_coordinator,
                         coordinator_address, loader_ordinal,
                         release_coordinator)
@@ -279,7 +280,9 @@ class DistributedDataLoader(Closing):
     seed + epoch); ``coordinator``; ``arena_mb`` (shared memory for
     batches in flight and held); ``worker_timeout`` (seconds a worker may
     spend on one batch before it is killed and replaced); ``python``
-    (the workers' interpreter).
+    (the workers' interpreter); ``keyfile`` (the job key, as
+    datahelix.DataLoader's: None makes one per job when this loader starts
+    the Coordinator).
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None,
@@ -290,7 +293,7 @@ class DistributedDataLoader(Closing):
                  persistent_workers=False, pin_memory_device="",
                  estimate_cost=None, rank=None, world_size=None, seed=0,
                  coordinator=None, arena_mb=256, worker_timeout=None,
-                 python=None):
+                 python=None, keyfile=None):
         if isinstance(dataset, torch.utils.data.IterableDataset) or \
                 not hasattr(dataset, "__getitem__") or \
                 not hasattr(dataset, "__len__"):
@@ -353,6 +356,7 @@ class DistributedDataLoader(Closing):
             estimate_cost = getattr(dataset, "estimate_cost", None)
         self.estimate_cost = estimate_cost
         self.coordinator, self.arena_mb = coordinator, int(arena_mb)
+        self._keyfile_arg, self._key = keyfile, None
         self.worker_timeout = float(worker_timeout if worker_timeout
                                     else _DEFAULT_WORKER_TIMEOUT)
         self.python = python or sys.executable
@@ -529,9 +533,15 @@ class DistributedDataLoader(Closing):
             if addr.startswith("ipc://"):
                 self._coord_dir = os.path.dirname(addr[len("ipc://"):])
         self._claim = claim_coordinator(addr, self.rank, self)
+        self._key = JobKey.resolve(
+            self._keyfile_arg,
+            self.coordinator is None and
+            not os.environ.get("DATAHELIX_COORDINATOR"),
+            self.rank, self.world_size, self._instance, binary(), addr)
         if start:
             self._coord = Coordinator(addr, "deadline",
-                                      shared=self.world_size > 1)
+                                      shared=self.world_size > 1,
+                                      keyfile=self._key.path)
         return addr
 
     def _ensure_client(self):
@@ -558,7 +568,8 @@ class DistributedDataLoader(Closing):
                 prefetch=prefetch, microbatches=1,
                 timeout_ms=self._timeout_ms(), workers=1, max_batch=1,
                 seed=self.seed & ((1 << 64) - 1), datahelix_bin=binary(),
-                arena_bytes=self.arena_mb << 20, dataserver_args=args)
+                arena_bytes=self.arena_mb << 20, dataserver_args=args,
+                keyfile=self._key.path)
         except BaseException:
             self.close()
             raise
@@ -582,3 +593,6 @@ class DistributedDataLoader(Closing):
             if getattr(self, d, None) is not None:
                 shutil.rmtree(getattr(self, d), ignore_errors=True)
                 setattr(self, d, None)
+        if getattr(self, "_key", None) is not None:
+            self._key.close()
+            self._key = None

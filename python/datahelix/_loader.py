@@ -10,6 +10,7 @@ import torch
 
 from . import _C, _packed, _passes, _slot, _video
 from . import _options as _opt
+from ._jobkey import JobKey
 from ._services import (Closing, Coordinator, binary, claim_coordinator,
                         coordinator_address, ensure_index, loader_ordinal,
                         release_coordinator)
@@ -92,6 +93,10 @@ class DataLoader(Closing):
     several: rank 0 serves it on MASTER_ADDR:MASTER_PORT+1+i for the i-th
     loader this process created, or $DATAHELIX_COORDINATOR names a running
     one); or a ZeroMQ address.  One Coordinator serves one loader.
+    keyfile: the job key (`datahelix keygen FILE`; docs/security.md); None:
+    $DATAHELIX_KEYFILE, else - when this loader starts the Coordinator - a
+    key made for the job (several ranks: by rank 0, handed to the others
+    through the torch.distributed store), else none.
     on_error: "raise" (SampleError naming sample, path and cause, at the
     step it belongs to; the same iterator goes on with the next step) or
     "skip" (a failed sample is replaced in its position by a spare of this
@@ -127,7 +132,7 @@ class DataLoader(Closing):
                  telemetry=None, dataserver=None, listen=None,
                  transport="shm", ablation=None, ddl_ms=1.0,
                  step_deadline_ms=0.0, arena_mb=None, max_side=None,
-                 max_pixels=None, patch=None, max_frames=None):
+                 max_pixels=None, patch=None, max_frames=None, keyfile=None):
         _opt.check_manifest(manifest)
         for name, v in (("sampler", sampler), ("batch_sampler",
                                                batch_sampler),
@@ -237,6 +242,8 @@ class DataLoader(Closing):
         self.transport = transport
         self._timeout_ms = wait_ms
         self._coordinator_arg = coordinator
+        self._keyfile_arg = keyfile
+        self._key = None
         # Counted in creation order, as every rank creates its loaders: the
         # i-th loader of every rank shares one Coordinator port
         # (MASTER_PORT + 1 + i), no other loader's.
@@ -332,9 +339,17 @@ class DataLoader(Closing):
         self._claim = claim_coordinator(addr, self.rank, self,
                                         self._task_content())
         self._client_addr = addr
+        # The job key (_jobkey.py): made for the job when this loader's
+        # own Coordinator serves it, else the user's, else none.
+        self._key = JobKey.resolve(
+            self._keyfile_arg,
+            self._coordinator_arg is None and
+            not os.environ.get("DATAHELIX_COORDINATOR"),
+            self.rank, self.world_size, self._ordinal, binary(), addr)
         if start:
             self._coord = Coordinator(addr, self.policy,
-                                      shared=self.world_size > 1)
+                                      shared=self.world_size > 1,
+                                      keyfile=self._key.path)
         opts = self._opts
         if self._tx:  # the DataServer's Python workers decode, transform
             self._tx_dir = tempfile.mkdtemp(prefix="datahelix-tx-")
@@ -343,7 +358,8 @@ class DataLoader(Closing):
                             self, self._tx_dir))
         self._client = _C.Client(addr, self.index_path, rank=self.rank,
                                  world_size=self.world_size,
-                                 datahelix_bin=binary(), **opts)
+                                 datahelix_bin=binary(),
+                                 keyfile=self._key.path, **opts)
 
     # -- iteration ----------------------------------------------------------
 
@@ -642,6 +658,9 @@ class DataLoader(Closing):
             if getattr(self, d, None) is not None:
                 shutil.rmtree(getattr(self, d), ignore_errors=True)
                 setattr(self, d, None)
+        if self._key is not None:
+            self._key.close()
+            self._key = None
 
     # -- task identity and resume checks ------------------------------------
 

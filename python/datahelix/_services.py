@@ -159,7 +159,7 @@ class Coordinator:
     BACKOFF_MAX_S = 2.0
 
     def __init__(self, listen, policy, telemetry=None, timeout=10.0,
-                 shared=False):
+                 shared=False, keyfile=None):
         """shared: other ranks use it too, so it must outlive this process
         until they are done: it stops when no rank's local DataServer is
         left (they end with their ranks), not with this process."""
@@ -173,6 +173,8 @@ class Coordinator:
                 else ["--exit-with-parent"])
         if telemetry:  # (a restarted one writes the file anew)
             cmd += ["--telemetry", os.fspath(telemetry)]
+        if keyfile:  # the path; the key never travels by value
+            cmd += ["--keyfile", os.fspath(keyfile)]
         self._cmd = cmd
         self._lock = threading.Lock()  # self.proc, self._closing
         self._closing = False

@@ -29,6 +29,7 @@ int dh_cmd_coordinator(int argc, char **argv);
 int dh_cmd_dataserver(int argc, char **argv);
 int dh_cmd_consume(int argc, char **argv);
 int dh_cmd_bench(int argc, char **argv);
+int dh_cmd_keygen(int argc, char **argv);
 int dh_cmd_demo(int argc, char **argv);
 
 /* ---- subcommands whose work is a Python module (py_exec.c) ---- */

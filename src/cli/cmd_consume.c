@@ -74,6 +74,11 @@ static void usage(FILE *f)
         "  --listen ADDR        where the started one takes payloads from\n"
         "                       remote DataServers (default: none, local\n"
         "                       decoding only)\n"
+        "  --keyfile FILE       the job key (datahelix keygen FILE; default\n"
+        "                       $DATAHELIX_KEYFILE): CURVE to the\n"
+        "                       Coordinator; the started DataServer gets it\n"
+        "  --insecure           the started DataServer may --listen on a\n"
+        "                       non-loopback address without a key (warns)\n"
         "  --start-timeout-ms MS  bound on registering and starting the\n"
         "                       local DataServer (default 15000)\n"
         "  --max-restarts N     restarts of a local DataServer that died\n"
@@ -119,6 +124,8 @@ static const struct option long_opts[] = {
     {"dataserver", required_argument, NULL, 'd'},
     {"workers", required_argument, NULL, 'j'},
     {"listen", required_argument, NULL, 'L'},
+    {"keyfile", required_argument, NULL, 'K'},
+    {"insecure", no_argument, NULL, 'I'},
     {"start-timeout-ms", required_argument, NULL, 'X'},
     {"max-restarts", required_argument, NULL, 'R'},
     {"timeout-ms", required_argument, NULL, 't'},
@@ -230,6 +237,15 @@ static int parse_opt(void *ctx, int c)
     case 'L':
         a->o.ds_listen = optarg;
         return 0;
+    case 'K':
+        a->o.keyfile = optarg;
+        return 0;
+    case 'I': { /* for the DataServer this command starts */
+        static const char *const insecure[] = {"--insecure", NULL};
+
+        a->o.ds_args = insecure;
+        return 0;
+    }
     case 'X':
         if (!(r = dh_cli_opt_i64(CMD, "--start-timeout-ms", optarg, 1, 3600000,
                                  &v)))

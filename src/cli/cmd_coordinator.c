@@ -17,6 +17,7 @@
 
 #include "cli/cli.h"
 #include "datahelix/coordinator.h"
+#include "runtime/keys.h"
 
 #define CMD "coordinator"
 
@@ -31,6 +32,7 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: datahelix coordinator [--listen ADDR] [--policy P]\n"
+        "                             [--keyfile FILE] [--insecure]\n"
         "                             [--heartbeat-timeout-ms N]\n"
         "                             [--telemetry FILE] [--exit-with-parent]\n"
         "                             [--exit-when-unused MS]\n\n"
@@ -49,6 +51,12 @@ static void usage(FILE *f)
         "  --exit-when-unused MS      stop once no local DataServer has been\n"
         "                             registered for MS ms (after the first\n"
         "                             one): the ranks of the job are gone\n"
+        "  --keyfile FILE             the job key (datahelix keygen FILE;\n"
+        "                             default $DATAHELIX_KEYFILE): every peer\n"
+        "                             must hold it (CURVE, docs/security.md)\n"
+        "  --insecure                 allow --listen on a non-loopback address\n"
+        "                             without a key (warns: anyone who can\n"
+        "                             reach it owns the job)\n"
         "  -h, --help                 this text\n",
         DH_COORDINATOR_DEFAULT_LISTEN);
 }
@@ -60,6 +68,8 @@ static const struct option long_opts[] = {
     {"telemetry", required_argument, NULL, 'T'},
     {"exit-with-parent", no_argument, NULL, 'P'},
     {"exit-when-unused", required_argument, NULL, 'U'},
+    {"keyfile", required_argument, NULL, 'K'},
+    {"insecure", no_argument, NULL, 'I'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -95,6 +105,12 @@ static int parse_opt(void *ctx, int c)
         return 0;
     case 'P':
         a->with_parent = 1;
+        return 0;
+    case 'K':
+        a->o.keyfile = optarg;
+        return 0;
+    case 'I':
+        a->o.insecure = 1;
         return 0;
     case 'U':
         if (dh_cli_parse_i64(optarg, 1, 3600000, &v))
@@ -164,9 +180,11 @@ static int serve(struct args *a)
     if ((rc = dh_coordinator_create(&a->o, &c, &e)) == 0) {
         fprintf(stderr,
                 "datahelix: coordinator: listening on %s (policy "
-                "%s)\n",
+                "%s, %s)\n",
                 dh_coordinator_endpoint(c),
-                a->o.policy ? a->o.policy : "least-request");
+                a->o.policy ? a->o.policy : "least-request",
+                dh__keys_path(a->o.keyfile) ? "CURVE: the job key only"
+                                            : "no key");
         rc = dh_coordinator_run(c, stop, &e);
         report(c);
     }

@@ -69,6 +69,11 @@ static void usage(FILE *f)
         "                       bound address is announced\n"
         "  --advertise ADDR     announce ADDR instead (required when\n"
         "                       --listen binds every interface, tcp://*:P)\n"
+        "  --keyfile FILE       the job key (datahelix keygen FILE; default\n"
+        "                       $DATAHELIX_KEYFILE): CURVE on the\n"
+        "                       Coordinator link, --listen and deliveries\n"
+        "  --insecure           allow --listen on a non-loopback address\n"
+        "                       without a key (warns)\n"
         "  --deliver-timeout-ms MS  remote: how long a local server may take\n"
         "                       to accept a batch before the task fails\n"
         "                       (default 5000)\n"
@@ -125,6 +130,8 @@ static const struct option long_opts[] = {
     {"client-pid", required_argument, NULL, OPT_CLIENT_PID},
     {"listen", required_argument, NULL, 'l'},
     {"advertise", required_argument, NULL, 'A'},
+    {"keyfile", required_argument, NULL, 'K'},
+    {"insecure", no_argument, NULL, 'I'},
     {"deliver-timeout-ms", required_argument, NULL, 'D'},
     {"python-dataset", required_argument, NULL, OPT_PY_DATASET},
     {"python-workers", required_argument, NULL, OPT_PY_WORKERS},
@@ -217,6 +224,12 @@ static int parse_opt(void *ctx, int c)
         return 0;
     case 'A':
         a->o.advertise = optarg;
+        return 0;
+    case 'K':
+        a->o.keyfile = optarg;
+        return 0;
+    case 'I':
+        a->o.insecure = 1;
         return 0;
     case 'W':
         if (!(r = dh_cli_opt_i64(CMD, "--sample-timeout-ms", optarg, 0,

@@ -29,6 +29,7 @@ static const struct dh_cmd commands[] = {
     {"bench", dh_cmd_bench,
      "data loaders side by side under one CPU budget (paper metrics)"},
     {"sim", dh_cmd_sim, "discrete-event simulator at cluster scale"},
+    {"keygen", dh_cmd_keygen, "write a new job key file (CURVE, mode 0600)"},
     {"demo", dh_cmd_demo,
      "train a small video model on 4 CPU ranks, torch's loader beside "
      "datahelix's"},

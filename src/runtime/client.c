@@ -131,7 +131,9 @@ static int copy_opts(struct dh_client *c, const struct dh_client_opts *o,
     if (!(c->index_path = dh__strdup(o->index_path)) ||
         (o->dataserver && !(c->ds_name = dh__strdup(o->dataserver))) ||
         (o->datahelix_bin && !(c->bin = dh__strdup(o->datahelix_bin))) ||
-        (o->ds_listen && !(c->ds_listen = dh__strdup(o->ds_listen))))
+        (o->ds_listen && !(c->ds_listen = dh__strdup(o->ds_listen))) ||
+        (dh__keys_path(o->keyfile) &&
+         !(c->keyfile = dh__strdup(dh__keys_path(o->keyfile)))))
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     for (int i = 0; o->ds_args && o->ds_args[i]; i++) {
         if (i >= 16)
@@ -203,6 +205,9 @@ static int do_register(struct dh_client *c, struct dh_err *e)
     uint64_t end = dh__mono_ms() + (uint64_t)c->start_timeout_ms, t;
     int rc;
 
+    if ((rc = dh__tp_auth_init(&c->auth, c->keyfile, "client", e)) < 0)
+        return rc;
+    o.auth = rc ? &c->auth : NULL;
     if (!(c->ctx = zmq_ctx_new()))
         return dh_err_set(e, DH_EIO, "client: zmq: %s",
                           zmq_strerror(zmq_errno()));
@@ -232,8 +237,11 @@ static int do_register(struct dh_client *c, struct dh_err *e)
     }
     return dh_err_set(e, DH_ETIMEOUT,
                       "coordinator %s did not answer within "
-                      "%d ms",
-                      c->coord, c->start_timeout_ms);
+                      "%d ms%s%s%s",
+                      c->coord, c->start_timeout_ms,
+                      c->keyfile ? " (is it running with the key of " : "",
+                      c->keyfile ? c->keyfile : "",
+                      c->keyfile ? "? a Coordinator refuses other keys)" : "");
 }
 
 /* Frees everything; the last reference does it. */
@@ -264,6 +272,7 @@ static void client_free(struct dh_client *c)
     dh__free(c->ds_name);
     dh__free(c->bin);
     dh__free(c->ds_listen);
+    dh__free(c->keyfile);
     for (int i = 0; c->ds_args[i]; i++)
         dh__free(c->ds_args[i]);
     dh__free(c);
@@ -310,6 +319,7 @@ void dh_client_destroy(struct dh_client *c)
     }
     dh__cl_reap(c, 2000, why, sizeof(why));
     dh__tp_close(&c->sock, 0);
+    dh__tp_auth_fini(&c->auth);
     if (c->ctx)
         zmq_ctx_term(c->ctx);
     c->ctx = NULL;

@@ -26,6 +26,7 @@
 #include "datahelix/reorder.h"
 #include "datahelix/wire.h"
 #include "runtime/local_link.h"
+#include "runtime/transport.h"
 
 /* The public header states the step cap without the (internal) wire codec. */
 _Static_assert(DH_CLIENT_MAX_STEP_SAMPLES == DH_WIRE_MAX_SAMPLES,
@@ -80,7 +81,11 @@ struct dh_client {
     char token[DH_WIRE_TOKEN_LEN + 1];
     char env_token[sizeof(DH_RANK_TOKEN_ENV) + DH_WIRE_TOKEN_LEN + 1];
     char *index_path, *ds_name, *bin, *ds_listen;
-    char *ds_args[17]; /* NULL-terminated copies */
+    char *keyfile;          /* the job key's file (o->keyfile or
+                               $DATAHELIX_KEYFILE), also the embedded
+                               server's --keyfile; NULL: no key */
+    struct dh_tp_auth auth; /* loaded from keyfile when registering */
+    char *ds_args[17];      /* NULL-terminated copies */
     uint32_t rank, world;
     unsigned ds_workers, prefetch, mb;
     size_t arena_bytes;

@@ -148,7 +148,7 @@ int dh__cl_start_server(struct dh_client *c, uint32_t server_id,
     snprintf(sid, sizeof(sid), "%u", server_id);
     snprintf(mb, sizeof(mb), "%zu", (c->arena_bytes + (1u << 20) - 1) >> 20);
     snprintf(fdn, sizeof(fdn), "%d", CHILD_FD);
-    char *argv[16 + 2 + 16 + 1] = {
+    char *argv[16 + 2 + 2 + 16 + 1] = {
         (char *)bin,  "dataserver", "--coordinator", c->coord,
         "--rank",     rank,         "--index",       c->index_path,
         "--workers",  workers,      "--server-id",   sid,
@@ -158,6 +158,10 @@ int dh__cl_start_server(struct dh_client *c, uint32_t server_id,
     if (c->ds_listen) { /* payloads from remote DataServers */
         argv[argc++] = "--listen";
         argv[argc++] = c->ds_listen;
+    }
+    if (c->keyfile) { /* the path, never the key itself */
+        argv[argc++] = "--keyfile";
+        argv[argc++] = c->keyfile;
     }
     for (int i = 0; c->ds_args[i]; i++)
         argv[argc++] = c->ds_args[i];

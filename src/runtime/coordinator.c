@@ -29,6 +29,7 @@
 #include "core/clock.h"
 #include "runtime/coordinator_internal.h"
 #include "runtime/transport.h"
+#include "runtime/zap.h"
 
 #define POLL_MS 50
 #define BURST 256
@@ -479,8 +480,9 @@ static void dispatch(struct dh_coordinator *c, const struct co_peer *from,
         dh__co_on_done(c, from, m, now);
         break;
     case DH_WIRE_SHUTDOWN:
-        /* Only the job's owner stops the job (issue 13 item 2); the owner
-         * has the stop flag, and an admin key will set cur_admin. */
+        /* Only the job's owner stops the job (issue 13 item 2): the
+         * process that has the stop flag (a signal), or a peer that holds
+         * an admin key (docs/security.md). */
         if (!c->cur_admin) {
             dh__co_refused(c, from,
                            "only the job's owner may stop the coordinator "
@@ -503,8 +505,8 @@ static void dispatch(struct dh_coordinator *c, const struct co_peer *from,
  * socket error. */
 /* One message from `peer` (rc: 1 decoded into c->in, < 0 dropped with
  * the reason in de), under the peer's rate cap. */
-static void handle(struct dh_coordinator *c, const struct co_peer *peer,
-                   int rc, const struct dh_err *de, uint64_t now)
+static void handle(struct dh_coordinator *c, const struct co_peer *peer, int rc,
+                   const struct dh_err *de, uint64_t now)
 {
     if (!dh__co_rate_ok(c, peer, now)) {
         CO_INC(c, rate_limited); /* not logged: a flood must not be */
@@ -535,7 +537,8 @@ static int recv_one(struct dh_coordinator *c, struct dh_err *e)
     peer.len = from.id_len;
     memcpy(peer.id, from.id, peer.len);
     c->cur_addr = from.addr;
-    c->cur_admin = 0; /* the transport cannot tell yet: see the field */
+    /* The ZAP handler's user id: only an admin key's holder is the owner. */
+    c->cur_admin = !strcmp(from.user, DH_ZAP_USER_ADMIN);
     handle(c, &peer, rc, &de, dh__mono_ms());
     return 1;
 }
@@ -663,13 +666,19 @@ static int check_opts(const struct dh_coordinator_opts *o,
                                  e);
 }
 
-static int bind_socket(struct dh_coordinator *c, const char *addr,
-                       struct dh_err *e)
+static int bind_socket(struct dh_coordinator *c,
+                       const struct dh_coordinator_opts *co, struct dh_err *e)
 {
+    const char *addr = co->listen ? co->listen : DH_COORDINATOR_DEFAULT_LISTEN;
     struct dh_tp_opts o = {
         .kind = DH_TP_COORD, .addr = addr, .who = "coordinator"};
     int rc;
 
+    if ((rc = dh__tp_auth_init(&c->auth, co->keyfile, "coordinator", e)) < 0)
+        return rc;
+    c->keyed = rc;
+    o.auth = c->keyed ? &c->auth : NULL;
+    o.insecure = co->insecure;
     if (!(c->ctx = zmq_ctx_new()))
         return dh_err_set(e, DH_ENOMEM, "coordinator: zmq: %s",
                           zmq_strerror(zmq_errno()));
@@ -758,9 +767,7 @@ int dh_coordinator_create(const struct dh_coordinator_opts *o,
     dh_wire_msg_init(&c->in, DH_WIRE_NONE);
     dh_wire_msg_init(&c->out, DH_WIRE_NONE);
     if ((rc = alloc_tables(c, o, pol, e)) < 0 ||
-        (rc = bind_socket(c,
-                          o->listen ? o->listen : DH_COORDINATOR_DEFAULT_LISTEN,
-                          e)) < 0) {
+        (rc = bind_socket(c, o, e)) < 0) {
         dh_coordinator_destroy(c);
         return rc;
     }
@@ -782,6 +789,7 @@ void dh_coordinator_stats(const struct dh_coordinator *c,
     out->n = atomic_load_explicit(&m->st_##n, memory_order_relaxed);
     CO_STATS(CO_LOAD_)
 #undef CO_LOAD_
+    out->refused_peers = dh__tp_auth_refused(&m->auth);
 }
 
 void dh_coordinator_destroy(struct dh_coordinator *c)
@@ -789,6 +797,7 @@ void dh_coordinator_destroy(struct dh_coordinator *c)
     if (!c)
         return;
     dh__tp_close(&c->sock, 0);
+    dh__tp_auth_fini(&c->auth); /* its ZAP socket, before the context */
     if (c->ctx)
         zmq_ctx_term(c->ctx);
     /* ZeroMQ leaves the socket file of an ipc:// endpoint we bound. */

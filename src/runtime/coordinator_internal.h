@@ -19,6 +19,7 @@
 #include "datahelix/inflight.h"
 #include "datahelix/place.h"
 #include "datahelix/wire.h"
+#include "runtime/transport.h"
 
 /* A ZeroMQ ROUTER routing id (at most 255 bytes). */
 struct co_peer {
@@ -85,6 +86,8 @@ struct co_task {
 
 struct dh_coordinator {
     void *ctx, *sock;
+    struct dh_tp_auth auth; /* the job key (docs/security.md) */
+    int keyed;              /* 1: auth holds a key: CURVE */
     char endpoint[DH_WIRE_MAX_ADDR + 1];
     FILE *telemetry;
     int hb_timeout_ms, queue_per_worker;
@@ -125,10 +128,10 @@ struct dh_coordinator {
 
     const char *cur_addr; /* Peer-Address of the message being handled */
     const char *cur_type; /* its type name, for refusals */
-    /* 1: the message being handled comes from the job's owner or an admin
-     * key.  Always 0 until the transport can tell (issue 13 item 1: the
-     * ZAP handler's user id of an admin key sets it); the owner stops the
-     * Coordinator through dh_coordinator_run()'s stop flag (a signal). */
+    /* 1: the message being handled comes from a peer that authenticated
+     * with an admin key (the ZAP handler's user id, DH_ZAP_USER_ADMIN);
+     * the owner's own process stops the Coordinator through
+     * dh_coordinator_run()'s stop flag (a signal). */
     int cur_admin;
     struct dh_wire_msg in, out;
 

@@ -50,6 +50,7 @@ struct dh_dataserver {
     char coord[DH_WIRE_MAX_ADDR + 1];
     int heartbeat_ms;
     void *ctx;
+    struct dh_tp_auth auth; /* env.auth points here when keyed */
     struct ds_ctl *ctl;
     struct ds_inbox *inbox; /* local --listen, or NULL */
     struct ds_exec *exec;
@@ -443,6 +444,10 @@ static int open_sockets(struct dh_dataserver *s,
 {
     int rc;
 
+    if ((rc = dh__tp_auth_init(&s->auth, o->keyfile, "dataserver", e)) < 0)
+        return rc;
+    s->env.auth = rc ? &s->auth : NULL;
+    s->env.insecure = o->insecure;
     if (!(s->ctx = zmq_ctx_new()))
         return dh_err_set(e, DH_EIO, "dataserver: zmq: %s",
                           zmq_strerror(zmq_errno()));
@@ -577,6 +582,7 @@ void dh_dataserver_stats(const struct dh_dataserver *s,
     out->n = atomic_load_explicit(&m->st.st_##n, memory_order_relaxed);
     DS_STATS(DS_LOAD_)
 #undef DS_LOAD_
+    out->refused_peers = dh__tp_auth_refused(&m->auth);
 }
 
 /* The Coordinator hears first that this server leaves; then the executor
@@ -598,6 +604,7 @@ void dh_dataserver_destroy(struct dh_dataserver *s)
         close(s->link.listen_fd);
     dh__ds_inbox_close(s->inbox);
     dh__ds_ctl_close(s->ctl);
+    dh__tp_auth_fini(&s->auth); /* its ZAP socket, before the context */
     if (s->ctx)
         zmq_ctx_term(s->ctx);
     dh__ds_jobs_fini(&s->jobs);

@@ -247,7 +247,8 @@ int dh__ds_ctl_open(const struct ds_env *env, void *zmq_ctx, const char *coord,
     struct dh_tp_opts o = {.kind = DH_TP_SERVER_CTL,
                            .addr = coord,
                            .who = "dataserver",
-                           .peer = "coordinator"};
+                           .peer = "coordinator",
+                           .auth = env->auth};
     struct ds_ctl *c = dh__calloc(1, sizeof(*c));
     int rc;
 

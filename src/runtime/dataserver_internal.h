@@ -47,6 +47,7 @@
 #include "datahelix/media.h"
 #include "datahelix/wire.h"
 #include "datahelix/workers.h"
+#include "runtime/transport.h"
 
 #define DS_POLL_MS 5
 #define DS_QUEUE_PER_THREAD 4
@@ -92,6 +93,8 @@ struct ds_env {
     int alloc_timeout_ms, sample_timeout_ms, deliver_timeout_ms;
     int client_gone;
     struct ds_stats *st;
+    struct dh_tp_auth *auth; /* the job key for every socket; NULL: none */
+    int insecure;            /* a non-local --listen without a key: warn */
 };
 
 /* Releases a slot no notice carries; a failure is only logged. */

@@ -79,7 +79,9 @@ static int bind_payload(struct ds_inbox *in, void *ctx, const char *addr,
                            .addr = addr,
                            .who = "dataserver",
                            .max_msg = cap > DH_WIRE_MAX_MSG ? (int64_t)cap
-                                                            : DH_WIRE_MAX_MSG};
+                                                            : DH_WIRE_MAX_MSG,
+                           .auth = in->env->auth,
+                           .insecure = in->env->insecure};
 
     return dh__tp_open(ctx, &o, &in->sock, in->bound, sizeof(in->bound), e);
 }

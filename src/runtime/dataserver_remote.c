@@ -138,7 +138,8 @@ static int peer_open(struct ds_fwd *f, struct ds_peer *p, uint32_t id,
     struct dh_tp_opts o = {.kind = DH_TP_PAYLOAD_OUT,
                            .addr = addr,
                            .who = "dataserver",
-                           .peer = peer};
+                           .peer = peer,
+                           .auth = f->env->auth};
     int rc;
 
     snprintf(peer, sizeof(peer), "the delivery target, server %u at", id);

@@ -20,9 +20,12 @@
  *     loop decides), every other receive error means one message was read
  *     and dropped and is the sender's fault (DH_ENOMEM aside): counted and
  *     logged by the caller, which keeps serving.
- *   - Security: apply_auth() is the single place where issue "trust"
- *     (DESIGN.md 9) will set CURVE keys / the ZAP domain on every socket,
- *     before it binds or connects.  Today it does nothing.
+ *   - Security: apply_auth() is the single place where CURVE keys and the
+ *     ZAP domain are set on every socket, before it binds or connects
+ *     (DESIGN.md 9, docs/security.md): with a job key every socket of every
+ *     transport uses it; without one, a bind others could reach is refused
+ *     unless the caller says insecure.  Each message's User-Id (which key
+ *     the peer proved) is handed up in dh_tp_from.user.
  *
  * Threading: none of its own; each call works on the caller's socket from
  * the caller's thread.
@@ -79,18 +82,105 @@ static void set_options(void *sock, const struct tp_kind *k, int64_t maxmsg)
         zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
 }
 
-/* The security seam (DESIGN.md 9, issue "trust"): CURVE server or client
- * keys and the ZAP domain go here, for every role, before bind / connect,
- * so no call site sets them itself.  Today `auth` is always NULL and
- * nothing is set: every socket is plain TCP / IPC, as before. */
-static int apply_auth(void *sock, const struct dh_tp_opts *o, struct dh_err *e)
+/* ---- the security seam (DESIGN.md 9, docs/security.md) ---- */
+
+#ifndef ZMQ_ZAP_ENFORCE_DOMAIN
+#define ZMQ_ZAP_ENFORCE_DOMAIN 93 /* a DRAFT option in libzmq 4.3 */
+#endif
+#define DH_ZAP_DOMAIN "datahelix"
+
+int dh__tp_auth_init(struct dh_tp_auth *a, const char *keyfile, const char *who,
+                     struct dh_err *e)
 {
-    (void)sock;
-    if (o->auth)
-        return dh_err_set(e, DH_ENOTIMPL,
-                          "%s: transport security is not "
-                          "implemented yet",
-                          o->who);
+    int have = 0, rc;
+
+    memset(a, 0, sizeof(*a));
+    snprintf(a->who, sizeof(a->who), "%s", who ? who : "datahelix");
+    if ((rc = dh__keys_resolve(keyfile, &a->keys, &have, e)) < 0)
+        return rc;
+    return have;
+}
+
+void dh__tp_auth_fini(struct dh_tp_auth *a)
+{
+    if (!a)
+        return;
+    dh__zap_stop(a->zap);
+    a->zap = NULL;
+    dh__keys_wipe(&a->keys);
+}
+
+uint64_t dh__tp_auth_refused(const struct dh_tp_auth *a)
+{
+    return a ? dh__zap_refused(a->zap) : 0;
+}
+
+int dh__tp_addr_is_local(const char *addr)
+{
+    static const char *const local[] = {
+        "ipc://",       "inproc://",  "tcp://127.",         "tcp://localhost:",
+        "tcp://[::1]:", "tcp://::1:", "tcp://[::ffff:127.",
+    };
+
+    for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++)
+        if (!strncmp(addr, local[i], strlen(local[i])))
+            return 1;
+    return 0;
+}
+
+static int set_str(void *sock, int opt, const char *v)
+{
+    return zmq_setsockopt(sock, opt, v, strlen(v));
+}
+
+/* A bound kind is a CURVE server with the job's secret, and the context's
+ * ZAP handler (started on the first one) decides who is admitted; a
+ * connecting kind is a CURVE client holding the job's key pair.  Without a
+ * key, a bind that other hosts can reach is refused unless o->insecure. */
+static int apply_auth(void *ctx, void *sock, const struct dh_tp_opts *o,
+                      int bind, struct dh_err *e)
+{
+    struct dh_tp_auth *a = o->auth;
+    int one = 1, rc;
+
+    if (!a) {
+        if (!bind || dh__tp_addr_is_local(o->addr))
+            return 0;
+        if (!o->insecure)
+            return dh_err_set(
+                e, DH_EINVAL,
+                "%s: refusing to listen on %s without a key: anyone who can "
+                "reach that address could join or stop the job.  Give "
+                "--keyfile FILE (datahelix keygen FILE) or $%s, or "
+                "--insecure to accept that",
+                o->who, o->addr, DH_KEYFILE_ENV);
+        fprintf(stderr,
+                "datahelix: %s: WARNING: listening on %s without "
+                "authentication or encryption (--insecure): anyone who can "
+                "reach that address owns this job (can register, read and "
+                "forge its data, stop it)\n",
+                o->who, o->addr);
+        return 0;
+    }
+    if (!bind) {
+        if (set_str(sock, ZMQ_CURVE_SERVERKEY, dh__keys_server(&a->keys)) < 0 ||
+            set_str(sock, ZMQ_CURVE_PUBLICKEY, a->keys.pub) < 0 ||
+            set_str(sock, ZMQ_CURVE_SECRETKEY, a->keys.sec) < 0)
+            return dh_err_set(e, DH_EIO, "%s: cannot set the CURVE key: %s",
+                              o->who, zmq_strerror(zmq_errno()));
+        return 0;
+    }
+    if (!a->zap && (rc = dh__zap_start(ctx, &a->keys, a->who, &a->zap, e)) < 0)
+        return rc;
+    if ((rc = dh__zap_watch(a->zap, sock, e)) < 0)
+        return rc;
+    if (zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof(one)) < 0 ||
+        set_str(sock, ZMQ_CURVE_SECRETKEY, a->keys.sec) < 0 ||
+        set_str(sock, ZMQ_ZAP_DOMAIN, DH_ZAP_DOMAIN) < 0)
+        return dh_err_set(e, DH_EIO, "%s: cannot set the CURVE key: %s", o->who,
+                          zmq_strerror(zmq_errno()));
+    /* Where libzmq has it, a missing handler refuses instead of admits. */
+    (void)zmq_setsockopt(sock, ZMQ_ZAP_ENFORCE_DOMAIN, &one, sizeof(one));
     return 0;
 }
 
@@ -125,7 +215,7 @@ int dh__tp_open(void *ctx, const struct dh_tp_opts *o, void **out, char *bound,
         return dh_err_set(e, DH_EIO, "%s: zmq: %s", o->who,
                           zmq_strerror(zmq_errno()));
     set_options(sock, k, o->max_msg > 0 ? o->max_msg : k->max_msg);
-    if ((rc = apply_auth(sock, o, e)) < 0)
+    if ((rc = apply_auth(ctx, sock, o, k->bind, e)) < 0)
         goto out_close;
     if (k->bind) {
         if ((rc = do_bind(sock, o, bound, bound_len, e)) < 0)
@@ -312,6 +402,8 @@ static int recv_frames(void *sock, struct dh_tp_from *from, zmq_msg_t *f,
         /* Frames from the wire carry the connection's metadata. */
         addr = *n > 0 ? zmq_msg_gets(&f[0], "Peer-Address") : NULL;
         snprintf(from->addr, sizeof(from->addr), "%s", addr ? addr : "");
+        addr = *n > 0 ? zmq_msg_gets(&f[0], "User-Id") : NULL;
+        snprintf(from->user, sizeof(from->user), "%s", addr ? addr : "");
     }
     return 1;
 }

@@ -19,6 +19,8 @@
 
 #include "datahelix/error.h"
 #include "datahelix/wire.h"
+#include "runtime/keys.h"
+#include "runtime/zap.h"
 
 /* The roles a socket plays.  Each fixes its ZeroMQ type, bind or connect,
  * and options (transport.c, `kinds[]`); the values are today's. */
@@ -30,9 +32,31 @@ enum dh_tp_kind {
     DH_TP_PAYLOAD_OUT, /* a remote DataServer's DEALER to a target */
 };
 
-/* Issue "trust" (DESIGN.md 9): the job's CURVE keys and ZAP domain.  Not
- * defined yet; dh_tp_opts.auth is always NULL today. */
-struct dh_tp_auth;
+/* The job's CURVE key and this context's ZAP handler (DESIGN.md 9,
+ * docs/security.md).  One per ZeroMQ context whose sockets use the key:
+ * dh__tp_open() makes every socket of a bound kind a CURVE server with it
+ * (and starts the context's ZAP handler on the first one), every connecting
+ * socket a CURVE client with it.  The owner calls dh__tp_auth_fini() after
+ * closing the context's sockets and before zmq_ctx_term(). */
+struct dh_tp_auth {
+    struct dh_keys keys;
+    struct dh_zap *zap; /* started by dh__tp_open(); NULL before */
+    char who[32];       /* the owner, for the ZAP handler's log lines */
+};
+
+/* Loads the key dh__keys_path(keyfile) names into a: 1 (a key: use `a`),
+ * 0 (none configured: pass no auth), or the key file's error. */
+int dh__tp_auth_init(struct dh_tp_auth *a, const char *keyfile, const char *who,
+                     struct dh_err *e) DH_MUST_CHECK;
+/* Stops the ZAP handler, wipes the key.  Idempotent. */
+void dh__tp_auth_fini(struct dh_tp_auth *a);
+/* Peers the ZAP handler refused so far (0 without one). */
+uint64_t dh__tp_auth_refused(const struct dh_tp_auth *a);
+
+/* 1 if binding `addr` exposes nothing beyond this host: ipc://, inproc://,
+ * tcp:// on 127.0.0.0/8, ::1 or localhost.  Anything else (a wildcard, an
+ * interface, a routable address or name) is 0. */
+int dh__tp_addr_is_local(const char *addr);
 
 struct dh_tp_opts {
     enum dh_tp_kind kind;
@@ -41,7 +65,9 @@ struct dh_tp_opts {
     const char *peer; /* the far end, for connect messages ("coordinator",
                          "the delivery target, server 7 at") */
     int64_t max_msg;  /* DH_TP_PAYLOAD_IN: ZMQ_MAXMSGSIZE (0: the kind's) */
-    const struct dh_tp_auth *auth; /* the security seam: NULL */
+    struct dh_tp_auth *auth; /* the job's key; NULL: none (plain) */
+    int insecure; /* a bound kind without auth on a non-local address:
+                     0 refuses it (DH_EINVAL), 1 binds with a warning */
 };
 
 /* A ROUTER peer: its routing id and, for messages, the transport address
@@ -51,16 +77,21 @@ struct dh_tp_from {
     uint8_t id_len;
     uint8_t id[DH_TP_MAX_ID];
     char addr[64];
+    /* The key the peer authenticated with: DH_ZAP_USER_JOB ("job"),
+     * DH_ZAP_USER_ADMIN ("admin"), or "" on a socket without CURVE. */
+    char user[16];
 };
 
 /*
  * Creates a socket of o->kind in `ctx`, sets the kind's options, applies
- * the security seam, then binds or connects to o->addr.  For a bound kind,
+ * the security seam (o->auth: CURVE; none: a non-local bind is refused
+ * unless o->insecure, which warns on stderr), then binds or connects.  For a bound kind,
  * `bound` (if not NULL) gets the endpoint actually bound (port 0 resolved),
  * or o->addr if ZeroMQ cannot say.  On success *out is the socket (the
  * caller closes it with dh__tp_close()); on error nothing is left open.
- * Errors: DH_EIO (no socket; bind: address in use, not available or not
- * permitted), DH_EINVAL (a bad endpoint).
+ * Errors: DH_EIO (no socket, no ZAP handler; bind: address in use, not
+ * available or not permitted), DH_EINVAL (a bad endpoint; a non-local bind
+ * without a key and without o->insecure).
  */
 int dh__tp_open(void *ctx, const struct dh_tp_opts *o, void **out, char *bound,
                 size_t bound_len, struct dh_err *e) DH_MUST_CHECK;
@@ -97,7 +128,8 @@ int dh__tp_send_zc(void *sock, void *data, size_t len,
  * frame is the routing id, copied into from->id.  Up to `cap` frames go to
  * f[0..*n) (initialised here; the caller closes them with
  * dh__tp_frames_close()); *extra counts the frames past `cap`, read and
- * dropped.  from->addr: the first kept frame's Peer-Address.  `from` may be
+ * dropped.  from->addr / from->user: the first kept frame's Peer-Address
+ * and User-Id.  `from` may be
  * NULL.  1: a message, 0: none waiting, DH_EIO: the socket failed.
  */
 int dh__tp_recv_frames(void *sock, struct dh_tp_from *from, zmq_msg_t *f,

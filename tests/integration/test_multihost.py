@@ -149,7 +149,13 @@ class Hosts:
             assert "default" not in routes, routes
 
     def start(self, host, name, *args):
-        p = NsProc(self.ns[host], name, self.tmp, *args)
+        # Every process of the job holds its key (the Coordinator and the
+        # DataServers bind routable addresses: refused without one).
+        key = self.tmp / "job.key"
+        if not key.exists():
+            run_dh("keygen", key, check=True)
+        p = NsProc(self.ns[host], name, self.tmp, args[0], "--keyfile", key,
+                   *args[1:])
         self.procs.append(p)
         return p
 

@@ -48,6 +48,7 @@
 #define ARENA_BYTES (4u << 20)
 
 #include "loop_fixture.h"
+#include "runtime/keys.h"
 
 static int setup(void **state)
 {
@@ -165,9 +166,33 @@ static int recv_type(void *s, int router, uint8_t *id, size_t *idlen,
     return -1;
 }
 
-static void *client(void *ctx, const char *endpoint)
+/* A DEALER that is a CURVE client holding `k` (NULL: plain), as
+ * transport.c makes one. */
+static void *keyed_dealer(void *ctx, const char *endpoint,
+                          const struct dh_keys *k)
 {
-    void *s = dealer(ctx, endpoint);
+    void *s;
+    int zero = 0, to = 1000;
+
+    if (!k)
+        return dealer(ctx, endpoint);
+    assert_non_null(s = zmq_socket(ctx, ZMQ_DEALER));
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(s, ZMQ_SNDTIMEO, &to, sizeof(to));
+    assert_int_equal(zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, dh__keys_server(k),
+                                    DH_KEY_Z85_LEN),
+                     0);
+    assert_int_equal(
+        zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, k->pub, DH_KEY_Z85_LEN), 0);
+    assert_int_equal(
+        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, k->sec, DH_KEY_Z85_LEN), 0);
+    assert_int_equal(zmq_connect(s, endpoint), 0);
+    return s;
+}
+
+static void *client(void *ctx, const char *endpoint, const struct dh_keys *k)
+{
+    void *s = keyed_dealer(ctx, endpoint, k);
     struct dh_wire_msg m;
 
     dh_wire_msg_init(&m, DH_WIRE_REGISTER_CLIENT);
@@ -311,9 +336,11 @@ static uint32_t live_slots(struct dh_dataserver *s, uint32_t want)
 struct cluster {
     struct runner co, local, remote;
     void *ctx, *cl;
+    struct dh_keys keys; /* cfg->keyfile's, for the test's client */
 };
 
 struct cluster_cfg {
+    const char *keyfile;   /* the job key of every part, or NULL */
     const char *advertise; /* the local's announced address, or NULL */
     int deliver_ms;        /* the remote's deliver_timeout_ms */
     size_t arena_bytes;    /* the local's arena */
@@ -331,11 +358,13 @@ static void cluster_start(struct cluster *k, const struct cluster_cfg *cfg)
     dh_coordinator_opts_default(&co);
     co.listen = "tcp://127.0.0.1:0";
     co.policy = "round-robin"; /* local, remote, local, ... */
+    co.keyfile = cfg->keyfile;
     assert_int_equal(dh_coordinator_create(&co, &k->co.c, &e), 0);
     start_runner(&k->co);
     ep = dh_coordinator_endpoint(k->co.c);
     local_opts(&o, ep);
     o.advertise = cfg->advertise;
+    o.keyfile = cfg->keyfile;
     if (cfg->arena_bytes)
         o.arena_bytes = cfg->arena_bytes;
     if (cfg->alloc_ms)
@@ -344,10 +373,13 @@ static void cluster_start(struct cluster *k, const struct cluster_cfg *cfg)
     start_runner(&k->local);
     remote_opts(&o, ep);
     o.deliver_timeout_ms = cfg->deliver_ms;
+    o.keyfile = cfg->keyfile;
     k->remote.s = make(&o);
     start_runner(&k->remote);
     k->ctx = zmq_ctx_new();
-    k->cl = client(k->ctx, ep);
+    if (cfg->keyfile)
+        assert_int_equal(dh__keys_load(cfg->keyfile, &k->keys, &e), 0);
+    k->cl = client(k->ctx, ep, cfg->keyfile ? &k->keys : NULL);
 }
 
 static void cluster_stop(struct cluster *k)
@@ -488,6 +520,164 @@ static void remote_batch_lands_in_local_arena(void **state)
     assert_int_equal(live_slots(k.remote.s, 0), 0); /* staging returned */
     assert_int_equal(live_slots(k.local.s, 0), 0);  /* the client released */
     cluster_stop(&k);
+}
+
+/* Waits until `s` has refused more than `n` peers (bounded). */
+static uint64_t wait_refused(struct dh_dataserver *s, uint64_t n)
+{
+    struct dh_dataserver_stats st;
+    uint64_t end = now_ms() + WAIT_MS;
+
+    do {
+        dh_dataserver_stats(s, &st);
+        if (st.refused_peers > n)
+            break;
+        sleep_ms(5);
+    } while (now_ms() < end);
+    assert_true(st.refused_peers > n);
+    return st.refused_peers;
+}
+
+static void write_key(const char *name, char *path, size_t len,
+                      struct dh_keys *k)
+{
+    struct dh_err e;
+
+    snprintf(path, len, "%s/%s", dir, name);
+    unlink(path);
+    assert_int_equal(dh__keys_generate(k, &e), 0);
+    assert_int_equal(dh__keys_write(path, k, 0, &e), 0);
+}
+
+/* Every part with the job key (docs/security.md): the remote's payload
+ * reaches the local arena over CURVE, while at the local's payload
+ * endpoint a peer without a key and one with another job's key are
+ * refused before a byte of theirs is decoded, and a sidecar of another
+ * job never registers with the Coordinator. */
+static void keyed_cluster_refuses_strangers(void **state)
+{
+    char key[700], other[700];
+    struct dh_keys kother;
+    struct cluster k;
+    struct dh_dataserver_stats ls;
+    struct dh_coordinator_stats cs;
+    struct dh_dataserver_opts o;
+    struct dh_dataserver *fake = NULL;
+    uint64_t ids[2] = {1, 0}, n;
+    uint32_t to, remote = 0, local = 0, step;
+    struct dh_wire_msg m;
+    struct dh_err e;
+    void *evil;
+
+    (void)state;
+    write_key("remote-job.key", key, sizeof(key), &k.keys);
+    write_key("remote-other.key", other, sizeof(other), &kother);
+    cluster_start(&k,
+                  &(struct cluster_cfg){.keyfile = key, .deliver_ms = WAIT_MS});
+    const char *ep = dh_dataserver_endpoint(k.local.s);
+
+    evil = dealer(k.ctx, ep); /* no key at all */
+    send_malformed(evil);
+    n = wait_refused(k.local.s, 0);
+    zmq_close(evil);
+    evil = keyed_dealer(k.ctx, ep, &kother); /* another job's */
+    send_malformed(evil);
+    wait_refused(k.local.s, n);
+    zmq_close(evil);
+
+    remote_opts(&o, dh_coordinator_endpoint(k.co.c));
+    o.server_id = REMOTE_ID + 1;
+    o.keyfile = other;
+    o.register_timeout_ms = 300;
+    assert_true(dh_dataserver_create(&o, &fake, &e) < 0);
+    assert_null(fake);
+    dh_coordinator_stats(k.co.c, &cs);
+    assert_true(cs.refused_peers >= 1);
+
+    for (step = 1; step <= 4 && (!remote || !local); step++) {
+        request(k.cl, step, ids, 2, &to, &m);
+        if (m.type == DH_WIRE_ERROR_NOTICE)
+            fail_msg("step %u: %s", step, m.u.error.message);
+        check_slot(k.local.s, &m.u.result, ids, 2);
+        if (to == REMOTE_ID)
+            remote++;
+        else
+            local++;
+        dh_wire_msg_fini(&m);
+    }
+    assert_int_equal(remote, 1);
+    assert_int_equal(local, 1);
+    WAIT_STAT(k.local.s, payloads, 1);
+    dh_dataserver_stats(k.local.s, &ls);
+    assert_int_equal(ls.malformed, 0); /* the strangers never got through */
+    dh_coordinator_stats(k.co.c, &cs);
+    assert_int_equal(cs.servers, 2); /* the fake sidecar is not among them */
+    cluster_stop(&k);
+    dh__keys_wipe(&k.keys);
+    unlink(key);
+    unlink(other);
+}
+
+/* Only the job's owner stops the Coordinator (issue 13 item 2): a
+ * Shutdown from a peer holding the job's key is refused and counted; one
+ * from the holder of an admin key the job's file lists is obeyed. */
+static void only_an_admin_key_stops_the_coordinator(void **state)
+{
+    char key[700], admin_path[700];
+    struct dh_keys job, admin;
+    struct dh_coordinator_opts co;
+    struct dh_coordinator_stats cs;
+    struct runner r = {0};
+    struct dh_wire_msg m;
+    struct dh_err e;
+    void *ctx, *s;
+    uint64_t end;
+
+    (void)state;
+    write_key("admin-job.key", key, sizeof(key), &job);
+    write_key("admin-own.key", admin_path, sizeof(admin_path), &admin);
+    memcpy(job.admin[0], admin.pub, sizeof(admin.pub));
+    job.n_admin = 1;
+    unlink(key);
+    assert_int_equal(dh__keys_write(key, &job, 0, &e), 0);
+    memcpy(admin.server, job.pub, sizeof(job.pub));
+    dh_coordinator_opts_default(&co);
+    co.listen = "tcp://127.0.0.1:0";
+    co.keyfile = key;
+    assert_int_equal(dh_coordinator_create(&co, &r.c, &e), 0);
+    start_runner(&r);
+    ctx = zmq_ctx_new();
+    dh_wire_msg_init(&m, DH_WIRE_SHUTDOWN);
+    snprintf(m.u.shutdown.reason, sizeof(m.u.shutdown.reason), "a job peer");
+    s = keyed_dealer(ctx, dh_coordinator_endpoint(r.c), &job);
+    send_msg(s, &m, 0);
+    end = now_ms() + WAIT_MS;
+    do {
+        dh_coordinator_stats(r.c, &cs);
+        if (cs.refused >= 1)
+            break;
+        sleep_ms(5);
+    } while (now_ms() < end);
+    assert_true(cs.refused >= 1);
+    sleep_ms(100);
+    assert_false(__atomic_load_n(&r.finished, __ATOMIC_SEQ_CST));
+    zmq_close(s);
+    s = keyed_dealer(ctx, dh_coordinator_endpoint(r.c), &admin);
+    send_msg(s, &m, 0);
+    end = now_ms() + WAIT_MS;
+    while (!__atomic_load_n(&r.finished, __ATOMIC_SEQ_CST) && now_ms() < end)
+        sleep_ms(5);
+    assert_true(__atomic_load_n(&r.finished, __ATOMIC_SEQ_CST));
+    assert_int_equal(r.rc, 0);
+    dh_wire_msg_fini(&m);
+    zmq_close(s);
+    stop_runner(&r);
+    zmq_ctx_term(ctx);
+    dh_coordinator_destroy(r.c);
+    dh__keys_wipe(&job);
+    dh__keys_wipe(&admin);
+    unlink(key);
+    unlink(admin_path);
 }
 
 /* The local server announces an address nobody listens on: the remote
@@ -823,6 +1013,10 @@ static void listen_and_remote_options(void **state)
     local_opts(&o, ep);
     o.listen = "tcp://*:0";
     o.advertise = "tcp://127.0.0.1:7777";
+    /* every interface without a key: refused unless insecure */
+    assert_int_equal(dh_dataserver_create(&o, &s, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "refusing to listen on tcp://*:0"));
+    o.insecure = 1;
     assert_int_equal(dh_dataserver_create(&o, &s, &e), 0);
     assert_string_equal(dh_dataserver_endpoint(s), "tcp://127.0.0.1:7777");
     dh_dataserver_destroy(s);
@@ -843,6 +1037,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(remote_batch_lands_in_local_arena),
         cmocka_unit_test(unreachable_target_is_rerouted_to_the_local_server),
+        cmocka_unit_test(keyed_cluster_refuses_strangers),
+        cmocka_unit_test(only_an_admin_key_stops_the_coordinator),
         cmocka_unit_test(payload_waits_for_arena_space),
         cmocka_unit_test(remote_against_fake_peers),
         cmocka_unit_test(listen_and_remote_options),

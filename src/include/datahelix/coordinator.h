@@ -39,8 +39,9 @@
  *       notice's slot (offset, generation) so the slot returns to its arena
  *       (a duplicate ErrorNotice holds no slot and is just dropped).  So a
  *       client sees each task id at most once from the Coordinator.
- *   Shutdown  from a peer is refused (counted in `refused`): only the
- *       owner ends run(), through its stop flag; on exit every registered peer is
+ *   Shutdown  from a peer is refused (counted in `refused`) unless it
+ *       holds an admin key of the job's key file; the owner ends run()
+ *       through its stop flag; on exit every registered peer is
  *       sent a Shutdown (best effort, never blocking).
  *   Registrations of a rank's client and local server carry the rank's
  *       token; requests come only from the rank's registered client, for
@@ -107,6 +108,11 @@ struct dh_coordinator_opts {
     int max_remote_servers;      /* registry slots remote servers may hold
                                   (default max_servers / 2: the rest is
                                   kept for local servers) */
+    const char *keyfile; /* the job key (docs/security.md): every peer must
+                            hold it (CURVE).  NULL: $DATAHELIX_KEYFILE if
+                            set, else no key */
+    int insecure;        /* 1: bind a non-local address without a key
+                            (warned); 0 (default): refused */
 };
 
 /* Fills the defaults above (listen / policy NULL, telemetry NULL). */
@@ -129,6 +135,7 @@ struct dh_coordinator_stats {
     uint64_t expired;       /* requests failed after pending_timeout_ms */
     uint64_t capped;        /* requests refused over a rank's caps */
     uint64_t servers, clients, inflight, pending; /* current sizes */
+    uint64_t refused_peers; /* connections refused: not the job's key */
 };
 
 /*

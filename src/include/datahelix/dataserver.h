@@ -153,6 +153,12 @@ struct dh_dataserver_opts {
                                    python_dataset (and index_path if it is
                                    in the same folder, and that folder if
                                    then empty) */
+    const char *keyfile;        /* the job key (docs/security.md): the
+                                   Coordinator link, the payload endpoint
+                                   and deliveries use CURVE with it.  NULL:
+                                   $DATAHELIX_KEYFILE if set, else none */
+    int insecure;               /* 1: `listen` on a non-local address
+                                   without a key (warned); 0: refused */
 };
 
 /* Fills the defaults above (pointers NULL, rank 0, server_id 0, local,
@@ -178,6 +184,8 @@ struct dh_dataserver_stats {
                                  named a remembered sample (with spares:
                                  samples substituted without a decode) */
     uint64_t substituted;     /* samples replaced by a spare (skip policy) */
+    uint64_t refused_peers;   /* connections to `listen` refused: not the
+                                 job's key (docs/security.md) */
 };
 
 /*

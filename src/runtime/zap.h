@@ -1,0 +1,61 @@
+/*
+ * zap.h - the ZAP handler of one ZeroMQ context (ZeroMQ RFC 27): admits a
+ * CURVE peer only if it authenticated with the job's key or an admin key
+ * (keys.h), and counts and logs every refused peer with its address,
+ * rate-limited so a flood cannot fill the log (docs/security.md).
+ *
+ * One handler per context that has CURVE server sockets; the transport
+ * starts it on the first such socket (transport.c, dh__tp_auth) and the
+ * socket's owner stops it after closing its sockets, before
+ * zmq_ctx_term().  Internal.
+ *
+ * Threading: one thread of its own, polling the ZAP socket and the
+ * monitors of the watched sockets (100 ms ticks, so stop() returns within
+ * ~100 ms).  dh__zap_watch() and the counters may be called from any
+ * thread.
+ */
+#ifndef DH_RUNTIME_ZAP_H
+#define DH_RUNTIME_ZAP_H
+
+#include <stdint.h>
+
+#include "datahelix/error.h"
+#include "runtime/keys.h"
+
+/* The User-Id the handler gives each admitted peer; a received message
+ * carries it as its "User-Id" property (transport.h dh_tp_from.user). */
+#define DH_ZAP_USER_JOB "job"
+#define DH_ZAP_USER_ADMIN "admin"
+
+struct dh_zap;
+
+/* Binds inproc://zeromq.zap.01 in `ctx` and starts the thread.  `who`
+ * ("coordinator") prefixes its log lines.  DH_EIO (a handler is already
+ * bound there, or no thread), DH_ENOMEM. */
+int dh__zap_start(void *ctx, const struct dh_keys *k, const char *who,
+                  struct dh_zap **out, struct dh_err *e) DH_MUST_CHECK;
+/* Also counts and logs the peers of bound socket `sock` that fail the
+ * handshake before ZAP sees them (no key at all: a mechanism mismatch).
+ * Call before `sock` binds.  0, DH_EIO, DH_ENOMEM. */
+int dh__zap_watch(struct dh_zap *z, void *sock, struct dh_err *e) DH_MUST_CHECK;
+/* Stops the thread and closes its sockets.  NULL ok. */
+void dh__zap_stop(struct dh_zap *z);
+
+uint64_t dh__zap_refused(const struct dh_zap *z);  /* peers refused */
+uint64_t dh__zap_admitted(const struct dh_zap *z); /* ZAP requests passed */
+
+/* ---- the log's rate limit (pure, unit tested) ----
+ * At most DH_ZAP_LOG_BURST lines per DH_ZAP_LOG_WINDOW_MS; the first line
+ * of a later window says how many were left out before it. */
+#define DH_ZAP_LOG_BURST 5
+#define DH_ZAP_LOG_WINDOW_MS 10000
+struct dh_zap_rl {
+    uint64_t window_ms; /* start of the current window */
+    unsigned lines;     /* logged in it */
+    uint64_t skipped;   /* not logged since the last line */
+};
+/* 1: log this one (*skipped: how many were left out before it, then
+ * reset); 0: leave it out (counted). */
+int dh__zap_rl_allow(struct dh_zap_rl *rl, uint64_t now_ms, uint64_t *skipped);
+
+#endif
