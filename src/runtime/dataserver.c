@@ -169,8 +169,13 @@ static int admit(struct dh_dataserver *s, const struct dh_wire_route *r,
     struct ds_job *j = dh__ds_job_new(&s->jobs);
     int rc;
 
+    /* A remote with no room (a restarted Coordinator does not know what it
+     * still holds) says nothing about the samples: DH_EPEERDEAD, which the
+     * Coordinator answers by re-routing the task to the rank's local
+     * server (docs/exactly-once.md "Lost delivery target"), never a
+     * sample error that the skip policy would drop. */
     if (!j)
-        return dh_err_set(e, DH_ETOOBIG,
+        return dh_err_set(e, s->env.remote ? DH_EPEERDEAD : DH_ETOOBIG,
                           "dataserver %u busy: %zu jobs in "
                           "flight",
                           s->env.server_id, s->jobs.n);

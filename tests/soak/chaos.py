@@ -277,12 +277,19 @@ def check_delivery(job, bad, epochs):
 
 
 def run(seconds, out, seed=0, kinds=KINDS, extra=()):
-    """The soak; returns its report (a dict).  `extra`: options every
-    process of the job takes (e.g. a key file)."""
+    """The soak; returns its report (a dict).  Every process of the job
+    holds the job's key (CURVE); `extra`: more options they all take."""
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     manifest, bad = make_data(out, seed)
+    # The job's key: its Coordinator and payload endpoints bind on host
+    # A's address, which is refused without one (docs/security.md).
+    key = out / "job.key"
+    if key.exists():
+        key.unlink()
+    run_dh("keygen", key, check=True)
+    extra = ["--keyfile", key, *extra]
     # ~0.3 s an epoch here (3 steps of 100 ms); enough epochs to outlast
     # the chaos window.
     epochs = max(2, int(seconds / 0.3))

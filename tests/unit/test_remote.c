@@ -962,6 +962,54 @@ static void remote_against_fake_peers(void **state)
     zmq_ctx_term(ctx);
 }
 
+/* A remote whose job table is full (a restarted Coordinator does not
+ * know what it still holds) refuses a Route with DH_EPEERDEAD, which the
+ * Coordinator re-routes to the rank's local server: never a sample error
+ * the skip policy would drop (issue 13 item 6; the chaos soak found it). */
+static void a_full_remote_asks_for_a_reroute(void **state)
+{
+    void *ctx = zmq_ctx_new(), *co;
+    char coep[256];
+    uint8_t id[256];
+    size_t idlen = 0;
+    uint64_t ids[1] = {0};
+    struct create_args ca = {0};
+    struct runner rs = {0};
+    struct dh_wire_msg m;
+    pthread_t th;
+    int busy = 0;
+
+    (void)state;
+    co = bound_router(ctx, coep, sizeof(coep));
+    remote_opts(&ca.o, coep);
+    ca.o.deliver_timeout_ms = 3000; /* the jobs wait: nobody listens */
+    assert_int_equal(pthread_create(&th, NULL, create_thread, &ca), 0);
+    assert_int_equal(
+        recv_type(co, 1, id, &idlen, DH_WIRE_REGISTER_SERVER, &m, WAIT_MS), 0);
+    router_send(co, id, idlen, &m); /* the ack */
+    dh_wire_msg_fini(&m);
+    pthread_join(th, NULL);
+    if (ca.rc)
+        fail_msg("remote: %s", ca.e.msg);
+    rs.s = ca.s;
+    start_runner(&rs);
+    for (uint32_t step = 1; step <= 16; step++)
+        route_to(co, id, idlen, step, ids, 1, LOCAL_ID, "tcp://127.0.0.1:9");
+    while (!busy && recv_type(co, 1, id, &idlen, DH_WIRE_ERROR_NOTICE, &m,
+                              WAIT_MS) == 0) {
+        if (strstr(m.u.error.message, "busy")) {
+            assert_int_equal(m.u.error.cause, DH_EPEERDEAD);
+            busy = 1;
+        }
+        dh_wire_msg_fini(&m);
+    }
+    assert_true(busy);
+    stop_runner(&rs);
+    dh_dataserver_destroy(rs.s);
+    zmq_close(co);
+    zmq_ctx_term(ctx);
+}
+
 /* ---- option rules ---- */
 
 static void listen_and_remote_options(void **state)
@@ -1039,6 +1087,7 @@ int main(void)
         cmocka_unit_test(unreachable_target_is_rerouted_to_the_local_server),
         cmocka_unit_test(keyed_cluster_refuses_strangers),
         cmocka_unit_test(only_an_admin_key_stops_the_coordinator),
+        cmocka_unit_test(a_full_remote_asks_for_a_reroute),
         cmocka_unit_test(payload_waits_for_arena_space),
         cmocka_unit_test(remote_against_fake_peers),
         cmocka_unit_test(listen_and_remote_options),
