@@ -142,12 +142,24 @@ bench-place: build
 bench-route: build
 	@build/bench_route
 
+# Every attack of issue 13 as a regression test (README "Trust and
+# survival"): the C ones in both builds, then the process-level ones.
+.PHONY: attacks
+attacks: build build-asan
+	@cd build && $(CTEST) -R 'test_attacks|test_transport|test_remote|test_peer_cred|test_keys|test_client|fuzz_coordinator_seq'
+	@cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(CTEST) -R 'test_attacks|test_transport|test_remote|test_peer_cred|test_keys|test_client|fuzz_coordinator_seq'
+	@DATAHELIX_BIN=$(CURDIR)/build/datahelix DATAHELIX_ASAN_BIN=$(CURDIR)/build-asan/datahelix \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/integration/test_attacks.py \
+	  tests/integration/test_auth.py tests/integration/test_slot_format.py \
+	  tests/integration/test_service_logs.py tests/integration/test_survival.py \
+	  tests/integration/test_runtime.py::test_external_link_hands_the_arena_only_to_the_named_pid
+
 # Chaos soak (issue 13 item 9; needs root): a 4-rank job with sidecars in
 # network namespaces, kill -9 and link flaps at random, corrupt clips; fails
 # on any sample lost or duplicated, a hang, RSS/fd drift or residue.  CI runs
 # 60 s of it (tests/integration/test_chaos.py).
 SOAK_SECONDS ?= 600
-SOAK_KINDS ?= sidecar,dataserver,coordinator,link
+SOAK_KINDS ?= sidecar,dataserver,coordinator,link,worker
 .PHONY: soak
 soak: build
 	@DATAHELIX_BIN=$(CURDIR)/build/datahelix $(PY) tests/soak/chaos.py \

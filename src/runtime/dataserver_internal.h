@@ -122,8 +122,9 @@ struct ds_job {
     char target_addr[DH_WIRE_MAX_ADDR + 1];
     uint64_t *spares; /* owned: the request's spares (skip policy) */
     uint32_t n_spares;
-    int32_t *known; /* owned, n entries or NULL: the quarantine's cause of
+    int32_t *known;   /* owned, n entries or NULL: the quarantine's cause of
                        each sample (0: not quarantined), with spares only */
+    unsigned retries; /* Python mode: runs again after its worker died */
 };
 
 /* A tensor in an arena slot, as a ResultNotice describes it. */

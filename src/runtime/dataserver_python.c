@@ -74,6 +74,10 @@ extern char **environ;
 #define PY_REAP_MS 2000            /* exit after EOF / SIGKILL */
 #define PY_STOP_GRACE_MS 500       /* destroy: EOF, then SIGKILL */
 #define PY_MAX_START_FAILS 3
+#define PY_JOB_RETRIES                                                         \
+    1                     /* runs of a job after its worker died (not a
+                            timeout): a kill -9 is not the samples' fault,
+                            a sample that kills every worker is */
 #define PY_RESPAWN_MS 500 /* after a failed fork */
 #define PY_HDR_BIT (UINT64_C(1) << 63)
 #define PY_NO_SAMPLE UINT64_MAX
@@ -346,7 +350,21 @@ static void finish_dead(struct ds_py *py, struct ds_pyw *w, int status,
         snprintf(how, sizeof(how), "went away");
     if (w->has_slot)
         dh__ds_release(py->env, &w->slot);
-    if (w->job) {
+    if (w->job && !w->timed_out && w->job->retries < PY_JOB_RETRIES &&
+        py->q_len < py->q_cap) {
+        /* Ahead of the queue, for the next worker ready. */
+        w->job->retries++;
+        py->q_head = (py->q_head + py->q_cap - 1) % py->q_cap;
+        py->q[py->q_head] = w->job;
+        py->q_len++;
+        fprintf(stderr,
+                "datahelix: dataserver %u: python worker %u (pid %d) %s "
+                "while loading task %llu; the task runs again on a new "
+                "worker (retry %u of %d)\n",
+                py->env->server_id, w->id, (int)w->pid, how,
+                (unsigned long long)w->job->task.id, w->job->retries,
+                PY_JOB_RETRIES);
+    } else if (w->job) {
         snprintf(msg, sizeof(msg),
                  "python worker %u (pid %d) %s while "
                  "loading %s (task %llu); a new worker takes its place",

@@ -99,6 +99,21 @@ class Suicidal(Dataset):
         return i
 
 
+class KilledOnce(Suicidal):
+    """SIGKILLs its process on index `bad` the first time only (a worker
+    killed from outside, an OOM kill): `marker` records that it did."""
+
+    def __init__(self, n, bad, marker):
+        super().__init__(n, bad)
+        self.marker = str(marker)
+
+    def __getitem__(self, i):
+        if i == self.bad and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return i
+
+
 class Random(Dataset):
     """A random draw per sample, from torch's generator."""
 

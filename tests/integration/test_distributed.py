@@ -522,6 +522,20 @@ def test_a_killed_worker_fails_its_batch_and_is_replaced(ours):
     assert [b.tolist() for b in it] == [[6, 7], [8, 9]]
 
 
+def test_a_worker_killed_once_costs_a_retry_not_the_batch(ours, tmp_path,
+                                                         capfd):
+    """A kill -9 of a worker is not the samples' fault: its batch runs
+    again on the next worker (once), and every batch arrives."""
+    marker = tmp_path / "killed"
+    loader = ours(dd.KilledOnce(10, bad=4, marker=marker), batch_size=2,
+                  num_workers=1)
+    assert [b.tolist() for b in loader] == \
+        [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+    assert marker.exists()  # it did die
+    assert "runs again on a new worker (retry 1 of 1)" in \
+        capfd.readouterr().err
+
+
 def test_a_hung_worker_is_killed_by_the_watchdog(ours):
     t0 = time.monotonic()
     it = iter(ours(dd.Sleepy(5, slow=2, secs=60), batch_size=1,

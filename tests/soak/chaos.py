@@ -3,7 +3,7 @@ other hosts (Linux network namespaces), while processes are killed with
 SIGKILL at random, links flap, and corrupt clips sit in the manifest.
 
     /usr/bin/python3 tests/soak/chaos.py --seconds 600 [--seed S]
-        [--kinds sidecar,dataserver,coordinator,link] [--out DIR]
+        [--kinds sidecar,dataserver,coordinator,link,worker] [--out DIR]
 
 (`make soak SOAK_SECONDS=600`; CI runs a 60-second version through
 tests/integration/test_chaos.py.)  Needs root for `ip netns`.
@@ -16,6 +16,8 @@ no process of the job is left (in the namespaces or under us); nothing
 new in /dev/shm.  It prints a table and writes DIR/chaos.json.
 
 Kinds of chaos (each picked at random, one every 1.5-4 s):
+  worker       kill -9 of a Python worker of rank 3 (a PyTorch loop over
+               DataLoader(transform=...), tests/soak/py_rank.py)
   sidecar      kill -9 of a remote sidecar on B or C; a new one starts
   dataserver   kill -9 of a rank's local DataServer (its client restarts
                it; at most --max-restarts per rank)
@@ -40,9 +42,9 @@ sys.path.insert(0, str(HERE.parent / "integration"))
 from conftest import run_dh  # noqa: E402
 from procs import alive, children, descendants, plan_ids, read_ids, \
     wait_until  # noqa: E402
-from test_multihost import Hosts, listening  # noqa: E402
+from test_multihost import Hosts, NsProc, listening  # noqa: E402
 
-KINDS = ("sidecar", "dataserver", "coordinator", "link")
+KINDS = ("sidecar", "dataserver", "coordinator", "link", "worker")
 CI_KINDS = KINDS
 RANKS = 4
 BATCH = 2
@@ -83,6 +85,23 @@ def make_data(d, seed):
     return d / "m.dhx", {rows[i].get("id", i) for i in bad}
 
 
+class NsPython(NsProc):
+    """`/usr/bin/python3 ARGS` inside namespace `ns`, output to files, as
+    NsProc runs datahelix (the pid is the interpreter's)."""
+
+    def __init__(self, ns, name, outdir, *args):
+        import subprocess
+        self.name = name
+        self.out = outdir / f"{name}.out"
+        self.err = outdir / f"{name}.err"
+        with open(self.out, "w") as o, open(self.err, "w") as e:
+            self.p = subprocess.Popen(
+                ["ip", "netns", "exec", ns, "/usr/bin/python3",
+                 *map(str, args)], stdin=subprocess.DEVNULL, stdout=o,
+                stderr=e)
+        self.pid = self.p.pid
+
+
 def proc_stats(pid):
     """(RSS KiB, open fds) of `pid`, or None."""
     try:
@@ -118,6 +137,8 @@ class Job:
         self.sidecars = {}
         self.c = None
         self.ranks = []
+        self.python_rank = None
+        self.keyfile = self.extra[self.extra.index("--keyfile") + 1]
 
     def start_coordinator(self):
         n = self.generation["coordinator"]
@@ -140,8 +161,20 @@ class Job:
                          *self.extra)
         self.sidecars[host] = s
 
-    def start_ranks(self):
+    def start_ranks(self, python_rank):
+        """consume ranks; with python_rank the last one is a PyTorch loop
+        (py_rank.py: DataLoader with transform=, on Python workers)."""
         for r in range(RANKS):
+            if python_rank and r == RANKS - 1:
+                p = NsPython(self.h.ns["A"], f"rank{r}", self.h.tmp,
+                             HERE / "py_rank.py", HERE.parents[1] / "python",
+                             self.m.with_suffix(".jsonl"), self.coord, r,
+                             RANKS, BATCH, self.epochs, self.keyfile,
+                             self.h.tmp / f"ids{r}")
+                self.h.procs.append(p)
+                self.ranks.append(p)
+                self.python_rank = r
+                continue
             self.ranks.append(self.h.start(
                 "A", f"rank{r}", "consume", "--coordinator", self.coord,
                 "--manifest", self.m, "--rank", r, "--world-size", RANKS,
@@ -189,7 +222,8 @@ def chaos_loop(job, kinds, rng, deadline, counts, notes):
             job.start_sidecar(host)
         elif kind == "dataserver":
             live = [r for r in range(RANKS) if job.ranks[r].p.poll() is None
-                    and restarts[r] < job.max_restarts - 1]
+                    and restarts[r] < (2 if r == job.python_rank
+                                       else job.max_restarts - 1)]
             if not live:
                 continue
             r = rng.choice(live)
@@ -203,6 +237,13 @@ def chaos_loop(job, kinds, rng, deadline, counts, notes):
                 counts["coordinator"] += 1
             time.sleep(rng.uniform(0.2, 1.0))
             job.start_coordinator()
+        elif kind == "worker":  # a Python worker of the Python rank
+            if job.python_rank is None:
+                continue
+            ds = job.local_server(job.python_rank)
+            workers = children(ds) if ds else []
+            if workers and kill9(rng.choice(workers)):
+                counts["worker"] += 1
         elif kind == "link":
             host = rng.choice("BC")
             dev = f"v{host.lower()}"
@@ -307,7 +348,7 @@ def run(seconds, out, seed=0, kinds=KINDS, extra=()):
         job.start_coordinator()
         for h in "BC":
             job.start_sidecar(h)
-        job.start_ranks()
+        job.start_ranks(python_rank="worker" in kinds)
         wait_until(lambda: all(job.local_server(r) for r in range(RANKS))
                    or not job.running(), 15)
         time.sleep(min(5.0, seconds / 10))  # warm: first RSS / fd sample
