@@ -30,9 +30,12 @@
  *     worker from writing one (arena exhausted, batch over capacity).
  *   - One job per worker at a time, FIFO.  A worker that dies (EOF on its
  *     socket) or overruns python_job_timeout_ms (SIGKILL) is reaped -
- *     bounded: SIGKILL after PY_REAP_MS - its job gets an ErrorNotice
- *     naming the sample it was on and how it ended, the slot it held goes
- *     back, and a new worker takes its place.  A worker that says it
+ *     bounded: SIGKILL after PY_REAP_MS - the slot it held goes back and
+ *     a new worker takes its place.  A job whose worker died (not one
+ *     that overran) runs again, ahead of the queue, PY_JOB_RETRIES times
+ *     (a kill -9 from outside is not the samples' fault); after that, or
+ *     after a timeout, it gets an ErrorNotice naming the sample it was on
+ *     and how its worker ended.  A worker that says it
  *     cannot load the dataset, or PY_MAX_START_FAILS starts in a row that
  *     end before "ready", make the mode `broken`: every job then fails at
  *     once with that reason.
