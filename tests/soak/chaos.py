@@ -205,13 +205,18 @@ def kill9(pid):
 
 def chaos_loop(job, kinds, rng, deadline, counts, notes):
     """Until the ranks are done or the deadline: one act of chaos every
-    1.5-4 s.  Returns when no rank runs any more."""
+    1.5-4 s, every kind once first (in a random order; one that found
+    nothing to act on is tried again later), then at random.  Returns when
+    no rank runs any more."""
     restarts = collections.Counter()
+    todo = list(kinds)
+    rng.shuffle(todo)
     while job.running() and time.monotonic() < deadline:
         wait_until(lambda: not job.running(), rng.uniform(1.5, 4.0), 0.05)
         if not job.running():
             break
-        kind = rng.choice(kinds)
+        kind = todo.pop() if todo else rng.choice(kinds)
+        before = counts[kind]
         if kind == "sidecar":
             host = rng.choice("BC")
             s = job.sidecars[host]
@@ -224,10 +229,8 @@ def chaos_loop(job, kinds, rng, deadline, counts, notes):
             live = [r for r in range(RANKS) if job.ranks[r].p.poll() is None
                     and restarts[r] < (2 if r == job.python_rank
                                        else job.max_restarts - 1)]
-            if not live:
-                continue
-            r = rng.choice(live)
-            pid = job.local_server(r)
+            r = rng.choice(live) if live else None
+            pid = job.local_server(r) if live else None
             if pid and kill9(pid):
                 restarts[r] += 1
                 counts["dataserver"] += 1
@@ -238,9 +241,8 @@ def chaos_loop(job, kinds, rng, deadline, counts, notes):
             time.sleep(rng.uniform(0.2, 1.0))
             job.start_coordinator()
         elif kind == "worker":  # a Python worker of the Python rank
-            if job.python_rank is None:
-                continue
-            ds = job.local_server(job.python_rank)
+            ds = (job.local_server(job.python_rank)
+                  if job.python_rank is not None else None)
             workers = children(ds) if ds else []
             if workers and kill9(rng.choice(workers)):
                 counts["worker"] += 1
@@ -253,6 +255,8 @@ def chaos_loop(job, kinds, rng, deadline, counts, notes):
             time.sleep(rng.uniform(0.5, 2.0))
             ip("-n", ns, "link", "set", dev, "up")
             counts["link"] += 1
+        if counts[kind] == before == 0:
+            todo.insert(0, kind)  # nothing to act on yet: once more later
         notes.append((round(time.monotonic(), 2), kind))
 
 
