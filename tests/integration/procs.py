@@ -3,6 +3,7 @@ bounded waits, the epoch plan as the CLI prints it.  Tests end only the
 processes they started, by pid (see each test)."""
 import json
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -55,6 +56,44 @@ def arena_mapping(ptr):
         if lo <= ptr < hi:
             return line
     return ""
+
+
+class FileProc:
+    """Runs `argv` with stdout and stderr to files NAME.out / NAME.err in
+    `outdir` (no pipe can fill up and stall it); ended by pid: SIGTERM,
+    then SIGKILL."""
+
+    def __init__(self, argv, name, outdir):
+        self.name = name
+        self.out = pathlib.Path(outdir) / f"{name}.out"
+        self.err = pathlib.Path(outdir) / f"{name}.err"
+        with open(self.out, "w") as o, open(self.err, "w") as e:
+            self.p = subprocess.Popen([str(a) for a in argv],
+                                      stdin=subprocess.DEVNULL, stdout=o,
+                                      stderr=e)
+        self.pid = self.p.pid
+
+    def stdout(self):
+        return self.out.read_text()
+
+    def stderr(self):
+        return self.err.read_text()
+
+    def wait(self, seconds):
+        try:
+            return self.p.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, seconds=5):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=seconds)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(timeout=seconds)
+        return self.p.returncode
 
 
 def wait_until(pred, seconds, step=0.02):

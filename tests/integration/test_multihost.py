@@ -24,7 +24,7 @@ import time
 import pytest
 
 from conftest import run_dh, _binary
-from procs import alive, children, plan_ids, read_ids, wait_until
+from procs import FileProc, alive, children, plan_ids, read_ids, wait_until
 
 SMALL = ["--frames", "4", "--size", "32x32"]
 PORT = 7500                     # free by construction: A is a fresh namespace
@@ -64,42 +64,14 @@ def read_jsonl(path):
     return [json.loads(x) for x in text.splitlines() if x.strip()]
 
 
-class NsProc:
+class NsProc(FileProc):
     """`datahelix ARGS` inside namespace `ns`.  `ip netns exec` execs the
     command without forking, so the pid is datahelix's own.  Output goes to
     files (no pipe can fill up and stall the process)."""
 
     def __init__(self, ns, name, outdir, *args):
-        self.name = name
-        self.out = outdir / f"{name}.out"
-        self.err = outdir / f"{name}.err"
-        with open(self.out, "w") as o, open(self.err, "w") as e:
-            self.p = subprocess.Popen(
-                ["ip", "netns", "exec", ns, _binary(), *map(str, args)],
-                stdin=subprocess.DEVNULL, stdout=o, stderr=e)
-        self.pid = self.p.pid
-
-    def stdout(self):
-        return self.out.read_text()
-
-    def stderr(self):
-        return self.err.read_text()
-
-    def wait(self, seconds):
-        try:
-            return self.p.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def stop(self, seconds=5):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(timeout=seconds)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait(timeout=seconds)
-        return self.p.returncode
+        super().__init__(["ip", "netns", "exec", ns, _binary(), *args], name,
+                         outdir)
 
 
 class Hosts:

@@ -29,47 +29,20 @@ import time
 import pytest
 
 from conftest import ROOT, run_dh, _binary
-from procs import alive, children, free_port, plan_ids, read_ids, wait_until
+from procs import (FileProc, alive, children, free_port, plan_ids, read_ids,
+                   wait_until)
 
 SMALL = ["--frames", "4", "--size", "32x32"]
 SIDECAR_ID = 101
 RECOVERY_BOUND_S = 5.0  # keepalive 0.5 s + heartbeat 0.5 s + slack
 
 
-class Daemon:
+class Daemon(FileProc):
     """`datahelix ARGS`, stdout and stderr to files (nothing can fill a
     pipe), ended by pid: SIGTERM, then SIGKILL."""
 
     def __init__(self, outdir, name, *args):
-        self.name = name
-        self.out = outdir / f"{name}.out"
-        self.err = outdir / f"{name}.err"
-        with open(self.out, "w") as o, open(self.err, "w") as e:
-            self.p = subprocess.Popen([_binary(), *map(str, args)],
-                                      stdin=subprocess.DEVNULL, stdout=o,
-                                      stderr=e)
-        self.pid = self.p.pid
-
-    def stdout(self):
-        return self.out.read_text()
-
-    def stderr(self):
-        return self.err.read_text()
-
-    def wait(self, seconds):
-        try:
-            return self.p.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def stop(self, seconds=5):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(timeout=seconds)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait(timeout=seconds)
+        super().__init__([_binary(), *args], name, outdir)
 
 
 @pytest.fixture

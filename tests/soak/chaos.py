@@ -40,9 +40,9 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "integration"))
 
 from conftest import run_dh  # noqa: E402
-from procs import alive, children, descendants, plan_ids, read_ids, \
-    wait_until  # noqa: E402
-from test_multihost import Hosts, NsProc, listening  # noqa: E402
+from procs import FileProc, alive, children, descendants, plan_ids, \
+    read_ids, wait_until  # noqa: E402
+from test_multihost import Hosts, listening  # noqa: E402
 
 KINDS = ("sidecar", "dataserver", "coordinator", "link", "worker")
 CI_KINDS = KINDS
@@ -85,21 +85,13 @@ def make_data(d, seed):
     return d / "m.dhx", {rows[i].get("id", i) for i in bad}
 
 
-class NsPython(NsProc):
+class NsPython(FileProc):
     """`/usr/bin/python3 ARGS` inside namespace `ns`, output to files, as
     NsProc runs datahelix (the pid is the interpreter's)."""
 
     def __init__(self, ns, name, outdir, *args):
-        import subprocess
-        self.name = name
-        self.out = outdir / f"{name}.out"
-        self.err = outdir / f"{name}.err"
-        with open(self.out, "w") as o, open(self.err, "w") as e:
-            self.p = subprocess.Popen(
-                ["ip", "netns", "exec", ns, "/usr/bin/python3",
-                 *map(str, args)], stdin=subprocess.DEVNULL, stdout=o,
-                stderr=e)
-        self.pid = self.p.pid
+        super().__init__(["ip", "netns", "exec", ns, "/usr/bin/python3",
+                          *args], name, outdir)
 
 
 def proc_stats(pid):
