@@ -28,6 +28,7 @@
 
 #include "datahelix/coordinator.h"
 #include "datahelix/wire.h"
+#include "fuzz_cursor.h"
 #include "runtime/coordinator_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -35,19 +36,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define PEERS 6
 #define MAX_INFLIGHT 64
 #define MAX_PENDING 32
-
-struct cursor {
-    const uint8_t *p;
-    size_t n;
-};
-
-static uint8_t take(struct cursor *c)
-{
-    if (!c->n)
-        return 0;
-    c->n--;
-    return *c->p++;
-}
 
 /* Rank r's token as the job's client and server hold it; odd bytes give
  * a stranger's. */

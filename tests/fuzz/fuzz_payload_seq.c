@@ -30,25 +30,13 @@
 #include "datahelix/arena.h"
 #include "datahelix/dataserver.h"
 #include "datahelix/wire.h"
+#include "fuzz_cursor.h"
 #include "runtime/dataserver_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define ARENA (1u << 20)
 #define RANK 1
-
-struct cursor {
-    const uint8_t *p;
-    size_t n;
-};
-
-static uint8_t take(struct cursor *c)
-{
-    if (!c->n)
-        return 0;
-    c->n--;
-    return *c->p++;
-}
 
 struct state {
     struct ds_env env;
