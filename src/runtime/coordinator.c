@@ -33,6 +33,12 @@
 
 #define POLL_MS 50
 #define BURST 256
+/* The bounds' defaults (coordinator.h), also for an option left 0. */
+#define DEF_CLAIM_MS 30000
+#define DEF_PENDING_MS 120000
+#define DEF_PEER_RATE 100000
+#define DEF_RANK_TASKS 4096
+#define DEF_RANK_IDS (1u << 21)
 
 void dh_coordinator_opts_default(struct dh_coordinator_opts *o)
 {
@@ -43,11 +49,11 @@ void dh_coordinator_opts_default(struct dh_coordinator_opts *o)
     o->max_inflight = 65536;
     o->max_pending = 4096;
     o->queue_per_worker = 4;
-    o->claim_timeout_ms = 30000;
-    o->pending_timeout_ms = 120000;
-    o->peer_msgs_per_s = 100000;
-    o->max_tasks_per_rank = 4096;
-    o->max_ids_per_rank = 1u << 21;
+    o->claim_timeout_ms = DEF_CLAIM_MS;
+    o->pending_timeout_ms = DEF_PENDING_MS;
+    o->peer_msgs_per_s = DEF_PEER_RATE;
+    o->max_tasks_per_rank = DEF_RANK_TASKS;
+    o->max_ids_per_rank = DEF_RANK_IDS;
 }
 
 /* ---- logging ---- */
@@ -303,14 +309,13 @@ static void on_register_client(struct dh_coordinator *c,
     }
     if (!k->has_client || !dh__co_same_peer(&k->client, from)) {
         /* A new client of the rank: a local server will come again. */
-        if (r->rank < DH_WIRE_MAX_RANKS &&
-            c->rank_local[r->rank] == CO_RANK_LEFT)
+        if (c->rank_local[r->rank] == CO_RANK_LEFT)
             c->rank_local[r->rank] = -1;
+        if (!k->has_client)
+            CO_INC(c, clients);
+        else
+            dh__co_client_moved(c, r->rank, from); /* a restarted client */
     }
-    if (!k->has_client)
-        CO_INC(c, clients);
-    else if (!dh__co_same_peer(&k->client, from))
-        dh__co_client_moved(c, r->rank, from); /* a restarted client */
     k->has_client = 1;
     k->client = *from;
     /* The ack: the message echoed, with this process's incarnation (a
@@ -501,8 +506,6 @@ static void dispatch(struct dh_coordinator *c, const struct co_peer *from,
     }
 }
 
-/* 1: a message was handled (or a bad one dropped), 0: none waiting, <0:
- * socket error. */
 /* One message from `peer` (rc: 1 decoded into c->in, < 0 dropped with
  * the reason in de), under the peer's rate cap. */
 static void handle(struct dh_coordinator *c, const struct co_peer *peer, int rc,
@@ -523,6 +526,8 @@ static void handle(struct dh_coordinator *c, const struct co_peer *peer, int rc,
     c->cur_type = NULL;
 }
 
+/* 1: a message was handled (or a bad one dropped), 0: none waiting, <0:
+ * socket error. */
 static int recv_one(struct dh_coordinator *c, struct dh_err *e)
 {
     struct dh_tp_from from;
@@ -758,12 +763,14 @@ int dh_coordinator_create(const struct dh_coordinator_opts *o,
     c->max_remote = o->max_remote_servers ? o->max_remote_servers
                                           : (o->max_servers + 1) / 2;
     c->max_orphan_local = (o->max_servers + 3) / 4;
-    c->claim_timeout_ms = o->claim_timeout_ms ? o->claim_timeout_ms : 30000;
+    c->claim_timeout_ms = o->claim_timeout_ms ? o->claim_timeout_ms
+                                              : DEF_CLAIM_MS;
     c->pending_timeout_ms = o->pending_timeout_ms ? o->pending_timeout_ms
-                                                  : 120000;
-    c->peer_rate = o->peer_msgs_per_s ? o->peer_msgs_per_s : 100000;
-    c->rank_max_tasks = o->max_tasks_per_rank ? o->max_tasks_per_rank : 4096;
-    c->rank_max_ids = o->max_ids_per_rank ? o->max_ids_per_rank : 1u << 21;
+                                                  : DEF_PENDING_MS;
+    c->peer_rate = o->peer_msgs_per_s ? o->peer_msgs_per_s : DEF_PEER_RATE;
+    c->rank_max_tasks = o->max_tasks_per_rank ? o->max_tasks_per_rank
+                                              : DEF_RANK_TASKS;
+    c->rank_max_ids = o->max_ids_per_rank ? o->max_ids_per_rank : DEF_RANK_IDS;
     dh_wire_msg_init(&c->in, DH_WIRE_NONE);
     dh_wire_msg_init(&c->out, DH_WIRE_NONE);
     if ((rc = alloc_tables(c, o, pol, e)) < 0 ||

@@ -488,8 +488,8 @@ void dh__co_on_request(struct dh_coordinator *c, const struct co_peer *from,
         return;
     }
     k->seen_ms = now;
-    if ((t = task_find(
-             c, q->task.id))) { /* a re-issue: refresh where the answer goes */
+    t = task_find(c, q->task.id);
+    if (t) { /* a re-issue: refresh where the answer goes */
         t->client = *from;
         if (t->state == CO_RUNNING)
             send_route(c, t, from, 0);
@@ -563,27 +563,6 @@ static int may_complete(const struct dh_coordinator *c, const struct co_task *t,
     return t->state != CO_PENDING_NEW && c->rank_local[r] == slot;
 }
 
-static void note_alive(struct dh_coordinator *c, const struct co_peer *from,
-                       uint32_t wire_id, uint64_t now)
-{
-    for (int i = 0; i < c->max_servers; i++)
-        if (c->servers[i].used && c->servers[i].wire_id == wire_id) {
-            if (c->servers[i].peer.len == from->len &&
-                !memcmp(c->servers[i].peer.id, from->id, from->len))
-                c->servers[i].last_seen_ms = now;
-            return;
-        }
-}
-
-/* 1 if `wire_id` is a registered local server. */
-static int is_local(const struct dh_coordinator *c, uint32_t wire_id)
-{
-    for (int i = 0; i < c->max_servers; i++)
-        if (c->servers[i].used && c->servers[i].wire_id == wire_id)
-            return c->servers[i].role == DH_WIRE_ROLE_LOCAL;
-    return 0;
-}
-
 /* service_ms: the server's own time on the task (0: unknown, then the
  * time since routing, which includes its time queued there). */
 static void complete_task(struct dh_coordinator *c, struct co_task *t,
@@ -654,16 +633,15 @@ void dh__co_target_lost(struct dh_coordinator *c, uint32_t rank, uint64_t now)
                 rank, n);
 }
 
-/* A remote could not deliver task `w` to its target (the requester's
- * local server died or cannot be reached: DH_EPEERDEAD).  That says
- * nothing about the samples, so the client never hears of it: the task
- * goes to the rank's local server.  From a server the task no longer runs
- * on (it was re-routed already) it is only a late word. */
-static void on_undelivered(struct dh_coordinator *c,
+/* A remote could not deliver task `w` (`t`, NULL if unknown) to its
+ * target (the requester's local server died or cannot be reached:
+ * DH_EPEERDEAD).  That says nothing about the samples, so the client never
+ * hears of it: the task goes to the rank's local server.  From a server
+ * the task no longer runs on (it was re-routed already) it is only a late
+ * word. */
+static void on_undelivered(struct dh_coordinator *c, struct co_task *t,
                            const struct dh_wire_error *w, uint64_t now)
 {
-    struct co_task *t = task_find(c, w->task.id);
-
     if (!t || t->state != CO_RUNNING || t->server < 0 ||
         c->servers[t->server].wire_id != w->server_id ||
         c->servers[t->server].gen != t->server_gen) {
@@ -700,7 +678,7 @@ void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
             send_release(c, from, &m->u.result);
         return;
     }
-    note_alive(c, from, sid, now);
+    c->servers[from_slot].last_seen_ms = now;
     t = task_find(c, task->id);
     if (t && !may_complete(c, t, from_slot)) {
         dh__co_refused(c, from,
@@ -711,11 +689,10 @@ void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
             send_release(c, from, &m->u.result);
         return;
     }
-    /* Only a remote delivers to another server; one this Coordinator
-     * does not know (restarted: not registered again yet) cannot hold a
-     * task of its own, so its word is late in any case. */
-    if (!is_result && m->u.error.cause == DH_EPEERDEAD && !is_local(c, sid)) {
-        on_undelivered(c, &m->u.error, now);
+    /* Only a remote delivers to another server. */
+    if (!is_result && m->u.error.cause == DH_EPEERDEAD &&
+        c->servers[from_slot].role != DH_WIRE_ROLE_LOCAL) {
+        on_undelivered(c, t, &m->u.error, now);
         return;
     }
     if (dh_inflight_done(c->inflight, task->id, sid, &first) < 0 || !first ||
