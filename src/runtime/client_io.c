@@ -175,11 +175,12 @@ static void issue(struct dh_client *c)
     }
 }
 
-/* Re-sends every outstanding task without an outcome (mu held). */
-static void reissue(struct dh_client *c)
+/* Re-sends every outstanding task without an outcome of this pass;
+ * returns how many it tried (mu held). */
+static size_t reissue(struct dh_client *c)
 {
     uint64_t *ids = c->pend;
-    size_t n = 0;
+    size_t n = 0, tried = 0;
     struct dh_err e;
 
     if (!c->ro || dh_reorder_pending(c->ro, ids, c->pool_n, &n) < 0)
@@ -192,6 +193,7 @@ static void reissue(struct dh_client *c)
         k = t.step - c->first_step;
         if (t.pass != c->pass || k >= c->n_steps)
             continue;
+        tried++;
         if (send_request(
                 c, k, t.microbatch,
                 c->sent[(k % c->prefetch) * c->mb + t.microbatch].slack_ms,
@@ -203,6 +205,7 @@ static void reissue(struct dh_client *c)
         else
             c->st.reissued++;
     }
+    return tried;
 }
 
 /* ---- the Coordinator's view of this client ---- */
@@ -249,7 +252,7 @@ static void keepalive(struct dh_client *c)
 static void on_register_ack(struct dh_client *c,
                             const struct dh_wire_register_client *r)
 {
-    size_t n = 0;
+    size_t n;
 
     if (r->rank != c->rank || !r->incarnation ||
         r->incarnation == c->incarnation)
@@ -257,14 +260,12 @@ static void on_register_ack(struct dh_client *c,
     c->incarnation = r->incarnation;
     pthread_mutex_lock(&c->mu);
     c->st.coordinator_restarts++;
-    if (c->ro && dh_reorder_pending(c->ro, c->pend, c->pool_n, &n) < 0)
-        n = 0;
+    n = reissue(c);
+    pthread_mutex_unlock(&c->mu);
     fprintf(stderr,
             "datahelix: client %u: coordinator %s restarted: registered "
-            "again, re-issuing %zu outstanding tasks\n",
+            "again, re-issued %zu outstanding tasks\n",
             c->rank, c->coord, n);
-    reissue(c);
-    pthread_mutex_unlock(&c->mu);
 }
 
 /* ---- notices ---- */
@@ -681,7 +682,7 @@ static void on_link_dead(struct dh_client *c)
     }
     pthread_mutex_lock(&c->mu);
     c->st.restarts++;
-    reissue(c);
+    (void)reissue(c);
     pthread_mutex_unlock(&c->mu);
 }
 
