@@ -48,23 +48,20 @@ def pyav_frames(path, frames, size):
         if n <= 0:  # no count in the header: count by demuxing once
             n = sum(1 for p in c.demux(s) if p.size)
             c.seek(0)
-        want = sorted({min(int((i + 0.5) * n / frames), n - 1)
-                       for i in range(frames)})
-        out, last = {}, want[-1]
+        targets = [min(int((i + 0.5) * n / frames), n - 1)
+                   for i in range(frames)]
+        want, last, out = set(targets), max(targets), {}
         for i, f in enumerate(c.decode(s)):
-            if i in out or i not in want:
-                if i > last:
-                    break
-                continue
-            r = size / min(f.width, f.height)
-            w, h = max(size, round(f.width * r)), max(size, round(f.height * r))
-            a = f.to_ndarray(format="rgb24", width=w, height=h)
-            y, x = (h - size) // 2, (w - size) // 2
-            out[i] = a[y:y + size, x:x + size]
+            if i in want:
+                r = size / min(f.width, f.height)
+                w = max(size, round(f.width * r))
+                h = max(size, round(f.height * r))
+                a = f.to_ndarray(format="rgb24", width=w, height=h)
+                y, x = (h - size) // 2, (w - size) // 2
+                out[i] = a[y:y + size, x:x + size]
             if i >= last:
                 break
-    picked = [out.get(min(int((i + 0.5) * n / frames), n - 1))
-              for i in range(frames)]
+    picked = [out.get(t) for t in targets]
     if any(p is None for p in picked):
         raise RuntimeError(f"{path}: decoded {len(out)} of {len(want)} "
                            "frames")
@@ -132,15 +129,14 @@ def rank_main(a):
     prog = out / f"progress.{a.loader}.{rank}"
     if a.loader == "torch":
         loader, sampler = torch_loader(rows, a, rank, world)
-        per_epoch = len(loader)
     else:
         import datahelix
         loader = datahelix.DataLoader(a.manifest, batch_size=a.batch_size,
                                       frames=a.frames,
                                       size=(a.size, a.size),
                                       num_workers=a.workers, shuffle=True)
-        sampler, per_epoch = None, len(loader)
-    total = per_epoch * a.epochs
+        sampler = None
+    total = len(loader) * a.epochs
     steps = []
     t_start = time.perf_counter()
     try:
@@ -157,10 +153,7 @@ def rank_main(a):
                 except StopIteration:
                     break
                 t1 = time.perf_counter()
-                ids = b["ids"]
-                y = (ids.long() if hasattr(ids, "long") else
-                     torch.as_tensor(ids)) % 10
-                loss = F.cross_entropy(net(b["video"]), y)
+                loss = F.cross_entropy(net(b["video"]), b["ids"].long() % 10)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()

@@ -42,10 +42,9 @@ sys.path.insert(0, str(HERE.parent / "integration"))
 from conftest import run_dh  # noqa: E402
 from procs import FileProc, alive, children, descendants, plan_ids, \
     read_ids, wait_until  # noqa: E402
-from test_multihost import Hosts, listening  # noqa: E402
+from test_multihost import Hosts, ip, listening  # noqa: E402
 
 KINDS = ("sidecar", "dataserver", "coordinator", "link", "worker")
-CI_KINDS = KINDS
 RANKS = 4
 BATCH = 2
 CLIPS = 24
@@ -118,19 +117,21 @@ def shm_names():
 class Job:
     """The cluster: Coordinator + ranks in A, sidecars in B and C."""
 
-    def __init__(self, hosts, manifest, epochs, max_restarts, extra):
+    def __init__(self, hosts, manifest, epochs, max_restarts, keyfile,
+                 extra):
         self.h = hosts
         self.m = manifest
         self.coord = f"tcp://{hosts.addr['A']}:{PORT}"
         self.epochs = epochs
         self.max_restarts = max_restarts
-        self.extra = list(extra)  # options every process of the job takes
+        self.keyfile = keyfile
+        # options every process of the job takes
+        self.extra = ["--keyfile", keyfile, *extra]
         self.generation = collections.Counter()
         self.sidecars = {}
         self.c = None
         self.ranks = []
         self.python_rank = None
-        self.keyfile = self.extra[self.extra.index("--keyfile") + 1]
 
     def start_coordinator(self):
         n = self.generation["coordinator"]
@@ -242,7 +243,6 @@ def chaos_loop(job, kinds, rng, deadline, counts, notes):
             host = rng.choice("BC")
             dev = f"v{host.lower()}"
             ns = job.h.ns["A"]
-            from test_multihost import ip
             ip("-n", ns, "link", "set", dev, "down")
             time.sleep(rng.uniform(0.5, 2.0))
             ip("-n", ns, "link", "set", dev, "up")
@@ -326,7 +326,6 @@ def run(seconds, out, seed=0, kinds=KINDS, extra=()):
     if key.exists():
         key.unlink()
     run_dh("keygen", key, check=True)
-    extra = ["--keyfile", key, *extra]
     # ~0.3 s an epoch here (3 steps of 100 ms); enough epochs to outlast
     # the chaos window.
     epochs = max(2, int(seconds / 0.3))
@@ -340,7 +339,8 @@ def run(seconds, out, seed=0, kinds=KINDS, extra=()):
     t0 = time.monotonic()
     try:
         hosts.setup()
-        job = Job(hosts, manifest, epochs, max_restarts=62, extra=extra)
+        job = Job(hosts, manifest, epochs, max_restarts=62, keyfile=key,
+                  extra=extra)
         job.start_coordinator()
         for h in "BC":
             job.start_sidecar(h)
@@ -416,7 +416,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=600)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--kinds", default=",".join(CI_KINDS),
+    ap.add_argument("--kinds", default=",".join(KINDS),
                     help="comma-separated, of: " + ", ".join(KINDS))
     ap.add_argument("--out", default=None,
                     help="folder for data and logs (default: a temp dir)")
