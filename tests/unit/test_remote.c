@@ -394,6 +394,33 @@ static void cluster_stop(struct cluster *k)
     dh_coordinator_destroy(k->co.c);
 }
 
+/* Round-robin (local, remote, local, ...): steps from 1 until one batch
+ * came from each server, each checked in the local arena; both 2 samples
+ * of `ids`.  Returns a batch's bytes. */
+static size_t one_batch_each(struct cluster *k, const uint64_t *ids)
+{
+    uint32_t to, remote = 0, local = 0, step;
+    struct dh_wire_msg m;
+    size_t bytes = 0;
+
+    for (step = 1; step <= 4 && (!remote || !local); step++) {
+        request(k->cl, step, ids, 2, &to, &m);
+        if (m.type == DH_WIRE_ERROR_NOTICE)
+            fail_msg("step %u: %s", step, m.u.error.message);
+        assert_true(to == LOCAL_ID || to == REMOTE_ID);
+        /* Either way the notice names the local server and its arena. */
+        bytes = check_slot(k->local.s, &m.u.result, ids, 2);
+        if (to == REMOTE_ID)
+            remote++;
+        else
+            local++;
+        dh_wire_msg_fini(&m);
+    }
+    assert_int_equal(remote, 1);
+    assert_int_equal(local, 1);
+    return bytes;
+}
+
 /* ---- malformed payloads ---- */
 
 /* A payload header: a ResultNotice of one sample whose tensor is
@@ -472,8 +499,6 @@ static void remote_batch_lands_in_local_arena(void **state)
     const char *ep;
     uint64_t ids[2] = {1, 0};
     size_t bytes = 0;
-    uint32_t to, remote = 0, local = 0, step;
-    struct dh_wire_msg m;
     void *evil;
     int bad;
 
@@ -490,21 +515,7 @@ static void remote_batch_lands_in_local_arena(void **state)
     WAIT_STAT(k.local.s, malformed, (uint64_t)bad);
     zmq_close(evil);
 
-    for (step = 1; step <= 4 && (!remote || !local); step++) {
-        request(k.cl, step, ids, 2, &to, &m);
-        if (m.type == DH_WIRE_ERROR_NOTICE)
-            fail_msg("step %u: %s", step, m.u.error.message);
-        assert_true(to == LOCAL_ID || to == REMOTE_ID);
-        /* Either way the notice names the local server and its arena. */
-        bytes = check_slot(k.local.s, &m.u.result, ids, 2);
-        if (to == REMOTE_ID)
-            remote++;
-        else
-            local++;
-        dh_wire_msg_fini(&m);
-    }
-    assert_int_equal(remote, 1);
-    assert_int_equal(local, 1);
+    bytes = one_batch_each(&k, ids);
     WAIT_STAT(k.local.s, payloads, 1);
     WAIT_STAT(k.local.s, cross_ds_bytes, bytes);
     WAIT_STAT(k.remote.s, forwarded, 1);
@@ -564,8 +575,6 @@ static void keyed_cluster_refuses_strangers(void **state)
     struct dh_dataserver_opts o;
     struct dh_dataserver *fake = NULL;
     uint64_t ids[2] = {1, 0}, n;
-    uint32_t to, remote = 0, local = 0, step;
-    struct dh_wire_msg m;
     struct dh_err e;
     void *evil;
 
@@ -594,19 +603,7 @@ static void keyed_cluster_refuses_strangers(void **state)
     dh_coordinator_stats(k.co.c, &cs);
     assert_true(cs.refused_peers >= 1);
 
-    for (step = 1; step <= 4 && (!remote || !local); step++) {
-        request(k.cl, step, ids, 2, &to, &m);
-        if (m.type == DH_WIRE_ERROR_NOTICE)
-            fail_msg("step %u: %s", step, m.u.error.message);
-        check_slot(k.local.s, &m.u.result, ids, 2);
-        if (to == REMOTE_ID)
-            remote++;
-        else
-            local++;
-        dh_wire_msg_fini(&m);
-    }
-    assert_int_equal(remote, 1);
-    assert_int_equal(local, 1);
+    (void)one_batch_each(&k, ids);
     WAIT_STAT(k.local.s, payloads, 1);
     dh_dataserver_stats(k.local.s, &ls);
     assert_int_equal(ls.malformed, 0); /* the strangers never got through */
