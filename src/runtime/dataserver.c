@@ -169,13 +169,8 @@ static int admit(struct dh_dataserver *s, const struct dh_wire_route *r,
     struct ds_job *j = dh__ds_job_new(&s->jobs);
     int rc;
 
-    /* A remote with no room (a restarted Coordinator does not know what it
-     * still holds) says nothing about the samples: DH_EPEERDEAD, which the
-     * Coordinator answers by re-routing the task to the rank's local
-     * server (docs/exactly-once.md "Lost delivery target"), never a
-     * sample error that the skip policy would drop. */
     if (!j)
-        return dh_err_set(e, s->env.remote ? DH_EPEERDEAD : DH_ETOOBIG,
+        return dh_err_set(e, DH_ETOOBIG,
                           "dataserver %u busy: %zu jobs in "
                           "flight",
                           s->env.server_id, s->jobs.n);
@@ -207,6 +202,7 @@ static void on_route(struct dh_dataserver *s, const struct dh_wire_route *r)
     const struct dh_wire_request *rq = &r->request;
     const struct ds_quarantine *q;
     struct dh_err e;
+    int rc;
 
     if (!r->has_request) {
         dh__ds_malformed(&s->env, "the coordinator",
@@ -225,10 +221,18 @@ static void on_route(struct dh_dataserver *s, const struct dh_wire_route *r)
         return;
     }
     dh_err_clear(&e);
-    if (admit(s, r, &e) == 0) {
+    if ((rc = admit(s, r, &e)) == 0) {
         DS_INC(&s->env, routes);
         return;
     }
+    /* A remote with no room - its job table (DH_ETOOBIG) or its workers'
+     * queue (DH_ETIMEOUT) full: a restarted Coordinator does not know
+     * what it still holds - says nothing about the samples: DH_EPEERDEAD,
+     * which the Coordinator answers by re-routing the task to the rank's
+     * local server (docs/exactly-once.md "Lost delivery target"), never a
+     * sample error that the skip policy would drop. */
+    if (s->env.remote && (rc == DH_ETOOBIG || rc == DH_ETIMEOUT))
+        e.code = DH_EPEERDEAD;
     dh__ds_ctl_error(s->ctl, &rq->task, rq->sample_ids[0], e.code, e.msg);
 }
 
