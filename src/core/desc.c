@@ -276,6 +276,14 @@ int dh__desc_from_object(json_t *obj, struct dh_desc *d, struct dh_err *e)
     {
         const struct field *f = find_field(key);
 
+        /* the table's header record is keyed so; as a descriptor's extra
+         * field it could not be written back (add_extra refuses it) */
+        if (!f && strcmp(key, "datahelix_header") == 0) {
+            rc = dh_err_set(e, DH_EFORMAT,
+                            "field 'datahelix_header' is reserved for the "
+                            "table's header record");
+            goto out_free;
+        }
         rc = f ? parse_field(f, v, d, e) : keep_unknown(&extra, key, v, e);
         if (rc)
             goto out_free;
