@@ -7,7 +7,7 @@ CTEST   := ctest --timeout 300 --output-on-failure
 CMAKE_BUILD := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build
 
 .PHONY: all deps build build-asan test test-c test-asan test-py test-fuzz lint format \
-        demo install uninstall deb fuzz-build \
+        demo install uninstall deb bundle fuzz-build \
         bench bench-all bench-probe bench-verify bench-index bench-decode bench-plan fuzz clean
 
 all: build
@@ -71,6 +71,13 @@ uninstall:
 DIST ?= dist
 deb: build
 	@scripts/make-deb.sh build $(DIST)
+
+# A relocatable tree and tarball of the build, with the libraries a stock
+# glibc >= 2.36 Linux lacks and $ORIGIN run paths (docs/bundle.md):
+# DIST/datahelix-V-linux-ARCH{/,.tar.gz}.  Reuses build/; tested by
+# tests/integration/test_bundle.py.
+bundle: deps build
+	@scripts/make-bundle.sh build $(DIST)
 
 # Issue 7's evaluation matrix in <= 15 minutes here: every system side by
 # side on mixed/videomae, mixed/qwen-vl and shared/dit, the Table 2

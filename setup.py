@@ -53,7 +53,11 @@ setup(
         sources=["src/python/dhpy_module.c", "src/python/dhpy_client.c",
                  "src/python/dhpy_pyds.c", "src/python/dhpy_sample.c"],
         include_dirs=["include", "src/include", "src"],
-        define_macros=[("_GNU_SOURCE", None)],
+        # The stable ABI, as the CMake build (docs/bundle.md): _C.abi3.so
+        # loads on every CPython >= 3.11.
+        define_macros=[("_GNU_SOURCE", None),
+                       ("Py_LIMITED_API", "0x030B0000")],
+        py_limited_api=True,
         extra_compile_args=["-std=c11"],
         extra_objects=[os.path.join(built(), "libdatahelix.a")],
         # Rebuilt when a header or the library changes, not only a source.
@@ -63,5 +67,6 @@ setup(
         [os.path.join(BUILD, "libdatahelix.a")],
         extra_link_args=pkg_libs() + ["-lm", "-lpthread"])],
     cmdclass={"build_py": BuildPy},
+    options={"bdist_wheel": {"py_limited_api": "cp311"}},
     entry_points={"console_scripts": ["datahelix = datahelix._cli:main"]},
 )

@@ -3,7 +3,8 @@
 # The Python package (python/datahelix) needs the CPython headers to build
 # and python3-torch to run and test.  `setup-deps.sh bench` adds what the
 # peer benchmarks need besides (torchvision; Dask and matplotlib for
-# `make bench-live`).
+# `make bench-live`).  patchelf: `make bundle` (docs/bundle.md); shellcheck,
+# yamllint, python3-yaml: the deploy/ recipes' checks (docs/deploy.md).
 # Idempotent: exits at once when everything is already installed, so that
 # `make demo` / `make test` / `make bench-*` can call it on every run.
 set -eu
@@ -14,7 +15,8 @@ libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
 libjansson-dev libcmocka-dev python3-pytest python3-av python3-numpy
 python3-cloudpickle
 clang libclang-rt-dev clang-format python3-dev python3-torch iproute2
-python3-pip python3-setuptools python3-venv dpkg-dev python3-matplotlib"
+python3-pip python3-setuptools python3-venv dpkg-dev python3-matplotlib
+patchelf shellcheck yamllint python3-yaml"
 if [ "${1:-}" = bench ]; then
     PKGS="$PKGS python3-torchvision python3-distributed"
 fi

@@ -10,6 +10,13 @@
 #ifndef DH_PYTHON_DHPY_H
 #define DH_PYTHON_DHPY_H
 
+/* The stable ABI (abi3): one build of the extension loads on every CPython
+ * from 3.11 on (docs/bundle.md).  3.11 is the first whose limited API has
+ * the buffer protocol (Py_buffer, Py_bf_getbuffer) that Part and SlotView
+ * need.  The build defines it too; this keeps a stray compile honest. */
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x030B0000
+#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -31,6 +38,17 @@ PyObject *dhpy_raise(int rc, const struct dh_err *e);
 /* dhpy_raise(), and sets the exception's `code` attribute to rc (the
  * DH_E* code a caller can report, as the C pool's notices carry it). */
 PyObject *dhpy_raise_code(int rc, const struct dh_err *e);
+
+/* A heap type made from `spec` (the limited API has no static types) and
+ * added to `m` under the name after the spec's last dot.  Returns the type
+ * (a reference the caller keeps for the process's life: the module is
+ * single-phase and never unloaded), or NULL with an exception set. */
+PyTypeObject *dhpy_add_type(PyObject *m, PyType_Spec *spec);
+
+/* The last step of every tp_dealloc here: the type's tp_free (read with
+ * PyType_GetSlot: PyTypeObject is opaque in the limited API), then the
+ * reference each instance of a heap type holds on its type. */
+void dhpy_free(PyObject *self);
 
 /* Adds the Client, Batch and Part types to `m`; -1 on error. */
 int dhpy_client_init(PyObject *m);

@@ -52,10 +52,11 @@ static Py_ssize_t tensor_bytes(const struct dh_client_part *p)
 static void batch_dealloc(BatchObject *self)
 {
     dh_client_batch_release(self->b);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    dhpy_free((PyObject *)self);
 }
 
-static PyTypeObject PartType;
+/* The heap types (dhpy_client_init). */
+static PyTypeObject *PartType, *BatchType;
 
 static PyObject *batch_part(BatchObject *self, PyObject *arg)
 {
@@ -67,9 +68,9 @@ static PyObject *batch_part(BatchObject *self, PyObject *arg)
     if (j < 0 || (unsigned long)j >= self->b->n_parts)
         return PyErr_Format(PyExc_IndexError, "part %ld of %u", j,
                             self->b->n_parts);
-    if (!(p = PyObject_New(PartObject, &PartType)))
+    if (!(p = PyObject_New(PartObject, PartType)))
         return NULL;
-    Py_INCREF(self);
+    Py_INCREF((PyObject *)self);
     p->batch = self;
     p->j = (uint32_t)j;
     p->len = tensor_bytes(&self->b->parts[j]);
@@ -97,8 +98,15 @@ static PyObject *batch_dims(BatchObject *self, PyObject *arg)
     p = &self->b->parts[j];
     if (!(t = PyTuple_New(p->ndims)))
         return NULL;
-    for (uint32_t i = 0; i < p->ndims; i++)
-        PyTuple_SET_ITEM(t, i, PyLong_FromUnsignedLongLong(p->dims[i]));
+    for (uint32_t i = 0; i < p->ndims; i++) {
+        PyObject *d = PyLong_FromUnsignedLongLong(p->dims[i]);
+
+        if (!d) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SetItem(t, i, d); /* steals d */
+    }
     return t;
 }
 
@@ -119,7 +127,7 @@ static PyObject *batch_subs(const struct dh_client_batch *b)
             Py_DECREF(t);
             return NULL;
         }
-        PyTuple_SET_ITEM(t, i, v);
+        PyTuple_SetItem(t, i, v); /* steals v */
     }
     return t;
 }
@@ -181,20 +189,28 @@ static PyMethodDef batch_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject BatchType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._C.Batch",
-    .tp_basicsize = sizeof(BatchObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "One consumed step; its arena slots return when it is freed.",
-    .tp_dealloc = (destructor)batch_dealloc,
-    .tp_methods = batch_methods,
-    .tp_getset = batch_getset,
+static PyType_Slot batch_slots[] = {
+    {Py_tp_doc,
+     (void *)"One consumed step; its arena slots return when it is freed."},
+    {Py_tp_dealloc, (void *)batch_dealloc},
+    {Py_tp_methods, (void *)batch_methods},
+    {Py_tp_getset, (void *)batch_getset},
+    {0, NULL},
+};
+
+/* Made by Client.next() alone, as the static type was (it had no tp_new). */
+static PyType_Spec batch_spec = {
+    .name = "datahelix._C.Batch",
+    .basicsize = sizeof(BatchObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = batch_slots,
 };
 
 static void part_dealloc(PartObject *self)
 {
-    Py_XDECREF(self->batch);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    Py_XDECREF((PyObject *)self->batch);
+    dhpy_free((PyObject *)self);
 }
 
 static int part_getbuffer(PartObject *self, Py_buffer *view, int flags)
@@ -207,17 +223,20 @@ static int part_getbuffer(PartObject *self, Py_buffer *view, int flags)
                              0, flags);
 }
 
-static PyBufferProcs part_buffer = {
-    .bf_getbuffer = (getbufferproc)part_getbuffer,
+static PyType_Slot part_slots[] = {
+    {Py_tp_doc,
+     (void *)"A microbatch's tensor in shared memory (buffer protocol)."},
+    {Py_tp_dealloc, (void *)part_dealloc},
+    {Py_bf_getbuffer, (void *)part_getbuffer},
+    {0, NULL},
 };
 
-static PyTypeObject PartType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._C.Part",
-    .tp_basicsize = sizeof(PartObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A microbatch's tensor in shared memory (buffer protocol).",
-    .tp_dealloc = (destructor)part_dealloc,
-    .tp_as_buffer = &part_buffer,
+static PyType_Spec part_spec = {
+    .name = "datahelix._C.Part",
+    .basicsize = sizeof(PartObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = part_slots,
 };
 
 /* ---- Client ---- */
@@ -256,20 +275,30 @@ static int dataserver_args(PyObject *seq, PyObject *keep[17],
 
     if (!f)
         return -1;
-    n = PySequence_Fast_GET_SIZE(f);
+    if ((n = PySequence_Size(f)) < 0) {
+        Py_DECREF(f);
+        return -1;
+    }
     if (n > 16) {
         Py_DECREF(f);
         PyErr_SetString(PyExc_ValueError, "dataserver_args: at most 16");
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(f, i), &keep[i])) {
+        /* PySequence_Fast gave a list or tuple: GetItem cannot fail for
+         * i < n.  A new reference (the _GET_ITEM macro is not in the
+         * limited API). */
+        PyObject *item = PySequence_GetItem(f, i);
+        int ok = item && PyUnicode_FSConverter(item, &keep[i]);
+
+        Py_XDECREF(item);
+        if (!ok) {
             Py_DECREF(f);
             for (Py_ssize_t k = 0; k < i; k++)
                 Py_CLEAR(keep[k]);
             return -1;
         }
-        argv[i] = PyBytes_AS_STRING(keep[i]);
+        argv[i] = PyBytes_AsString(keep[i]); /* keep[i] is bytes */
     }
     argv[n] = NULL;
     Py_DECREF(f);
@@ -406,7 +435,7 @@ static void client_close_c(ClientObject *self)
 static void client_dealloc(ClientObject *self)
 {
     client_close_c(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    dhpy_free((PyObject *)self);
 }
 
 static int check_open(const ClientObject *self)
@@ -602,7 +631,7 @@ static PyObject *client_next(ClientObject *self, PyObject *args)
         Py_DECREF(exc);
         return NULL;
     }
-    if (!(bo = PyObject_New(BatchObject, &BatchType))) {
+    if (!(bo = PyObject_New(BatchObject, BatchType))) {
         dh_client_batch_release(b);
         return NULL;
     }
@@ -690,8 +719,15 @@ static PyObject *client_quarantine(ClientObject *self, PyObject *unused)
         n = 4096;
     if (!(l = PyList_New((Py_ssize_t)n)))
         return NULL;
-    for (size_t i = 0; i < n; i++)
-        PyList_SET_ITEM(l, (Py_ssize_t)i, PyLong_FromUnsignedLongLong(ids[i]));
+    for (size_t i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(ids[i]);
+
+        if (!v) {
+            Py_DECREF(l);
+            return NULL;
+        }
+        PyList_SetItem(l, (Py_ssize_t)i, v); /* steals v */
+    }
     return l;
 }
 
@@ -714,26 +750,28 @@ static PyMethodDef client_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject ClientType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._C.Client",
-    .tp_basicsize = sizeof(ClientObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Client(coordinator, index, ...): a training rank's side of "
-              "the data plane (include/datahelix/client.h).",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)client_init,
-    .tp_dealloc = (destructor)client_dealloc,
-    .tp_methods = client_methods,
+static PyType_Slot client_slots[] = {
+    {Py_tp_doc, (void *)"Client(coordinator, index, ...): a training rank's "
+                        "side of the data plane (include/datahelix/client.h)."},
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {Py_tp_init, (void *)client_init},
+    {Py_tp_dealloc, (void *)client_dealloc},
+    {Py_tp_methods, (void *)client_methods},
+    {0, NULL},
+};
+
+static PyType_Spec client_spec = {
+    .name = "datahelix._C.Client",
+    .basicsize = sizeof(ClientObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = client_slots,
 };
 
 int dhpy_client_init(PyObject *m)
 {
-    if (PyType_Ready(&BatchType) < 0 || PyType_Ready(&PartType) < 0 ||
-        PyType_Ready(&ClientType) < 0)
-        return -1;
-    if (PyModule_AddObjectRef(m, "Client", (PyObject *)&ClientType) < 0 ||
-        PyModule_AddObjectRef(m, "Batch", (PyObject *)&BatchType) < 0 ||
-        PyModule_AddObjectRef(m, "Part", (PyObject *)&PartType) < 0)
+    if (!dhpy_add_type(m, &client_spec) ||
+        !(BatchType = dhpy_add_type(m, &batch_spec)) ||
+        !(PartType = dhpy_add_type(m, &part_spec)))
         return -1;
     return 0;
 }

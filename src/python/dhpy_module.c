@@ -20,6 +20,29 @@
 PyObject *dhpy_DataError, *dhpy_SampleError, *dhpy_ArenaExhausted,
     *dhpy_TimeoutError;
 
+PyTypeObject *dhpy_add_type(PyObject *m, PyType_Spec *spec)
+{
+    const char *dot = strrchr(spec->name, '.');
+    PyObject *t = PyType_FromSpec(spec);
+
+    if (!t)
+        return NULL;
+    if (PyModule_AddObjectRef(m, dot ? dot + 1 : spec->name, t) < 0) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    return (PyTypeObject *)t;
+}
+
+void dhpy_free(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+
+    f(self);
+    Py_DECREF(tp);
+}
+
 PyObject *dhpy_raise(int rc, const struct dh_err *e)
 {
     const char *msg = e && e->msg[0] ? e->msg : dh_strerror(rc);
@@ -182,7 +205,9 @@ static PyObject *py_decode(PyObject *self, PyObject *args, PyObject *kw)
     if (dh_media_plan_check(&p, &e) < 0)
         return dhpy_raise(DH_EINVAL, &e);
     len = dh_media_plan_bytes(&p, frames);
-    if (!(buf = PyMem_RawMalloc(len + DH_MEDIA_DST_PAD)))
+    /* PyMem_Malloc (the limited API has no PyMem_RawMalloc): allocated and
+     * freed with the GIL held; only written while it is released. */
+    if (!(buf = PyMem_Malloc(len + DH_MEDIA_DST_PAD)))
         return PyErr_NoMemory();
     Py_BEGIN_ALLOW_THREADS rc = dh_media_create(&m, &e);
     if (rc == 0)
@@ -194,7 +219,7 @@ static PyObject *py_decode(PyObject *self, PyObject *args, PyObject *kw)
     dh_media_destroy(m);
     Py_END_ALLOW_THREADS if (rc == 0)
         out = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)len);
-    PyMem_RawFree(buf);
+    PyMem_Free(buf);
     return rc < 0 ? dhpy_raise(rc, &e) : out;
 }
 
@@ -227,7 +252,7 @@ static int index_init(IndexObject *self, PyObject *args, PyObject *kw)
 static void index_dealloc(IndexObject *self)
 {
     dh_index_close(self->ix);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    dhpy_free((PyObject *)self);
 }
 
 static Py_ssize_t index_len(IndexObject *self)
@@ -309,18 +334,21 @@ static PyMethodDef index_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PySequenceMethods index_seq = {.sq_length = (lenfunc)index_len};
+static PyType_Slot index_slots[] = {
+    {Py_tp_doc, (void *)"Index(path): a .dhx index, read-only (mmap)."},
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {Py_tp_init, (void *)index_init},
+    {Py_tp_dealloc, (void *)index_dealloc},
+    {Py_tp_methods, (void *)index_methods},
+    {Py_sq_length, (void *)index_len},
+    {0, NULL},
+};
 
-static PyTypeObject IndexType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._C.Index",
-    .tp_basicsize = sizeof(IndexObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Index(path): a .dhx index, read-only (mmap).",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)index_init,
-    .tp_dealloc = (destructor)index_dealloc,
-    .tp_methods = index_methods,
-    .tp_as_sequence = &index_seq,
+static PyType_Spec index_spec = {
+    .name = "datahelix._C.Index",
+    .basicsize = sizeof(IndexObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = index_slots,
 };
 
 /* packed_table(buffer, n, elem) -> [(offset, t, h, w, valid_frames)]: the
@@ -360,7 +388,7 @@ static PyObject *py_packed_table(PyObject *mod, PyObject *args)
             Py_CLEAR(out);
             break;
         }
-        PyList_SET_ITEM(out, i, t);
+        PyList_SetItem(out, i, t); /* steals t; i is in range */
     }
 out_free:
     PyMem_Free(en);
@@ -531,8 +559,7 @@ PyMODINIT_FUNC PyInit__C(void)
 
     if (!m)
         return NULL;
-    if (PyType_Ready(&IndexType) < 0 ||
-        PyModule_AddObjectRef(m, "Index", (PyObject *)&IndexType) < 0)
+    if (!dhpy_add_type(m, &index_spec))
         goto fail;
     if (add_errors(m) < 0 ||
         PyModule_AddIntConstant(m, "BALANCE_FIXED", DH_BALANCE_FIXED) < 0 ||

@@ -62,7 +62,7 @@ static int arena_init(ArenaObject *self, PyObject *args, PyObject *kw)
 static void arena_dealloc(ArenaObject *self)
 {
     dh_arena_destroy(self->a);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    dhpy_free((PyObject *)self);
 }
 
 static int arena_ready(const ArenaObject *self)
@@ -102,7 +102,8 @@ static int parse_ref(PyObject *args, struct dh_slot_ref *r)
     return 0;
 }
 
-static PyTypeObject SlotViewType;
+/* A heap type (dhpy_pyds_init), not in the module: only view() makes one. */
+static PyTypeObject *SlotViewType;
 
 /* view(offset, len, gen) -> writable memoryview of the live slot */
 static PyObject *arena_view(ArenaObject *self, PyObject *args)
@@ -120,9 +121,9 @@ static PyObject *arena_view(ArenaObject *self, PyObject *args)
                             "bytes, generation %u) is not live",
                             (unsigned long long)r.offset,
                             (unsigned long long)r.len, r.gen);
-    if (!(v = PyObject_New(SlotViewObject, &SlotViewType)))
+    if (!(v = PyObject_New(SlotViewObject, SlotViewType)))
         return NULL;
-    Py_INCREF(self);
+    Py_INCREF((PyObject *)self);
     v->arena = self;
     v->p = p;
     v->len = (Py_ssize_t)r.len;
@@ -175,23 +176,28 @@ static PyGetSetDef arena_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject ArenaType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._C.Arena",
-    .tp_basicsize = sizeof(ArenaObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Arena(fd): attach a DataServer's arena (a memfd) to write "
-              "slots (DataServer Python workers).",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)arena_init,
-    .tp_dealloc = (destructor)arena_dealloc,
-    .tp_methods = arena_methods,
-    .tp_getset = arena_getset,
+static PyType_Slot arena_slots[] = {
+    {Py_tp_doc, (void *)"Arena(fd): attach a DataServer's arena (a memfd) to "
+                        "write slots (DataServer Python workers)."},
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {Py_tp_init, (void *)arena_init},
+    {Py_tp_dealloc, (void *)arena_dealloc},
+    {Py_tp_methods, (void *)arena_methods},
+    {Py_tp_getset, (void *)arena_getset},
+    {0, NULL},
+};
+
+static PyType_Spec arena_spec = {
+    .name = "datahelix._C.Arena",
+    .basicsize = sizeof(ArenaObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = arena_slots,
 };
 
 static void slotview_dealloc(SlotViewObject *self)
 {
-    Py_XDECREF(self->arena);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    Py_XDECREF((PyObject *)self->arena);
+    dhpy_free((PyObject *)self);
 }
 
 static int slotview_getbuffer(SlotViewObject *self, Py_buffer *view, int flags)
@@ -200,17 +206,19 @@ static int slotview_getbuffer(SlotViewObject *self, Py_buffer *view, int flags)
                              flags);
 }
 
-static PyBufferProcs slotview_buffer = {
-    .bf_getbuffer = (getbufferproc)slotview_getbuffer,
+static PyType_Slot slotview_slots[] = {
+    {Py_tp_doc, (void *)"A slot's bytes (buffer protocol); see Arena.view()."},
+    {Py_tp_dealloc, (void *)slotview_dealloc},
+    {Py_bf_getbuffer, (void *)slotview_getbuffer},
+    {0, NULL},
 };
 
-static PyTypeObject SlotViewType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._C.SlotView",
-    .tp_basicsize = sizeof(SlotViewObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A slot's bytes (buffer protocol); see Arena.view().",
-    .tp_dealloc = (destructor)slotview_dealloc,
-    .tp_as_buffer = &slotview_buffer,
+static PyType_Spec slotview_spec = {
+    .name = "datahelix._C.SlotView",
+    .basicsize = sizeof(SlotViewObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = slotview_slots,
 };
 
 /* ---- python_index ---- */
@@ -281,8 +289,8 @@ static PyMethodDef pyds_functions[] = {
 
 int dhpy_pyds_init(PyObject *m)
 {
-    if (PyType_Ready(&ArenaType) < 0 || PyType_Ready(&SlotViewType) < 0 ||
-        PyModule_AddObjectRef(m, "Arena", (PyObject *)&ArenaType) < 0 ||
+    if (!dhpy_add_type(m, &arena_spec) ||
+        !(SlotViewType = (PyTypeObject *)PyType_FromSpec(&slotview_spec)) ||
         PyModule_AddFunctions(m, pyds_functions) < 0)
         return -1;
     return 0;

@@ -103,7 +103,7 @@ static void decoder_dealloc(DecoderObject *self)
 {
     dh_media_destroy(self->m);
     dh_index_close(self->ix);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    dhpy_free((PyObject *)self);
 }
 
 /* decode_into(id, epoch, out) -> valid_frames */
@@ -164,18 +164,24 @@ static PyGetSetDef decoder_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject DecoderType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "datahelix._C.SampleDecoder",
-    .tp_basicsize = sizeof(DecoderObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "SampleDecoder(index, frames=16, width=224, height=224, "
-              "layout='THWC', dtype='uint8', seed=0, random_crop=False, "
-              "fps=0): one clip at a time, as the media pool decodes it",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)decoder_init,
-    .tp_dealloc = (destructor)decoder_dealloc,
-    .tp_methods = decoder_methods,
-    .tp_getset = decoder_getset,
+static PyType_Slot decoder_slots[] = {
+    {Py_tp_doc,
+     (void *)"SampleDecoder(index, frames=16, width=224, height=224, "
+             "layout='THWC', dtype='uint8', seed=0, random_crop=False, "
+             "fps=0): one clip at a time, as the media pool decodes it"},
+    {Py_tp_new, (void *)PyType_GenericNew},
+    {Py_tp_init, (void *)decoder_init},
+    {Py_tp_dealloc, (void *)decoder_dealloc},
+    {Py_tp_methods, (void *)decoder_methods},
+    {Py_tp_getset, (void *)decoder_getset},
+    {0, NULL},
+};
+
+static PyType_Spec decoder_spec = {
+    .name = "datahelix._C.SampleDecoder",
+    .basicsize = sizeof(DecoderObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = decoder_slots,
 };
 
 /* spares(seed, epoch, step, rank, ids, offs, k, want) -> bytes */
@@ -231,9 +237,7 @@ static PyMethodDef sample_methods[] = {
 
 int dhpy_sample_init(PyObject *m)
 {
-    if (PyType_Ready(&DecoderType) < 0 ||
-        PyModule_AddObjectRef(m, "SampleDecoder", (PyObject *)&DecoderType) <
-            0 ||
+    if (!dhpy_add_type(m, &decoder_spec) ||
         PyModule_AddIntConstant(m, "MEDIA_DST_PAD", DH_MEDIA_DST_PAD) < 0)
         return -1;
     return PyModule_AddFunctions(m, sample_methods);
