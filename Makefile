@@ -75,7 +75,7 @@ deb: build
 # A relocatable tree and tarball of the build, with the libraries a stock
 # glibc >= 2.36 Linux lacks and $ORIGIN run paths (docs/bundle.md):
 # DIST/datahelix-V-linux-ARCH{/,.tar.gz}.  Reuses build/; tested by
-# tests/integration/test_bundle.py.
+# tests/integration/test_bundle.py.  BUNDLE_GZIP=9: a smaller tarball.
 bundle: deps build
 	@scripts/make-bundle.sh build $(DIST)
 

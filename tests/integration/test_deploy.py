@@ -14,7 +14,11 @@
   objects fit together (the Service selects the Coordinator's pods, the
   ports agree, every pod gets the key from the Secret as a 0600 file), and
   every flag its containers pass to `datahelix` is one that subcommand's
-  --help lists.  No Kubernetes runs here: that is as far as it is checked.
+  --help lists.  No Kubernetes runs here, but each container's command line
+  does, on the namespaces, as the kubelet would start it (the Services'
+  names in /etc/hosts, the pod paths mapped, the pod IP and the Job index
+  set): the init container's key copy, the Coordinator, a sidecar, and two
+  training pods that train the epoch.
 """
 import json
 import os
@@ -197,3 +201,117 @@ def test_k8s_commands_use_only_real_flags():
                 assert not bad, (d["metadata"]["name"], sub, bad)
                 seen += 1
     assert seen >= 2, seen  # the Coordinator and the sidecars at least
+
+
+# ---- the manifest's own commands, run on the namespaces ---------------------
+#
+# No cluster here, but each container's command is a plain program line: the
+# test runs them as the pods would, on the three namespaces (the Coordinator
+# pod and training pod 0 in A, training pod 1 in B, a sidecar pod in C), with
+# the cluster's DNS names in each namespace's /etc/hosts (`ip netns exec`
+# bind-mounts /etc/netns/NS/hosts over /etc/hosts), the pod paths mapped to
+# this machine's (/data, /run/datahelix, /opt/datahelix), the downward API's
+# pod IP and the Indexed Job's JOB_COMPLETION_INDEX set as the kubelet would.
+
+def _pod_paths(s, key, data):
+    return (s.replace("/run/datahelix/job.key", str(key))
+            .replace("/data/", f"{data}/")
+            .replace("/opt/datahelix/", f"{ROOT}/deploy/"))
+
+
+def _container_env(c, pod_ip):
+    env = {}
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        else:
+            assert e["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+            env[e["name"]] = pod_ip
+    return env
+
+
+def _pod_proc(hosts, host, name, container, key, data, env):
+    from procs import FileProc
+    argv = [_pod_paths(a, key, data)
+            for a in container.get("command", []) + container.get("args", [])]
+    if argv[0] == "datahelix":
+        argv[0] = _binary()
+    env = {k: _pod_paths(v, key, data) for k, v in env.items()}
+    env.update(PYTHONPATH=str(ROOT / "python"), DATAHELIX_BIN=_binary())
+    p = FileProc(["ip", "netns", "exec", hosts.ns[host], "env",
+                  *[f"{k}={v}" for k, v in env.items()], *argv], name,
+                 hosts.tmp)
+    hosts.procs.append(p)
+    return p
+
+
+@pytest.fixture
+def cluster_dns(hosts):
+    """The Services' names resolve in every namespace to the pods' hosts."""
+    made = []
+    a = hosts.addr["A"]
+    top = pathlib.Path("/etc/netns")
+    had_top = top.exists()
+    for ns in hosts.ns.values():
+        d = pathlib.Path("/etc/netns") / ns
+        d.mkdir(parents=True)
+        made.append(d)
+        (d / "hosts").write_text(
+            "127.0.0.1 localhost\n"
+            f"{a} datahelix-coordinator datahelix-train-0.datahelix-train\n")
+    yield
+    for d in made:
+        shutil.rmtree(d)
+    if not had_top:
+        top.rmdir()
+
+
+def test_k8s_manifest_commands_run_on_three_nodes(hosts, dataset,  # noqa: F811
+                                                   cluster_dns):
+    from procs import wait_until
+    k = _by_kind(_docs())
+    deps = {d["metadata"]["name"]: d for d in k["Deployment"]}
+    job = k["Job"][0]
+    key = hosts.tmp / "job.key"
+    # The init container's line, then the Secret's file as it would be
+    # mounted (0400, by `kubectl create secret --from-file`).
+    secret = hosts.tmp / "secret"
+    secret.mkdir()
+    subprocess.run([_binary(), "keygen", secret / "job.key"], check=True,
+                   capture_output=True, timeout=30)
+    os.chmod(secret / "job.key", 0o400)
+    init = _pod(job)["initContainers"][0]
+    line = init["command"][-1].replace("/secret/", f"{secret}/")
+    subprocess.run(["sh", "-c", _pod_paths(line, key, dataset)], check=True,
+                   timeout=30)
+    assert oct(key.stat().st_mode & 0o777) == "0o600"
+
+    coord = _pod_proc(hosts, "A", "k8s-coordinator",
+                      _pod(deps["datahelix-coordinator"])["containers"][0],
+                      key, dataset, {})
+    assert wait_until(lambda: "listening" in coord.stderr() or
+                      coord.p.poll() is not None, 15), coord.stderr()
+    assert coord.p.poll() is None, coord.stderr()
+    side = _pod_proc(hosts, "C", "k8s-dataserver",
+                     _pod(deps["datahelix-dataserver"])["containers"][0],
+                     key, dataset, {})
+    assert wait_until(lambda: "registered" in side.stderr() or
+                      side.p.poll() is not None, 15), side.stderr()
+    assert side.p.poll() is None, side.stderr()
+
+    c = _pod(job)["containers"][0]
+    n = job["spec"]["completions"]
+    assert n == 2  # the pods' hosts below
+    trains = []
+    for idx, (host, ifname) in enumerate([("A", "br0"), ("B", "eth0")]):
+        env = _container_env(c, hosts.addr[host])
+        env.update(JOB_COMPLETION_INDEX=str(idx), GLOO_SOCKET_IFNAME=ifname)
+        trains.append(_pod_proc(hosts, host, f"k8s-train-{idx}", c, key,
+                                dataset, env))
+    for t in trains:
+        assert wait_until(lambda: t.p.poll() is not None, 240), t.name
+        assert t.p.returncode == 0, t.stderr()[-3000:]
+    said = "".join(t.stdout() + t.stderr() for t in trains)
+    for r in range(2):
+        assert f"rank {r}/2: 3 steps, job total 12 samples" in said, said[-2000:]
+    assert side.p.poll() is None and coord.p.poll() is None
