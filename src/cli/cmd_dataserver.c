@@ -74,6 +74,11 @@ static void usage(FILE *f)
         "                       Coordinator link, --listen and deliveries\n"
         "  --insecure           allow --listen on a non-loopback address\n"
         "                       without a key (warns)\n"
+        "  --payload-stripes N  connections (and I/O threads) a payload\n"
+        "                       link uses, 1..8: a large batch is cut into\n"
+        "                       N parts so CURVE runs on N cores (default\n"
+        "                       $DATAHELIX_PAYLOAD_STRIPES, else min(4,\n"
+        "                       CPUs))\n"
         "  --deliver-timeout-ms MS  remote: how long a local server may take\n"
         "                       to accept a batch before the task fails\n"
         "                       (default 5000)\n"
@@ -112,7 +117,8 @@ enum {
     OPT_PY_TIMEOUT,
     OPT_PY_SEED,
     OPT_PY_UNLINK,
-    OPT_CLIENT_PID
+    OPT_CLIENT_PID,
+    OPT_STRIPES
 };
 
 static const struct option long_opts[] = {
@@ -133,6 +139,7 @@ static const struct option long_opts[] = {
     {"keyfile", required_argument, NULL, 'K'},
     {"insecure", no_argument, NULL, 'I'},
     {"deliver-timeout-ms", required_argument, NULL, 'D'},
+    {"payload-stripes", required_argument, NULL, OPT_STRIPES},
     {"python-dataset", required_argument, NULL, OPT_PY_DATASET},
     {"python-workers", required_argument, NULL, OPT_PY_WORKERS},
     {"python", required_argument, NULL, OPT_PY_EXE},
@@ -213,6 +220,10 @@ static int parse_opt(void *ctx, int c)
     case 'a':
         if (!(r = dh_cli_opt_i64(CMD, "--arena-mb", optarg, 1, 1 << 20, &v)))
             a->o.arena_bytes = (size_t)v << 20;
+        return r;
+    case OPT_STRIPES:
+        if (!(r = dh_cli_opt_i64(CMD, "--payload-stripes", optarg, 1, 8, &v)))
+            a->o.payload_stripes = (unsigned)v;
         return r;
     case 'D':
         if (!(r = dh_cli_opt_i64(CMD, "--deliver-timeout-ms", optarg, 1,
