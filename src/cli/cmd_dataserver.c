@@ -41,6 +41,7 @@ static void usage(FILE *f)
         "--index M.dhx\n"
         "                            [--deliver-timeout-ms MS]\n"
         "   common options:          [--workers N] [--server-id ID]\n"
+        "                            [--payload-stripes N]\n"
         "                            [--arena-mb MB] [--heartbeat-ms MS]\n\n"
         "Runs the local DataServer of rank R: registers with the\n"
         "Coordinator, decodes the batches routed to it into its shared-\n"
@@ -361,6 +362,31 @@ static void announce(const struct args *a, const struct dh_dataserver *s)
                 ep ? ep : "");
 }
 
+/* What crossed hosts, on the way out (docs/dataserver.md "Striped
+ * payloads"): a remote's batches sent, a local's taken. */
+static void summary(const struct args *a, const struct dh_dataserver *s)
+{
+    struct dh_dataserver_stats st;
+
+    dh_dataserver_stats(s, &st);
+    if (a->o.remote)
+        fprintf(stderr,
+                "datahelix: dataserver: remote server %u forwarded %llu "
+                "batches (%llu bytes; %llu payload parts)\n",
+                dh_dataserver_id(s), (unsigned long long)st.forwarded,
+                (unsigned long long)st.forwarded_bytes,
+                (unsigned long long)st.parts_out);
+    else if (dh_dataserver_endpoint(s))
+        fprintf(stderr,
+                "datahelix: dataserver: rank %u (server %u) took %llu "
+                "payloads from remote servers (%llu bytes; %llu payload "
+                "parts), %llu malformed messages\n",
+                a->o.rank, dh_dataserver_id(s), (unsigned long long)st.payloads,
+                (unsigned long long)st.cross_ds_bytes,
+                (unsigned long long)st.parts_in,
+                (unsigned long long)st.malformed);
+}
+
 static int serve(struct args *a)
 {
     struct dh_dataserver *s = NULL;
@@ -373,6 +399,7 @@ static int serve(struct args *a)
     if ((rc = dh_dataserver_create(&a->o, &s, &e)) == 0) {
         announce(a, s);
         rc = dh_dataserver_run(s, stop, &e);
+        summary(a, s);
     }
     if (rc < 0)
         dh_cli_error(CMD, "%s", e.msg[0] ? e.msg : dh_strerror(rc));
