@@ -45,7 +45,9 @@
  * DataServer's inbox and arena over tcp://127.0.0.1, each end in its own
  * context as in two processes, unstriped (1 connection) and striped (a
  * DataServer's default width, or --stripes), CURVE on and off
- * interleaved; and the ceilings - one core's cipher and memcpy rates.
+ * interleaved; the CPU time per byte of each (getrusage over the timed
+ * batches, both ends), which bounds each rate on this machine's CPUs; and
+ * one core's cipher, AES-256-GCM and memcpy rates.
  * Medians and ratios.
  *
  * Usage: bench_route [--requests N] [--warmup N] [--reps R] [--inflight K]
@@ -1086,7 +1088,8 @@ static void print_security(const struct opts *o, const struct security *s)
 {
     int last = s->npay - 1;
     /* Every byte costs the process cpu_curve CPU-ns however it is spread
-     * over threads: on `cpus` cores CURVE cannot move more than this. */
+     * over threads: on `cpus` cores CURVE cannot move more than this (and
+     * plain no more than cpus / cpu_plain). */
     double bound = (double)s->cpus * 1e3 / s->cpu_curve_med[last];
 
     printf("\n## cost of security: CURVE (job key + ZAP) vs plain, tcp "
@@ -1112,16 +1115,20 @@ static void print_security(const struct opts *o, const struct security *s)
                "%.2f | %.2f | x %.1f | |\n",
                s->stripes[c], s->stripes[c] > 1 ? "s" : "", s->cpu_plain_med[c],
                s->cpu_curve_med[c], s->cpu_curve_med[c] / s->cpu_plain_med[c]);
-    printf(
-        "\nceilings (one core, 4 MiB, best of 5): XSalsa20-Poly1305 (CURVE's "
-        "cipher) %.0f MB/s, AES-256-GCM %.0f MB/s, memcpy %.0f MB/s.  "
-        "%ld CPUs at %.2f CPU-ns per CURVE byte: CURVE cannot pass %.0f "
-        "MB/s here, %.1f %% of the striped plain rate; 70 %% of that rate "
-        "needs %.1f CPUs (each batch arrived as %u parts)\n",
-        s->cipher_mbps, s->aes_mbps, s->memcpy_mbps, s->cpus,
-        s->cpu_curve_med[last], bound, 100.0 * bound / s->pay_plain_med[last],
-        0.7 * s->pay_plain_med[last] * s->cpu_curve_med[last] / 1e3,
-        s->stripes[last]);
+    printf("\nwhy (the striped link): CPU per byte moved, both ends: plain "
+           "%.2f ns, CURVE %.2f ns (x %.1f).  No run beats CPUs / its cost: "
+           "plain <= %.0f MB/s, CURVE <= %.0f MB/s on these %ld CPUs, so "
+           "CURVE / plain <= %.1f %% wherever plain is CPU-bound (70 %% "
+           "needs CURVE at <= 1.43 x plain's CPU per byte).  One core, 4 "
+           "MiB, best of 5: XSalsa20-Poly1305 (CURVE's cipher) %.0f MB/s, "
+           "so boxing and unboxing cost %.2f ns a byte; AES-256-GCM %.0f "
+           "MB/s; memcpy %.0f MB/s.  Each batch arrived as %u parts.\n",
+           s->cpu_plain_med[last], s->cpu_curve_med[last],
+           s->cpu_curve_med[last] / s->cpu_plain_med[last],
+           (double)s->cpus * 1e3 / s->cpu_plain_med[last], bound, s->cpus,
+           100.0 * s->cpu_plain_med[last] / s->cpu_curve_med[last],
+           s->cipher_mbps, s->cipher_mbps > 0 ? 2e3 / s->cipher_mbps : 0,
+           s->aes_mbps, s->memcpy_mbps, s->stripes[last]);
     if (o->json)
         printf("{\"security\":{\"route_plain\":%.1f,\"route_curve\":%.1f,"
                "\"route_ratio\":%.4f,\"payload_stripes\":%u,"
