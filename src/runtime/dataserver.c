@@ -461,8 +461,10 @@ static int open_sockets(struct dh_dataserver *s,
         return dh_err_set(e, DH_EIO, "dataserver: zmq: %s",
                           zmq_strerror(zmq_errno()));
     /* One I/O thread per stripe at either end of a payload link (a
-     * remote's sockets to every target, a local's inbox connections). */
-    if ((rc = dh__tp_ctx_tune(s->ctx, s->env.stripes,
+     * remote's sockets to every target, a listening local's incoming
+     * connections); a local that takes no payloads keeps one. */
+    if ((o->remote || o->listen) &&
+        (rc = dh__tp_ctx_tune(s->ctx, s->env.stripes,
                               DS_MAX_PEERS * (int)s->env.stripes + 64, e)) < 0)
         return rc;
     if ((rc = dh__ds_ctl_open(&s->env, s->ctx, s->coord, &s->ctl, e)) < 0)

@@ -558,14 +558,18 @@ static int send_whole(struct dh_tp_link *l, const void *hdr, size_t hdr_len,
     void *sock = l->sock[l->next % l->n];
     int rc = dh__tp_send_more(sock, hdr, hdr_len, e);
 
-    if (rc <= 0)
-        return rc; /* nothing queued */
-    if ((rc = dh__tp_send_zc(sock, data, len, free_fn, hint, e)) == DH_ENOMEM)
-        free_fn(data, hint); /* the header went alone: DH_EIO's contract */
-    if (rc < 0)
-        return DH_EIO;
-    l->next++;
-    return 1;
+    if (rc == 0)
+        return 0; /* nothing queued */
+    if (rc > 0) {
+        if ((rc = dh__tp_send_zc(sock, data, len, free_fn, hint, e)) == 0) {
+            l->next++;
+            return 1;
+        }
+        if (rc != DH_ENOMEM)
+            return DH_EIO; /* ZeroMQ freed it */
+    }
+    free_fn(data, hint); /* never handed over: DH_EIO's contract */
+    return DH_EIO;
 }
 
 /* 1 if every socket can take a message now. */
@@ -628,7 +632,9 @@ int dh__tp_link_send(struct dh_tp_link *l, const void *hdr, size_t hdr_len,
 
     if (count == 1)
         return send_whole(l, hdr, hdr_len, data, len, free_fn, hint, e);
-    if ((rc = all_writable(l, e)) <= 0)
+    if ((rc = all_writable(l, e)) < 0)
+        free_fn(data, hint); /* DH_EIO's contract */
+    if (rc <= 0)
         return rc;
     if (!(sh = dh__malloc(sizeof(*sh))))
         return dh_err_set(e, DH_ENOMEM, "out of memory");

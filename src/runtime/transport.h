@@ -222,9 +222,9 @@ uint32_t dh__tp_link_stripes(const struct dh_tp_link *l);
  * ZeroMQ I/O thread, after the last part is written (or dropped).
  * 1: sent, ZeroMQ owns `data`; 0: a socket is not connected or full,
  * nothing sent, the caller still owns `data`; DH_ENOMEM: nothing sent,
- * the caller owns `data`; DH_EIO: failed part way (or the socket did):
- * `data` is ZeroMQ's (free_fn will run), parts may be queued, the caller
- * closes the link (which drops them).
+ * the caller owns `data`; DH_EIO: failed (part way, or a socket did):
+ * free_fn has run or will run, parts may be queued, the caller closes the
+ * link (which drops them).
  */
 int dh__tp_link_send(struct dh_tp_link *l, const void *hdr, size_t hdr_len,
                      void *data, size_t len,

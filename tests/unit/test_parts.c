@@ -12,9 +12,9 @@
  *     its timeout, never before;
  *   - the sender's link over real sockets: a large payload goes as one
  *     part per socket (each on its own connection), reassembles to the
- *     same bytes, and its buffer is freed exactly once; a small one goes
- *     whole; nothing is sent (and nothing freed) while a socket of the
- *     link is not connected.
+ *     same bytes, and its buffer is freed exactly once; small ones go
+ *     whole, each on the next connection in turn; nothing is sent (and
+ *     nothing freed) while a socket of the link is not connected.
  * Every wait has a timeout. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -483,21 +483,28 @@ static void link_stripes_a_large_payload(void **state)
         assert_true(dh__tp_wait(in, 10, &e) >= 0);
     assert_int_equal(atomic_load(&freed), 1);
 
-    /* A small payload goes whole, on one socket. */
+    /* Small payloads go whole, each on the next socket in turn. */
+    for (int p = 0; p < STRIPES; p++) {
+        struct dh_tp_from from;
+
+        end = now_ms() + WAIT_MS;
+        while ((rc = dh__tp_link_send(l, hdr, sizeof(hdr), big, 1000,
+                                      count_free, NULL, &e)) == 0 &&
+               now_ms() < end)
+            assert_true(dh__tp_wait(in, 10, &e) >= 0);
+        assert_int_equal(rc, 1);
+        recv_one(in, &from, f, &n);
+        assert_int_equal(n, 2); /* [hdr][data] */
+        assert_int_equal(zmq_msg_size(&f[1]), 1000);
+        dh__tp_frames_close(f, n);
+        memcpy(ids[p], from.id, DH_TP_MAX_ID);
+        for (int q = 0; q < p; q++)
+            assert_memory_not_equal(ids[q], ids[p], from.id_len);
+    }
     end = now_ms() + WAIT_MS;
-    while ((rc = dh__tp_link_send(l, hdr, sizeof(hdr), big, 1000, count_free,
-                                  NULL, &e)) == 0 &&
-           now_ms() < end)
+    while (atomic_load(&freed) < 1 + STRIPES && now_ms() < end)
         assert_true(dh__tp_wait(in, 10, &e) >= 0);
-    assert_int_equal(rc, 1);
-    recv_one(in, NULL, f, &n);
-    assert_int_equal(n, 2);
-    assert_int_equal(zmq_msg_size(&f[1]), 1000);
-    dh__tp_frames_close(f, n);
-    end = now_ms() + WAIT_MS;
-    while (atomic_load(&freed) < 2 && now_ms() < end)
-        assert_true(dh__tp_wait(in, 10, &e) >= 0);
-    assert_int_equal(atomic_load(&freed), 2);
+    assert_int_equal(atomic_load(&freed), 1 + STRIPES);
 
     dh__tp_link_close(&l, 0);
     assert_null(l);
