@@ -1004,6 +1004,7 @@ struct security {
     uint32_t stripes[NPAY];
     uint64_t parts[NPAY];
     int npay, reps;
+    uint32_t def_stripes; /* a DataServer's default width here */
     double cipher_mbps, aes_mbps, memcpy_mbps;
     long cpus;
 };
@@ -1050,7 +1051,11 @@ static void measure_security(const struct opts *o, struct security *s)
     ro.warmup = 5000;
     s->reps = o->reps;
     s->stripes[0] = 1;
-    s->stripes[1] = dh__tp_stripes(o->stripes);
+    /* The striped row runs even where a DataServer's default is 1. */
+    s->stripes[1] = o->stripes ? o->stripes : dh__tp_stripes(0);
+    if (!o->stripes && s->stripes[1] < 2)
+        s->stripes[1] = 2;
+    s->def_stripes = dh__tp_stripes(0);
     s->npay = s->stripes[1] > 1 ? 2 : 1;
     s->cpus = sysconf(_SC_NPROCESSORS_ONLN);
     s->cipher_mbps = bench_cipher_mbps();
@@ -1107,7 +1112,8 @@ static void print_security(const struct opts *o, const struct security *s)
                "%.1f %% | >= 70 %% |\n",
                BENCH_PAY_BYTES >> 20, o->pay_count, s->stripes[c],
                s->stripes[c] > 1 ? "s" : "", s->stripes[c] > 1 ? "s" : "",
-               c == 0 ? ", unstriped" : ", striped: the default",
+               s->stripes[c] == s->def_stripes ? ", a DataServer's default"
+                                               : "",
                s->pay_plain_med[c], s->pay_curve_med[c],
                100.0 * s->pay_curve_med[c] / s->pay_plain_med[c]);
     for (int c = 0; c < s->npay; c++)
@@ -1131,7 +1137,8 @@ static void print_security(const struct opts *o, const struct security *s)
            s->aes_mbps, s->memcpy_mbps, s->stripes[last]);
     if (o->json)
         printf("{\"security\":{\"route_plain\":%.1f,\"route_curve\":%.1f,"
-               "\"route_ratio\":%.4f,\"payload_stripes\":%u,"
+               "\"route_ratio\":%.4f,\"default_stripes\":%u,"
+               "\"payload_stripes\":%u,"
                "\"payload_plain_mbps\":%.1f,\"payload_curve_mbps\":%.1f,"
                "\"payload_ratio\":%.4f,\"payload1_plain_mbps\":%.1f,"
                "\"payload1_curve_mbps\":%.1f,\"payload1_ratio\":%.4f,"
@@ -1140,8 +1147,8 @@ static void print_security(const struct opts *o, const struct security *s)
                "\"aes_mbps\":%.1f,\"memcpy_mbps\":%.1f,\"cpus\":%ld,"
                "\"reps\":%d}}\n",
                s->route_plain_med, s->route_curve_med,
-               s->route_curve_med / s->route_plain_med, s->stripes[last],
-               s->pay_plain_med[last], s->pay_curve_med[last],
+               s->route_curve_med / s->route_plain_med, s->def_stripes,
+               s->stripes[last], s->pay_plain_med[last], s->pay_curve_med[last],
                s->pay_curve_med[last] / s->pay_plain_med[last],
                s->pay_plain_med[0], s->pay_curve_med[0],
                s->pay_curve_med[0] / s->pay_plain_med[0],
@@ -1174,8 +1181,8 @@ static void usage(int status)
             "  --no-security    skip it\n"
             "  --sec-requests N routing requests per run there (default "
             "30000)\n"
-            "  --stripes N   payload link width (default: a DataServer's, "
-            "min(4, CPUs))\n"
+            "  --stripes N   striped payload link width (default: a "
+            "DataServer's, at least 2)\n"
             "  --pay-count N timed 4 MiB payload batches per run (default "
             "64)\n",
             MAX_REPS);

@@ -21,7 +21,7 @@
  *     and dropped and is the sender's fault (DH_ENOMEM aside): counted and
  *     logged by the caller, which keeps serving.
  *   - Striped payloads: a payload link is several DH_TP_PAYLOAD_OUT sockets
- *     to one target (dh__tp_stripes(): min(4, CPUs) by default), and the
+ *     to one target (dh__tp_stripes(): half the CPUs, 1..4, by default), and the
  *     context of each end gets as many I/O threads (dh__tp_ctx_tune()), so
  *     libzmq places each connection on its own thread and CURVE's cipher
  *     runs on several cores at once.  A payload of DH_TP_STRIPE_MIN bytes
@@ -478,9 +478,9 @@ uint32_t dh__tp_stripes(uint32_t want)
         if (!*end && v >= 1 && v <= DH_TP_MAX_STRIPES)
             return (uint32_t)v;
     }
-    if (cpus < 1)
+    if (cpus < 4)
         return 1;
-    return cpus < 4 ? (uint32_t)cpus : 4;
+    return cpus < 8 ? (uint32_t)(cpus / 2) : 4;
 }
 
 int dh__tp_ctx_tune(void *ctx, uint32_t stripes, int sockets, struct dh_err *e)

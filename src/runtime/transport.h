@@ -175,8 +175,9 @@ static inline int dh__tp_dropped(int rc)
 #define DH_TP_STRIPES_ENV "DATAHELIX_PAYLOAD_STRIPES"
 
 /* The connections per payload link: `want` if 1..DH_TP_MAX_STRIPES, else
- * $DATAHELIX_PAYLOAD_STRIPES if set to one of those, else min(4, the
- * online CPUs).  Never fails. */
+ * $DATAHELIX_PAYLOAD_STRIPES if set to one of those, else half the online
+ * CPUs, 1..4 (the rest decode and train; on 2 CPUs one connection's two
+ * I/O threads already keep both busy).  Never fails. */
 uint32_t dh__tp_stripes(uint32_t want);
 /* Sets a fresh context (no socket yet) up for `stripes`-way payloads: as
  * many I/O threads, and room for `sockets` sockets.  DH_EIO if ZeroMQ

@@ -165,7 +165,7 @@ struct dh_dataserver_opts {
                                    payload link uses, 1..8 (docs/
                                    dataserver.md "Striped payloads"); 0
                                    (default): $DATAHELIX_PAYLOAD_STRIPES,
-                                   else min(4, CPUs) */
+                                   else half the CPUs, 1..4 */
 };
 
 /* Fills the defaults above (pointers NULL, rank 0, server_id 0, local,
