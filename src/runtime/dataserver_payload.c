@@ -27,7 +27,8 @@
  *     refused or a set dropped (wrong sender, duplicate, wrong size, over
  *     the caps, no new part within deliver_timeout_ms) is counted in
  *     stats.malformed and logged; the task is not notified (as for a
- *     message lost with its connection: the Coordinator re-routes it).  A
+ *     message lost with its connection: it completes through a re-route,
+ *     or fails at the client's timeout).  A
  *     set expires only on a turn that found the socket empty, so parts
  *     still queued while the arena was full never count as missing.
  *   - Arena space is asked for without blocking the loop: with the arena
