@@ -40,14 +40,20 @@
  * the same routing runs (least-request, telemetry off, --sec-requests
  * requests after a 5,000 warm-up) with every peer on CURVE (a job key, the
  * Coordinator's ZAP handler) and without, interleaved, R runs each; and
- * the payload path alone: a DH_TP_PAYLOAD_OUT DEALER streaming 4 MiB
- * payloads (64 per run after 8 untimed) to a DH_TP_PAYLOAD_IN ROUTER over
- * tcp://127.0.0.1, each in its own context (own I/O thread) as in two
- * processes, CURVE on and off interleaved.  Medians and ratios.
+ * the real payload path (bench_payload.c): a sidecar's payload link
+ * streaming 4 MiB batches (64 per run after 8 untimed) into a local
+ * DataServer's inbox and arena over tcp://127.0.0.1, each end in its own
+ * context as in two processes, unstriped (1 connection) and striped (a
+ * DataServer's default width, or --stripes), CURVE on and off
+ * interleaved; the CPU time per byte of each (getrusage over the timed
+ * batches, both ends), which bounds each rate on this machine's CPUs; and
+ * one core's cipher, AES-256-GCM and memcpy rates.
+ * Medians and ratios.
  *
  * Usage: bench_route [--requests N] [--warmup N] [--reps R] [--inflight K]
  *                    [--policy P[,P...]] [--ipc] [--no-peer] [--json]
  *                    [--security-only | --no-security] [--sec-requests N]
+ *                    [--stripes N] [--pay-count N]
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -65,6 +71,8 @@
 #include "datahelix/wire.h"
 #include "runtime/keys.h"
 #include "runtime/transport.h"
+
+#include "bench_payload.h"
 
 #define NSERVERS 64
 #define NCLIENTS 8
@@ -89,6 +97,8 @@ struct opts {
     int curve;    /* this run: every peer on CURVE with a job key */
     int security; /* 1: also the CURVE section, 2: only it, 0: not */
     long sec_requests;
+    unsigned stripes; /* payload link width (0: a DataServer's default) */
+    int pay_count;    /* timed payload batches per run */
     const char *policy[MAX_POLICIES];
     int npolicy;
 };
@@ -976,124 +986,81 @@ static void print_json(const struct opts *o, const struct result *res)
 
 /* ---- the cost of security ---- */
 
-#define PAY_BYTES (4u << 20)
-#define PAY_COUNT 64
 #define PAY_WARMUP 8
+
+/* Payload configurations, side by side: [0] one connection (one I/O
+ * thread at each end: the path before striping), [1] the striped link a
+ * DataServer uses by default (or --stripes). */
+#define NPAY 2
 
 struct security {
     double route_plain[MAX_REPS], route_curve[MAX_REPS];
-    double pay_plain[MAX_REPS], pay_curve[MAX_REPS];
-    double route_plain_med, route_curve_med, pay_plain_med, pay_curve_med;
-    int reps;
+    double pay_plain[NPAY][MAX_REPS], pay_curve[NPAY][MAX_REPS];
+    double route_plain_med, route_curve_med;
+    double pay_plain_med[NPAY], pay_curve_med[NPAY];
+    /* CPU ns per byte moved (both ends), by configuration and run */
+    double cpu_plain[NPAY][MAX_REPS], cpu_curve[NPAY][MAX_REPS];
+    double cpu_plain_med[NPAY], cpu_curve_med[NPAY];
+    uint32_t stripes[NPAY];
+    uint64_t parts[NPAY];
+    int npay, reps;
+    uint32_t def_stripes; /* a DataServer's default width here */
+    double cipher_mbps, aes_mbps, memcpy_mbps;
+    long cpus;
 };
 
-static void no_free(void *data, void *hint)
+static void pay_run(const struct opts *o, struct security *s, int c, int curve,
+                    int rep)
 {
-    (void)data;
-    (void)hint;
-}
+    struct dh_err e;
+    struct bench_pay r;
 
-/* Streams `n` payloads out -> in; 0, or a stall of STALL_MS fails. */
-static int pay_stream(void *out, void *in, const uint8_t *buf, int n,
-                      struct dh_err *e)
-{
-    static const char hdr[16] = "payload-header";
-    zmq_pollitem_t it[2] = {{.socket = out}, {.socket = in}};
-    int sent = 0, got = 0, rc;
+    if (bench_pay_once(curve, s->stripes[c], PAY_WARMUP, o->pay_count, &r, &e) <
+        0) {
+        char what[64];
 
-    while (got < n) {
-        it[0].events = sent < n ? ZMQ_POLLOUT : 0;
-        it[1].events = ZMQ_POLLIN;
-        if ((rc = zmq_poll(it, 2, (long)STALL_MS)) <= 0)
-            return dh_err_set(e, DH_ETIMEOUT,
-                              "payload: nothing moved for %.0f ms (%d of "
-                              "%d received)",
-                              STALL_MS, got, n);
-        if ((it[0].revents & ZMQ_POLLOUT) && sent < n &&
-            (rc = dh__tp_send_more(out, hdr, sizeof(hdr), e)) != 0) {
-            if (rc < 0 || (rc = dh__tp_send_zc(out, (void *)buf, PAY_BYTES,
-                                               no_free, NULL, e)) < 0)
-                return rc;
-            sent++;
-        }
-        if (it[1].revents & ZMQ_POLLIN) {
-            zmq_msg_t f[2];
-            int nf = 0, extra = 0;
-
-            if ((rc = dh__tp_recv_frames(in, NULL, f, 2, &nf, &extra, e)) < 0)
-                return rc;
-            if (rc == 1 && (nf != 2 || zmq_msg_size(&f[1]) != PAY_BYTES))
-                rc = dh_err_set(e, DH_EIO, "payload: %d frames", nf);
-            dh__tp_frames_close(f, nf);
-            if (rc < 0)
-                return rc;
-            got += rc;
-        }
+        snprintf(what, sizeof(what), "payload%s, %u stripe(s)",
+                 curve ? " with CURVE" : "", s->stripes[c]);
+        die(what, e.msg);
     }
-    return 0;
-}
+    /* The striped path really ran: every batch arrived as its parts. */
+    if (r.parts != (s->stripes[c] > 1
+                        ? (uint64_t)(PAY_WARMUP + o->pay_count) * s->stripes[c]
+                        : 0)) {
+        char why[96];
 
-/* One payload run: MB/s of the timed payloads. */
-static int pay_once(int curve, const uint8_t *buf, double *mbps,
-                    struct dh_err *e)
-{
-    struct dh_tp_auth sa, ca;
-    struct dh_tp_opts io = {.kind = DH_TP_PAYLOAD_IN,
-                            .addr = "tcp://127.0.0.1:0",
-                            .who = "bench in",
-                            .max_msg = PAY_BYTES + 4096};
-    struct dh_tp_opts oo = {
-        .kind = DH_TP_PAYLOAD_OUT, .who = "bench out", .peer = "bench in"};
-    char bound[DH_WIRE_MAX_ADDR + 1];
-    void *sctx = zmq_ctx_new(), *cctx = zmq_ctx_new(), *in = NULL, *out = NULL;
-    double t0;
-    int rc;
-
-    memset(&sa, 0, sizeof(sa));
-    memset(&ca, 0, sizeof(ca));
-    snprintf(sa.who, sizeof(sa.who), "bench in");
-    if (curve) {
-        if ((rc = dh__keys_generate(&sa.keys, e)) < 0)
-            goto out;
-        ca.keys = sa.keys;
-        io.auth = &sa;
-        oo.auth = &ca;
+        snprintf(why, sizeof(why), "%llu parts reassembled for %d batches",
+                 (unsigned long long)r.parts, PAY_WARMUP + o->pay_count);
+        die("payload", why);
     }
-    if ((rc = dh__tp_open(sctx, &io, &in, bound, sizeof(bound), e)) < 0)
-        goto out;
-    oo.addr = bound;
-    if ((rc = dh__tp_open(cctx, &oo, &out, NULL, 0, e)) < 0 ||
-        (rc = pay_stream(out, in, buf, PAY_WARMUP, e)) < 0)
-        goto out;
-    t0 = now_us();
-    if ((rc = pay_stream(out, in, buf, PAY_COUNT, e)) < 0)
-        goto out;
-    *mbps = (double)PAY_COUNT * PAY_BYTES / (now_us() - t0); /* B/us */
-out:
-    dh__tp_close(&out, 0);
-    dh__tp_close(&in, 0);
-    dh__tp_auth_fini(&sa);
-    dh__keys_wipe(&ca.keys);
-    zmq_ctx_term(cctx);
-    zmq_ctx_term(sctx);
-    return rc;
+    (curve ? s->pay_curve : s->pay_plain)[c][rep] = r.mbps;
+    (curve ? s->cpu_curve : s->cpu_plain)[c][rep] = r.cpu_ns_per_byte;
+    s->parts[c] = r.parts;
 }
 
-/* R routing runs and R payload runs each way, interleaved (the order
- * alternates, so a drift of the machine favours neither). */
+/* R routing runs and R payload runs of each configuration each way,
+ * interleaved (the order alternates, so a drift of the machine favours
+ * neither). */
 static void measure_security(const struct opts *o, struct security *s)
 {
     struct opts ro = *o;
-    uint8_t *buf = malloc(PAY_BYTES);
     struct dh_err e;
     double tmp[MAX_REPS];
 
-    if (!buf)
-        die("payload", "out of memory");
-    memset(buf, 0x5a, PAY_BYTES);
     ro.requests = o->sec_requests;
     ro.warmup = 5000;
     s->reps = o->reps;
+    s->stripes[0] = 1;
+    /* The striped row runs even where a DataServer's default is 1. */
+    s->stripes[1] = o->stripes ? o->stripes : dh__tp_stripes(0);
+    if (!o->stripes && s->stripes[1] < 2)
+        s->stripes[1] = 2;
+    s->def_stripes = dh__tp_stripes(0);
+    s->npay = s->stripes[1] > 1 ? 2 : 1;
+    s->cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    s->cipher_mbps = bench_cipher_mbps();
+    s->aes_mbps = bench_aes_mbps();
+    s->memcpy_mbps = bench_memcpy_mbps();
     for (int i = 0; i < o->reps; i++) {
         for (int k = 0; k < 2; k++) {
             int curve = (i + k) % 2;
@@ -1104,24 +1071,32 @@ static void measure_security(const struct opts *o, struct security *s)
                 die(curve ? "routing with CURVE" : "routing", e.msg);
             (curve ? s->route_curve : s->route_plain)[i] = smp.req_per_s;
             sample_fini(&smp);
-            if (pay_once(curve, buf, &(curve ? s->pay_curve : s->pay_plain)[i],
-                         &e) < 0)
-                die(curve ? "payload with CURVE" : "payload", e.msg);
+            for (int c = 0; c < s->npay; c++)
+                pay_run(o, s, (c + i) % s->npay, curve, i);
         }
     }
-    free(buf);
-#define SEC_MED_(a)                                                            \
-    memcpy(tmp, s->a, (size_t)o->reps * sizeof(double));                       \
-    s->a##_med = median(tmp, (size_t)o->reps);
-    SEC_MED_(route_plain)
-    SEC_MED_(route_curve)
-    SEC_MED_(pay_plain)
-    SEC_MED_(pay_curve)
+#define SEC_MED_(dst, a)                                                       \
+    memcpy(tmp, a, (size_t)o->reps * sizeof(double));                          \
+    dst = median(tmp, (size_t)o->reps);
+    SEC_MED_(s->route_plain_med, s->route_plain)
+    SEC_MED_(s->route_curve_med, s->route_curve)
+    for (int c = 0; c < s->npay; c++) {
+        SEC_MED_(s->pay_plain_med[c], s->pay_plain[c])
+        SEC_MED_(s->pay_curve_med[c], s->pay_curve[c])
+        SEC_MED_(s->cpu_plain_med[c], s->cpu_plain[c])
+        SEC_MED_(s->cpu_curve_med[c], s->cpu_curve[c])
+    }
 #undef SEC_MED_
 }
 
 static void print_security(const struct opts *o, const struct security *s)
 {
+    int last = s->npay - 1;
+    /* Every byte costs the process cpu_curve CPU-ns however it is spread
+     * over threads: on `cpus` cores CURVE cannot move more than this (and
+     * plain no more than cpus / cpu_plain). */
+    double bound = (double)s->cpus * 1e3 / s->cpu_curve_med[last];
+
     printf("\n## cost of security: CURVE (job key + ZAP) vs plain, tcp "
            "loopback, median of %d interleaved runs each\n\n",
            s->reps);
@@ -1131,18 +1106,60 @@ static void print_security(const struct opts *o, const struct security *s)
            "x %d, %ld requests) | %.0f | %.0f | %.1f %% | >= 90 %% |\n",
            NSERVERS, NCLIENTS, o->inflight, o->sec_requests, s->route_plain_med,
            s->route_curve_med, 100.0 * s->route_curve_med / s->route_plain_med);
-    printf("| payload, MB/s (%u MiB frames, %d per run) | %.0f | %.0f | "
-           "%.1f %% | >= 70 %% |\n",
-           PAY_BYTES >> 20, PAY_COUNT, s->pay_plain_med, s->pay_curve_med,
-           100.0 * s->pay_curve_med / s->pay_plain_med);
+    for (int c = 0; c < s->npay; c++)
+        printf("| payload, MB/s (%u MiB batches, %d per run, %u "
+               "connection%s and I/O thread%s each end%s) | %.0f | %.0f | "
+               "%.1f %% | >= 70 %% |\n",
+               BENCH_PAY_BYTES >> 20, o->pay_count, s->stripes[c],
+               s->stripes[c] > 1 ? "s" : "", s->stripes[c] > 1 ? "s" : "",
+               s->stripes[c] == s->def_stripes ? ", a DataServer's default"
+                                               : "",
+               s->pay_plain_med[c], s->pay_curve_med[c],
+               100.0 * s->pay_curve_med[c] / s->pay_plain_med[c]);
+    for (int c = 0; c < s->npay; c++)
+        printf("| payload, CPU ns per byte (both ends, %u connection%s) | "
+               "%.2f | %.2f | x %.1f | |\n",
+               s->stripes[c], s->stripes[c] > 1 ? "s" : "", s->cpu_plain_med[c],
+               s->cpu_curve_med[c], s->cpu_curve_med[c] / s->cpu_plain_med[c]);
+    printf("\nwhy (the striped link): CPU per byte moved, both ends: plain "
+           "%.2f ns, CURVE %.2f ns (x %.1f).  No run beats CPUs / its cost: "
+           "plain <= %.0f MB/s, CURVE <= %.0f MB/s on these %ld CPUs, so "
+           "CURVE / plain <= %.1f %% wherever plain is CPU-bound; 70 %% "
+           "needs CURVE at <= 1.43 x plain's CPU per byte, i.e. a cipher "
+           "of >= %.1f GB/s a core (boxing + unboxing in %.2f ns).  One "
+           "core, 4 "
+           "MiB, best of 5: XSalsa20-Poly1305 (CURVE's cipher) %.0f MB/s, "
+           "so boxing and unboxing cost %.2f ns a byte; AES-256-GCM %.0f "
+           "MB/s; memcpy %.0f MB/s.  Each batch arrived as %u parts.\n",
+           s->cpu_plain_med[last], s->cpu_curve_med[last],
+           s->cpu_curve_med[last] / s->cpu_plain_med[last],
+           (double)s->cpus * 1e3 / s->cpu_plain_med[last], bound, s->cpus,
+           100.0 * s->cpu_plain_med[last] / s->cpu_curve_med[last],
+           2.0 / (s->cpu_plain_med[last] * (1 / 0.7 - 1)),
+           s->cpu_plain_med[last] * (1 / 0.7 - 1), s->cipher_mbps,
+           s->cipher_mbps > 0 ? 2e3 / s->cipher_mbps : 0, s->aes_mbps,
+           s->memcpy_mbps, s->stripes[last]);
     if (o->json)
         printf("{\"security\":{\"route_plain\":%.1f,\"route_curve\":%.1f,"
-               "\"route_ratio\":%.4f,\"payload_plain_mbps\":%.1f,"
-               "\"payload_curve_mbps\":%.1f,\"payload_ratio\":%.4f,"
+               "\"route_ratio\":%.4f,\"default_stripes\":%u,"
+               "\"payload_stripes\":%u,"
+               "\"payload_plain_mbps\":%.1f,\"payload_curve_mbps\":%.1f,"
+               "\"payload_ratio\":%.4f,\"payload1_plain_mbps\":%.1f,"
+               "\"payload1_curve_mbps\":%.1f,\"payload1_ratio\":%.4f,"
+               "\"cpu_ns_plain\":%.3f,\"cpu_ns_curve\":%.3f,"
+               "\"curve_bound_mbps\":%.1f,\"cipher_needed_mbps\":%.1f,"
+               "\"cipher_mbps\":%.1f,"
+               "\"aes_mbps\":%.1f,\"memcpy_mbps\":%.1f,\"cpus\":%ld,"
                "\"reps\":%d}}\n",
                s->route_plain_med, s->route_curve_med,
-               s->route_curve_med / s->route_plain_med, s->pay_plain_med,
-               s->pay_curve_med, s->pay_curve_med / s->pay_plain_med, s->reps);
+               s->route_curve_med / s->route_plain_med, s->def_stripes,
+               s->stripes[last], s->pay_plain_med[last], s->pay_curve_med[last],
+               s->pay_curve_med[last] / s->pay_plain_med[last],
+               s->pay_plain_med[0], s->pay_curve_med[0],
+               s->pay_curve_med[0] / s->pay_plain_med[0],
+               s->cpu_plain_med[last], s->cpu_curve_med[last], bound,
+               2e3 / (s->cpu_plain_med[last] * (1 / 0.7 - 1)), s->cipher_mbps,
+               s->aes_mbps, s->memcpy_mbps, s->cpus, s->reps);
 }
 
 /* ---- options ---- */
@@ -1169,7 +1186,11 @@ static void usage(int status)
             "  --security-only  only the CURVE vs plain section\n"
             "  --no-security    skip it\n"
             "  --sec-requests N routing requests per run there (default "
-            "30000)\n",
+            "30000)\n"
+            "  --stripes N   striped payload link width (default: a "
+            "DataServer's, at least 2)\n"
+            "  --pay-count N timed 4 MiB payload batches per run (default "
+            "64)\n",
             MAX_REPS);
     exit(status);
 }
@@ -1219,6 +1240,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
                        .peer = 1,
                        .security = 1,
                        .sec_requests = 30000,
+                       .pay_count = 64,
                        .npolicy = 3,
                        .policy = {"round-robin", "least-request", "deadline"}};
     for (int i = 1; i < argc; i++) {
@@ -1244,6 +1266,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
             o->security = 2;
         else if (!strcmp(a, "--no-security"))
             o->security = 0;
+        else if (!strcmp(a, "--stripes") && ++i)
+            o->stripes = (unsigned)num(a, v, 1, DH_TP_MAX_STRIPES);
+        else if (!strcmp(a, "--pay-count") && ++i)
+            o->pay_count = (int)num(a, v, 1, 100000);
         else if (!strcmp(a, "--sec-requests") && ++i)
             o->sec_requests = num(a, v, NCLIENTS, 8000000L);
         else if (!strcmp(a, "--help") || !strcmp(a, "-h"))

@@ -11,7 +11,7 @@ set -eu
 
 PKGS="build-essential cmake pkg-config git
 libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
-libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
+libzmq3-dev libsodium-dev libprotobuf-c-dev protobuf-c-compiler
 libjansson-dev libcmocka-dev python3-pytest python3-av python3-numpy
 python3-cloudpickle
 clang libclang-rt-dev clang-format python3-dev python3-torch iproute2

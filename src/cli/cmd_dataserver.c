@@ -41,6 +41,7 @@ static void usage(FILE *f)
         "--index M.dhx\n"
         "                            [--deliver-timeout-ms MS]\n"
         "   common options:          [--workers N] [--server-id ID]\n"
+        "                            [--payload-stripes N]\n"
         "                            [--arena-mb MB] [--heartbeat-ms MS]\n\n"
         "Runs the local DataServer of rank R: registers with the\n"
         "Coordinator, decodes the batches routed to it into its shared-\n"
@@ -74,6 +75,11 @@ static void usage(FILE *f)
         "                       Coordinator link, --listen and deliveries\n"
         "  --insecure           allow --listen on a non-loopback address\n"
         "                       without a key (warns)\n"
+        "  --payload-stripes N  connections (and I/O threads) a payload\n"
+        "                       link uses, 1..8: a large batch is cut into\n"
+        "                       N parts so CURVE runs on N cores (default\n"
+        "                       $DATAHELIX_PAYLOAD_STRIPES, else half the\n"
+        "                       CPUs, 1..4)\n"
         "  --deliver-timeout-ms MS  remote: how long a local server may take\n"
         "                       to accept a batch before the task fails\n"
         "                       (default 5000)\n"
@@ -112,7 +118,8 @@ enum {
     OPT_PY_TIMEOUT,
     OPT_PY_SEED,
     OPT_PY_UNLINK,
-    OPT_CLIENT_PID
+    OPT_CLIENT_PID,
+    OPT_STRIPES
 };
 
 static const struct option long_opts[] = {
@@ -133,6 +140,7 @@ static const struct option long_opts[] = {
     {"keyfile", required_argument, NULL, 'K'},
     {"insecure", no_argument, NULL, 'I'},
     {"deliver-timeout-ms", required_argument, NULL, 'D'},
+    {"payload-stripes", required_argument, NULL, OPT_STRIPES},
     {"python-dataset", required_argument, NULL, OPT_PY_DATASET},
     {"python-workers", required_argument, NULL, OPT_PY_WORKERS},
     {"python", required_argument, NULL, OPT_PY_EXE},
@@ -213,6 +221,10 @@ static int parse_opt(void *ctx, int c)
     case 'a':
         if (!(r = dh_cli_opt_i64(CMD, "--arena-mb", optarg, 1, 1 << 20, &v)))
             a->o.arena_bytes = (size_t)v << 20;
+        return r;
+    case OPT_STRIPES:
+        if (!(r = dh_cli_opt_i64(CMD, "--payload-stripes", optarg, 1, 8, &v)))
+            a->o.payload_stripes = (unsigned)v;
         return r;
     case 'D':
         if (!(r = dh_cli_opt_i64(CMD, "--deliver-timeout-ms", optarg, 1,
@@ -350,6 +362,31 @@ static void announce(const struct args *a, const struct dh_dataserver *s)
                 ep ? ep : "");
 }
 
+/* What crossed hosts, on the way out (docs/dataserver.md "Striped
+ * payloads"): a remote's batches sent, a local's taken. */
+static void summary(const struct args *a, const struct dh_dataserver *s)
+{
+    struct dh_dataserver_stats st;
+
+    dh_dataserver_stats(s, &st);
+    if (a->o.remote)
+        fprintf(stderr,
+                "datahelix: dataserver: remote server %u forwarded %llu "
+                "batches (%llu bytes; %llu payload parts)\n",
+                dh_dataserver_id(s), (unsigned long long)st.forwarded,
+                (unsigned long long)st.forwarded_bytes,
+                (unsigned long long)st.parts_out);
+    else if (dh_dataserver_endpoint(s))
+        fprintf(stderr,
+                "datahelix: dataserver: rank %u (server %u) took %llu "
+                "payloads from remote servers (%llu bytes; %llu payload "
+                "parts), %llu malformed messages\n",
+                a->o.rank, dh_dataserver_id(s), (unsigned long long)st.payloads,
+                (unsigned long long)st.cross_ds_bytes,
+                (unsigned long long)st.parts_in,
+                (unsigned long long)st.malformed);
+}
+
 static int serve(struct args *a)
 {
     struct dh_dataserver *s = NULL;
@@ -362,6 +399,7 @@ static int serve(struct args *a)
     if ((rc = dh_dataserver_create(&a->o, &s, &e)) == 0) {
         announce(a, s);
         rc = dh_dataserver_run(s, stop, &e);
+        summary(a, s);
     }
     if (rc < 0)
         dh_cli_error(CMD, "%s", e.msg[0] ? e.msg : dh_strerror(rc));

@@ -460,6 +460,13 @@ static int open_sockets(struct dh_dataserver *s,
     if (!(s->ctx = zmq_ctx_new()))
         return dh_err_set(e, DH_EIO, "dataserver: zmq: %s",
                           zmq_strerror(zmq_errno()));
+    /* One I/O thread per stripe at either end of a payload link (a
+     * remote's sockets to every target, a listening local's incoming
+     * connections); a local that takes no payloads keeps one. */
+    if ((o->remote || o->listen) &&
+        (rc = dh__tp_ctx_tune(s->ctx, s->env.stripes,
+                              DS_MAX_PEERS * (int)s->env.stripes + 64, e)) < 0)
+        return rc;
     if ((rc = dh__ds_ctl_open(&s->env, s->ctx, s->coord, &s->ctl, e)) < 0)
         return rc;
     if (o->listen &&
@@ -532,6 +539,7 @@ static struct dh_dataserver *alloc_server(const struct dh_dataserver_opts *o)
     env->sample_timeout_ms = o->sample_timeout_ms < 0 ? 0
                                                       : o->sample_timeout_ms;
     env->deliver_timeout_ms = o->deliver_timeout_ms;
+    env->stripes = dh__tp_stripes(o->payload_stripes);
     return s;
 }
 

@@ -66,7 +66,8 @@
 #define DS_STATS(X)                                                        \
     X(malformed) X(routes) X(results) X(errors) X(releases) X(heartbeats)  \
     X(payloads) X(cross_ds_bytes) X(forwarded) X(forwarded_bytes)          \
-    X(quarantined) X(quarantine_hits) X(substituted)
+    X(quarantined) X(quarantine_hits) X(substituted)                   \
+    X(parts_in) X(parts_out)
 /* clang-format on */
 
 struct ds_stats {
@@ -95,6 +96,7 @@ struct ds_env {
     struct ds_stats *st;
     struct dh_tp_auth *auth; /* the job key for every socket; NULL: none */
     int insecure;            /* a non-local --listen without a key: warn */
+    uint32_t stripes;        /* payload link width (dh__tp_stripes()) */
 };
 
 /* Releases a slot no notice carries; a failure is only logged. */

@@ -17,6 +17,20 @@
  *     is counted in stats.malformed, logged with the sender's address and
  *     dropped; the loop keeps serving.  ZMQ_MAXMSGSIZE caps every frame at
  *     the arena's capacity, so a hostile frame is refused by ZeroMQ itself.
+ *   - A striped payload (docs/wire-protocol.md "Payload parts") arrives as
+ *     parts, [routing id][part frame][ResultNotice][data], one per
+ *     connection of the sender's link.  Each part's header gets the same
+ *     checks as a whole payload's (rank, shape) before it is kept; the
+ *     transport's reassembly table (transport_parts.c) holds the parts'
+ *     frames until the set is complete, then the set is handled exactly as
+ *     a whole payload of [header][data frames in index order].  A part
+ *     refused or a set dropped (wrong sender, duplicate, wrong size, over
+ *     the caps, no new part within deliver_timeout_ms) is counted in
+ *     stats.malformed and logged; the task is not notified (as for a
+ *     message lost with its connection: it completes through a re-route,
+ *     or fails at the client's timeout).  A
+ *     set expires only on a turn that found the socket empty, so parts
+ *     still queued while the arena was full never count as missing.
  *   - Arena space is asked for without blocking the loop: with the arena
  *     full, the message waits in the inbox (and the socket is not read, so
  *     backpressure reaches the senders through the HWM) and is retried
@@ -54,7 +68,13 @@ struct ds_inbox {
     uint64_t give_up_ms;
     uint64_t tries, releases_seen; /* arena releases at the last try */
     char from[96];                 /* the sender, for logs */
+    char host[64];                 /* its Peer-Address */
+    struct dh_tp_asm *parts;       /* striped payloads being assembled */
 };
+
+/* Striped payloads being assembled at once (docs/dataserver.md "Striped
+ * payloads"); a set may wait deliver_timeout_ms for its next part. */
+#define DS_PART_SETS 64
 
 /* ---- the socket ---- */
 
@@ -84,6 +104,14 @@ static int bind_payload(struct ds_inbox *in, void *ctx, const char *addr,
                            .insecure = in->env->insecure};
 
     return dh__tp_open(ctx, &o, &in->sock, in->bound, sizeof(in->bound), e);
+}
+
+/* How long a set waits for its next part: deliver_timeout_ms, or its
+ * default for an env that leaves it 0. */
+static uint64_t part_timeout(const struct ds_env *env)
+{
+    return env->deliver_timeout_ms > 0 ? (uint64_t)env->deliver_timeout_ms
+                                       : 5000;
 }
 
 static int inbox_bind(struct ds_inbox *in, void *ctx,
@@ -120,7 +148,13 @@ int dh__ds_inbox_open(const struct ds_env *env, void *zmq_ctx,
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     in->env = env;
     dh_wire_msg_init(&in->hdr, DH_WIRE_NONE);
-    if ((rc = inbox_bind(in, zmq_ctx, o, e)) < 0) {
+    /* Sets hold ZeroMQ's frames until complete: at most twice the arena. */
+    if ((rc = dh__tp_asm_create(
+             &(struct dh_tp_asm_opts){.max_sets = DS_PART_SETS,
+                                      .max_bytes = 2 * env->arena_cap,
+                                      .timeout_ms = part_timeout(env)},
+             &in->parts, e)) < 0 ||
+        (rc = inbox_bind(in, zmq_ctx, o, e)) < 0) {
         dh__ds_inbox_close(in);
         return rc;
     }
@@ -142,6 +176,7 @@ void dh__ds_inbox_close(struct ds_inbox *in)
     if (!in)
         return;
     inbox_clear(in);
+    dh__tp_asm_destroy(in->parts);
     if (in->sock) {
         dh__tp_close(&in->sock, 0);
         /* ZeroMQ leaves the socket file of an ipc:// endpoint it bound. */
@@ -177,6 +212,7 @@ static int recv_message(struct ds_inbox *in, int *extra)
         return 0;
     snprintf(in->from, sizeof(in->from), "payload sender %s",
              from.addr[0] ? from.addr : "(address unknown)");
+    snprintf(in->host, sizeof(in->host), "%s", from.addr);
     return 1;
 }
 
@@ -212,6 +248,29 @@ static int check_shape(const struct ds_inbox *in,
     return 0;
 }
 
+/* Decodes header frame `f` into in->hdr and checks it: a ResultNotice
+ * for this server's rank with a consistent shape. */
+static int check_header(struct ds_inbox *in, const zmq_msg_t *f,
+                        struct dh_err *e)
+{
+    const struct dh_wire_result *r = &in->hdr.u.result;
+    int rc;
+
+    dh_wire_msg_fini(&in->hdr);
+    if ((rc = dh__tp_decode(f, &in->hdr, e)) < 0)
+        return rc;
+    if (in->hdr.type != DH_WIRE_RESULT_NOTICE)
+        return dh_err_set(e, DH_EPROTO, "a %s header, not a result_notice",
+                          dh_wire_type_name(in->hdr.type));
+    if (r->task.rank != in->env->rank)
+        return dh_err_set(e, DH_EPROTO,
+                          "task %llu is rank %u's; this "
+                          "server serves rank %u",
+                          (unsigned long long)r->task.id, r->task.rank,
+                          in->env->rank);
+    return check_shape(in, r, e);
+}
+
 static int check_payload(struct ds_inbox *in, int extra, struct dh_err *e)
 {
     const struct dh_wire_result *r = &in->hdr.u.result;
@@ -223,18 +282,7 @@ static int check_payload(struct ds_inbox *in, int extra, struct dh_err *e)
                           "%d frames: a payload is a header "
                           "and 1..%d data frames",
                           in->n_frames + extra, DS_MAX_FRAMES - 1);
-    if ((rc = dh__tp_decode(&in->frames[0], &in->hdr, e)) < 0)
-        return rc;
-    if (in->hdr.type != DH_WIRE_RESULT_NOTICE)
-        return dh_err_set(e, DH_EPROTO, "a %s header, not a result_notice",
-                          dh_wire_type_name(in->hdr.type));
-    if (r->task.rank != in->env->rank)
-        return dh_err_set(e, DH_EPROTO,
-                          "task %llu is rank %u's; this "
-                          "server serves rank %u",
-                          (unsigned long long)r->task.id, r->task.rank,
-                          in->env->rank);
-    if ((rc = check_shape(in, r, e)) < 0)
+    if ((rc = check_header(in, &in->frames[0], e)) < 0)
         return rc;
     for (int i = 1; i < in->n_frames; i++)
         sum += zmq_msg_size(&in->frames[i]);
@@ -246,6 +294,71 @@ static int check_payload(struct ds_inbox *in, int extra, struct dh_err *e)
                           (unsigned long long)sum,
                           (unsigned long long)r->length);
     return 0;
+}
+
+/* ---- striped payloads ---- */
+
+/* The message in in->frames, if it is a part (frame 0 a part frame): its
+ * header is checked, the part goes to the reassembly table and the
+ * message's frames are closed.  2: not a part (a whole payload: check it
+ * as one); 1: it completed its set, which in->frames now holds as a whole
+ * payload (header, data frames in order); 0: kept, more to come; < 0:
+ * refused (e says why). */
+static int take_part(struct ds_inbox *in, int extra, struct dh_err *e)
+{
+    zmq_msg_t set[DH_TP_MAX_PARTS + 1];
+    uint32_t index = 0, count = 0;
+    int n = 0, rc;
+
+    if (in->n_frames < 1)
+        return 2;
+    if ((rc = dh__tp_part_decode(zmq_msg_data(&in->frames[0]),
+                                 zmq_msg_size(&in->frames[0]), &index, &count,
+                                 e)) <= 0)
+        return rc < 0 ? rc : 2;
+    if (in->n_frames != 3 || extra > 0)
+        rc = dh_err_set(e, DH_EPROTO,
+                        "%d frames: a payload part is a part frame, a header "
+                        "and one data frame",
+                        in->n_frames + extra);
+    else if ((rc = check_header(in, &in->frames[1], e)) == 0)
+        rc = dh__tp_asm_add(
+            in->parts,
+            &(struct dh_tp_part){.task = in->hdr.u.result.task.id,
+                                 .server = in->hdr.u.result.server_id,
+                                 .host = in->host,
+                                 .index = index,
+                                 .count = count,
+                                 .length = in->hdr.u.result.length,
+                                 .hdr = &in->frames[1],
+                                 .data = &in->frames[2]},
+            dh__mono_ms(), set, &n, e);
+    dh__tp_frames_close(in->frames, in->n_frames);
+    dh_wire_msg_fini(&in->hdr);
+    in->n_frames = 0;
+    if (rc <= 0)
+        return rc;
+    DS_ADD(in->env, parts_in, n - 1);
+    for (int i = 0; i < n; i++) {
+        zmq_msg_init(&in->frames[i]);
+        zmq_msg_move(&in->frames[i], &set[i]);
+        zmq_msg_close(&set[i]);
+    }
+    in->n_frames = n;
+    return 1;
+}
+
+/* Sets that saw no part for deliver_timeout_ms are dropped, each logged. */
+static void expire_parts(struct ds_inbox *in)
+{
+    uint64_t now = dh__mono_ms();
+    struct dh_err e;
+
+    dh_err_clear(&e);
+    while (dh__tp_asm_expire(in->parts, now, &e) > 0) {
+        dh__ds_malformed(in->env, "payload reassembly", "%s", e.msg);
+        dh_err_clear(&e);
+    }
 }
 
 /* ---- placing a payload ---- */
@@ -350,15 +463,21 @@ static int try_place(struct ds_inbox *in, struct ds_sink sink)
 void dh__ds_inbox_serve(struct ds_inbox *in, struct ds_sink sink)
 {
     struct dh_err e;
-    int extra = 0;
+    int extra = 0, drained = 0, rc;
 
     if (!in || (in->held && !try_place(in, sink)))
         return;
     for (int i = 0; i < DS_BURST; i++) {
-        if (!recv_message(in, &extra))
+        if (!recv_message(in, &extra)) {
+            drained = 1;
             break;
+        }
         dh_err_clear(&e);
-        if (check_payload(in, extra, &e) < 0) {
+        if ((rc = take_part(in, extra, &e)) == 0)
+            continue; /* a part kept */
+        if (rc == 1)
+            extra = 0; /* a set completed: a whole payload now */
+        if (rc < 0 || check_payload(in, extra, &e) < 0) {
             dh__ds_malformed(in->env, in->from, "%s", e.msg);
             inbox_clear(in);
             continue;
@@ -368,4 +487,6 @@ void dh__ds_inbox_serve(struct ds_inbox *in, struct ds_sink sink)
         if (!try_place(in, sink))
             break;
     }
+    if (drained)
+        expire_parts(in);
 }

@@ -6,16 +6,19 @@
  * which copies it into the arena its client maps.
  *
  * Design:
- *   - One DEALER socket per target (cached by server id and address, at
- *     most DS_MAX_PEERS, least recently used evicted), ZMQ_IMMEDIATE so a
- *     message is only queued to a connected target, a small send HWM and
- *     linger 0: nothing piles up behind a target that is gone.
- *   - A batch is one multipart message: frame 0 the encoded ResultNotice
- *     (task, this server's id, arena_offset 0, length = tensor bytes, dims,
- *     dtype, layout, sample ids, valid frames), frame 1 the tensor bytes,
- *     sent zero-copy with zmq_msg_init_data() straight from the staging
- *     slot; ZeroMQ's free callback releases the slot (from its I/O thread:
- *     dh_arena_release() is thread-safe).  The staging arena outlives the
+ *   - One payload link per target (transport.h: env->stripes DEALER
+ *     sockets, cached by server id and address, at most DS_MAX_PEERS,
+ *     least recently used evicted), ZMQ_IMMEDIATE so a message is only
+ *     queued to a connected target, a small send HWM and linger 0: nothing
+ *     piles up behind a target that is gone.
+ *   - A batch is the encoded ResultNotice (task, this server's id,
+ *     arena_offset 0, length = tensor bytes, dims, dtype, layout, sample
+ *     ids, valid frames) and the tensor bytes, sent zero-copy straight from
+ *     the staging slot by dh__tp_link_send(): whole, or a large one cut
+ *     into one part per socket so CURVE's cipher runs on several I/O
+ *     threads (docs/wire-protocol.md "Payload parts").  ZeroMQ's free
+ *     callback of the last part written releases the slot (from an I/O
+ *     thread: dh_arena_release() is thread-safe).  The staging arena outlives the
  *     sockets: destroy terminates the context before freeing it.
  *   - An executor (dataserver_internal.h) that wraps a pool executor: jobs
  *     go to the pool; the pool's results come to this file's sink, which
@@ -51,7 +54,7 @@ struct ds_peer {
     int used;
     uint32_t server_id;
     char addr[DH_WIRE_MAX_ADDR + 1];
-    void *sock;
+    struct dh_tp_link *link;
     uint64_t last_use_ms;
     uint64_t bytes;       /* payload bytes handed to ZeroMQ for it */
     uint64_t bytes_at_hb; /* ... as of the last heartbeat */
@@ -105,7 +108,7 @@ static void free_staging(void *data, void *hint)
 
 static void peer_close(struct ds_peer *p, int linger_ms)
 {
-    dh__tp_close(&p->sock, linger_ms);
+    dh__tp_link_close(&p->link, linger_ms);
     memset(p, 0, sizeof(*p));
 }
 
@@ -129,8 +132,8 @@ static struct ds_peer *peer_victim(struct ds_fwd *f)
     return v;
 }
 
-/* The socket's options (ZMQ_IMMEDIATE, send HWM 8, no send timeout) are
- * the DH_TP_PAYLOAD_OUT kind's (transport.c). */
+/* The sockets' options (ZMQ_IMMEDIATE, send HWM 8, no send timeout) are
+ * the DH_TP_PAYLOAD_OUT kind's (transport.c); env->stripes of them. */
 static int peer_open(struct ds_fwd *f, struct ds_peer *p, uint32_t id,
                      const char *addr, struct dh_err *e)
 {
@@ -143,7 +146,7 @@ static int peer_open(struct ds_fwd *f, struct ds_peer *p, uint32_t id,
     int rc;
 
     snprintf(peer, sizeof(peer), "the delivery target, server %u at", id);
-    if ((rc = dh__tp_open(f->ctx, &o, &p->sock, NULL, 0, e)) < 0) {
+    if ((rc = dh__tp_link_open(f->ctx, &o, f->env->stripes, &p->link, e)) < 0) {
         peer_close(p, 0);
         return rc;
     }
@@ -172,8 +175,10 @@ static struct ds_peer *peer_get(struct ds_fwd *f, uint32_t id, const char *addr,
 
 /* ---- sending one batch ---- */
 
-/* Sends frame 1 (the header is queued): the slot passes to ZeroMQ.  On
- * failure the peer is closed, which drops the half-sent message. */
+/* Sends the batch: header and slot.  1: sent, the slot passed to
+ * ZeroMQ; 0: the target cannot take it yet (the entry keeps the slot);
+ * < 0: it never will, the peer is closed (dropping whatever part of it was
+ * queued). */
 static int send_payload(struct ds_fwd *f, struct ds_parked *k,
                         struct ds_peer *p, struct dh_err *e)
 {
@@ -185,8 +190,12 @@ static int send_payload(struct ds_fwd *f, struct ds_parked *k,
 
     if (st) {
         *st = (struct staging){f->env->arena, k->slot, f->env->server_id};
-        rc = dh__tp_send_zc(p->sock, data, k->payload_len, free_staging, st,
-                            &se);
+        rc = dh__tp_link_send(p->link, k->hdr, k->hdr_len, data, k->payload_len,
+                              free_staging, st, &se);
+    }
+    if (rc == 0) { /* not connected yet, or its queue is full */
+        dh__free(st);
+        return 0;
     }
     if (rc == DH_ENOMEM) { /* nothing sent: the entry still owns the slot */
         dh__free(st);
@@ -205,6 +214,9 @@ static int send_payload(struct ds_fwd *f, struct ds_parked *k,
                           j->target_addr, se.msg);
     }
     p->bytes += k->payload_len;
+    if (dh__tp_part_count(k->payload_len, dh__tp_link_stripes(p->link)) > 1)
+        DS_ADD(f->env, parts_out,
+               dh__tp_part_count(k->payload_len, dh__tp_link_stripes(p->link)));
     DS_INC(f->env, forwarded);
     DS_ADD(f->env, forwarded_bytes, k->payload_len);
     return 1;
@@ -216,8 +228,6 @@ static int try_deliver_once(struct ds_fwd *f, struct ds_parked *k,
 {
     const struct ds_job *j = k->job;
     struct ds_peer *p;
-    struct dh_err se;
-    int rc;
 
     if (j->target_id == f->env->server_id)
         return dh_err_set(e, DH_EINVAL,
@@ -229,14 +239,6 @@ static int try_deliver_once(struct ds_fwd *f, struct ds_parked *k,
     if (!(p = peer_get(f, j->target_id, j->target_addr, e)))
         return e->code;
     p->last_use_ms = dh__mono_ms();
-    if ((rc = dh__tp_send_more(p->sock, k->hdr, k->hdr_len, &se)) == 0)
-        return 0; /* not connected yet, or its queue is full */
-    if (rc < 0)
-        return dh_err_set(e, DH_EIO,
-                          "sending task %llu to server %u at "
-                          "%s: %s",
-                          (unsigned long long)j->task.id, j->target_id,
-                          j->target_addr, se.msg);
     return send_payload(f, k, p, e);
 }
 

@@ -20,6 +20,16 @@
  *     loop decides), every other receive error means one message was read
  *     and dropped and is the sender's fault (DH_ENOMEM aside): counted and
  *     logged by the caller, which keeps serving.
+ *   - Striped payloads: a payload link is several DH_TP_PAYLOAD_OUT sockets
+ *     to one target (dh__tp_stripes(): half the CPUs, 1..4, by default), and the
+ *     context of each end gets as many I/O threads (dh__tp_ctx_tune()), so
+ *     libzmq places each connection on its own thread and CURVE's cipher
+ *     runs on several cores at once.  A payload of DH_TP_STRIPE_MIN bytes
+ *     or more goes as one part per socket, all or none, zero-copy from the
+ *     caller's buffer; a shared count, decremented by ZeroMQ's free
+ *     callback of each part (on whichever I/O thread wrote it), hands the
+ *     buffer back once the last part is written.  The receiver's half is
+ *     transport_parts.c.
  *   - Security: apply_auth() is the single place where CURVE keys and the
  *     ZAP domain are set on every socket, before it binds or connects
  *     (DESIGN.md 9, docs/security.md): with a job key every socket of every
@@ -31,9 +41,13 @@
  * the caller's thread.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/alloc.h"
 #include "runtime/transport.h"
 
 /* One role's socket (0 = leave ZeroMQ's default). */
@@ -446,4 +460,204 @@ int dh__tp_recv(void *sock, struct dh_tp_from *from, struct dh_wire_msg *m,
         rc = e ? (e->code = DH_EPROTO) : DH_EPROTO;
     dh__tp_frames_close(&f, n);
     return rc;
+}
+
+/* ---- striped payloads: the sender's link ---- */
+
+uint32_t dh__tp_stripes(uint32_t want)
+{
+    const char *env = getenv(DH_TP_STRIPES_ENV);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+    if (want >= 1 && want <= DH_TP_MAX_STRIPES)
+        return want;
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+
+        if (!*end && v >= 1 && v <= DH_TP_MAX_STRIPES)
+            return (uint32_t)v;
+    }
+    if (cpus < 4)
+        return 1;
+    return cpus < 8 ? (uint32_t)(cpus / 2) : 4;
+}
+
+int dh__tp_ctx_tune(void *ctx, uint32_t stripes, int sockets, struct dh_err *e)
+{
+    if (zmq_ctx_set(ctx, ZMQ_IO_THREADS, (int)stripes) < 0 ||
+        (sockets > 0 && zmq_ctx_set(ctx, ZMQ_MAX_SOCKETS, sockets) < 0))
+        return dh_err_set(e, DH_EIO, "zmq context: %s",
+                          zmq_strerror(zmq_errno()));
+    return 0;
+}
+
+struct dh_tp_link {
+    uint32_t n, next; /* sockets; the one a whole payload goes on next */
+    void *sock[DH_TP_MAX_STRIPES];
+};
+
+/* One striped payload's buffer, shared by its parts' messages. */
+struct tp_shared {
+    atomic_uint left; /* parts not yet written (or dropped) */
+    void *data, *hint;
+    void (*free_fn)(void *data, void *hint);
+};
+
+static void part_done(void *data, void *hint)
+{
+    struct tp_shared *sh = hint;
+
+    (void)data;
+    if (atomic_fetch_sub(&sh->left, 1) == 1) {
+        sh->free_fn(sh->data, sh->hint);
+        dh__free(sh);
+    }
+}
+
+int dh__tp_link_open(void *ctx, const struct dh_tp_opts *o, uint32_t stripes,
+                     struct dh_tp_link **out, struct dh_err *e)
+{
+    struct dh_tp_link *l = dh__calloc(1, sizeof(*l));
+    int rc = 0;
+
+    if (!l)
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    if (stripes < 1 || stripes > DH_TP_MAX_STRIPES)
+        stripes = 1;
+    for (l->n = 0; l->n < stripes; l->n++)
+        if ((rc = dh__tp_open(ctx, o, &l->sock[l->n], NULL, 0, e)) < 0) {
+            dh__tp_link_close(&l, 0);
+            return rc;
+        }
+    *out = l;
+    return 0;
+}
+
+void dh__tp_link_close(struct dh_tp_link **l, int linger_ms)
+{
+    if (!*l)
+        return;
+    for (uint32_t i = 0; i < (*l)->n; i++)
+        dh__tp_close(&(*l)->sock[i], linger_ms);
+    dh__free(*l);
+    *l = NULL;
+}
+
+uint32_t dh__tp_link_stripes(const struct dh_tp_link *l)
+{
+    return l->n;
+}
+
+/* A whole payload on the next socket in turn: [hdr][data]. */
+static int send_whole(struct dh_tp_link *l, const void *hdr, size_t hdr_len,
+                      void *data, size_t len,
+                      void (*free_fn)(void *data, void *hint), void *hint,
+                      struct dh_err *e)
+{
+    void *sock = l->sock[l->next % l->n];
+    int rc = dh__tp_send_more(sock, hdr, hdr_len, e);
+
+    if (rc == 0)
+        return 0; /* nothing queued */
+    if (rc > 0) {
+        if ((rc = dh__tp_send_zc(sock, data, len, free_fn, hint, e)) == 0) {
+            l->next++;
+            return 1;
+        }
+        if (rc != DH_ENOMEM)
+            return DH_EIO; /* ZeroMQ freed it */
+    }
+    free_fn(data, hint); /* never handed over: DH_EIO's contract */
+    return DH_EIO;
+}
+
+/* 1 if every socket can take a message now. */
+static int all_writable(struct dh_tp_link *l, struct dh_err *e)
+{
+    zmq_pollitem_t it[DH_TP_MAX_STRIPES];
+
+    for (uint32_t i = 0; i < l->n; i++)
+        it[i] = (zmq_pollitem_t){.socket = l->sock[i], .events = ZMQ_POLLOUT};
+    if (zmq_poll(it, (int)l->n, 0) < 0)
+        return zmq_errno() == EINTR ? 0
+                                    : dh_err_set(e, DH_EIO, "poll: %s",
+                                                 zmq_strerror(zmq_errno()));
+    for (uint32_t i = 0; i < l->n; i++)
+        if (!(it[i].revents & ZMQ_POLLOUT))
+            return 0;
+    return 1;
+}
+
+/* Part i on socket i: [part frame][hdr][cut i of data].  1: queued (its
+ * message holds one count of sh); 0: nothing of it queued; < 0: failed,
+ * and *counted says whether its count of sh is already done. */
+static int send_part(struct dh_tp_link *l, uint32_t i, uint32_t count,
+                     const void *hdr, size_t hdr_len, uint8_t *data, size_t len,
+                     struct tp_shared *sh, int *counted, struct dh_err *e)
+{
+    uint8_t pf[DH_TP_PART_HDR];
+    uint64_t off = 0, n = 0;
+    zmq_msg_t msg;
+    int rc;
+
+    *counted = 0;
+    if (dh__tp_part_span(len, count, i, &off, &n) < 0)
+        return dh_err_set(e, DH_EINVAL, "a payload of %zu bytes in %u parts",
+                          len, count);
+    dh__tp_part_encode(pf, i, count);
+    if ((rc = dh__tp_send_more(l->sock[i], pf, sizeof(pf), e)) <= 0)
+        return rc;
+    if ((rc = dh__tp_send_more(l->sock[i], hdr, hdr_len, e)) <= 0)
+        return rc < 0 ? rc : dh_err_set(e, DH_EIO, "part %u cut short", i);
+    if (zmq_msg_init_data(&msg, data + off, (size_t)n, part_done, sh) < 0)
+        return dh_err_set(e, DH_EIO, "part %u: out of memory", i);
+    if (zmq_msg_send(&msg, l->sock[i], ZMQ_DONTWAIT) < 0) {
+        rc = dh_err_set(e, DH_EIO, "part %u: %s", i, zmq_strerror(zmq_errno()));
+        zmq_msg_close(&msg); /* counts the part done */
+        *counted = 1;
+        return rc;
+    }
+    return 1;
+}
+
+int dh__tp_link_send(struct dh_tp_link *l, const void *hdr, size_t hdr_len,
+                     void *data, size_t len,
+                     void (*free_fn)(void *data, void *hint), void *hint,
+                     struct dh_err *e)
+{
+    uint32_t count = dh__tp_part_count(len, l->n), i;
+    struct tp_shared *sh;
+    int rc = 0, counted = 0;
+
+    if (count == 1)
+        return send_whole(l, hdr, hdr_len, data, len, free_fn, hint, e);
+    if ((rc = all_writable(l, e)) < 0)
+        free_fn(data, hint); /* DH_EIO's contract */
+    if (rc <= 0)
+        return rc;
+    if (!(sh = dh__malloc(sizeof(*sh))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    atomic_init(&sh->left, count);
+    sh->data = data;
+    sh->hint = hint;
+    sh->free_fn = free_fn;
+    for (i = 0; i < count; i++)
+        if ((rc = send_part(l, i, count, hdr, hdr_len, data, len, sh, &counted,
+                            e)) <= 0)
+            break;
+    if (i == count)
+        return 1;
+    if (i == 0 && rc == 0) { /* nothing queued: nothing holds sh */
+        dh__free(sh);
+        return 0;
+    }
+    /* Part way: the parts never handed to ZeroMQ are done now, so the
+     * buffer goes back once the queued ones are written or dropped. */
+    for (uint32_t k = i + (uint32_t)counted; k < count; k++)
+        part_done(NULL, sh);
+    if (rc == 0)
+        dh_err_set(e, DH_EIO, "only %u of %u payload parts could be queued", i,
+                   count);
+    return DH_EIO;
 }

@@ -161,4 +161,119 @@ static inline int dh__tp_dropped(int rc)
     return rc < 0 && rc != DH_EIO;
 }
 
+/* ---- striped payloads (transport.c, transport_parts.c;
+ * docs/wire-protocol.md "Payload parts") ----
+ *
+ * With CURVE a connection's cipher runs on its one I/O thread, so a large
+ * payload is cut into parts sent over several connections of one link,
+ * each connection on its own I/O thread at both ends, and put back
+ * together by the receiver. */
+#define DH_TP_MAX_STRIPES 8           /* connections per link */
+#define DH_TP_MAX_PARTS 16            /* parts a receiver accepts */
+#define DH_TP_STRIPE_MIN (256u << 10) /* smaller payloads go whole */
+#define DH_TP_PART_HDR 16             /* bytes of a part frame */
+#define DH_TP_STRIPES_ENV "DATAHELIX_PAYLOAD_STRIPES"
+
+/* The connections per payload link: `want` if 1..DH_TP_MAX_STRIPES, else
+ * $DATAHELIX_PAYLOAD_STRIPES if set to one of those, else half the online
+ * CPUs, 1..4 (the rest decode and train; on 2 CPUs one connection's two
+ * I/O threads already keep both busy).  Never fails. */
+uint32_t dh__tp_stripes(uint32_t want);
+/* Sets a fresh context (no socket yet) up for `stripes`-way payloads: as
+ * many I/O threads, and room for `sockets` sockets.  DH_EIO if ZeroMQ
+ * refuses (the context keeps its defaults then). */
+int dh__tp_ctx_tune(void *ctx, uint32_t stripes, int sockets,
+                    struct dh_err *e) DH_MUST_CHECK;
+
+/* The part frame: 0xff 'D' 'H' 'P' 1 0 0 0, index, count (LE u32). */
+void dh__tp_part_encode(uint8_t out[DH_TP_PART_HDR], uint32_t index,
+                        uint32_t count);
+/* 1: `buf` is a part frame (*index, *count set, not yet checked against
+ * anything), 0: it is not one (does not start with 0xff), DH_EPROTO: it
+ * starts like one but is not version 1's 16 bytes. */
+int dh__tp_part_decode(const void *buf, size_t len, uint32_t *index,
+                       uint32_t *count, struct dh_err *e) DH_MUST_CHECK;
+/* The parts a sender with `stripes` connections cuts `length` bytes into:
+ * 1 (sent whole) below DH_TP_STRIPE_MIN or for one stripe, else stripes. */
+uint32_t dh__tp_part_count(uint64_t length, uint32_t stripes);
+/* Part `index` of `count` of `length` bytes: [*off, *off + *len).  Part i
+ * holds length / count bytes, one more for i < length % count.
+ * DH_EINVAL unless 1 <= count <= DH_TP_MAX_PARTS, index < count and
+ * count <= length (no part is empty). */
+int dh__tp_part_span(uint64_t length, uint32_t count, uint32_t index,
+                     uint64_t *off, uint64_t *len) DH_MUST_CHECK;
+
+/* A sender's link to one payload target: `stripes` DH_TP_PAYLOAD_OUT
+ * sockets connected to o->addr.  Opaque; one thread at a time. */
+struct dh_tp_link;
+/* Opens the link (every socket, or none: on error nothing is left open).
+ * Errors: dh__tp_open()'s, DH_ENOMEM. */
+int dh__tp_link_open(void *ctx, const struct dh_tp_opts *o, uint32_t stripes,
+                     struct dh_tp_link **out, struct dh_err *e) DH_MUST_CHECK;
+/* Closes every socket with `linger_ms` (queued parts may still go out for
+ * that long); *l becomes NULL.  NULL ok. */
+void dh__tp_link_close(struct dh_tp_link **l, int linger_ms);
+uint32_t dh__tp_link_stripes(const struct dh_tp_link *l);
+/*
+ * Sends one payload without blocking: the encoded envelope `hdr` (copied)
+ * and `len` bytes of `data` (zero-copy).  Whole ([hdr][data], on the next
+ * socket in turn) when dh__tp_part_count(len, stripes) is 1, else part i
+ * ([part frame][hdr][its cut of data]) on socket i, all or none: only when
+ * every socket can take one.  free_fn(data, hint) runs once, from a
+ * ZeroMQ I/O thread, after the last part is written (or dropped).
+ * 1: sent, ZeroMQ owns `data`; 0: a socket is not connected or full,
+ * nothing sent, the caller still owns `data`; DH_ENOMEM: nothing sent,
+ * the caller owns `data`; DH_EIO: failed (part way, or a socket did):
+ * free_fn has run or will run, parts may be queued, the caller closes the
+ * link (which drops them).
+ */
+int dh__tp_link_send(struct dh_tp_link *l, const void *hdr, size_t hdr_len,
+                     void *data, size_t len,
+                     void (*free_fn)(void *data, void *hint), void *hint,
+                     struct dh_err *e) DH_MUST_CHECK;
+
+/* The receiver's reassembly table (transport_parts.c). */
+struct dh_tp_asm_opts {
+    unsigned max_sets;   /* payloads being assembled at once */
+    uint64_t max_bytes;  /* data bytes they may hold together */
+    uint64_t timeout_ms; /* a set with no new part for this long expires */
+};
+struct dh_tp_asm;
+int dh__tp_asm_create(const struct dh_tp_asm_opts *o, struct dh_tp_asm **out,
+                      struct dh_err *e) DH_MUST_CHECK;
+void dh__tp_asm_destroy(struct dh_tp_asm *a); /* NULL ok; drops every set */
+/* Sets being assembled now. */
+unsigned dh__tp_asm_open(const struct dh_tp_asm *a);
+
+/* One received part, its header already decoded and checked by the caller
+ * (task, server, length are the envelope's; host the Peer-Address). */
+struct dh_tp_part {
+    uint64_t task;
+    uint32_t server;
+    const char *host;
+    uint32_t index, count;
+    uint64_t length;
+    zmq_msg_t *hdr;  /* the envelope frame */
+    zmq_msg_t *data; /* the data frame */
+};
+/*
+ * Adds part p to its task's set (keyed by task id; a set belongs to its
+ * first part's server and host).  The frames it keeps are moved out of
+ * *p->hdr / *p->data; the caller closes both after the call whatever it
+ * returns (a moved-from frame is empty).  1: the set is complete:
+ * out[0] = the header, out[1..count] = the data frames in index order
+ * (the caller closes them), *n_out = count + 1, and the set is gone;
+ * 0: kept, more to come; DH_EPROTO: refused, e says why (a part claiming
+ * another sender for a set in progress is refused alone; the sender's own
+ * inconsistent part - another count or length, a different header, a
+ * wrong size, a duplicate index - or a part past the caps drops its whole
+ * set, and e says so).  `out` has room for DH_TP_MAX_PARTS + 1 frames.
+ */
+int dh__tp_asm_add(struct dh_tp_asm *a, const struct dh_tp_part *p,
+                   uint64_t now_ms, zmq_msg_t *out, int *n_out,
+                   struct dh_err *e) DH_MUST_CHECK;
+/* Drops one set that saw no part for timeout_ms: 1 (e: DH_ETIMEOUT, which
+ * task, sender, parts), or 0: none.  Call until 0. */
+int dh__tp_asm_expire(struct dh_tp_asm *a, uint64_t now_ms, struct dh_err *e);
+
 #endif

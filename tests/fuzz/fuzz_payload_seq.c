@@ -12,6 +12,11 @@
  *                length, dtype), else the bytes as they are
  *     mode & 2   frame 1 holds exactly the header's `length` bytes (so
  *                scripts reach the arena), else its own bytes
+ *     mode & 4   a part frame goes first (docs/wire-protocol.md "Payload
+ *                parts"): index (mode >> 3) & 3 of count (mode >> 5) + 1;
+ *                with mode & 2 the data frame holds that part's cut, so
+ *                scripts complete sets, break them (duplicates, another
+ *                count, a header that changed) and leave them open
  *
  * After each message the inbox is served; every payload it places must be
  * a slot of the arena of exactly the header's length, and is released as
@@ -32,6 +37,7 @@
 #include "datahelix/wire.h"
 #include "fuzz_cursor.h"
 #include "runtime/dataserver_internal.h"
+#include "runtime/transport.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -120,6 +126,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                             .rank = RANK,
                             .arena_cap = ARENA,
                             .alloc_timeout_ms = 0,
+                            .deliver_timeout_ms = 1,
                             .st = &st};
     if (!ctx || dh_arena_create(ARENA, &s.env.arena, &e) < 0)
         abort();
@@ -141,8 +148,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     while (c.n >= 2) {
         int frames = take(&c) % 4 + 1;
         uint8_t mode = take(&c);
-        uint64_t length = 0;
+        uint64_t length = 0, off = 0, cut = 0;
+        uint32_t index = (mode >> 3) & 3, count = (uint32_t)(mode >> 5) + 1;
 
+        if (mode & 4) {
+            uint8_t pf[DH_TP_PART_HDR];
+
+            dh__tp_part_encode(pf, index, count);
+            zmq_send(tx, pf, sizeof(pf), ZMQ_SNDMORE);
+        }
         for (int f = 0; f < frames; f++) {
             int more = f + 1 < frames ? ZMQ_SNDMORE : 0;
             uint8_t n = take(&c);
@@ -161,7 +175,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 zmq_send(tx, buf ? (const void *)buf : "", len, more);
                 dh_wire_free(buf);
             } else if (f == 1 && (mode & 2) && length <= ARENA) {
-                zmq_send(tx, fill, (size_t)length, more);
+                if (!(mode & 4) ||
+                    dh__tp_part_span(length, count, index, &off, &cut) < 0)
+                    cut = length;
+                zmq_send(tx, fill, (size_t)cut, more);
             } else {
                 zmq_send(tx, part.p, part.n, more);
             }

@@ -265,6 +265,69 @@ def test_strangers_are_refused_while_the_job_completes(dataset, tmp_path):
     assert len(n) <= 5 + 5 * 12, cerr
 
 
+def test_keyed_two_ranks_with_a_striped_sidecar_deliver_exactly_once(
+        dataset, tmp_path):
+    """The cost-of-security fix on the real path (docs/dataserver.md
+    "Striped payloads"): a keyed 2-rank job whose sidecar cuts each batch
+    (2 x 4 frames at 256x256, 1.5 MiB) into 3 parts over 3 CURVE
+    connections; every rank gets every sample of its plan exactly once, in
+    order, the sidecar's batches went as parts, and the ranks' DataServers
+    put them back together without one refused message."""
+    m = dataset / "m.dhx"
+    key = keygen(tmp_path / "job.key")
+    port = free_port()
+    coord = f"tcp://127.0.0.1:{port}"
+    env = dict(os.environ, DATAHELIX_PAYLOAD_STRIPES="3")
+    co = Proc("coordinator", "--listen", coord, "--keyfile", key,
+              "--policy", "round-robin", "--heartbeat-timeout-ms", 2000)
+    procs, jobs = [co], []
+    try:
+        assert wait_until(lambda: "listening on" in co.err(), 10), co.err()
+        side = Proc("dataserver", "--remote", "--coordinator", coord,
+                    "--index", m, "--workers", 1, "--server-id", 101,
+                    "--keyfile", key, "--payload-stripes", 3)
+        procs.append(side)
+        assert wait_until(lambda: "registered" in side.err(), 15), side.err()
+        for r in range(2):
+            jobs.append(subprocess.Popen(
+                [_binary(), "consume", "--coordinator", coord, "--manifest",
+                 str(m), "--rank", str(r), "--world-size", "2",
+                 "--batch-size", "2", "--frames", "4", "--size", "256x256",
+                 "--epochs", "2", "--listen", f"tcp://127.0.0.1:{free_port()}",
+                 "--keyfile", str(key), "--ids-out", str(tmp_path / f"ids{r}"),
+                 "--telemetry", str(tmp_path / f"tel{r}"), "--json"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env=env))
+        outs = [j.communicate(timeout=240) for j in jobs]
+    finally:
+        for j in jobs:
+            if j.poll() is None:
+                j.kill()
+                j.wait(timeout=5)
+        results = {id(p): p.stop() for p in procs}
+    for j, (out, err) in zip(jobs, outs):
+        assert j.returncode == 0, err
+        assert "malformed" not in err.replace("0 malformed", ""), err
+    for r in range(2):  # each epoch's plan, once, in order
+        want = [i for ep in range(2) for i in plan_ids(m, 2, 2, epoch=ep)[0][r]]
+        assert read_ids(tmp_path / f"ids{r}") == want
+    tel = "".join((tmp_path / f"tel{r}").read_text() for r in range(2))
+    assert '"servers":[101]' in tel  # the sidecar took part
+    serr = results[id(side)][2]
+    sent = re.search(r"remote server 101 forwarded (\d+) batches \((\d+) "
+                     r"bytes; (\d+) payload parts\)", serr)
+    assert sent, serr
+    batches, nbytes, parts = map(int, sent.groups())
+    assert batches >= 1 and parts == 3 * batches, serr
+    assert nbytes == batches * 2 * 4 * 256 * 256 * 3
+    took = [re.search(r"took (\d+) payloads from remote servers \((\d+) "
+                      r"bytes; (\d+) payload parts\), 0 malformed", e)
+            for _, e in outs]
+    assert all(took), [e[-2000:] for _, e in outs]
+    assert sum(int(t.group(1)) for t in took) == batches
+    assert sum(int(t.group(3)) for t in took) == parts
+
+
 # ---- embedded jobs: the key made per job, shared through the store ---------
 
 TORCHRUN_SCRIPT = r'''

@@ -49,6 +49,7 @@
 
 #include "loop_fixture.h"
 #include "runtime/keys.h"
+#include "runtime/transport.h"
 
 static int setup(void **state)
 {
@@ -259,11 +260,11 @@ static void request(void *cl, uint32_t step, const uint64_t *ids, uint32_t n,
                      step);
 }
 
-/* The reference: the batch decoded inline. */
-static uint8_t *reference(const uint64_t *ids, uint32_t n, int32_t *valid,
-                          size_t *bytes)
+/* The reference: the batch decoded inline with plan p. */
+static uint8_t *reference_plan(const struct dh_media_plan p,
+                               const uint64_t *ids, uint32_t n, int32_t *valid,
+                               size_t *bytes)
 {
-    struct dh_media_plan p = fixture_plan();
     uint8_t *dst;
     struct dh_media *m;
     struct dh_err e;
@@ -277,6 +278,12 @@ static uint8_t *reference(const uint64_t *ids, uint32_t n, int32_t *valid,
         fail_msg("inline: %s", e.msg);
     dh_media_destroy(m);
     return dst;
+}
+
+static uint8_t *reference(const uint64_t *ids, uint32_t n, int32_t *valid,
+                          size_t *bytes)
+{
+    return reference_plan(fixture_plan(), ids, n, valid, bytes);
 }
 
 /* The notice's slot in the local arena (mapped like the client does, by
@@ -345,6 +352,8 @@ struct cluster_cfg {
     int deliver_ms;        /* the remote's deliver_timeout_ms */
     size_t arena_bytes;    /* the local's arena */
     int alloc_ms;          /* the local's alloc_timeout_ms */
+    unsigned stripes;      /* both servers' payload_stripes (0: default) */
+    int local_deliver_ms;  /* the local's (its part timeout), 0: default */
 };
 
 static void cluster_start(struct cluster *k, const struct cluster_cfg *cfg)
@@ -369,11 +378,15 @@ static void cluster_start(struct cluster *k, const struct cluster_cfg *cfg)
         o.arena_bytes = cfg->arena_bytes;
     if (cfg->alloc_ms)
         o.alloc_timeout_ms = cfg->alloc_ms;
+    o.payload_stripes = cfg->stripes;
+    if (cfg->local_deliver_ms)
+        o.deliver_timeout_ms = cfg->local_deliver_ms;
     k->local.s = make(&o);
     start_runner(&k->local);
     remote_opts(&o, ep);
     o.deliver_timeout_ms = cfg->deliver_ms;
     o.keyfile = cfg->keyfile;
+    o.payload_stripes = cfg->stripes;
     k->remote.s = make(&o);
     start_runner(&k->remote);
     k->ctx = zmq_ctx_new();
@@ -488,6 +501,25 @@ static int send_malformed(void *evil)
     send_msg(evil, &hb, ZMQ_SNDMORE);
     send_frames(evil, 1, 10); /* not a result */
     return 9;
+}
+
+/* Part `index` of `count` (docs/wire-protocol.md "Payload parts"): a
+ * part frame, a header of rank 0's task 50 of `length` bytes claiming
+ * server `sid`, and `data` bytes. */
+static void send_part(void *s, uint32_t index, uint32_t count, uint32_t rank,
+                      uint32_t sid, uint64_t length, size_t data)
+{
+    uint8_t pf[DH_TP_PART_HDR];
+    struct dh_wire_msg m;
+
+    dh__tp_part_encode(pf, index, count);
+    assert_int_equal(zmq_send(s, pf, sizeof(pf), ZMQ_SNDMORE), (int)sizeof(pf));
+    header(&m, rank, length, length);
+    m.u.result.server_id = sid;
+    send_msg(s, &m, data ? ZMQ_SNDMORE : 0);
+    dh_wire_msg_fini(&m);
+    if (data)
+        send_frames(s, 1, data);
 }
 
 /* ---- tests ---- */
@@ -613,6 +645,138 @@ static void keyed_cluster_refuses_strangers(void **state)
     dh__keys_wipe(&k.keys);
     unlink(key);
     unlink(other);
+}
+
+/* A batch of 2 x 4 frames at 320 x 240 (1.8 MB): over DH_TP_STRIPE_MIN. */
+static struct dh_media_plan big_plan(void)
+{
+    struct dh_media_plan p = fixture_plan();
+
+    p.width = 320;
+    p.height = 240;
+    return p;
+}
+
+/* Striped payloads (docs/wire-protocol.md "Payload parts") on the real
+ * path, with the job key: a large batch the remote prepares goes to the
+ * local as 3 parts over 3 CURVE connections, is put back together in the
+ * local arena byte for byte as decoded inline, reaches the client once,
+ * and leaves nothing behind: no part refused, no set still open, the
+ * staging slot back. */
+static void keyed_striped_payload_arrives_whole(void **state)
+{
+    struct dh_media_plan p = big_plan();
+    uint64_t ids[2] = {1, 0};
+    struct dh_dataserver_stats ls, rs;
+    struct dh_wire_msg m;
+    struct dh_keys keys;
+    struct cluster k;
+    char key[700];
+    uint32_t to = 0, step;
+    int32_t valid[2];
+    size_t bytes;
+    uint8_t *want = reference_plan(p, ids, 2, valid, &bytes);
+    struct dh_err e;
+
+    (void)state;
+    assert_true(bytes >= DH_TP_STRIPE_MIN);
+    write_key("striped-job.key", key, sizeof(key), &keys);
+    cluster_start(&k, &(struct cluster_cfg){
+                          .keyfile = key, .deliver_ms = WAIT_MS, .stripes = 3});
+    for (step = 1; step <= 2 && to != REMOTE_ID; step++) {
+        dh_wire_msg_init(&m, DH_WIRE_DESCRIPTOR_REQUEST);
+        fill_request(&m.u.request, step, ids, 2);
+        m.u.request.plan.width = p.width; /* the fixture's, larger */
+        m.u.request.plan.height = p.height;
+        send_msg(k.cl, &m, 0);
+        dh_wire_msg_fini(&m);
+        assert_int_equal(
+            recv_type(k.cl, 0, NULL, NULL, DH_WIRE_ROUTE, &m, WAIT_MS), 0);
+        to = m.u.route.server_id;
+        dh_wire_msg_fini(&m);
+        if (next_done(k.cl, &m, WAIT_MS) < 0)
+            fail_msg("no completion for step %u", step);
+        if (m.type == DH_WIRE_ERROR_NOTICE)
+            fail_msg("step %u: %s", step, m.u.error.message);
+        assert_int_equal(m.u.result.task.step, step);
+        assert_int_equal(m.u.result.server_id, LOCAL_ID);
+        {
+            struct dh_slot_ref ref = {m.u.result.arena_offset,
+                                      m.u.result.length,
+                                      m.u.result.slot_generation};
+            struct dh_arena *a;
+
+            assert_int_equal(
+                dh_arena_attach(dh_dataserver_arena_fd(k.local.s), &a, &e), 0);
+            assert_non_null(dh_arena_ptr(a, &ref));
+            assert_memory_equal(dh_arena_ptr(a, &ref), want, bytes);
+            assert_int_equal(dh_arena_release(a, &ref, &e), 0);
+            dh_arena_destroy(a);
+        }
+        dh_wire_msg_fini(&m);
+    }
+    assert_int_equal(to, REMOTE_ID);
+    WAIT_STAT(k.local.s, payloads, 1);
+    WAIT_STAT(k.local.s, parts_in, 3);
+    WAIT_STAT(k.remote.s, parts_out, 3);
+    assert_int_equal(live_slots(k.remote.s, 0), 0); /* staging slot back */
+    /* Exactly once: no second completion. */
+    assert_int_equal(next_done(k.cl, &m, 300), -1);
+    dh_dataserver_stats(k.local.s, &ls);
+    dh_dataserver_stats(k.remote.s, &rs);
+    assert_int_equal(ls.malformed, 0);
+    assert_int_equal(ls.payloads, 1);
+    assert_int_equal(rs.forwarded, 1);
+    assert_int_equal(rs.forwarded_bytes, bytes);
+    cluster_stop(&k);
+    dh__keys_wipe(&k.keys);
+    dh__keys_wipe(&keys);
+    unlink(key);
+    free(want);
+}
+
+/* Hostile or broken payload parts at the local's inbox are refused and
+ * counted, never placed: a part frame of the wrong size, a part without
+ * its data, a part of the wrong size, another rank's part, and a part
+ * claiming another sender for a set in progress (refused alone); the set
+ * that never completes is dropped after the local's deliver_timeout_ms.
+ * Legitimate traffic beside them is untouched. */
+static void hostile_parts_are_refused(void **state)
+{
+    static const uint8_t short_pf[DH_TP_PART_HDR - 1] = {0xff, 'D', 'H', 'P'};
+    struct dh_dataserver_stats ls;
+    uint64_t ids[2] = {1, 0};
+    struct cluster k;
+    uint64_t t0;
+    void *evil;
+
+    (void)state;
+    cluster_start(&k, &(struct cluster_cfg){.deliver_ms = WAIT_MS,
+                                            .local_deliver_ms = 300});
+    evil = dealer(k.ctx, dh_dataserver_endpoint(k.local.s));
+    assert_int_equal(zmq_send(evil, short_pf, sizeof(short_pf), ZMQ_SNDMORE),
+                     (int)sizeof(short_pf));
+    send_header(evil, 0, 100, 100, 1);
+    send_frames(evil, 1, 100);                        /* 1: a bad part frame */
+    send_part(evil, 0, 2, 0, REMOTE_ID, 100, 0);      /* 2: no data frame */
+    send_part(evil, 0, 2, 0, REMOTE_ID, 100, 30);     /* 3: its cut is 50 */
+    send_part(evil, 0, 2, 3, REMOTE_ID, 100, 50);     /* 4: rank 3's */
+    send_part(evil, 0, 2, 0, REMOTE_ID, 100, 50);     /* kept: a set begins */
+    send_part(evil, 1, 2, 0, REMOTE_ID + 1, 100, 50); /* 5: another sender */
+    t0 = now_ms();
+    WAIT_STAT(k.local.s, malformed, 5);
+    WAIT_STAT(k.local.s, malformed, 6); /* 6: the set expired */
+    assert_true(now_ms() - t0 >= 250);
+    zmq_close(evil);
+    dh_dataserver_stats(k.local.s, &ls);
+    assert_int_equal(ls.payloads, 0);
+    assert_int_equal(ls.parts_in, 0);
+
+    (void)one_batch_each(&k, ids);
+    WAIT_STAT(k.local.s, payloads, 1);
+    dh_dataserver_stats(k.local.s, &ls);
+    assert_int_equal(ls.malformed, 6);
+    cluster_stop(&k);
 }
 
 /* Only the job's owner stops the Coordinator (issue 13 item 2): a
@@ -1087,6 +1251,8 @@ int main(void)
         cmocka_unit_test(remote_batch_lands_in_local_arena),
         cmocka_unit_test(unreachable_target_is_rerouted_to_the_local_server),
         cmocka_unit_test(keyed_cluster_refuses_strangers),
+        cmocka_unit_test(keyed_striped_payload_arrives_whole),
+        cmocka_unit_test(hostile_parts_are_refused),
         cmocka_unit_test(only_an_admin_key_stops_the_coordinator),
         cmocka_unit_test(a_full_remote_asks_for_a_reroute),
         cmocka_unit_test(payload_waits_for_arena_space),

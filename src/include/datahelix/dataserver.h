@@ -107,7 +107,9 @@ struct dh_dataserver_opts {
     int alloc_timeout_ms;      /* bound on waiting for arena space per job
                                  or payload (default 30000) */
     int deliver_timeout_ms;    /* remote: bound on a delivery target taking
-                                 a batch (default 5000) */
+                                 a batch; local with listen: on the next
+                                 part of a striped payload arriving
+                                 (default 5000) */
     const char *listen;        /* local: ZeroMQ endpoint to bind for
                                  payloads from remote servers (NULL: none) */
     const char *advertise;     /* local with listen: the address announced
@@ -159,6 +161,11 @@ struct dh_dataserver_opts {
                                    $DATAHELIX_KEYFILE if set, else none */
     int insecure;               /* 1: `listen` on a non-local address
                                    without a key (warned); 0: refused */
+    unsigned payload_stripes;   /* connections (and ZeroMQ I/O threads) a
+                                   payload link uses, 1..8 (docs/
+                                   dataserver.md "Striped payloads"); 0
+                                   (default): $DATAHELIX_PAYLOAD_STRIPES,
+                                   else half the CPUs, 1..4 */
 };
 
 /* Fills the defaults above (pointers NULL, rank 0, server_id 0, local,
@@ -186,6 +193,11 @@ struct dh_dataserver_stats {
     uint64_t substituted;     /* samples replaced by a spare (skip policy) */
     uint64_t refused_peers;   /* connections to `listen` refused: not the
                                  job's key (docs/security.md) */
+    uint64_t parts_in;        /* local: payload parts taken into complete
+                                 striped payloads (docs/dataserver.md
+                                 "Striped payloads") */
+    uint64_t parts_out;       /* remote: payload parts sent (a batch cut
+                                 into N counts N; a whole one 0) */
 };
 
 /*
