@@ -289,7 +289,7 @@ int dh__mhttp_start(const struct dh_mhttp_opts *o, struct dh_mhttp **out,
         MHD_USE_AUTO_INTERNAL_THREAD, 0, NULL, NULL, on_request, h,
         MHD_OPTION_LISTEN_SOCKET, h->fd, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)MAX_CONNS, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)(o->timeout_s > 0 ? o->timeout_s : 10),
+        (unsigned)(o->timeout_s > 0 ? o->timeout_s : 5),
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEM, MHD_OPTION_END);
     if (!h->d) {
         rc = dh_err_set(e, DH_EIO,

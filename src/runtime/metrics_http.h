@@ -32,7 +32,7 @@ struct dh_mhttp_opts {
     const char *listen; /* "HOST:PORT" (IPv6 as [ADDR]:PORT; port 0: any) */
     const char *token;  /* bearer token, NULL: none */
     int insecure;       /* 1: a non-loopback bind without a token (warned) */
-    int timeout_s;      /* idle connection timeout (0: 10 s) */
+    int timeout_s;      /* idle connection timeout (0: 5 s) */
     dh_mhttp_render render;
     void *ctx;
 };
