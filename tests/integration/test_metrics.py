@@ -177,8 +177,10 @@ def test_top_in_tmux_renders_and_q_quits_restoring_the_terminal(job,
         pytest.skip("tmux is not installed (scripts/setup-deps.sh)")
     sock = f"dh-top-{os.getpid()}"
     stty = tmp_path / "stty.txt"
-    script = (f"{_binary()} top {maddr}; echo \"rc=$?\" > {stty}.rc; "
-              f"stty -a > {stty}; sleep 30")
+    # The shell traps SIGINT (Ctrl-C reaches the whole foreground group)
+    # so that it outlives top and records how the terminal was left.
+    script = (f"trap true INT; {_binary()} top {maddr}; "
+              f"echo \"rc=$?\" > {stty}.rc; stty -a > {stty}; sleep 30")
     tm = ["tmux", "-L", sock]
     subprocess.run(tm + ["-f", "/dev/null", "new-session", "-d", "-x", "120",
                          "-y", "40", "sh", "-c", script], check=True,
@@ -196,6 +198,17 @@ def test_top_in_tmux_renders_and_q_quits_restoring_the_terminal(job,
         assert (tmp_path / "stty.txt.rc").read_text().strip() == "rc=0"
         modes = stty.read_text().split()
         assert "icanon" in modes and "echo" in modes, modes  # restored
+        # Ctrl-C quits too (130), the terminal restored the same way.
+        stty.unlink()
+        subprocess.run(tm + ["new-window", "sh", "-c", script], check=True,
+                       timeout=10)
+        assert wait_until(lambda: "RANKS (2)" in pane(), 20), pane()
+        subprocess.run(tm + ["send-keys", "C-c"], check=True, timeout=10)
+        assert wait_until(lambda: stty.exists() and stty.read_text(), 10), \
+            pane()
+        assert (tmp_path / "stty.txt.rc").read_text().strip() == "rc=130"
+        modes = stty.read_text().split()
+        assert "icanon" in modes and "echo" in modes, modes
     finally:
         subprocess.run(tm + ["kill-server"], timeout=10)
 
@@ -340,6 +353,12 @@ def test_dataloader_serves_metrics(dataset, monkeypatch):
     with pytest.raises(ValueError, match="metrics_token_file= needs"):
         datahelix.DataLoader(dataset / "m.jsonl", batch_size=2, frames=4,
                              size=(32, 32), metrics_token_file="x")
+    with pytest.raises(ValueError, match="it starts none"):
+        datahelix.DataLoader(dataset / "m.jsonl", batch_size=2, frames=4,
+                             size=(32, 32), coordinator="ipc:///nowhere",
+                             metrics_listen="127.0.0.1:0")
+    with pytest.raises(ValueError, match="metrics_token_file= needs"):
+        datahelix.DistributedDataLoader([1, 2, 3], metrics_token_file="x")
     with datahelix.DataLoader(dataset / "m.jsonl", batch_size=2, frames=4,
                               size=(32, 32),
                               metrics_listen="127.0.0.1:0") as loader:
