@@ -31,6 +31,7 @@
 #include "runtime/metrics_http.h"
 
 #define MAX_CONNS 32
+#define MAX_CONNS_PER_IP 16    /* one host cannot take every slot */
 #define HEADER_MEM (16u << 10) /* per connection: headers beyond it: 431 */
 #define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
@@ -288,7 +289,8 @@ int dh__mhttp_start(const struct dh_mhttp_opts *o, struct dh_mhttp **out,
     h->d = MHD_start_daemon(
         MHD_USE_AUTO_INTERNAL_THREAD, 0, NULL, NULL, on_request, h,
         MHD_OPTION_LISTEN_SOCKET, h->fd, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)MAX_CONNS, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)MAX_CONNS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)MAX_CONNS_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)(o->timeout_s > 0 ? o->timeout_s : 5),
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEM, MHD_OPTION_END);
     if (!h->d) {

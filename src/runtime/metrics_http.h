@@ -7,9 +7,9 @@
  * refused unless a bearer token is set (every request must then carry
  * "Authorization: Bearer TOKEN", compared in constant time; a token also
  * binds a loopback endpoint) or insecure is set (warned on stderr,
- * naming what is exposed).  Bounds: MAX_CONNS connections, an idle or
- * slow connection closed after timeout_s, request headers within a
- * fixed memory budget (431 / connection closed beyond it).
+ * naming what is exposed).  Bounds: 32 connections (16 per client
+ * address), an idle connection closed after timeout_s, request headers
+ * within a fixed memory budget (431 and the connection closed beyond).
  *
  * Thread-safety: start / stop from one thread; the render callback runs
  * on the server's thread.
