@@ -324,7 +324,7 @@ void dh__co_mx_tick(struct dh_coordinator *c, uint64_t now)
 
         r->inflight = cr ? cr->tasks : 0;
     }
-    m->live.uptime_ms = now - m->created_ms;
+    m->live.uptime_ms = now > m->created_ms ? now - m->created_ms : 0;
     dh_coordinator_stats(c, &m->live.st);
     /* Never wait for a reader: skip this turn instead. */
     if (pthread_mutex_trylock(&m->mu) != 0)
