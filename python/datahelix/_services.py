@@ -294,6 +294,8 @@ class Coordinator:
                     continue
                 self.proc = proc
             if self._ready(proc) is None and proc.poll() is None:
+                if self.metrics_address is not None:  # (port 0: a new one)
+                    self._metrics_ready(proc)
                 return True
             rc = proc.wait()  # it exited at once: counts as a restart
             why = (f"killed by signal {-rc}" if rc < 0
