@@ -50,10 +50,17 @@
  * one core's cipher, AES-256-GCM and memcpy rates.
  * Medians and ratios.
  *
+ * Cost of the metrics endpoint (--metrics-only; docs/metrics.md): the same
+ * routing runs (least-request, telemetry off, --sec-requests requests) with
+ * the metrics figures off, and on with a publication every 10 ms (50 times
+ * the default) and a reader thread taking the text every 10 ms (what one
+ * HTTP scrape does, 100 a second), interleaved, R runs each: requests/s
+ * and the coordinator thread's CPU per request, medians and ratios.
+ *
  * Usage: bench_route [--requests N] [--warmup N] [--reps R] [--inflight K]
  *                    [--policy P[,P...]] [--ipc] [--no-peer] [--json]
  *                    [--security-only | --no-security] [--sec-requests N]
- *                    [--stripes N] [--pay-count N]
+ *                    [--stripes N] [--pay-count N] [--metrics-only]
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -94,7 +101,9 @@
 struct opts {
     long requests, warmup;
     int reps, inflight, ipc, peer, json;
-    int curve;    /* this run: every peer on CURVE with a job key */
+    int curve;   /* this run: every peer on CURVE with a job key */
+    int metrics; /* this run: metrics on, a reader every 10 ms */
+    int metrics_only;
     int security; /* 1: also the CURVE section, 2: only it, 0: not */
     long sec_requests;
     unsigned stripes; /* payload link width (0: a DataServer's default) */
@@ -125,8 +134,10 @@ struct phase {
 struct run {
     const struct opts *o;
     struct dh_coordinator *c;
-    pthread_t th;
-    int started;
+    pthread_t th, reader;
+    int started, reading;
+    volatile int stop_reader;
+    long reads;
     volatile int stop;
     int finished; /* atomic */
     int run_rc;
@@ -246,6 +257,26 @@ static int recv_msg(void *sock, struct dh_wire_msg *m, struct dh_err *e)
 
 /* ---- the coordinator thread ---- */
 
+/* What an HTTP scrape costs the process: the published text, every
+ * 10 ms, on a thread of its own. */
+static void *metrics_reader(void *arg)
+{
+    struct run *r = arg;
+    struct timespec ts = {0, 10000000};
+
+    while (!r->stop_reader) {
+        char *t = NULL;
+        size_t len;
+
+        if (dh_coordinator_metrics_text(r->c, &t, &len) == 0) {
+            free(t);
+            r->reads++;
+        }
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
 static void *coordinator_main(void *arg)
 {
     struct run *r = arg;
@@ -293,11 +324,17 @@ static int start_coordinator(struct run *r, const char *policy, int tel,
             return rc;
         co.keyfile = r->key_path;
     }
+    co.metrics_interval_ms = r->o->metrics ? 10 : 0;
     if ((rc = dh_coordinator_create(&co, &r->c, e)) < 0)
         return rc;
     if (pthread_create(&r->th, NULL, coordinator_main, r) != 0)
         return dh_err_set(e, DH_EIO, "pthread_create failed");
     r->started = 1;
+    if (r->o->metrics) {
+        if (pthread_create(&r->reader, NULL, metrics_reader, r) != 0)
+            return dh_err_set(e, DH_EIO, "pthread_create failed");
+        r->reading = 1;
+    }
     return 0;
 }
 
@@ -661,6 +698,11 @@ static int stop_coordinator(struct run *r, struct dh_err *e)
 {
     double end = now_us() + STOP_MS * 1e3;
 
+    if (r->reading) {
+        r->stop_reader = 1;
+        pthread_join(r->reader, NULL);
+        r->reading = 0;
+    }
     if (!r->started)
         return 0;
     r->stop = 1;
@@ -1162,6 +1204,49 @@ static void print_security(const struct opts *o, const struct security *s)
                s->aes_mbps, s->memcpy_mbps, s->cpus, s->reps);
 }
 
+/* ---- the cost of the metrics endpoint ---- */
+
+static void measure_metrics(const struct opts *o)
+{
+    double rps[2][MAX_REPS], cpu[2][MAX_REPS], med[2][2];
+    struct opts ro = *o;
+    struct dh_err e;
+
+    ro.requests = o->sec_requests;
+    ro.warmup = 5000;
+    for (int i = 0; i < o->reps; i++)
+        for (int on = 0; on < 2; on++) {
+            struct sample smp;
+
+            ro.metrics = on;
+            if (run_once(&ro, "least-request", 0, &smp, &e) < 0)
+                die(on ? "routing with metrics" : "routing", e.msg);
+            rps[on][i] = smp.req_per_s;
+            cpu[on][i] = smp.co_cpu_us;
+            sample_fini(&smp);
+        }
+    for (int on = 0; on < 2; on++) {
+        med[on][0] = median(rps[on], (size_t)o->reps);
+        med[on][1] = median(cpu[on], (size_t)o->reps);
+    }
+    printf("\n## cost of the metrics endpoint: figures published every 10 "
+           "ms and read every 10 ms vs off, median of %d interleaved runs "
+           "each\n\n",
+           o->reps);
+    printf("| measure | off | on | on / off |\n|---|---:|---:|---:|\n");
+    printf("| routing, requests/s (least-request, %d DataServers, %d clients "
+           "x %d, %ld requests) | %.0f | %.0f | %.1f %% |\n",
+           NSERVERS, NCLIENTS, o->inflight, o->sec_requests, med[0][0],
+           med[1][0], 100.0 * med[1][0] / med[0][0]);
+    printf("| coordinator thread CPU per request, us | %.2f | %.2f | %.1f %% "
+           "|\n",
+           med[0][1], med[1][1], 100.0 * med[1][1] / med[0][1]);
+    if (o->json)
+        printf("{\"metrics\":{\"rps_off\":%.1f,\"rps_on\":%.1f,"
+               "\"cpu_us_off\":%.3f,\"cpu_us_on\":%.3f,\"reps\":%d}}\n",
+               med[0][0], med[1][0], med[0][1], med[1][1], o->reps);
+}
+
 /* ---- options ---- */
 
 static void usage(int status)
@@ -1190,7 +1275,9 @@ static void usage(int status)
             "  --stripes N   striped payload link width (default: a "
             "DataServer's, at least 2)\n"
             "  --pay-count N timed 4 MiB payload batches per run (default "
-            "64)\n",
+            "64)\n"
+            "  --metrics-only   only the metrics on vs off section (as "
+            "many requests)\n",
             MAX_REPS);
     exit(status);
 }
@@ -1270,6 +1357,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
             o->stripes = (unsigned)num(a, v, 1, DH_TP_MAX_STRIPES);
         else if (!strcmp(a, "--pay-count") && ++i)
             o->pay_count = (int)num(a, v, 1, 100000);
+        else if (!strcmp(a, "--metrics-only"))
+            o->metrics_only = 1;
         else if (!strcmp(a, "--sec-requests") && ++i)
             o->sec_requests = num(a, v, NCLIENTS, 8000000L);
         else if (!strcmp(a, "--help") || !strcmp(a, "-h"))
@@ -1286,6 +1375,10 @@ int main(int argc, char **argv)
     struct opts o;
 
     parse_args(argc, argv, &o);
+    if (o.metrics_only) {
+        measure_metrics(&o);
+        return 0;
+    }
     for (int i = 0; o.security < 2 && i < o.npolicy; i++) {
         res[i].policy = o.policy[i];
         measure_policy(&o, &res[i]);

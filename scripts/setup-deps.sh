@@ -16,7 +16,8 @@ libjansson-dev libcmocka-dev python3-pytest python3-av python3-numpy
 python3-cloudpickle
 clang libclang-rt-dev clang-format python3-dev python3-torch iproute2
 python3-pip python3-setuptools python3-venv dpkg-dev python3-matplotlib
-patchelf shellcheck yamllint python3-yaml"
+patchelf shellcheck yamllint python3-yaml
+libmicrohttpd-dev python3-prometheus-client tmux"
 if [ "${1:-}" = bench ]; then
     PKGS="$PKGS python3-torchvision python3-distributed"
 fi

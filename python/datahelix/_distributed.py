@@ -35,7 +35,7 @@ from ._C import TimeoutError as DataTimeoutError
 from ._jobkey import JobKey
 from ._services import (Closing, Coordinator, binary, claim_coordinator,
                         coordinator_address, loader_ordinal,
-                        release_coordinator)
+                        metrics_args, release_coordinator)
 
 _HDR = 1 << 63
 _M63 = _HDR - 1
@@ -282,7 +282,8 @@ class DistributedDataLoader(Closing):
     spend on one batch before it is killed and replaced); ``python``
     (the workers' interpreter); ``keyfile`` (the job key, as
     datahelix.DataLoader's: None makes one per job when this loader starts
-    the Coordinator).
+    the Coordinator); ``metrics_listen`` / ``metrics_token_file`` (the
+    Coordinator's metrics endpoint, as datahelix.DataLoader's).
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None,
@@ -293,7 +294,8 @@ class DistributedDataLoader(Closing):
                  persistent_workers=False, pin_memory_device="",
                  estimate_cost=None, rank=None, world_size=None, seed=0,
                  coordinator=None, arena_mb=256, worker_timeout=None,
-                 python=None, keyfile=None):
+                 python=None, keyfile=None, metrics_listen=None,
+                 metrics_token_file=None):
         if isinstance(dataset, torch.utils.data.IterableDataset) or \
                 not hasattr(dataset, "__getitem__") or \
                 not hasattr(dataset, "__len__"):
@@ -357,6 +359,8 @@ class DistributedDataLoader(Closing):
         self.estimate_cost = estimate_cost
         self.coordinator, self.arena_mb = coordinator, int(arena_mb)
         self._keyfile_arg, self._key = keyfile, None
+        self._metrics_args = metrics_args(metrics_listen, metrics_token_file,
+                                          coordinator)
         self.worker_timeout = float(worker_timeout if worker_timeout
                                     else _DEFAULT_WORKER_TIMEOUT)
         self.python = python or sys.executable
@@ -541,7 +545,8 @@ class DistributedDataLoader(Closing):
         if start:
             self._coord = Coordinator(addr, "deadline",
                                       shared=self.world_size > 1,
-                                      keyfile=self._key.path)
+                                      keyfile=self._key.path,
+                                      **self._metrics_args)
         return addr
 
     def _ensure_client(self):
@@ -575,6 +580,13 @@ class DistributedDataLoader(Closing):
             raise
 
     # -- lifetime -----------------------------------------------------------
+
+    @property
+    def metrics_address(self):
+        """HOST:PORT of the metrics endpoint of the Coordinator this loader
+        started (metrics_listen=, as datahelix.DataLoader's); None
+        otherwise."""
+        return self._coord.metrics_address if self._coord else None
 
     def close(self):
         """Stops the client, its DataServer (and so its Python workers) and

@@ -13,7 +13,7 @@ from . import _options as _opt
 from ._jobkey import JobKey
 from ._services import (Closing, Coordinator, binary, claim_coordinator,
                         coordinator_address, ensure_index, loader_ordinal,
-                        release_coordinator)
+                        metrics_args, release_coordinator)
 
 _BALANCE = {"fixed": _C.BALANCE_FIXED, "free": _C.BALANCE_FREE,
             "none": _C.BALANCE_NONE}
@@ -97,6 +97,11 @@ class DataLoader(Closing):
     $DATAHELIX_KEYFILE, else - when this loader starts the Coordinator - a
     key made for the job (several ranks: by rank 0, handed to the others
     through the torch.distributed store), else none.
+    metrics_listen: HOST:PORT (e.g. "127.0.0.1:9464"; port 0: any, see
+    ``metrics_address``) where the Coordinator this loader starts serves
+    Prometheus metrics, for ``datahelix top`` (docs/metrics.md); in a
+    multi-rank job the rank that starts it (rank 0) serves them.  Beyond
+    loopback it needs metrics_token_file (a bearer token, mode 0600).
     on_error: "raise" (SampleError naming sample, path and cause, at the
     step it belongs to; the same iterator goes on with the next step) or
     "skip" (a failed sample is replaced in its position by a spare of this
@@ -132,7 +137,8 @@ class DataLoader(Closing):
                  telemetry=None, dataserver=None, listen=None,
                  transport="shm", ablation=None, ddl_ms=1.0,
                  step_deadline_ms=0.0, arena_mb=None, max_side=None,
-                 max_pixels=None, patch=None, max_frames=None, keyfile=None):
+                 max_pixels=None, patch=None, max_frames=None, keyfile=None,
+                 metrics_listen=None, metrics_token_file=None):
         _opt.check_manifest(manifest)
         for name, v in (("sampler", sampler), ("batch_sampler",
                                                batch_sampler),
@@ -243,6 +249,8 @@ class DataLoader(Closing):
         self._timeout_ms = wait_ms
         self._coordinator_arg = coordinator
         self._keyfile_arg = keyfile
+        self._metrics_args = metrics_args(metrics_listen, metrics_token_file,
+                                          coordinator)
         self._key = None
         # Counted in creation order, as every rank creates its loaders: the
         # i-th loader of every rank shares one Coordinator port
@@ -349,7 +357,8 @@ class DataLoader(Closing):
         if start:
             self._coord = Coordinator(addr, self.policy,
                                       shared=self.world_size > 1,
-                                      keyfile=self._key.path)
+                                      keyfile=self._key.path,
+                                      **self._metrics_args)
         opts = self._opts
         if self._tx:  # the DataServer's Python workers decode, transform
             self._tx_dir = tempfile.mkdtemp(prefix="datahelix-tx-")
@@ -639,6 +648,12 @@ class DataLoader(Closing):
         return s
 
     # -- lifetime -----------------------------------------------------------
+
+    @property
+    def metrics_address(self):
+        """HOST:PORT of the metrics endpoint of the Coordinator this loader
+        started (metrics_listen=), once it serves; None otherwise."""
+        return self._coord.metrics_address if self._coord else None
 
     def close(self):
         """Stops the client, its DataServer and an embedded Coordinator.

@@ -159,10 +159,14 @@ class Coordinator:
     BACKOFF_MAX_S = 2.0
 
     def __init__(self, listen, policy, telemetry=None, timeout=10.0,
-                 shared=False, keyfile=None):
+                 shared=False, keyfile=None, metrics_listen=None,
+                 metrics_token_file=None):
         """shared: other ranks use it too, so it must outlive this process
         until they are done: it stops when no rank's local DataServer is
-        left (they end with their ranks), not with this process."""
+        left (they end with their ranks), not with this process.
+        metrics_listen: HOST:PORT of its metrics endpoint (docs/metrics.md;
+        port 0: any, see metrics_address); metrics_token_file: the bearer
+        token that endpoint requires."""
         self.listen = listen
         self.shared = shared
         self.timeout = timeout
@@ -175,11 +179,21 @@ class Coordinator:
             cmd += ["--telemetry", os.fspath(telemetry)]
         if keyfile:  # the path; the key never travels by value
             cmd += ["--keyfile", os.fspath(keyfile)]
+        if metrics_listen:
+            cmd += ["--metrics-listen", str(metrics_listen)]
+            if metrics_token_file:
+                cmd += ["--metrics-token-file",
+                        os.fspath(metrics_token_file)]
+        elif metrics_token_file:
+            raise ValueError("metrics_token_file= needs metrics_listen=")
+        self.metrics_address = None  # HOST:PORT once serving
         self._cmd = cmd
         self._lock = threading.Lock()  # self.proc, self._closing
         self._closing = False
         self.proc = self._spawn()
         err = self._ready(self.proc)
+        if err is None and metrics_listen:
+            err = self._metrics_ready(self.proc)
         if err is not None:
             err = self._stop_and_read() or err
             raise RuntimeError(f"datahelix: the coordinator at {listen} "
@@ -213,6 +227,21 @@ class Coordinator:
                 break
             time.sleep(0.005)
         return None if os.path.exists(path) else "no socket file"
+
+    def _metrics_ready(self, proc):
+        """None once `proc` says where its metrics endpoint listens (its
+        "metrics on http://ADDR/metrics" line), else why not (bounded)."""
+        end = time.monotonic() + self.timeout
+        while time.monotonic() < end:
+            for line in list(proc.drain.tail):
+                if line.startswith("metrics on http://"):
+                    self.metrics_address = \
+                        line.split("http://", 1)[1].split("/", 1)[0]
+                    return None
+            if proc.poll() is not None:
+                return "it exited"
+            time.sleep(0.005)
+        return "no metrics endpoint"
 
     def _watch(self):
         """Restarts the Coordinator when it dies by a signal or fails (not
@@ -265,6 +294,8 @@ class Coordinator:
                     continue
                 self.proc = proc
             if self._ready(proc) is None and proc.poll() is None:
+                if self.metrics_address is not None:  # (port 0: a new one)
+                    self._metrics_ready(proc)
                 return True
             rc = proc.wait()  # it exited at once: counts as a restart
             why = (f"killed by signal {-rc}" if rc < 0
@@ -309,6 +340,23 @@ def loader_ordinal():
     reused, so a loader created after another was closed does not meet
     the old one's Coordinator, which may linger for 2 s)."""
     return next(_ordinals)
+
+
+def metrics_args(listen, token_file, coordinator):
+    """The Coordinator() keywords of a loader's metrics_listen= and
+    metrics_token_file= (docs/metrics.md), checked."""
+    if token_file and not listen:
+        raise ValueError("metrics_token_file= needs metrics_listen=")
+    if listen and coordinator is not None:
+        raise ValueError(
+            f"metrics_listen={listen!r}: the endpoint is served by the "
+            "Coordinator this loader starts, and with "
+            f"coordinator={coordinator!r} it starts none: run that one with "
+            "`datahelix coordinator --metrics-listen ADDR`")
+    if not listen:
+        return {}
+    return {"metrics_listen": str(listen),
+            "metrics_token_file": token_file}
 
 
 def coordinator_address(rank, world_size, ordinal=0):

@@ -31,6 +31,7 @@ int dh_cmd_consume(int argc, char **argv);
 int dh_cmd_bench(int argc, char **argv);
 int dh_cmd_keygen(int argc, char **argv);
 int dh_cmd_demo(int argc, char **argv);
+int dh_cmd_top(int argc, char **argv);
 
 /* ---- subcommands whose work is a Python module (py_exec.c) ---- */
 /* This program's path (/proc/self/exe) and its folder.  0, or -1 with the
@@ -43,6 +44,12 @@ int dh_cli_self_dir(const char *cmd, char *self, size_t self_len, char *dir,
  * the error printed). */
 int dh_cli_exec_python(const char *cmd, const char *self, const char *pkg_dir,
                        const char *module, int argc, char **argv);
+/* The same for FILE of the datahelix package, run by path as __main__
+ * without importing the package (whose __init__ loads torch): for
+ * commands that need only the standard library (`top`). */
+int dh_cli_exec_python_file(const char *cmd, const char *self,
+                            const char *pkg_dir, const char *file, int argc,
+                            char **argv);
 
 /* Prints "datahelix: <what>: <why>\n" to stderr. */
 void dh_cli_error(const char *what, const char *fmt, ...) DH_PRINTF(2, 3);

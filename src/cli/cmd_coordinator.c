@@ -18,6 +18,7 @@
 #include "cli/cli.h"
 #include "datahelix/coordinator.h"
 #include "runtime/keys.h"
+#include "runtime/metrics_http.h"
 
 #define CMD "coordinator"
 
@@ -25,6 +26,8 @@ struct args {
     struct dh_coordinator_opts o;
     const char *telemetry_path;
     int with_parent;
+    const char *metrics_listen, *metrics_token_file;
+    int metrics_interval_ms;
 };
 
 static void usage(FILE *f)
@@ -35,7 +38,10 @@ static void usage(FILE *f)
         "                             [--keyfile FILE] [--insecure]\n"
         "                             [--heartbeat-timeout-ms N]\n"
         "                             [--telemetry FILE] [--exit-with-parent]\n"
-        "                             [--exit-when-unused MS]\n\n"
+        "                             [--exit-when-unused MS]\n"
+        "                             [--metrics-listen HOST:PORT]\n"
+        "                             [--metrics-token-file FILE]\n"
+        "                             [--metrics-interval-ms N]\n\n"
         "Runs the control plane: registers clients and DataServers, places\n"
         "every descriptor request and forwards it to the chosen DataServer,\n"
         "re-routes the tasks of a DataServer that stops heartbeating.\n"
@@ -56,9 +62,17 @@ static void usage(FILE *f)
         "                             must hold it (CURVE, docs/security.md)\n"
         "  --insecure                 allow --listen on a non-loopback address\n"
         "                             without a key (warns: anyone who can\n"
-        "                             reach it owns the job)\n"
+        "                             reach it owns the job), and\n"
+        "                             --metrics-listen without a token\n"
+        "  --metrics-listen HOST:PORT serve Prometheus metrics over HTTP at\n"
+        "                             /metrics (e.g. %s; docs/metrics.md);\n"
+        "                             beyond loopback only with a token\n"
+        "  --metrics-token-file FILE  require 'Authorization: Bearer TOKEN',\n"
+        "                             the first line of FILE (mode 0600)\n"
+        "  --metrics-interval-ms N    publish the figures at most every N ms\n"
+        "                             (default 500; 1..60000)\n"
         "  -h, --help                 this text\n",
-        DH_COORDINATOR_DEFAULT_LISTEN);
+        DH_COORDINATOR_DEFAULT_LISTEN, DH_MHTTP_DEFAULT_LISTEN);
 }
 
 static const struct option long_opts[] = {
@@ -70,6 +84,9 @@ static const struct option long_opts[] = {
     {"exit-when-unused", required_argument, NULL, 'U'},
     {"keyfile", required_argument, NULL, 'K'},
     {"insecure", no_argument, NULL, 'I'},
+    {"metrics-listen", required_argument, NULL, 'M'},
+    {"metrics-token-file", required_argument, NULL, 'k'},
+    {"metrics-interval-ms", required_argument, NULL, 'i'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -112,6 +129,20 @@ static int parse_opt(void *ctx, int c)
     case 'I':
         a->o.insecure = 1;
         return 0;
+    case 'M':
+        a->metrics_listen = optarg;
+        return 0;
+    case 'k':
+        a->metrics_token_file = optarg;
+        return 0;
+    case 'i':
+        if (dh_cli_parse_i64(optarg, 1, 60000, &v))
+            return dh_cli_usage_error(CMD,
+                                      "--metrics-interval-ms must be an "
+                                      "integer in [1, 60000], not '%s'",
+                                      optarg);
+        a->metrics_interval_ms = (int)v;
+        return 0;
     case 'U':
         if (dh_cli_parse_i64(optarg, 1, 3600000, &v))
             return dh_cli_usage_error(CMD,
@@ -134,6 +165,14 @@ static int parse_args(struct args *a, int argc, char **argv)
     dh_coordinator_opts_default(&a->o);
     if ((r = dh_cli_getopt(&cli_cmd, argc, argv, a, NULL)) != DH_CLI_RUN)
         return r;
+    if ((a->metrics_token_file || a->metrics_interval_ms) && !a->metrics_listen)
+        return dh_cli_usage_error(CMD, "--metrics-token-file and "
+                                       "--metrics-interval-ms need "
+                                       "--metrics-listen");
+    if (a->metrics_listen)
+        a->o.metrics_interval_ms = a->metrics_interval_ms
+                                       ? a->metrics_interval_ms
+                                       : 500;
     return DH_CLI_RUN;
 }
 
@@ -154,9 +193,46 @@ static void report(const struct dh_coordinator *c)
             (unsigned long long)st.expired);
 }
 
+static int render(void *ctx, char **out, size_t *len)
+{
+    return dh_coordinator_metrics_text(ctx, out, len);
+}
+
+/* The metrics endpoint (docs/metrics.md): its own thread, reading what
+ * the Coordinator's loop publishes. */
+static int start_metrics(const struct args *a, struct dh_coordinator *c,
+                         struct dh_mhttp **out, struct dh_err *e)
+{
+    char token[DH_MHTTP_TOKEN_MAX + 1];
+    struct dh_mhttp_opts mo = {.listen = a->metrics_listen,
+                               .insecure = a->o.insecure,
+                               .render = render,
+                               .ctx = c};
+    int rc;
+
+    if (!a->metrics_listen)
+        return 0;
+    if (a->metrics_token_file) {
+        if ((rc = dh__mhttp_load_token(a->metrics_token_file, token,
+                                       sizeof(token), e)) < 0)
+            return rc;
+        mo.token = token;
+    }
+    rc = dh__mhttp_start(&mo, out, e);
+    memset(token, 0, sizeof(token));
+    if (rc == 0)
+        fprintf(stderr,
+                "datahelix: coordinator: metrics on http://%s/metrics "
+                "(%s)\n",
+                dh__mhttp_addr(*out),
+                a->metrics_token_file ? "bearer token" : "no token");
+    return rc;
+}
+
 static int serve(struct args *a)
 {
     struct dh_coordinator *c = NULL;
+    struct dh_mhttp *mh = NULL;
     struct dh_err e;
     FILE *tel = NULL;
     int rc;
@@ -177,7 +253,8 @@ static int serve(struct args *a)
     }
 
     dh_err_clear(&e);
-    if ((rc = dh_coordinator_create(&a->o, &c, &e)) == 0) {
+    if ((rc = dh_coordinator_create(&a->o, &c, &e)) == 0 &&
+        (rc = start_metrics(a, c, &mh, &e)) == 0) {
         fprintf(stderr,
                 "datahelix: coordinator: listening on %s (policy "
                 "%s, %s)\n",
@@ -190,6 +267,7 @@ static int serve(struct args *a)
     }
     if (rc < 0)
         dh_cli_error(CMD, "%s", e.msg[0] ? e.msg : dh_strerror(rc));
+    dh__mhttp_stop(mh); /* before the Coordinator it reads */
     dh_coordinator_destroy(c);
     if (tel)
         fclose(tel);

@@ -33,7 +33,8 @@ static const struct dh_cmd commands[] = {
     {"demo", dh_cmd_demo,
      "train a small video model on 4 CPU ranks, torch's loader beside "
      "datahelix's"},
-    {"top", NULL, "live view of a running job"},
+    {"top", dh_cmd_top,
+     "live view of a running job, from its Coordinator's metrics"},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 

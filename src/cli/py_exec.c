@@ -79,8 +79,46 @@ static const char *find_python(const char *cmd)
     return py;
 }
 
+static int exec_python(const char *cmd, const char *self, const char *pkg_dir,
+                       const char *flag, const char *what, int argc,
+                       char **argv);
+
+/* Runs `file` of the datahelix package by path: the package is found
+ * (importlib's find_spec, which does not import it: its __init__ loads
+ * torch) and the file run as __main__. */
+#define BOOT_FMT                                                               \
+    "import importlib.util as u, os, runpy, sys\n"                             \
+    "s = u.find_spec('datahelix')\n"                                           \
+    "d = s and s.submodule_search_locations\n"                                 \
+    "if not d:\n"                                                              \
+    "    sys.exit('datahelix %s: the datahelix Python package is not "         \
+    "installed (pip install . from the source tree)')\n"                       \
+    "sys.argv[0] = 'datahelix %s'\n"                                           \
+    "runpy.run_path(os.path.join(list(d)[0], '%s'), run_name='__main__')\n"
+
+int dh_cli_exec_python_file(const char *cmd, const char *self,
+                            const char *pkg_dir, const char *file, int argc,
+                            char **argv)
+{
+    char boot[1024];
+    int len = snprintf(boot, sizeof(boot), BOOT_FMT, cmd, cmd, file);
+
+    if (len < 0 || (size_t)len >= sizeof(boot) || strchr(file, '\'')) {
+        dh_cli_error(cmd, "bad module file name");
+        return DH_EXIT_FAIL;
+    }
+    return exec_python(cmd, self, pkg_dir, "-c", boot, argc, argv);
+}
+
 int dh_cli_exec_python(const char *cmd, const char *self, const char *pkg_dir,
                        const char *module, int argc, char **argv)
+{
+    return exec_python(cmd, self, pkg_dir, "-m", module, argc, argv);
+}
+
+static int exec_python(const char *cmd, const char *self, const char *pkg_dir,
+                       const char *flag, const char *what, int argc,
+                       char **argv)
 {
     const char *py;
     const char **args;
@@ -98,8 +136,8 @@ int dh_cli_exec_python(const char *cmd, const char *self, const char *pkg_dir,
         return DH_EXIT_FAIL;
     }
     args[n++] = py;
-    args[n++] = "-m";
-    args[n++] = module;
+    args[n++] = flag;
+    args[n++] = what;
     for (int i = 1; i < argc; i++)
         args[n++] = argv[i];
     args[n] = NULL;

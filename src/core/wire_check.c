@@ -296,6 +296,20 @@ static int ck_hints(const struct dh__wire_ck *c, const struct dh_wire_hints *h)
     return ck_enum(c, "hints.local_only", (unsigned)h->local_only, 0, 1);
 }
 
+static int ck_report(const struct dh__wire_ck *c,
+                     const struct dh_wire_report *r)
+{
+    int rc;
+
+    if ((rc = ck_u64(c, "report.steps", r->steps, 0, DH_WIRE_MAX_BYTES)) < 0 ||
+        (rc = ck_u64(c, "report.misses", r->misses, 0, r->steps)) < 0 ||
+        (rc = ck_real(c, "report.input_wait_ms", r->input_wait_ms, 0,
+                      DH_WIRE_MAX_LATENCY_MS)) < 0)
+        return rc;
+    return ck_real(c, "report.window_ms", r->window_ms, 0,
+                   DH_WIRE_MAX_LATENCY_MS);
+}
+
 static int ck_request(const struct dh__wire_ck *c,
                       const struct dh_wire_request *r)
 {
@@ -318,7 +332,9 @@ static int ck_request(const struct dh__wire_ck *c,
                        DH_WIRE_MAX_SPARES)) < 0 ||
         (rc = ck_plan(c, &r->plan)) < 0)
         return rc;
-    return ck_hints(c, &r->hints);
+    if ((rc = ck_hints(c, &r->hints)) < 0)
+        return rc;
+    return r->has_report ? ck_report(c, &r->report) : 0;
 }
 
 static int ck_route(const struct dh__wire_ck *c, const struct dh_wire_route *r)

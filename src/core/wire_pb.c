@@ -83,6 +83,14 @@ static PbRequest *request_pb(struct dh__wire_pb_out *o,
     o->hints.steps_ahead = r->hints.steps_ahead;
     o->hints.local_only = r->hints.local_only ? 1 : 0;
     pb->hints = &o->hints;
+    if (r->has_report) {
+        datahelix__wire__rank_report__init(&o->report);
+        o->report.steps = r->report.steps;
+        o->report.misses = r->report.misses;
+        o->report.input_wait_ms = r->report.input_wait_ms;
+        o->report.window_ms = r->report.window_ms;
+        pb->report = &o->report;
+    }
     return pb;
 }
 
@@ -394,6 +402,13 @@ static int request_from_pb(const struct dh__wire_ck *c,
         r->hints.est_out_bytes = pb->hints->est_out_bytes;
         r->hints.steps_ahead = pb->hints->steps_ahead;
         r->hints.local_only = pb->hints->local_only ? 1 : 0;
+    }
+    if (pb->report) {
+        r->has_report = 1;
+        r->report.steps = pb->report->steps;
+        r->report.misses = pb->report->misses;
+        r->report.input_wait_ms = pb->report->input_wait_ms;
+        r->report.window_ms = pb->report->window_ms;
     }
     return 0;
 }

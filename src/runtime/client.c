@@ -963,6 +963,7 @@ int dh_client_next_for(struct dh_client *c, int timeout_ms,
     }
     if (dh_window_is_miss(wait, c->ddl_ms))
         c->st.misses++;
+    c->last_wait_ms = wait;
     if (window > 0) /* the first step has no window before it */
         dh_window_update(&c->win, window + wait);
     c->next_consume++;

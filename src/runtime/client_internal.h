@@ -128,7 +128,8 @@ struct dh_client {
     struct dh_err fatal_e;
     /* consumer-side measurements (consumer thread; copied under mu) */
     uint64_t t0_ms, last_return_us;
-    double step_t_call, step_window;   /* of the step being waited for */
+    double step_t_call, step_window; /* of the step being waited for */
+    double last_wait_ms; /* input wait of the last step (RankReport) */
     size_t taken[DH_CLIENT_MAX_PARTS]; /* parts of the head step in hand */
     uint32_t n_taken;
     double *waits, *windows;

@@ -92,6 +92,23 @@ static int set_spares(struct dh_client *c, uint64_t k, uint32_t j,
                               n < c->spares ? n : c->spares, e);
 }
 
+/* A figure the wire accepts (finite, 0..DH_WIRE_MAX_LATENCY_MS), else 0. */
+static double report_ms(double v)
+{
+    return v >= 0 && v <= DH_WIRE_MAX_LATENCY_MS ? v : 0;
+}
+
+/* The rank's own figures ride on each request (RankReport): the
+ * Coordinator shows them on its metrics endpoint (docs/metrics.md). */
+static void set_report(const struct dh_client *c, struct dh_wire_request *r)
+{
+    r->has_report = 1;
+    r->report.steps = c->st.steps;
+    r->report.misses = c->st.misses < c->st.steps ? c->st.misses : c->st.steps;
+    r->report.input_wait_ms = report_ms(c->last_wait_ms);
+    r->report.window_ms = report_ms(dh_window_period_ms(&c->win));
+}
+
 /* Encodes and sends the request of (k, j) without blocking (mu held).
  * 0 sent; DH_EIO (ZeroMQ refused: try later) or an encode error. */
 static int send_request(struct dh_client *c, uint64_t k, uint32_t j,
@@ -118,6 +135,7 @@ static int send_request(struct dh_client *c, uint64_t k, uint32_t j,
     /* A packed batch (native size) is not forwarded between servers yet:
      * the payload check wants a [B, ...] tensor (batch_packed.h). */
     r->hints.local_only = c->plan.geometry == DH_GEOM_NATIVE;
+    set_report(c, r);
     if ((rc = dh_wire_task_make(&r->task, c->epoch, c->pass, c->first_step + k,
                                 c->rank, j, e)) < 0 ||
         (rc = dh_wire_set_samples(r, c->ids + lo, hi - lo, e)) < 0 ||

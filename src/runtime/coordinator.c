@@ -160,6 +160,7 @@ static int reregister(struct dh_coordinator *c, int slot,
     s->peer = *from;
     s->last_seen_ms = now;
     snprintf(s->addr, sizeof(s->addr), "%s", r->addr);
+    dh__co_mx_server_up(c, slot, r->workers);
     return 0;
 }
 
@@ -248,6 +249,7 @@ added:
              r->addr);
     if (local)
         c->rank_local[r->rank] = slot;
+    dh__co_mx_server_up(c, slot, r->workers);
     CO_INC(c, servers);
     return 0;
 }
@@ -391,6 +393,7 @@ static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
                            (int32_t)h->busy_workers, h->latency_ms) < 0)
         dh__co_malformed(c, from, "heartbeat of server %u out of range",
                          h->server_id);
+    dh__co_mx_heartbeat(c, slot, h);
     for (uint32_t i = 0; i < h->n_links; i++) {
         int to = find_server(c, h->links[i].peer_server_id);
 
@@ -436,6 +439,7 @@ static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
         c->rank_local[s->rank] == slot)
         c->rank_local[s->rank] = dead ? -1 : CO_RANK_LEFT;
     s->used = 0;
+    dh__co_mx_server_down(c, slot, dead);
     atomic_fetch_sub(&c->st_servers, 1);
     if (dead)
         CO_INC(c, dead_servers); /* one that left is not counted */
@@ -633,6 +637,7 @@ int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
         dh__co_expire(c, dh__mono_ms());
         if (c->drain_again) /* ranks a drain could not reach go first */
             dh__co_drain(c, dh__mono_ms());
+        dh__co_mx_tick(c, dh__mono_ms());
         if (c->exit_unused_ms > 0 && unused_for_long(c, dh__mono_ms())) {
             fprintf(stderr,
                     "datahelix: coordinator: no local dataserver "
@@ -663,7 +668,8 @@ static int check_opts(const struct dh_coordinator_opts *o,
         o->max_pending > DH_INFLIGHT_MAX_CAPACITY || o->queue_per_worker < 0 ||
         o->queue_per_worker > 1000000 || o->claim_timeout_ms < 0 ||
         o->pending_timeout_ms < 0 || o->max_remote_servers < 0 ||
-        o->max_remote_servers > o->max_servers)
+        o->max_remote_servers > o->max_servers || o->metrics_interval_ms < 0 ||
+        o->metrics_interval_ms > 60000)
         return dh_err_set(e, DH_EINVAL,
                           "coordinator size limits out of "
                           "range");
@@ -774,6 +780,7 @@ int dh_coordinator_create(const struct dh_coordinator_opts *o,
     dh_wire_msg_init(&c->in, DH_WIRE_NONE);
     dh_wire_msg_init(&c->out, DH_WIRE_NONE);
     if ((rc = alloc_tables(c, o, pol, e)) < 0 ||
+        (rc = dh__co_mx_init(c, o->metrics_interval_ms, e)) < 0 ||
         (rc = bind_socket(c, o, e)) < 0) {
         dh_coordinator_destroy(c);
         return rc;
@@ -817,6 +824,7 @@ void dh_coordinator_destroy(struct dh_coordinator *c)
     dh_place_destroy(c->place);
     dh__free(c->servers);
     dh__co_guard_fini(c);
+    dh__co_mx_fini(c);
     dh__free(c->rank_local);
     dh__free(c);
 }

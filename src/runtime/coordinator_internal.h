@@ -50,7 +50,8 @@ struct co_rank {
     uint64_t ids;   /* their sample ids */
 };
 
-struct co_rate; /* coordinator_guard.c */
+struct co_rate;    /* coordinator_guard.c */
+struct co_metrics; /* coordinator_metrics.c */
 
 enum co_state { CO_PENDING_NEW, CO_PENDING_REROUTE, CO_RUNNING };
 
@@ -134,6 +135,7 @@ struct dh_coordinator {
      * dh_coordinator_run()'s stop flag (a signal). */
     int cur_admin;
     struct dh_wire_msg in, out;
+    struct co_metrics *mx; /* NULL: no metrics (metrics_interval_ms 0) */
 
 #define CO_STAT_FIELD_(n) _Atomic uint64_t st_##n;
     CO_STATS(CO_STAT_FIELD_)
@@ -220,5 +222,27 @@ void dh__co_orphan_tasks(struct dh_coordinator *c, int32_t slot);
  * no longer be delivered (their payloads went, or would go, to the dead
  * one), so each is re-routed to the rank's next local server. */
 void dh__co_target_lost(struct dh_coordinator *c, uint32_t rank, uint64_t now);
+
+/* ---- coordinator_metrics.c (docs/metrics.md) ----
+ * Hooks of the event loop; each is a no-op when c->mx is NULL. */
+int dh__co_mx_init(struct dh_coordinator *c, int publish_ms, struct dh_err *e);
+void dh__co_mx_fini(struct dh_coordinator *c);
+void dh__co_mx_server_up(struct dh_coordinator *c, int32_t slot,
+                         uint32_t workers);
+/* dead: declared dead (0: it left). */
+void dh__co_mx_server_down(struct dh_coordinator *c, int32_t slot, int dead);
+void dh__co_mx_heartbeat(struct dh_coordinator *c, int32_t slot,
+                         const struct dh_wire_heartbeat *h);
+/* slot: the chosen server, -1 under backpressure. */
+void dh__co_mx_decision(struct dh_coordinator *c, int32_t slot, int reason,
+                        double us);
+void dh__co_mx_request(struct dh_coordinator *c,
+                       const struct dh_wire_request *q);
+/* A task's first completion `m` (ResultNotice or ErrorNotice), before
+ * the task is freed. */
+void dh__co_mx_done(struct dh_coordinator *c, const struct co_task *t,
+                    const struct dh_wire_msg *m, uint64_t now);
+/* Publishes the figures for readers at most every publish_ms. */
+void dh__co_mx_tick(struct dh_coordinator *c, uint64_t now);
 
 #endif

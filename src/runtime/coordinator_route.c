@@ -311,6 +311,7 @@ static int place_task(struct dh_coordinator *c, struct co_task *t, uint64_t now)
     if (rc < 0)
         return rc;
     telemetry(c, t, &d, now_us() - t0);
+    dh__co_mx_decision(c, d.server, (int)d.reason, now_us() - t0);
     if (d.server < 0)
         return 0;
     rc = t->state == CO_PENDING_NEW
@@ -488,6 +489,7 @@ void dh__co_on_request(struct dh_coordinator *c, const struct co_peer *from,
         return;
     }
     k->seen_ms = now;
+    dh__co_mx_request(c, q);
     t = task_find(c, q->task.id);
     if (t) { /* a re-issue: refresh where the answer goes */
         t->client = *from;
@@ -705,6 +707,7 @@ void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
     CO_SET(c, inflight, dh_inflight_count(c->inflight));
     (void)dh__co_send(c, &t->client, m);
     CO_INC(c, results);
+    dh__co_mx_done(c, t, m, now);
     complete_task(c, t, now, is_result ? m->u.result.service_ms : 0);
     dh__co_drain(c, now);
 }

@@ -167,6 +167,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     o.max_inflight = MAX_INFLIGHT;
     o.max_pending = MAX_PENDING;
     o.heartbeat_timeout_ms = 1000;
+    o.metrics_interval_ms = 1; /* the metrics hooks ride along */
     if (dh_coordinator_create(&o, &c, &e) < 0)
         abort();
     /* Replies go to routing ids nobody holds: counted, not logged (the
@@ -191,6 +192,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 2:
             now += 16u * take(&rec);
             dh__co_tick(c, now);
+            dh__co_mx_tick(c, now);
             break;
         default:
             if (build(&rec, &m) == 0 && dh_wire_encode(&m, &buf, &n, &e) == 0)
@@ -200,6 +202,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         check_bounds(c);
         now += 1;
+    }
+    {
+        char *text = NULL;
+        size_t len = 0;
+
+        dh__co_mx_tick(c, now + 1000);
+        if (dh_coordinator_metrics_text(c, &text, &len) < 0 || !len ||
+            text[len - 1] != '\n')
+            abort(); /* every published figure formats */
+        free(text);
     }
     dh_coordinator_destroy(c);
     return 0;

@@ -83,6 +83,100 @@ static void telemetry_has_one_line_per_decision(void **state)
     free(f);
 }
 
+static void metrics_fast(struct dh_coordinator_opts *o)
+{
+    o->metrics_interval_ms = 10;
+}
+
+/* The published metrics text, once it holds `want` (bounded), else the
+ * last one; the caller frees it. */
+static char *metrics_with(struct fx *f, const char *want)
+{
+    uint64_t end = now_ms() + WAIT_MS;
+    char *t = NULL;
+    size_t len;
+
+    for (;;) {
+        assert_int_equal(dh_coordinator_metrics_text(f->c, &t, &len), 0);
+        if (strstr(t, want) || now_ms() > end)
+            return t;
+        free(t);
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The loop's hooks feed the published figures (docs/metrics.md): a
+ * decision, a result and its bytes, a rank's own report, a server that
+ * leaves staying listed as gone. */
+static void metrics_follow_the_loop(void **state)
+{
+    struct fx *f;
+    void *a, *b, *cl;
+    struct dh_wire_msg m;
+    uint64_t ids[2] = {100, 200};
+    char *t;
+
+    (void)state;
+    start_tweak = metrics_fast;
+    f = start("deadline", 5000, 4);
+    start_tweak = NULL;
+    a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
+    b = server(f, 2, DH_WIRE_ROLE_REMOTE, 0);
+    cl = client(f, 0);
+    dh_wire_msg_init(&m, DH_WIRE_DESCRIPTOR_REQUEST);
+    m.u.request.task = task(0);
+    assert_int_equal(dh_wire_set_samples(&m.u.request, ids, 2, NULL), 0);
+    m.u.request.slack_ms = 100000;
+    m.u.request.hints.local_only = 1;
+    m.u.request.has_report = 1;
+    m.u.request.report = (struct dh_wire_report){
+        .steps = 9, .misses = 4, .input_wait_ms = 3.5, .window_ms = 20};
+    send_msg(cl, &m);
+    dh_wire_msg_fini(&m);
+    expect_route(a, 0, 1);
+    result(a, 0, 1);
+    expect_result(cl, 0, 1);
+    t = metrics_with(f, "datahelix_results_total 1\n");
+    assert_non_null(strstr(t, "datahelix_results_total 1\n"));
+    assert_non_null(
+        strstr(t, "datahelix_decisions_total{reason=\"local_meets\"} 1\n"));
+    assert_non_null(strstr(t, "datahelix_decision_us_count 1\n"));
+    assert_non_null(strstr(t, "datahelix_payload_bytes_total 64\n"));
+    assert_non_null(strstr(t, "datahelix_server_tasks_total{server=\"1\","
+                              "role=\"local\",rank=\"0\","
+                              "addr=\"ipc://server-1\"} 1\n"));
+    assert_non_null(strstr(t, "datahelix_server_out_bytes_total{server=\"1\""));
+    assert_non_null(strstr(t, "datahelix_server_up{server=\"2\","
+                              "role=\"remote\",addr=\"ipc://server-2\"} 1\n"));
+    assert_non_null(strstr(t, "datahelix_rank_steps{rank=\"0\"} 9\n"));
+    assert_non_null(strstr(t, "datahelix_rank_misses{rank=\"0\"} 4\n"));
+    assert_non_null(strstr(t, "datahelix_rank_input_wait_ms_bucket{rank=\"0\","
+                              "le=\"5\"} 1\n"));
+    assert_non_null(
+        strstr(t, "datahelix_rank_completed_total{rank=\"0\"} 1\n"));
+    free(t);
+
+    dh_wire_msg_init(&m, DH_WIRE_HEARTBEAT); /* server 2 leaves */
+    m.u.heartbeat.server_id = 2;
+    m.u.heartbeat.leaving = 1;
+    send_msg(b, &m);
+    t = metrics_with(f, "datahelix_servers 1\n");
+    assert_non_null(strstr(t, "datahelix_server_up{server=\"2\","
+                              "role=\"remote\",addr=\"ipc://server-2\"} 0\n"));
+    assert_non_null(strstr(t, "datahelix_server_dead{server=\"2\","
+                              "role=\"remote\",addr=\"ipc://server-2\"} 0\n"));
+    free(t);
+    zmq_close(a);
+    zmq_close(b);
+    zmq_close(cl);
+    stop_and_free(f);
+
+    f = start("deadline", 5000, 4); /* metrics off: refused */
+    assert_int_equal(dh_coordinator_metrics_text(f->c, &t, NULL), DH_EINVAL);
+    stop_and_free(f);
+}
+
 /* The next Route for `step` on x or y (whichever gets it: the policy
  * decides); *on is the socket it came on. */
 static void route_on_either(void *x, void *y, uint32_t step,
@@ -667,6 +761,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(routed_locally_result_once_duplicate_released),
+        cmocka_unit_test(metrics_follow_the_loop),
         cmocka_unit_test(telemetry_has_one_line_per_decision),
         cmocka_unit_test(silent_server_is_dead_and_task_rerouted),
         cmocka_unit_test(new_local_server_supersedes_old),

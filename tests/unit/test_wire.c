@@ -70,6 +70,11 @@ static void fill_request(struct dh_wire_request *r, size_t n)
     r->hints.est_out_bytes = 1;
     r->hints.steps_ahead = UINT32_MAX;
     r->hints.local_only = 1;
+    r->has_report = 1;
+    r->report.steps = DH_WIRE_MAX_BYTES;
+    r->report.misses = DH_WIRE_MAX_BYTES;
+    r->report.input_wait_ms = 12.5;
+    r->report.window_ms = DH_WIRE_MAX_LATENCY_MS;
     {
         uint64_t sp[DH_WIRE_MAX_SPARES];
 
@@ -248,6 +253,11 @@ static void assert_request_eq(const struct dh_wire_request *a,
     assert_int_equal(a->hints.est_out_bytes, b->hints.est_out_bytes);
     assert_int_equal(a->hints.steps_ahead, b->hints.steps_ahead);
     assert_int_equal(a->hints.local_only, b->hints.local_only);
+    assert_int_equal(a->has_report, b->has_report);
+    assert_int_equal(a->report.steps, b->report.steps);
+    assert_int_equal(a->report.misses, b->report.misses);
+    assert_true(a->report.input_wait_ms == b->report.input_wait_ms);
+    assert_true(a->report.window_ms == b->report.window_ms);
     assert_int_equal(a->n_spares, b->n_spares);
     if (a->n_spares)
         assert_memory_equal(a->spare_ids, b->spare_ids,
@@ -1495,6 +1505,22 @@ static void encode_rejects_bad_messages(void **state)
     m.u.register_server.rank = 0;
     assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), DH_EINVAL);
     assert_non_null(strstr(e.msg, "remote server carries no rank token"));
+    /* A RankReport's misses are some of its steps (issue 18). */
+    fill_msg(&m, 3);
+    m.u.request.report.misses = m.u.request.report.steps - 1;
+    assert_int_equal(dh_wire_encode(&m, &buf, &len, NULL), 0);
+    dh_wire_free(buf);
+    buf = (uint8_t *)"untouched";
+    len = 77;
+    m.u.request.report.steps--;
+    m.u.request.report.misses = m.u.request.report.steps + 1;
+    assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "report.misses"));
+    m.u.request.report.misses = 0;
+    m.u.request.report.input_wait_ms = -1;
+    assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "report.input_wait_ms"));
+    dh_wire_msg_fini(&m);
     fill_msg(&m, 5);
     m.u.result.task.id++;
     assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), DH_EINVAL);

@@ -108,11 +108,15 @@ struct dh_coordinator_opts {
     int max_remote_servers;      /* registry slots remote servers may hold
                                   (default max_servers / 2: the rest is
                                   kept for local servers) */
-    const char *keyfile; /* the job key (docs/security.md): every peer must
+    const char *keyfile;     /* the job key (docs/security.md): every peer must
                             hold it (CURVE).  NULL: $DATAHELIX_KEYFILE if
                             set, else no key */
-    int insecure;        /* 1: bind a non-local address without a key
+    int insecure;            /* 1: bind a non-local address without a key
                             (warned); 0 (default): refused */
+    int metrics_interval_ms; /* > 0: keep telemetry figures and publish
+                                them for dh_coordinator_metrics_text()
+                                at most this often (docs/metrics.md);
+                                0 (default): none */
 };
 
 /* Fills the defaults above (listen / policy NULL, telemetry NULL). */
@@ -164,6 +168,17 @@ const char *dh_coordinator_endpoint(const struct dh_coordinator *c);
 
 void dh_coordinator_stats(const struct dh_coordinator *c,
                           struct dh_coordinator_stats *out);
+
+/*
+ * The figures last published by run() (at most metrics_interval_ms old)
+ * as Prometheus text exposition, in a buffer it allocates: *out
+ * (NUL-terminated, *len bytes), freed by the caller with free().  Any
+ * thread, while the Coordinator exists; it never delays run(), which
+ * skips a publication rather than wait for a reader.  DH_EINVAL if
+ * metrics are off, DH_ENOMEM.
+ */
+int dh_coordinator_metrics_text(struct dh_coordinator *c, char **out,
+                                size_t *len) DH_MUST_CHECK;
 
 /* Closes the socket (linger 0) and frees everything.  Accepts NULL. */
 void dh_coordinator_destroy(struct dh_coordinator *c);

@@ -212,6 +212,14 @@ struct dh_wire_hints {
     int local_only; /* 0 or 1 */
 };
 
+/* A rank's own figures (RankReport): shown, never acted upon. */
+struct dh_wire_report {
+    uint64_t steps;       /* <= DH_WIRE_MAX_BYTES (2^48) */
+    uint64_t misses;      /* <= steps */
+    double input_wait_ms; /* finite, 0..DH_WIRE_MAX_LATENCY_MS */
+    double window_ms;     /* finite, 0..DH_WIRE_MAX_LATENCY_MS */
+};
+
 struct dh_wire_request {
     struct dh_wire_task task;
     uint32_t requester_rank; /* < DH_WIRE_MAX_RANKS */
@@ -223,6 +231,8 @@ struct dh_wire_request {
     uint64_t *spare_ids; /* owned, n_spares <= DH_WIRE_MAX_SPARES: the skip
                             policy's substitutes, in the order to try */
     uint32_t n_spares;
+    int has_report; /* 1: `report` is set (RankReport, optional) */
+    struct dh_wire_report report;
 };
 
 struct dh_wire_route {
