@@ -64,6 +64,7 @@ struct dh__wire_pb_out {
     PbRequest req;
     PbPlan plan;
     Datahelix__Wire__DeadlineHints hints;
+    Datahelix__Wire__StageTimes stages;
     PbLink *links; /* seam-allocated, n_links: free both after packing */
     PbLink **link_ptrs;
 };

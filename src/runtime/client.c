@@ -27,6 +27,7 @@
 
 #include <zmq.h>
 
+#include "core/log.h"
 #include "core/alloc.h"
 #include "core/err_kind.h"
 #include "core/clock.h"
@@ -132,6 +133,7 @@ static int copy_opts(struct dh_client *c, const struct dh_client_opts *o,
         (o->dataserver && !(c->ds_name = dh__strdup(o->dataserver))) ||
         (o->datahelix_bin && !(c->bin = dh__strdup(o->datahelix_bin))) ||
         (o->ds_listen && !(c->ds_listen = dh__strdup(o->ds_listen))) ||
+        (o->trace && !(c->trace_path = dh__strdup(o->trace))) ||
         (dh__keys_path(o->keyfile) &&
          !(c->keyfile = dh__strdup(dh__keys_path(o->keyfile)))))
         return dh_err_set(e, DH_ENOMEM, "out of memory");
@@ -273,6 +275,7 @@ static void client_free(struct dh_client *c)
     dh__free(c->bin);
     dh__free(c->ds_listen);
     dh__free(c->keyfile);
+    dh__free(c->trace_path);
     for (int i = 0; c->ds_args[i]; i++)
         dh__free(c->ds_args[i]);
     dh__free(c);
@@ -297,7 +300,7 @@ static void drop_pool(struct dh_client *c)
             continue;
         if (!r->is_error &&
             dh_arena_release(c->arenas[r->arena].a, &r->ref, &e) < 0)
-            fprintf(stderr, "datahelix: client %u: %s\n", c->rank, e.msg);
+            dh__log(DH_LOG_ERROR, "client %u: %s", c->rank, e.msg);
         dh__cl_result_free(r);
     }
 }
@@ -324,6 +327,7 @@ void dh_client_destroy(struct dh_client *c)
         zmq_ctx_term(c->ctx);
     c->ctx = NULL;
     drop_pool(c);
+    dh__cl_trace_close(c); /* the file is written here, off the loop */
     unref(c);
 }
 
@@ -339,7 +343,8 @@ int dh_client_create(const struct dh_client_opts *o, struct dh_client **out,
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     atomic_store(&c->refs, 1);
     if ((rc = copy_opts(c, o, e)) < 0 || (rc = alloc_state(c, e)) < 0 ||
-        (rc = dh_index_open(c->index_path, 0, &c->ix, e)) < 0)
+        (rc = dh_index_open(c->index_path, 0, &c->ix, e)) < 0 ||
+        (c->trace_path && (rc = dh__cl_trace_open(c, e)) < 0))
         goto fail;
     /* Embedded: the client draws the rank's token, registers with it and
      * hands it to the server it starts.  External: the server drew it and
@@ -891,7 +896,7 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
 
         if (!r->is_error &&
             dh_arena_release(c->arenas[r->arena].a, &r->ref, &re) < 0)
-            fprintf(stderr, "datahelix: client %u: %s\n", c->rank, re.msg);
+            dh__log(DH_LOG_ERROR, "client %u: %s", c->rank, re.msg);
         dh__cl_result_free(r);
     }
     return rc;
@@ -957,6 +962,10 @@ int dh_client_next_for(struct dh_client *c, int timeout_ms,
     c->n_taken = 0;
     c->step_t_call = 0;
     wait = dh__mono_msf() - t_call;
+    dh__cl_trace_step(c, c->next_consume, t_call, wait, window, idx);
+    dh__log(DH_LOG_DEBUG, "client %u: epoch %u step %llu in, waited %.2f ms",
+            c->rank, c->epoch,
+            (unsigned long long)(c->first_step + c->next_consume), wait);
     rc = finish_step(c, idx, wait, window, out, e);
     if (push_meas(c, wait, window) < 0) {
         /* out of memory for statistics only: the batch is still good */
@@ -988,8 +997,8 @@ void dh_client_batch_release(struct dh_client_batch *pub)
         struct cl_arena *a = &c->arenas[b->arena[j]];
 
         if (dh_arena_release(a->a, &b->ref[j], &e) < 0)
-            fprintf(stderr, "datahelix: client %u: releasing step %llu: %s\n",
-                    c->rank, (unsigned long long)pub->step, e.msg);
+            dh__log(DH_LOG_ERROR, "client %u: releasing step %llu: %s", c->rank,
+                    (unsigned long long)pub->step, e.msg);
         atomic_fetch_sub(&a->held_bytes, b->ref[j].len);
         atomic_fetch_sub(&a->held, 1);
     }
