@@ -652,12 +652,28 @@ static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
     uint64_t ready = 0;
     int64_t slack = 0;
     uint64_t cross = 0, samples = 0;
-    char servers[256];
+    char servers[256], late[160], sample[24];
     size_t off = 0;
 
     if (!c->telemetry)
         return;
-    servers[0] = 0;
+    servers[0] = late[0] = 0;
+    /* a missed step's cause (client_trace.c found it just before) */
+    if (dh_window_is_miss(wait, c->ddl_ms) && c->n_late) {
+        const struct dh_client_late *l =
+            &c->late[(c->late_head + DH_CLIENT_MAX_LATE - 1) %
+                     DH_CLIENT_MAX_LATE];
+
+        if (l->sample_id != DH_CLIENT_NO_SAMPLE)
+            snprintf(sample, sizeof(sample), "%llu",
+                     (unsigned long long)l->sample_id);
+        else
+            snprintf(sample, sizeof(sample), "null");
+        snprintf(late, sizeof(late),
+                 ",\"late\":{\"stage\":\"%s\",\"stage_ms\":%.3f,"
+                 "\"sample\":%s,\"server\":%u}",
+                 l->stage, l->stage_ms, sample, l->server_id);
+    }
     for (uint32_t j = 0; j < c->mb; j++) {
         const struct cl_sent *s = &c->sent[(k % c->prefetch) * c->mb + j];
         const struct cl_result *r = &c->pool[idx[j]];
@@ -676,12 +692,12 @@ static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
             "{\"rank\":%u,\"epoch\":%u,\"step\":%llu,\"input_wait_ms\":%.3f,"
             "\"window_ms\":%.3f,\"deadline_ms\":%lld,\"miss\":%s,"
             "\"ready_latency_ms\":%llu,\"samples\":%llu,\"servers\":[%s],"
-            "\"cross_ds_bytes\":%llu}\n",
+            "\"cross_ds_bytes\":%llu%s}\n",
             c->rank, c->epoch, (unsigned long long)(c->first_step + k), wait,
             window, (long long)slack,
             dh_window_is_miss(wait, c->ddl_ms) ? "true" : "false",
             (unsigned long long)ready, (unsigned long long)samples, servers,
-            (unsigned long long)cross);
+            (unsigned long long)cross, late);
     fflush(c->telemetry);
 }
 

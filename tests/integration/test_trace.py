@@ -116,6 +116,19 @@ def test_a_trace_names_the_slow_clip_its_server_and_stage(slow_set,
     assert summary["late"]["steps"] == summary["misses"]
 
 
+def test_the_telemetry_says_why_a_missed_step_was_late(slow_set, coordinator,
+                                                      tmp_path):
+    index, xl = slow_set
+    tel = tmp_path / "tel.jsonl"
+    p = consume(coordinator, index, "--telemetry", tel)
+    assert p.returncode == 0, p.stderr
+    recs = [json.loads(x) for x in tel.read_text().splitlines()]
+    assert len(recs) == 8 and all(r["miss"] for r in recs)
+    worst = max(recs, key=lambda r: r["input_wait_ms"])
+    assert worst["late"]["sample"] == xl, worst
+    assert worst["late"]["stage"] == "decode" and worst["late"]["server"] >= 1
+
+
 def test_a_steps_server_spans_lie_between_request_and_wait_end(slow_set,
                                                                coordinator,
                                                                tmp_path):
