@@ -178,6 +178,7 @@ static Datahelix__Wire__StageTimes *stages_pb(struct dh__wire_pb_out *o,
     pb->collate_ms = s->collate_ms;
     pb->place_ms = s->place_ms;
     pb->notify_ms = s->notify_ms;
+    pb->server_id = s->server_id;
     pb->worker = s->worker;
     pb->ready_us = s->ready_us;
     pb->n_read_ms = pb->n_decode_ms = pb->n_scale_ms = s->n_sample_times;
@@ -567,6 +568,7 @@ static int stages_from_pb(const struct dh__wire_ck *c, struct dh_wire_stages *s,
     s->collate_ms = pb->collate_ms;
     s->place_ms = pb->place_ms;
     s->notify_ms = pb->notify_ms;
+    s->server_id = pb->server_id;
     s->worker = pb->worker;
     s->ready_us = pb->ready_us;
     s->present = 1;

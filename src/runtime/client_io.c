@@ -358,7 +358,8 @@ static void take_stages(struct cl_result *r, const struct dh_wire_result *w)
     uint32_t n = s->n_sample_times;
 
     r->st = (struct cl_stages){.present = s->present,
-                               .server_id = w->server_id,
+                               .server_id = s->server_id ? s->server_id
+                                                         : w->server_id,
                                .worker = s->worker,
                                .queue_ms = s->queue_ms,
                                .alloc_ms = s->alloc_ms,

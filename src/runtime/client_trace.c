@@ -117,7 +117,8 @@ static int grow(void **arr, size_t *cap, size_t n, size_t more, size_t size)
 
 /* Stage sums of one part: queue..place, and its slowest sample. */
 struct part_view {
-    double sent, recv, ready, work_start, work_end;
+    double sent, recv, ready;
+    double work_start, work_end; /* the slot wait begins; collate ends */
     double transfer, route;
     uint32_t slowest; /* sample position */
     double slowest_ms;
@@ -469,7 +470,7 @@ static void write_part(FILE *f, const struct cl_trace *t,
         fputs("}", f);
         return;
     }
-    at = v.work_start - p->queue - p->alloc;
+    at = v.work_start - p->queue; /* work_start: the slot wait begins */
     snprintf(nm, sizeof(nm), "queue step %" PRIu64, p->step);
     span(f, pid, tid, "queue", at, p->queue, nm);
     fprintf(f, ",\"args\":{\"step\":%" PRIu64 ",\"microbatch\":%" PRIu32 "}}",

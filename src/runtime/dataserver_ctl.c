@@ -99,6 +99,7 @@ static int stages_fill(struct dh_wire_result *n, const struct ds_result *r,
     n->stages.collate_ms = ms_ok(s->collate_ms);
     n->stages.place_ms = ms_ok(s->place_ms);
     n->stages.worker = s->worker < DH_WIRE_MAX_WORKERS ? s->worker : 0;
+    n->stages.server_id = s->server_id;
     if (r->stage_rows)
         return dh_wire_set_result_stages(n, r->stage_rows, r->n, e);
     if (!s->n_sample_times || s->n_sample_times != r->n)

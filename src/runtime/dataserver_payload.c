@@ -301,6 +301,7 @@ static void deliver(struct ds_inbox *in, struct ds_sink sink,
     /* the remote's times travel on; placing it here is this server's */
     d.res.done_ms = dh__mono_msf();
     d.res.stages.place_ms = d.res.done_ms - in->arrived_ms;
+    d.res.stages.server_id = r->server_id; /* the remote that prepared it */
     memcpy(d.res.dims, r->dims, sizeof(d.res.dims));
     sink.done(sink.arg, &d); /* the slot's reference goes with it */
 }

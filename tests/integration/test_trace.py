@@ -321,3 +321,57 @@ print(json.dumps(got))
     lines = [m for lv, m in got if lv == "INFO"]
     assert any("coordinator" in m and "listening on" in m for m in lines), got
     assert "listening on" not in p.stderr  # the handler took them
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_remote_sidecars_tasks_are_on_its_own_track(slow_set, tmp_path):
+    """Round-robin over the rank's local server and a remote sidecar: the
+    sidecar's tasks are drawn on its own process, named by its id, with
+    their transfer; the local server's place and notify on the rank's
+    delivery track; a late step of a remote part names the sidecar."""
+    from conftest import stop_process
+    index, _ = slow_set
+    binary = os.environ.get("DATAHELIX_BIN", str(ROOT / "build" / "datahelix"))
+    sock = tmp_path / "c.sock"
+    co = subprocess.Popen([binary, "coordinator", "--listen", f"ipc://{sock}",
+                           "--policy", "round-robin"],
+                          stderr=subprocess.DEVNULL)
+    procs = [co]
+    try:
+        for _ in range(500):
+            if sock.exists():
+                break
+            subprocess.run(["sleep", "0.01"])
+        procs.append(subprocess.Popen(
+            [binary, "dataserver", "--remote", "--coordinator",
+             f"ipc://{sock}", "--index", index, "--server-id", "77"],
+            stderr=subprocess.DEVNULL))
+        trace = tmp_path / "t.json"
+        p = None
+        for _ in range(50):  # until the sidecar has registered
+            p = consume(f"ipc://{sock}", index, "--listen",
+                        f"tcp://127.0.0.1:{free_port()}", "--trace", trace)
+            assert p.returncode == 0, p.stderr
+            doc = json.loads(trace.read_text())
+            if any(e["pid"] == 100077 for e in doc["traceEvents"]):
+                break
+        names = check_perfetto(doc)
+    finally:
+        for x in reversed(procs):
+            stop_process(x)
+    assert names[(100077, 0, "process_name")] == "DataServer 77 (remote)"
+    ev = doc["traceEvents"]
+    remote = [e for e in ev if e["pid"] == 100077 and e["ph"] == "X"]
+    assert {"queue", "read", "decode", "scale", "collate", "transfer"} <= \
+        {e["cat"] for e in remote}
+    assert any(e.get("cat") == "place" and e["pid"] == 1 for e in ev)
+    for e in ev:
+        late = (e.get("args") or {}).get("late")
+        if late and late["remote"]:
+            assert late["server"] == 77, late

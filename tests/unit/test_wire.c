@@ -139,6 +139,7 @@ static void fill_result(struct dh_wire_result *r)
                                             .place_ms = 7,
                                             .notify_ms = 4.5,
                                             .worker = DH_WIRE_MAX_WORKERS - 1,
+                                            .server_id = UINT32_MAX,
                                             .ready_us = UINT64_MAX};
         assert_int_equal(dh_wire_set_result_stages(r, rows, 3, NULL), 0);
     }
@@ -311,6 +312,7 @@ static void assert_result_eq(const struct dh_wire_result *a,
                 a->stages.place_ms == b->stages.place_ms &&
                 a->stages.notify_ms == b->stages.notify_ms);
     assert_int_equal(a->stages.worker, b->stages.worker);
+    assert_int_equal(a->stages.server_id, b->stages.server_id);
     assert_int_equal(a->stages.ready_us, b->stages.ready_us);
     assert_int_equal(a->stages.n_sample_times, b->stages.n_sample_times);
     if (a->stages.n_sample_times) {

@@ -242,8 +242,9 @@ struct dh_wire_stages {
     double queue_ms, alloc_ms, collate_ms, place_ms, notify_ms;
     float *read_ms, *decode_ms, *scale_ms; /* owned */
     uint32_t n_sample_times;
-    uint32_t worker;   /* < DH_WIRE_MAX_WORKERS */
-    uint64_t ready_us; /* CLOCK_MONOTONIC at the rank's host; 0 unknown */
+    uint32_t worker;    /* < DH_WIRE_MAX_WORKERS */
+    uint32_t server_id; /* who prepared it, if not the notice's; 0 */
+    uint64_t ready_us;  /* CLOCK_MONOTONIC at the rank's host; 0 unknown */
 };
 
 struct dh_wire_result {
