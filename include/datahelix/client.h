@@ -130,8 +130,9 @@ struct dh_client_opts {
                                 either way) */
 };
 
-/* Most steps a trace keeps (~1 KiB each with 8 samples a step). */
-#define DH_CLIENT_TRACE_MAX_STEPS 100000u
+/* Most steps a trace keeps: ~0.4 KiB of memory and ~5 KiB of file each
+ * with 8 samples a step (~100 MB of JSON at the bound). */
+#define DH_CLIENT_TRACE_MAX_STEPS 20000u
 /* Most late steps dh_client_late() keeps (the latest ones). */
 #define DH_CLIENT_MAX_LATE 1024u
 

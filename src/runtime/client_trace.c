@@ -28,6 +28,7 @@
 
 #include "core/log.h"
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "runtime/client_internal.h"
 
 /* Trace process ids: rank r is r + 1, DataServer s is SERVER_PID0 + s
@@ -69,6 +70,8 @@ struct cl_trace {
     size_t cap_steps, cap_parts, cap_samples;
     uint64_t dropped; /* steps left out: over the cap, or out of memory */
     size_t max_steps; /* DH_CLIENT_TRACE_MAX_STEPS, or less by env */
+    double cost_ms, cost_max_ms; /* dh__cl_trace_step's own time */
+    uint64_t calls;
     int rank_pid;
     uint32_t servers[CL_MAX_LOAD];
     int server_remote[CL_MAX_LOAD];
@@ -348,6 +351,7 @@ static void record(struct dh_client *c, uint64_t k, const struct tr_step *st,
 void dh__cl_trace_step(struct dh_client *c, uint64_t k, double t_call,
                        double wait, double window, const size_t *idx)
 {
+    double t0 = c->trace ? dh__mono_msf() : 0;
     struct tr_step st = {.epoch = c->epoch,
                          .step = c->first_step + k,
                          .t_call = t_call,
@@ -368,8 +372,17 @@ void dh__cl_trace_step(struct dh_client *c, uint64_t k, double t_call,
             c->n_late++;
         c->late_total++;
     }
-    if (c->trace)
+    if (c->trace) {
+        double took;
+
         record(c, k, &st, idx);
+        /* what tracing costs the consumer, said in the file */
+        took = dh__mono_msf() - t0;
+        c->trace->cost_ms += took;
+        c->trace->calls++;
+        if (took > c->trace->cost_max_ms)
+            c->trace->cost_max_ms = took;
+    }
 }
 
 size_t dh_client_late(struct dh_client *c, struct dh_client_late *out,
@@ -583,10 +596,13 @@ static void write_file(const struct dh_client *c, const struct cl_trace *t,
             "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"rank\":%" PRIu32
             ",\"clock\":\"CLOCK_MONOTONIC\",\"steps\":%zu,"
             "\"truncated\":%s,\"dropped_steps\":%" PRIu64
-            ",\"max_steps\":%zu,\"late_steps\":%" PRIu64 "},\n"
+            ",\"max_steps\":%zu,\"late_steps\":%" PRIu64
+            ",\"record_us_mean\":%.2f,\"record_us_max\":%.2f},\n"
             "\"traceEvents\":[\n",
             c->rank, t->n_steps, t->dropped ? "true" : "false", t->dropped,
-            t->max_steps, c->late_total);
+            t->max_steps, c->late_total,
+            t->calls ? t->cost_ms * 1e3 / (double)t->calls : 0.0,
+            t->cost_max_ms * 1e3);
     fprintf(f,
             "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_name\","
             "\"args\":{\"name\":\"rank %" PRIu32 "\"}}",
