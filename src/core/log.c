@@ -1,9 +1,10 @@
 /*
  * log.c - log lines with a level (see log.h).  The threshold is read
  * from $DATAHELIX_LOG once per process; a value it does not know is said
- * once, and info is used.
+ * once (by the first line written), and info is used.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +17,8 @@
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int threshold = DH_LOG_INFO;
-static const char *job; /* $DATAHELIX_JOB, or NULL */
-static int bad_level;   /* $DATAHELIX_LOG was set to something else */
+static const char *job;       /* $DATAHELIX_JOB, or NULL */
+static _Atomic int bad_level; /* $DATAHELIX_LOG was something else */
 
 static const char *const names[] = {"debug", "info", "warn", "error"};
 
@@ -42,7 +43,7 @@ static void read_env(void)
     if (!strcasecmp(s, "warning"))
         threshold = DH_LOG_WARN;
     else
-        bad_level = 1;
+        atomic_store(&bad_level, 1); /* said once, by the first line */
 }
 
 int dh__log_on(enum dh_log_level l)
@@ -73,8 +74,7 @@ void dh__vlog(enum dh_log_level l, const char *fmt, va_list ap)
 
     if (!dh__log_on(l))
         return;
-    if (bad_level) {
-        bad_level = 0; /* said once; a race says it twice at worst */
+    if (atomic_load(&bad_level) && atomic_exchange(&bad_level, 0)) {
         dh__log(DH_LOG_WARN,
                 "log: DATAHELIX_LOG='%s' is not debug, info, warn or error; "
                 "using info",
