@@ -318,8 +318,9 @@ DH_API const char *dh_stage_name(enum dh_stage s);
  * batch up and sending its notice), "transfer" (from the batch being ready to this client
  * having its notice; for a remote part: from the request to the payload's
  * arrival, less the remote's own time), "route" (a local part: from the
- * request to its server queueing it), "unknown" (the server sent no
- * times).  sample_id / path: the slowest sample of that part.
+ * request to its server queueing it), "client" (every part was in before
+ * next() was called: the wait was the client's own), "unknown" (the
+ * server sent no times).  sample_id / path: the slowest sample of that part.
  */
 struct dh_client_late {
     uint32_t epoch;

@@ -505,7 +505,7 @@ static void late_summary(const struct run *r)
 {
     static const char *const stages[] = {
         "queue", "alloc",  "read",     "decode", "scale",  "collate",
-        "place", "notify", "transfer", "route",  "unknown"};
+        "place", "notify", "transfer", "route",  "client", "unknown"};
     enum { NS = sizeof(stages) / sizeof(stages[0]) };
     struct dh_client_late *late = NULL, *worst = NULL;
     uint64_t total = 0, by[NS] = {0};

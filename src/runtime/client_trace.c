@@ -29,6 +29,7 @@
 #include "core/log.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/trace_cause.h"
 #include "runtime/client_internal.h"
 
 /* Trace process ids: rank r is r + 1, DataServer s is SERVER_PID0 + s
@@ -37,20 +38,6 @@
 #define SERVER_PID0 100000
 /* Rank tracks. */
 enum { TID_STEP = 1, TID_WAIT, TID_DEADLINE, TID_DELIVERY };
-
-struct tr_part {
-    uint64_t step;
-    uint32_t epoch, mb, server, worker, n;
-    int remote, present;
-    double sent, recv, ready; /* ready: the batch complete here (ms) */
-    double queue, alloc, collate, place, notify, service;
-    size_t s0; /* first of its n samples in samples[] */
-};
-
-struct tr_sample {
-    uint64_t id;
-    float ms[3]; /* read, decode, scale */
-};
 
 struct tr_step {
     uint32_t epoch;
@@ -64,8 +51,8 @@ struct tr_step {
 
 struct cl_trace {
     struct tr_step *steps;
-    struct tr_part *parts;
-    struct tr_sample *samples;
+    struct dh__tr_part *parts;
+    struct dh__tr_sample *samples;
     size_t n_steps, n_parts, n_samples;
     size_t cap_steps, cap_parts, cap_samples;
     uint64_t dropped; /* steps left out: over the cap, or out of memory */
@@ -77,8 +64,6 @@ struct cl_trace {
     int server_remote[CL_MAX_LOAD];
     size_t n_servers;
 };
-
-static const char *const stage_names[] = {"read", "decode", "scale"};
 
 int dh__cl_trace_open(struct dh_client *c, struct dh_err *e)
 {
@@ -116,94 +101,11 @@ static int grow(void **arr, size_t *cap, size_t n, size_t more, size_t size)
     return 0;
 }
 
-/* ---- a part's timeline ---- */
-
-/* Stage sums of one part: queue..place, and its slowest sample. */
-struct part_view {
-    double sent, recv, ready;
-    double work_start, work_end; /* the slot wait begins; collate ends */
-    double transfer, route;
-    uint32_t slowest; /* sample position */
-    double slowest_ms;
-};
-
-/* Where part p's spans lie on this host's clock (see the file's notes). */
-static void place_part(const struct tr_part *p, const struct tr_sample *s,
-                       struct part_view *v)
-{
-    double work = p->alloc + p->service; /* service: samples + collate */
-
-    memset(v, 0, sizeof(*v));
-    v->sent = p->sent;
-    v->recv = p->recv;
-    v->ready = p->ready > 0 && p->ready <= p->recv ? p->ready : p->recv;
-    for (uint32_t i = 0; i < p->n && s; i++) {
-        double t = (double)s[i].ms[0] + s[i].ms[1] + s[i].ms[2];
-
-        if (i == 0 || t > v->slowest_ms) {
-            v->slowest = i;
-            v->slowest_ms = t;
-        }
-    }
-    if (p->remote) {
-        v->work_start = p->sent + p->queue;
-        v->work_end = v->work_start + work;
-        v->transfer = v->ready - p->notify - p->place - v->work_end;
-        v->route = 0;
-    } else {
-        v->work_end = v->ready - p->notify - p->place;
-        v->work_start = v->work_end - work;
-        v->route = v->work_start - p->queue - p->sent;
-        v->transfer = v->recv - v->ready;
-    }
-    if (v->transfer < 0)
-        v->transfer = 0;
-    if (v->route < 0)
-        v->route = 0;
-}
-
-/* The longest stage of part p: its name and ms; per-sample stages name
- * that sample's position in *pos (else the slowest sample's). */
-static const char *longest_stage(const struct tr_part *p,
-                                 const struct tr_sample *s,
-                                 const struct part_view *v, double *ms,
-                                 uint32_t *pos)
-{
-    const char *best = "unknown";
-    struct {
-        const char *name;
-        double ms;
-    } whole[] = {{"queue", p->queue},     {"alloc", p->alloc},
-                 {"collate", p->collate}, {"place", p->place},
-                 {"notify", p->notify},   {"transfer", v->transfer},
-                 {"route", v->route}};
-
-    *ms = 0;
-    *pos = v->slowest;
-    if (!p->present) {
-        *ms = v->recv - v->sent;
-        return best;
-    }
-    for (size_t i = 0; i < sizeof(whole) / sizeof(whole[0]); i++)
-        if (whole[i].ms > *ms) {
-            best = whole[i].name;
-            *ms = whole[i].ms;
-        }
-    for (uint32_t i = 0; i < p->n && s; i++)
-        for (int k = 0; k < 3; k++)
-            if (s[i].ms[k] > *ms) {
-                best = stage_names[k];
-                *ms = s[i].ms[k];
-                *pos = i;
-            }
-    return best;
-}
-
 /* ---- per step (mu held) ---- */
 
 /* One part's numbers from the pool entry and its request. */
 static void part_of(const struct dh_client *c, uint64_t k, uint32_t j,
-                    const struct cl_result *r, struct tr_part *p)
+                    const struct cl_result *r, struct dh__tr_part *p)
 {
     const struct cl_sent *s = &c->sent[(k % c->prefetch) * c->mb + j];
     uint32_t local = c->arenas[r->arena].server_id;
@@ -211,26 +113,26 @@ static void part_of(const struct dh_client *c, uint64_t k, uint32_t j,
                       : s->route_server ? s->route_server
                                         : local;
 
-    *p = (struct tr_part){.step = c->first_step + k,
-                          .epoch = c->epoch,
-                          .mb = j,
-                          .server = server,
-                          .worker = r->st.worker,
-                          .n = r->st.rows ? r->n : 0,
-                          .remote = server != local,
-                          .present = r->st.present,
-                          .sent = s->sent_msf,
-                          .recv = r->arrived_msf,
-                          .ready = r->st.ready_ms,
-                          .queue = r->st.queue_ms,
-                          .alloc = r->st.alloc_ms,
-                          .collate = r->st.collate_ms,
-                          .place = r->st.place_ms,
-                          .notify = r->st.notify_ms,
-                          .service = r->st.service_ms};
+    *p = (struct dh__tr_part){.step = c->first_step + k,
+                              .epoch = c->epoch,
+                              .mb = j,
+                              .server = server,
+                              .worker = r->st.worker,
+                              .n = r->st.rows ? r->n : 0,
+                              .remote = server != local,
+                              .present = r->st.present,
+                              .sent = s->sent_msf,
+                              .recv = r->arrived_msf,
+                              .ready = r->st.ready_ms,
+                              .queue = r->st.queue_ms,
+                              .alloc = r->st.alloc_ms,
+                              .collate = r->st.collate_ms,
+                              .place = r->st.place_ms,
+                              .notify = r->st.notify_ms,
+                              .service = r->st.service_ms};
 }
 
-static void samples_of(const struct cl_result *r, struct tr_sample *out)
+static void samples_of(const struct cl_result *r, struct dh__tr_sample *out)
 {
     for (uint32_t i = 0; r->st.rows && i < r->n; i++) {
         out[i].id = r->ids[i];
@@ -239,13 +141,14 @@ static void samples_of(const struct cl_result *r, struct tr_sample *out)
 }
 
 /* The late cause of step position k: the part that came in last. */
-static void find_cause(struct dh_client *c, uint64_t k, double wait,
-                       const size_t *idx, struct dh_client_late *out)
+static void find_cause(struct dh_client *c, uint64_t k, double t_call,
+                       double wait, const size_t *idx,
+                       struct dh_client_late *out)
 {
-    struct tr_sample buf[64], *s = NULL;
+    struct dh__tr_sample buf[64], *s = NULL;
     const struct cl_result *last = NULL;
-    struct tr_part p;
-    struct part_view v;
+    struct dh__tr_part p;
+    struct dh__tr_view v;
     uint32_t jl = 0, pos = 0;
     double ms;
     const char *stage;
@@ -273,14 +176,20 @@ static void find_cause(struct dh_client *c, uint64_t k, double wait,
         samples_of(last, s);
     else
         p.n = 0;
-    place_part(&p, s, &v);
-    stage = longest_stage(&p, s, &v, &ms, &pos);
+    dh__tr_place(&p, s, &v);
+    stage = dh__tr_longest(&p, s, &v, &ms, &pos);
     out->microbatch = jl;
     out->server_id = p.server;
     out->remote = p.remote;
     out->worker = p.worker;
     out->stage = stage;
     out->stage_ms = ms;
+    /* Every part was in before next() asked: no server made it late, the
+     * wait was the client's own (taking it, a held-up arena). */
+    if (last->arrived_msf <= t_call) {
+        out->stage = "client";
+        out->stage_ms = wait;
+    }
     if (p.n) {
         const char *path = dh_index_path(c->ix, s[pos].id);
 
@@ -333,7 +242,7 @@ static void record(struct dh_client *c, uint64_t k, const struct tr_step *st,
     t->steps[t->n_steps].n_parts = 0;
     for (uint32_t j = 0; j < c->mb; j++) {
         const struct cl_result *r = &c->pool[idx[j]];
-        struct tr_part *p = &t->parts[t->n_parts];
+        struct dh__tr_part *p = &t->parts[t->n_parts];
 
         if (r->is_error)
             continue;
@@ -365,7 +274,7 @@ void dh__cl_trace_step(struct dh_client *c, uint64_t k, double t_call,
     if (st.miss) {
         struct dh_client_late *l = &c->late[c->late_head];
 
-        find_cause(c, k, wait, idx, l);
+        find_cause(c, k, t_call, wait, idx, l);
         st.late = *l;
         c->late_head = (c->late_head + 1) % DH_CLIENT_MAX_LATE;
         if (c->n_late < DH_CLIENT_MAX_LATE)
@@ -465,16 +374,16 @@ static void write_late(FILE *f, const struct dh_client_late *l)
 
 /* A part's server spans, its delivery and the flow to the step. */
 static void write_part(FILE *f, const struct cl_trace *t,
-                       const struct tr_step *st, const struct tr_part *p,
+                       const struct tr_step *st, const struct dh__tr_part *p,
                        uint64_t flow)
 {
-    const struct tr_sample *s = p->n ? &t->samples[p->s0] : NULL;
+    const struct dh__tr_sample *s = p->n ? &t->samples[p->s0] : NULL;
     int pid = SERVER_PID0 + (int)p->server, tid = (int)p->worker + 1;
-    struct part_view v;
+    struct dh__tr_view v;
     char nm[96];
     double at;
 
-    place_part(p, s, &v);
+    dh__tr_place(p, s, &v);
     if (!p->present) { /* an older server: the whole wait, one span */
         snprintf(nm, sizeof(nm), "task step %" PRIu64 " (no stage times)",
                  p->step);
@@ -495,8 +404,9 @@ static void write_part(FILE *f, const struct cl_trace *t,
     at += p->alloc;
     for (uint32_t i = 0; i < p->n; i++)
         for (int k = 0; k < 3; k++) {
-            snprintf(nm, sizeof(nm), "%s %" PRIu64, stage_names[k], s[i].id);
-            span(f, pid, tid, stage_names[k], at, s[i].ms[k], nm);
+            snprintf(nm, sizeof(nm), "%s %" PRIu64, dh__tr_sample_stages[k],
+                     s[i].id);
+            span(f, pid, tid, dh__tr_sample_stages[k], at, s[i].ms[k], nm);
             fprintf(f,
                     ",\"args\":{\"sample\":%" PRIu64 ",\"step\":%" PRIu64 "}}",
                     s[i].id, p->step);
