@@ -19,7 +19,7 @@ usage: datahelix bench [--systems LIST] [--ranks R] [--steps N]
                        [--warmup W] [--workload S|M|L|mixed|shared]
                        [--model videomae|qwen-vl|dit] [--workers N]
                        [--batch-size B] [--json] [--out DIR] [--plots]
-                       [--validate] [--gpu [--gpu-device D]]
+                       [--validate] [--gpu [--gpu-device D]] [--trace]
 
 Runs data-loading systems side by side, one after the other in one
 run, each as R training-rank processes (torch.distributed, gloo)
@@ -65,6 +65,10 @@ dask-pool.
                      (default bench/out/live-data)
   --json             print the results as one JSON object
   --plots            PNGs into --out (needs python3-matplotlib)
+  --trace            dh-* systems: each rank writes a Chrome trace
+                     (Perfetto) into --out: SYSTEM/trace-rankR.json
+                     (docs/trace.md); the late-step causes are
+                     reported either way
   --ddl-ms MS        the data deadline: a rank-step whose input
                      wait exceeds it is a DDL miss (default 1:
                      the batch was not ready when asked)
@@ -217,6 +221,7 @@ def build_parser():
     add("--out", default=str(ROOT / "bench" / "out" / "live"))
     add("--data-dir", default=None)
     add("--plots", action="store_true")
+    add("--trace", action="store_true")
     add("--validate", action="store_true")
     add("--ddl-ms", type=number("--ddl-ms", 0, 1e9, "[0, 1e9]"),
         default=DDL_MS)

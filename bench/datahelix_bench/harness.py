@@ -20,7 +20,8 @@ from .common import CMD, HERE, ROOT, log
 from .data import prepare_data
 from .metrics import comparisons, metrics
 from .processes import pin_cpus, run_system
-from .report import comparison_text, plots, table, validation_table
+from .report import (comparison_text, late_text, plots, table,
+                     validation_table)
 from .sources import dask_available
 from .validate import validate
 from .window import gpu_model_doc
@@ -91,6 +92,10 @@ def write_and_print(a, res, out, split, cpus, distinct):
                f"here, CPU scale {val['cpu_scale']:g}) against live:\n\n" +
                validation_table(val))
     text = comparison_text(comp)
+    why = late_text(systems)
+    if why:
+        text = (text + "\n\n" if text else "") + \
+            "Why steps were late (warm-up included; docs/trace.md):\n" + why
     (out / "results.json").write_text(json.dumps(res, indent=1))
     (out / "table.md").write_text(md + "\n\n" + text + "\n")
     if a.plots:

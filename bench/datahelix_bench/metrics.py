@@ -42,6 +42,22 @@ def pct(values, q):
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
+def late_causes(results):
+    """Why the late steps were late (the loaders' stats()["late"],
+    docs/trace.md): counts by stage over every rank, warm-up included, and
+    the worst step."""
+    by, worst, total = {}, None, 0
+    for res in results:
+        st = res.get("stats") or {}
+        total += st.get("late_steps", 0)
+        for k, v in (st.get("late_by_stage") or {}).items():
+            by[k] = by.get(k, 0) + v
+        for e in st.get("late") or []:
+            if worst is None or e["input_wait_ms"] > worst["input_wait_ms"]:
+                worst = dict(e, rank=res["rank"])
+    return {"steps": total, "by_stage": by, "worst": worst}
+
+
 def metrics(name, results, a, sysdir, wall, split):
     W, N = a.warmup, a.steps
     recs = []
@@ -104,6 +120,8 @@ def metrics(name, results, a, sysdir, wall, split):
             m["scheduler_overhead_us"] = sum(dec) / len(dec)
             m["scheduler_decisions"] = len(dec)
             m["scheduler_overhead_us_p95"] = pct(dec, 95)
+    if name.startswith("dh-"):
+        m["late"] = late_causes(results)
     m["per_rank_wait"] = {str(r): [(s["step"], s["wait_ms"]) for s in recs
                                    if s["rank"] == r]
                           for r in range(a.ranks)}

@@ -186,6 +186,8 @@ def run_system(name, a, data, sysdir, split):
                "batch_timeout": 120.0, "dist_timeout": 120,
                "result": str(sysdir / "rank{rank}.json"),
                "telemetry": str(sysdir / "telemetry-rank{rank}.jsonl"),
+               "trace": str(sysdir / "trace-rank{rank}.json")
+               if getattr(a, "trace", False) else None,
                "coordinator": None, "dask": None}
         if name.startswith("dh-"):
             from datahelix._loader import ABLATIONS
@@ -209,7 +211,7 @@ def run_system(name, a, data, sysdir, split):
                 stdin=subprocess.DEVNULL, stdout=lf, stderr=lf,
                 start_new_session=True))
         limit = a.timeout or (180 + 20 * (a.warmup + a.steps))
-        err = wait_ranks(procs, t_start + limit, limit, sysdir, seen)
+        err = wait_ranks(procs, t_start + limit, limit, sysdir, seen, name)
     except Exception as e:  # noqa: BLE001 - reported per system
         err = f"{type(e).__name__}: {e}"
     finally:
@@ -249,11 +251,31 @@ def root_cause(bad, logs):
     return next((r for r in bad if not PEER_GONE.search(logs[r])), bad[0])
 
 
-def wait_ranks(procs, deadline, limit, sysdir, seen):
-    """None when every rank exited 0 in time; else why not."""
+def progress_period():
+    """Seconds between progress lines ($DATAHELIX_PROGRESS_S, default 10;
+    0: none), as every long datahelix command."""
+    try:
+        v = float(os.environ.get("DATAHELIX_PROGRESS_S", "10"))
+    except ValueError:
+        v = 10.0
+    return v if v > 0 else None
+
+
+def wait_ranks(procs, deadline, limit, sysdir, seen, name="system"):
+    """None when every rank exited 0 in time; else why not.  A line on
+    stderr every progress_period() seconds says it is alive."""
     failed_at = None
     next_scan = 0.0
+    period = progress_period()
+    t_start = time.monotonic()
+    next_note = t_start + period if period else None
     while True:
+        if next_note is not None and time.monotonic() >= next_note:
+            running = sum(1 for p in procs if p.poll() is None)
+            log(f"{name}: {time.monotonic() - t_start:.0f} s, "
+                f"{running}/{len(procs)} ranks running "
+                f"(bound {limit:.0f} s)")
+            next_note += period
         if time.monotonic() >= next_scan:
             note_descendants(procs, seen)
             next_scan = time.monotonic() + 1.0

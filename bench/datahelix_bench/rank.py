@@ -27,6 +27,8 @@ def rank_main(cfg_path):
     cfg["world"] = int(os.environ["WORLD_SIZE"])
     cfg["workers_rank"] = cfg["workers_per_rank"][cfg["rank"]]
     cfg["telemetry"] = cfg["telemetry"].format(rank=cfg["rank"])
+    if cfg.get("trace"):
+        cfg["trace"] = cfg["trace"].format(rank=cfg["rank"])
     rows = [json.loads(x) for x in open(cfg["manifest"])]
     rows = [r for r in rows if "id" in r]
     dist.init_process_group("gloo", rank=cfg["rank"],

@@ -53,6 +53,28 @@ def comparison_text(comp):
     return "\n".join(out)
 
 
+def late_text(systems):
+    """One line per datahelix system: why its late steps were late."""
+    out = []
+    for name, m in systems.items():
+        late = m.get("late") if isinstance(m, dict) else None
+        if not late or not late.get("steps"):
+            continue
+        by = ", ".join(f"{k} {v}" for k, v in sorted(
+            late["by_stage"].items(), key=lambda kv: -kv[1]))
+        line = f"{name}: {late['steps']} late steps by cause: {by}"
+        w = late.get("worst")
+        if w:
+            line += (f"; worst: rank {w['rank']} step {w['step']} waited "
+                     f"{w['input_wait_ms']:.0f} ms: {w['stage']} "
+                     f"{w['stage_ms']:.0f} ms")
+            if w.get("sample") is not None:
+                line += f" of sample {w['sample']} ({w['path']})"
+            line += f" on server {w['server']}"
+        out.append(line)
+    return "\n".join(out)
+
+
 def pct_change(v):
     return "n/a" if v is None else f"{100 * v:+.0f} %"
 

@@ -258,6 +258,7 @@ class DatahelixSource:
             world_size=cfg["world"], coordinator=cfg["coordinator"],
             seed=cfg["seed"], workers=cfg["workers_rank"],
             timeout=cfg["batch_timeout"], telemetry=cfg["telemetry"],
+            trace=cfg.get("trace"),
             ablation=cfg["system"][3:])
         self.it = iter(self.loader)
 

@@ -120,7 +120,21 @@ struct dh_client_opts {
                                 and the embedded server gets it as
                                 --keyfile.  NULL: $DATAHELIX_KEYFILE if set,
                                 else none */
+    const char *trace;          /* Chrome trace-event JSON of the run
+                                (docs/trace.md), written when the client
+                                is destroyed; kept in memory until then,
+                                at most DH_CLIENT_TRACE_MAX_STEPS steps
+                                (later ones are left out and the file
+                                says so).  NULL: none (the late-step
+                                causes of dh_client_late() are kept
+                                either way) */
 };
+
+/* Most steps a trace keeps: ~0.4 KiB of memory and ~5 KiB of file each
+ * with 8 samples a step (~100 MB of JSON at the bound). */
+#define DH_CLIENT_TRACE_MAX_STEPS 20000u
+/* Most late steps dh_client_late() keeps (the latest ones). */
+#define DH_CLIENT_MAX_LATE 1024u
 
 /* Fills the defaults above (pointers NULL, rank 0, world 1, plan from
  * dh_media_plan_init()). */
@@ -293,6 +307,42 @@ DH_API const char *dh_stage_name(enum dh_stage s);
 
 /* No sample is to blame (dh_client_failure.sample_id). */
 #define DH_CLIENT_NO_SAMPLE UINT64_MAX
+
+/*
+ * Why a step was late (docs/trace.md "Late steps"): for a step whose input
+ * wait exceeded ddl_ms, the part that came in last and, in it, the stage
+ * that took longest: "queue" (waiting for a worker at its server),
+ * "alloc" (for arena room), "read", "decode", "scale" (one sample's),
+ * "collate" (the batch's own work), "place" (a remote payload into this
+ * rank's arena), "notify" (the local server's loop picking the finished
+ * batch up and sending its notice), "transfer" (from the batch being ready to this client
+ * having its notice; for a remote part: from the request to the payload's
+ * arrival, less the remote's own time), "route" (a local part: from the
+ * request to its server queueing it), "client" (every part was in before
+ * next() was called: the wait was the client's own), "unknown" (the
+ * server sent no times).  sample_id / path: the slowest sample of that part.
+ */
+struct dh_client_late {
+    uint32_t epoch;
+    uint64_t step;
+    double input_wait_ms;
+    uint32_t microbatch;
+    uint32_t server_id; /* the server that prepared the part */
+    int remote;         /* 1: not this rank's local server */
+    uint32_t worker;    /* its worker thread */
+    const char *stage;  /* a static string (above) */
+    double stage_ms;
+    uint64_t sample_id; /* DH_CLIENT_NO_SAMPLE: none known */
+    const char *path;   /* the sample's file (valid while the client
+                           lives), or "" */
+    double sample_ms;   /* that sample's read + decode + scale */
+};
+
+/* Copies up to cap of the kept late steps (oldest first) into out (NULL:
+ * counts only); returns how many are kept (<= DH_CLIENT_MAX_LATE); *total
+ * (if not NULL) gets every late step seen, kept or not. */
+DH_API size_t dh_client_late(struct dh_client *c, struct dh_client_late *out,
+                             size_t cap, uint64_t *total);
 
 /* The last step next() returned DH_ESAMPLE or DH_EARENA for. */
 struct dh_client_failure {

@@ -138,7 +138,8 @@ class DataLoader(Closing):
                  transport="shm", ablation=None, ddl_ms=1.0,
                  step_deadline_ms=0.0, arena_mb=None, max_side=None,
                  max_pixels=None, patch=None, max_frames=None, keyfile=None,
-                 metrics_listen=None, metrics_token_file=None):
+                 metrics_listen=None, metrics_token_file=None,
+                 trace=None):
         _opt.check_manifest(manifest)
         for name, v in (("sampler", sampler), ("batch_sampler",
                                                batch_sampler),
@@ -221,6 +222,9 @@ class DataLoader(Closing):
         if telemetry:  # one file per rank: "run-{rank}.jsonl"
             telemetry = os.fspath(telemetry).replace("{rank}", str(rank))
         self.telemetry = telemetry or None
+        # Chrome trace-event JSON, written when the loader closes
+        # (docs/trace.md); one file per rank: "trace-{rank}.json"
+        self.trace = _opt.trace_path(trace, rank)
         self._opts = dict(frames=frames, width=width, height=height,
                           layout=layout, dtype=dtype, prefetch=prefetch,
                           microbatches=microbatches,
@@ -229,6 +233,7 @@ class DataLoader(Closing):
                           seed=seed & ((1 << 64) - 1),
                           random_crop=bool(random_crop),
                           telemetry=self.telemetry,
+                          trace=self.trace,
                           dataserver=dataserver, listen=listen,
                           ddl_ms=float(ddl_ms),
                           step_deadline_ms=float(step_deadline_ms),

@@ -4,6 +4,7 @@ is either taken with torch's meaning or refused with a message that says
 what to use instead - never ignored silently.  Also the page-locking of
 the arena for pin_memory=True (_Pinner).
 """
+import os
 import time
 import warnings
 
@@ -40,6 +41,17 @@ def refuse(name, value):
     if value is not None:
         raise ValueError(f"datahelix.DataLoader: {name}= is not supported: "
                          f"{REFUSED[name]}")
+
+
+def trace_path(trace, rank):
+    """DataLoader(trace=...): a path (str or os.PathLike) whose "{rank}" is
+    this rank, or None.  The file is written when the loader closes."""
+    if trace is None or trace is False:
+        return None
+    if not isinstance(trace, (str, os.PathLike)):
+        raise TypeError(f"trace={trace!r}: a file path (str or "
+                        "os.PathLike), e.g. 'trace-{rank}.json'")
+    return os.fspath(trace).replace("{rank}", str(rank))
 
 
 def check_manifest(manifest):

@@ -11,13 +11,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import weakref
 
 from . import _C
+from ._log import LOGGER, line_level
 
 
 def binary():
@@ -98,10 +98,13 @@ class _Drain:
         self.thread.start()
 
     def _show(self, text):
-        out = self.out or sys.stderr
+        if self.out is None:  # the "datahelix" logger (_log.py)
+            line = text.rstrip("\n")
+            LOGGER.log(line_level(line), "%s", line)
+            return
         try:
-            out.write(text)
-            out.flush()
+            self.out.write(text)
+            self.out.flush()
         except (OSError, ValueError):  # our own stderr is gone: still read
             pass
 
@@ -269,20 +272,19 @@ class Coordinator:
         last = last.splitlines()[-1] if last else ""
         while True:
             if self.restarts >= self.RESTARTS:
-                sys.stderr.write(
-                    f"datahelix: the coordinator at {self.listen} ended "
-                    f"({why}) and its {self.RESTARTS} restarts are used up; "
-                    "its ranks will time out\n")
+                LOGGER.error(
+                    "datahelix: loader: error: the coordinator at %s ended "
+                    "(%s) and its %d restarts are used up; its ranks will "
+                    "time out", self.listen, why, self.RESTARTS)
                 return False
             self.restarts += 1
             delay = min(self.BACKOFF_MAX_S,
                         self.BACKOFF_S * 2 ** (self.restarts - 1))
             said = f'; its last line: "{last}"' if last else ""
-            sys.stderr.write(
-                f"datahelix: the coordinator at {self.listen} ended ({why}"
-                f"{said}); restarting it in {delay:.1f} s (restart "
-                f"{self.restarts} of {self.RESTARTS})\n")
-            sys.stderr.flush()
+            LOGGER.warning(
+                "datahelix: loader: warn: the coordinator at %s ended (%s%s); "
+                "restarting it in %.1f s (restart %d of %d)", self.listen,
+                why, said, delay, self.restarts, self.RESTARTS)
             time.sleep(delay)
             with self._lock:
                 if self._closing:

@@ -92,6 +92,10 @@ static void usage(FILE *f)
         "  --ids-out FILE       write the sample ids received (the delivered\n"
         "                       ones: substitutes included), one per line\n"
         "  --telemetry FILE     JSONL, one record per step (DESIGN 4.4)\n"
+        "  --trace FILE         Chrome trace-event JSON of the run (open it\n"
+        "                       in Perfetto; docs/trace.md): steps, waits,\n"
+        "                       each task's stages per server, and the\n"
+        "                       cause of every late step\n"
         "  --json               per-step lines and the summary as JSON\n"
         "  --transport T        shm (default: the batch is a view of the\n"
         "                       arena) or copy (copied out first, as a pool\n"
@@ -132,6 +136,7 @@ static const struct option long_opts[] = {
     {"on-error", required_argument, NULL, 'e'},
     {"ids-out", required_argument, NULL, 'i'},
     {"telemetry", required_argument, NULL, 'T'},
+    {"trace", required_argument, NULL, 'Z'},
     {"json", no_argument, NULL, 'J'},
     {"transport", required_argument, NULL, 'x'},
     {"ddl-ms", required_argument, NULL, 'D'},
@@ -276,6 +281,9 @@ static int parse_opt(void *ctx, int c)
         return 0;
     case 'T':
         a->telemetry_path = optarg;
+        return 0;
+    case 'Z':
+        a->o.trace = optarg;
         return 0;
     case 'J':
         a->json = 1;
@@ -492,6 +500,70 @@ static int run_epochs(struct run *r, const struct dh_index *ix,
     return rc;
 }
 
+/* Late steps by cause and the worst of them (docs/trace.md). */
+static void late_summary(const struct run *r)
+{
+    static const char *const stages[] = {
+        "queue", "alloc",  "read",     "decode", "scale",  "collate",
+        "place", "notify", "transfer", "route",  "client", "unknown"};
+    enum { NS = sizeof(stages) / sizeof(stages[0]) };
+    struct dh_client_late *late = NULL, *worst = NULL;
+    uint64_t total = 0, by[NS] = {0};
+    size_t n = dh_client_late(r->c, NULL, 0, &total), got = 0;
+    int first = 1;
+
+    if (n && (late = malloc(n * sizeof(*late))))
+        got = dh_client_late(r->c, late, n, NULL);
+    for (size_t i = 0; i < got && i < n; i++) {
+        for (size_t k = 0; k < NS; k++)
+            if (!strcmp(late[i].stage, stages[k]))
+                by[k]++;
+        if (!worst || late[i].input_wait_ms > worst->input_wait_ms)
+            worst = &late[i];
+    }
+    if (r->a->json) {
+        printf(",\"late\":{\"steps\":%" PRIu64 ",\"kept\":%zu,"
+               "\"by_stage\":{",
+               total, got);
+        for (size_t k = 0; k < NS; k++)
+            if (by[k]) {
+                printf("%s\"%s\":%" PRIu64, first ? "" : ",", stages[k], by[k]);
+                first = 0;
+            }
+        printf("}");
+        if (worst) {
+            printf(",\"worst\":{\"step\":%" PRIu64 ",\"input_wait_ms\":%.3f,"
+                   "\"stage\":\"%s\",\"stage_ms\":%.3f,\"server\":%u,"
+                   "\"sample\":",
+                   worst->step, worst->input_wait_ms, worst->stage,
+                   worst->stage_ms, worst->server_id);
+            if (worst->sample_id == DH_CLIENT_NO_SAMPLE)
+                printf("null");
+            else
+                printf("%" PRIu64, worst->sample_id);
+            printf("}");
+        }
+        printf("}");
+    } else if (total) {
+        printf("rank %u: %" PRIu64 " late steps by cause:", r->a->o.rank,
+               total);
+        for (size_t k = 0; k < NS; k++)
+            if (by[k])
+                printf(" %s %" PRIu64, stages[k], by[k]);
+        if (worst) {
+            printf("; worst: step %" PRIu64 " waited %.1f ms: %s %.1f ms",
+                   worst->step, worst->input_wait_ms, worst->stage,
+                   worst->stage_ms);
+            if (worst->sample_id != DH_CLIENT_NO_SAMPLE)
+                printf(" (sample %" PRIu64 ", %s)", worst->sample_id,
+                       worst->path);
+            printf(" on server %u", worst->server_id);
+        }
+        printf("\n");
+    }
+    free(late);
+}
+
 static void summary(const struct run *r)
 {
     struct dh_client_stats st;
@@ -507,11 +579,13 @@ static void summary(const struct run *r)
                "%" PRIu64 ",\"substituted\":%" PRIu64
                ",\"quarantined\":%" PRIu64 ",\"restarts\":%" PRIu64
                ",\"reissued\":%" PRIu64 ",\"coordinator_restarts\":%" PRIu64
-               ",\"elapsed_s\":%.3f}}\n",
+               ",\"elapsed_s\":%.3f",
                r->a->o.rank, st.steps, r->samples, sps, st.input_wait_p50_ms,
                st.input_wait_p95_ms, st.input_wait_max_ms, st.misses, st.errors,
                r->skipped, st.substituted, st.quarantined, st.restarts,
                st.reissued, st.coordinator_restarts, st.elapsed_s);
+        late_summary(r);
+        printf("}}\n");
         return;
     }
     printf("rank %u: %" PRIu64 " steps, %" PRIu64 " samples in %.2f s = "
@@ -521,6 +595,7 @@ static void summary(const struct run *r)
            r->a->o.rank, st.steps, r->samples, st.elapsed_s, sps,
            st.input_wait_p50_ms, st.input_wait_p95_ms, st.input_wait_max_ms,
            st.misses, st.errors, r->skipped, st.substituted, st.restarts);
+    late_summary(r);
 }
 
 static int consume(struct args *a)

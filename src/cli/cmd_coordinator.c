@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "cli/cli.h"
 #include "datahelix/coordinator.h"
 #include "runtime/keys.h"
@@ -183,10 +184,10 @@ static void report(const struct dh_coordinator *c)
     struct dh_coordinator_stats st;
 
     dh_coordinator_stats(c, &st);
-    fprintf(stderr,
-            "datahelix: coordinator: stopped: %llu requests, %llu results; "
+    dh__log(DH_LOG_INFO,
+            "coordinator: stopped: %llu requests, %llu results; "
             "refused %llu, rate-limited %llu, malformed %llu, capped %llu, "
-            "expired %llu\n",
+            "expired %llu",
             (unsigned long long)st.requests, (unsigned long long)st.results,
             (unsigned long long)st.refused, (unsigned long long)st.rate_limited,
             (unsigned long long)st.malformed, (unsigned long long)st.capped,
@@ -255,9 +256,9 @@ static int serve(struct args *a)
     dh_err_clear(&e);
     if ((rc = dh_coordinator_create(&a->o, &c, &e)) == 0 &&
         (rc = start_metrics(a, c, &mh, &e)) == 0) {
-        fprintf(stderr,
-                "datahelix: coordinator: listening on %s (policy "
-                "%s, %s)\n",
+        dh__log(DH_LOG_INFO,
+                "coordinator: listening on %s (policy "
+                "%s, %s)",
                 dh_coordinator_endpoint(c),
                 a->o.policy ? a->o.policy : "least-request",
                 dh__keys_path(a->o.keyfile) ? "CURVE: the job key only"

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "cli/cli.h"
 #include "datahelix/dataserver.h"
 #include "datahelix/wire.h"
@@ -348,15 +349,15 @@ static void announce(const struct args *a, const struct dh_dataserver *s)
     const char *ep = dh_dataserver_endpoint(s);
 
     if (a->o.remote)
-        fprintf(stderr,
-                "datahelix: dataserver: remote server %u registered "
-                "with %s (%u workers, %zu MiB staging)\n",
+        dh__log(DH_LOG_INFO,
+                "dataserver: remote server %u registered "
+                "with %s (%u workers, %zu MiB staging)",
                 dh_dataserver_id(s), a->o.coordinator, a->o.workers,
                 a->o.arena_bytes >> 20);
     else
-        fprintf(stderr,
-                "datahelix: dataserver: rank %u (server %u) "
-                "registered with %s (%u workers, %zu MiB arena%s%s)\n",
+        dh__log(DH_LOG_INFO,
+                "dataserver: rank %u (server %u) "
+                "registered with %s (%u workers, %zu MiB arena%s%s)",
                 a->o.rank, dh_dataserver_id(s), a->o.coordinator, a->o.workers,
                 a->o.arena_bytes >> 20, ep ? ", payloads on " : "",
                 ep ? ep : "");

@@ -6,11 +6,21 @@
  * exit 2); bad input data or I/O failures exit 1 with one stderr line.  The
  * build summary goes to stderr like other subcommands; --verify's report is
  * the command's output and goes to stdout.
- * Locking: single-threaded.
+ * Locking: the build runs on the main thread; a watcher thread (progress
+ * only) reads how far the kernel says the table's file has been read
+ * (/proc/self/fdinfo) and shares nothing else but the atomic `done`.
  */
+#include <dirent.h>
 #include <getopt.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "datahelix/index.h"
@@ -97,6 +107,99 @@ static int parse_args(struct args *a, int argc, char **argv)
     return check_args(a, argc, argv);
 }
 
+/* ---- progress: how much of the table the build has read ---- */
+
+struct watch {
+    char path[PATH_MAX]; /* the table, resolved */
+    uint64_t size;
+    _Atomic int done;
+    int fd; /* the build's descriptor of it, once found; -1 */
+};
+
+/* The descriptor of this process open on w->path, or -1. */
+static int find_fd(const struct watch *w)
+{
+    char link[300], target[PATH_MAX];
+    struct dirent *d;
+    DIR *dir = opendir("/proc/self/fd");
+    int fd = -1;
+
+    if (!dir)
+        return -1;
+    while (fd < 0 && (d = readdir(dir))) {
+        ssize_t n;
+
+        if (d->d_name[0] == '.')
+            continue;
+        snprintf(link, sizeof(link), "/proc/self/fd/%s", d->d_name);
+        n = readlink(link, target, sizeof(target) - 1);
+        if (n > 0) {
+            char *end = NULL;
+            long v = strtol(d->d_name, &end, 10);
+
+            target[n] = 0;
+            if (!strcmp(target, w->path) && *end == '\0' && v >= 0 &&
+                v <= INT_MAX)
+                fd = (int)v;
+        }
+    }
+    closedir(dir);
+    return fd;
+}
+
+/* The file offset of w->fd (what the build has read), or -1. */
+static long long read_pos(const struct watch *w)
+{
+    char name[64], line[128];
+    long long pos = -1;
+    FILE *f;
+
+    snprintf(name, sizeof(name), "/proc/self/fdinfo/%d", w->fd);
+    if (!(f = fopen(name, "r")))
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "pos: %lld", &pos) == 1)
+            break;
+    fclose(f);
+    return pos;
+}
+
+static void *watch_main(void *arg)
+{
+    struct watch *w = arg;
+    struct timespec tick = {0, 100 * 1000 * 1000};
+    struct dh_progress p;
+
+    dh_progress_start(&p, "index", w->size >> 20);
+    dh_progress_set_note(&p, "MiB of the table read");
+    while (!atomic_load(&w->done)) {
+        long long pos;
+
+        nanosleep(&tick, NULL);
+        if (w->fd < 0)
+            w->fd = find_fd(w);
+        pos = w->fd >= 0 ? read_pos(w) : -1;
+        if (pos >= 0 && (uint64_t)pos < w->size) /* the last read: done */
+            dh_progress_update(&p, (uint64_t)pos >> 20, 0);
+    }
+    dh_progress_finish(&p);
+    return NULL;
+}
+
+/* Starts the watcher (1) unless the table cannot be sized or is under
+ * 1 MiB, which takes no time worth telling (0). */
+static int watch_start(struct watch *w, const char *in, pthread_t *t)
+{
+    struct stat st;
+
+    memset(w, 0, sizeof(*w));
+    w->fd = -1;
+    if (!realpath(in, w->path) || stat(w->path, &st) || st.st_size < (1 << 20))
+        return 0;
+    w->size = (uint64_t)st.st_size;
+    return pthread_create(t, NULL, watch_main, w) == 0;
+}
+
 static int build(const struct args *a)
 {
     struct dh_index_build_info info;
@@ -105,10 +208,19 @@ static int build(const struct args *a)
     double t0 = dh_cli_now();
     uint64_t n, size;
 
+    struct watch w;
+    pthread_t wt;
+    int watching, rc;
+
     dh_err_clear(&e);
-    if (dh_index_build(a->in, a->out, a->renumber ? DH_INDEX_BUILD_RENUMBER : 0,
-                       &info, &e) < 0 ||
-        dh_index_open(a->out, 0, &ix, &e) < 0) {
+    watching = watch_start(&w, a->in, &wt);
+    rc = dh_index_build(a->in, a->out,
+                        a->renumber ? DH_INDEX_BUILD_RENUMBER : 0, &info, &e);
+    if (watching) {
+        atomic_store(&w.done, 1);
+        pthread_join(wt, NULL);
+    }
+    if (rc < 0 || dh_index_open(a->out, 0, &ix, &e) < 0) {
         dh_cli_error(CMD, "%s", e.msg);
         return DH_EXIT_FAIL;
     }

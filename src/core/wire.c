@@ -169,6 +169,9 @@ static void result_fini(struct dh_wire_result *r)
     dh__free(r->sub_pos);
     dh__free(r->sub_failed);
     dh__free(r->sub_cause);
+    dh__free(r->stages.read_ms);
+    dh__free(r->stages.decode_ms);
+    dh__free(r->stages.scale_ms);
 }
 
 void dh_wire_msg_init(struct dh_wire_msg *m, enum dh_wire_type type)
@@ -315,6 +318,39 @@ int dh_wire_set_spares(struct dh_wire_request *r, const uint64_t *ids, size_t n,
     dh__free(r->spare_ids);
     r->spare_ids = p;
     r->n_spares = (uint32_t)n;
+    return 0;
+}
+
+int dh_wire_set_result_stages(struct dh_wire_result *r, const float *rows,
+                              size_t n, struct dh_err *e)
+{
+    float *v[3] = {NULL, NULL, NULL};
+
+    if (!rows)
+        n = 0;
+    if (n > DH_WIRE_MAX_SAMPLES)
+        return dh_err_set(e, DH_ETOOBIG,
+                          "result_notice.stages: %zu samples over the cap "
+                          "of %u",
+                          n, DH_WIRE_MAX_SAMPLES);
+    for (int k = 0; n && k < 3; k++)
+        if (!(v[k] = dh__malloc(n * sizeof(float)))) {
+            dh__free(v[0]);
+            dh__free(v[1]);
+            return dh_err_set(e, DH_ENOMEM,
+                              "result_notice.stages: out of "
+                              "memory");
+        }
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < 3; k++)
+            v[k][i] = rows[i * 3 + (size_t)k];
+    dh__free(r->stages.read_ms);
+    dh__free(r->stages.decode_ms);
+    dh__free(r->stages.scale_ms);
+    r->stages.read_ms = v[0];
+    r->stages.decode_ms = v[1];
+    r->stages.scale_ms = v[2];
+    r->stages.n_sample_times = (uint32_t)n;
     return 0;
 }
 

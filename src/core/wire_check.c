@@ -432,6 +432,57 @@ static int ck_subs(const struct dh__wire_ck *c, const struct dh_wire_result *r)
     return 0;
 }
 
+static int ck_times(const struct dh__wire_ck *c, const char *field,
+                    const float *v, uint32_t n)
+{
+    char name[40];
+
+    for (uint32_t i = 0; i < n; i++)
+        if (!isfinite(v[i]) || v[i] < 0 || v[i] > DH_WIRE_MAX_LATENCY_MS) {
+            snprintf(name, sizeof(name), "stages.%s[%" PRIu32 "]", field, i);
+            return ck_real(c, name, v[i], 0, DH_WIRE_MAX_LATENCY_MS);
+        }
+    return 0;
+}
+
+/* Stage times: finite durations, per-sample arrays none or one per sample. */
+static int ck_stages(const struct dh__wire_ck *c,
+                     const struct dh_wire_result *r)
+{
+    const struct dh_wire_stages *s = &r->stages;
+    uint32_t n = s->n_sample_times;
+    int rc;
+
+    if ((rc = ck_real(c, "stages.queue_ms", s->queue_ms, 0,
+                      DH_WIRE_MAX_LATENCY_MS)) < 0 ||
+        (rc = ck_real(c, "stages.alloc_ms", s->alloc_ms, 0,
+                      DH_WIRE_MAX_LATENCY_MS)) < 0 ||
+        (rc = ck_real(c, "stages.collate_ms", s->collate_ms, 0,
+                      DH_WIRE_MAX_LATENCY_MS)) < 0 ||
+        (rc = ck_real(c, "stages.place_ms", s->place_ms, 0,
+                      DH_WIRE_MAX_LATENCY_MS)) < 0 ||
+        (rc = ck_real(c, "stages.notify_ms", s->notify_ms, 0,
+                      DH_WIRE_MAX_LATENCY_MS)) < 0 ||
+        (rc = ck_u64(c, "stages.worker", s->worker, 0,
+                     DH_WIRE_MAX_WORKERS - 1)) < 0)
+        return rc;
+    if (n != 0 && n != r->n_samples)
+        return WIRE_BAD(
+            c, "stages: %" PRIu32 " sample times for %" PRIu32 " samples", n,
+            r->n_samples);
+    if ((rc = ck_count(c, "stages.read_ms", s->read_ms, n,
+                       DH_WIRE_MAX_SAMPLES)) < 0 ||
+        (rc = ck_count(c, "stages.decode_ms", s->decode_ms, n,
+                       DH_WIRE_MAX_SAMPLES)) < 0 ||
+        (rc = ck_count(c, "stages.scale_ms", s->scale_ms, n,
+                       DH_WIRE_MAX_SAMPLES)) < 0)
+        return rc;
+    if ((rc = ck_times(c, "read_ms", s->read_ms, n)) < 0 ||
+        (rc = ck_times(c, "decode_ms", s->decode_ms, n)) < 0)
+        return rc;
+    return ck_times(c, "scale_ms", s->scale_ms, n);
+}
+
 static int ck_result(const struct dh__wire_ck *c,
                      const struct dh_wire_result *r)
 {
@@ -458,7 +509,9 @@ static int ck_result(const struct dh__wire_ck *c,
         if (r->valid_frames[i] > DH_WIRE_MAX_FRAMES)
             return WIRE_BAD(c, "valid_frames[%" PRIu32 "] %" PRIu32 " over %u",
                             i, r->valid_frames[i], DH_WIRE_MAX_FRAMES);
-    return ck_subs(c, r);
+    if ((rc = ck_subs(c, r)) < 0)
+        return rc;
+    return r->stages.present ? ck_stages(c, r) : 0;
 }
 
 static int ck_error(const struct dh__wire_ck *c, const struct dh_wire_error *r)

@@ -65,6 +65,7 @@ struct dh__wire_pb_out {
     PbPlan plan;
     Datahelix__Wire__DeadlineHints hints;
     Datahelix__Wire__RankReport report;
+    Datahelix__Wire__StageTimes stages;
     PbLink *links; /* seam-allocated, n_links: free both after packing */
     PbLink **link_ptrs;
 };

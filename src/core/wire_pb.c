@@ -175,6 +175,27 @@ static void route_pb(struct dh__wire_pb_out *o, const struct dh_wire_route *r)
     o->env.route = pb;
 }
 
+static Datahelix__Wire__StageTimes *stages_pb(struct dh__wire_pb_out *o,
+                                              const struct dh_wire_stages *s)
+{
+    Datahelix__Wire__StageTimes *pb = &o->stages;
+
+    datahelix__wire__stage_times__init(pb);
+    pb->queue_ms = s->queue_ms;
+    pb->alloc_ms = s->alloc_ms;
+    pb->collate_ms = s->collate_ms;
+    pb->place_ms = s->place_ms;
+    pb->notify_ms = s->notify_ms;
+    pb->server_id = s->server_id;
+    pb->worker = s->worker;
+    pb->ready_us = s->ready_us;
+    pb->n_read_ms = pb->n_decode_ms = pb->n_scale_ms = s->n_sample_times;
+    pb->read_ms = s->read_ms;
+    pb->decode_ms = s->decode_ms;
+    pb->scale_ms = s->scale_ms;
+    return pb;
+}
+
 static void result_pb(struct dh__wire_pb_out *o, const struct dh_wire_result *r)
 {
     Datahelix__Wire__ResultNotice *pb = &o->b.result;
@@ -200,6 +221,7 @@ static void result_pb(struct dh__wire_pb_out *o, const struct dh_wire_result *r)
     pb->sub_failed_ids = r->sub_failed;
     pb->n_sub_causes = r->n_subs;
     pb->sub_causes = r->sub_cause;
+    pb->stages = r->stages.present ? stages_pb(o, &r->stages) : NULL;
     o->env.result_notice = pb;
 }
 
@@ -528,6 +550,46 @@ static int subs_from_pb(const struct dh__wire_ck *c, struct dh_wire_result *r,
     return 0;
 }
 
+/* The stage times: the three per-sample arrays share one count (0 or the
+ * sample count: dh__wire_check() compares it with the result's). */
+static int stages_from_pb(const struct dh__wire_ck *c, struct dh_wire_stages *s,
+                          const Datahelix__Wire__StageTimes *pb)
+{
+    void *p;
+    int rc;
+
+    if (pb->n_decode_ms != pb->n_read_ms || pb->n_scale_ms != pb->n_read_ms)
+        return WIRE_BAD(c,
+                        "stages: read_ms, decode_ms and scale_ms have %zu, "
+                        "%zu and %zu entries",
+                        pb->n_read_ms, pb->n_decode_ms, pb->n_scale_ms);
+    if ((rc = array_from_pb(c, "stages.read_ms", &p, pb->read_ms, pb->n_read_ms,
+                            sizeof(float), DH_WIRE_MAX_SAMPLES)) < 0)
+        return rc;
+    s->read_ms = p;
+    if ((rc = array_from_pb(c, "stages.decode_ms", &p, pb->decode_ms,
+                            pb->n_decode_ms, sizeof(float),
+                            DH_WIRE_MAX_SAMPLES)) < 0)
+        return rc;
+    s->decode_ms = p;
+    if ((rc = array_from_pb(c, "stages.scale_ms", &p, pb->scale_ms,
+                            pb->n_scale_ms, sizeof(float),
+                            DH_WIRE_MAX_SAMPLES)) < 0)
+        return rc;
+    s->scale_ms = p;
+    s->n_sample_times = (uint32_t)pb->n_read_ms;
+    s->queue_ms = pb->queue_ms;
+    s->alloc_ms = pb->alloc_ms;
+    s->collate_ms = pb->collate_ms;
+    s->place_ms = pb->place_ms;
+    s->notify_ms = pb->notify_ms;
+    s->server_id = pb->server_id;
+    s->worker = pb->worker;
+    s->ready_us = pb->ready_us;
+    s->present = 1;
+    return 0;
+}
+
 static int result_from_pb(const struct dh__wire_ck *c, struct dh_wire_result *r,
                           const Datahelix__Wire__ResultNotice *pb)
 {
@@ -563,7 +625,9 @@ static int result_from_pb(const struct dh__wire_ck *c, struct dh_wire_result *r,
     r->dtype = (enum dh_dtype)pb->dtype;
     r->layout = (enum dh_layout)pb->layout;
     r->service_ms = pb->service_ms;
-    return subs_from_pb(c, r, pb);
+    if ((rc = subs_from_pb(c, r, pb)) < 0)
+        return rc;
+    return pb->stages ? stages_from_pb(c, &r->stages, pb->stages) : 0;
 }
 
 static int error_from_pb(const struct dh__wire_ck *c, struct dh_wire_error *r,

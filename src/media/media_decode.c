@@ -20,6 +20,8 @@
 #include <string.h>
 
 #include "core/frame_select.h"
+#include "core/clock.h"
+#include "datahelix/media_stages.h"
 #include "media/media_internal.h"
 
 struct run {
@@ -64,8 +66,8 @@ static void clip_view(const struct dh_media *m, struct dh__clip_frames *c)
     c->nkey = m->counting ? 0 : m->nkey;
 }
 
-int dh_media_select(struct dh_media *m, const struct dh_media_plan *p,
-                    int64_t *out_frames, struct dh_err *e)
+static int select_frames(struct dh_media *m, const struct dh_media_plan *p,
+                         int64_t *out_frames, struct dh_err *e)
 {
     struct dh__clip_frames c;
     struct dh_err sub;
@@ -106,6 +108,17 @@ int dh_media_select(struct dh_media *m, const struct dh_media_plan *p,
     m->selected = 1;
     *out_frames = m->count;
     return 0;
+}
+
+/* The public entry, timed as the DH_MS_READ stage (media_stages.h). */
+int dh_media_select(struct dh_media *m, const struct dh_media_plan *p,
+                    int64_t *out_frames, struct dh_err *e)
+{
+    double t0 = dh__mono_msf();
+    int rc = select_frames(m, p, out_frames, e);
+
+    m->stage_ms[DH_MS_READ] += dh__mono_msf() - t0;
+    return rc;
 }
 
 const int64_t *dh_media_indices(const struct dh_media *m)
@@ -556,9 +569,9 @@ static int check_dst(struct dh_media *m, const struct dh_media_plan *p,
     return 0;
 }
 
-int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
-                    void *dst, size_t dst_len, struct dh_media_result *res,
-                    struct dh_err *e)
+static int decode_frames(struct dh_media *m, const struct dh_media_plan *p,
+                         void *dst, size_t dst_len, struct dh_media_result *res,
+                         struct dh_err *e)
 {
     struct run r;
     int64_t frames, seeks0, dec0, fb0;
@@ -567,7 +580,7 @@ int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
     /* Snapping rewrites idx[] with the frames used: start from the plan. */
     if (!m->selected || memcmp(&m->sel_plan, p, sizeof(*p)) ||
         p->snap != DH_SNAP_EXACT)
-        if ((rc = dh_media_select(m, p, &frames, e)))
+        if ((rc = select_frames(m, p, &frames, e)))
             return rc;
     if ((rc = check_dst(m, p, dst_len, e)))
         return rc;
@@ -602,4 +615,16 @@ int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
         res->mean_abs_shift = m->shift;
     }
     return 0;
+}
+
+/* The public entry, timed as the DH_MS_DECODE stage (media_stages.h). */
+int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
+                    void *dst, size_t dst_len, struct dh_media_result *res,
+                    struct dh_err *e)
+{
+    double t0 = dh__mono_msf();
+    int rc = decode_frames(m, p, dst, dst_len, res, e);
+
+    m->stage_ms[DH_MS_DECODE] += dh__mono_msf() - t0;
+    return rc;
 }

@@ -99,6 +99,12 @@ struct dh_media {
                           targets are reached by decoding forward */
     int64_t fallbacks;   /* times a missed seek fell back to decoding from
                           the start */
+
+    /* stage sums since the last dh__media_stage_note (media_stages.h), ms:
+     * read, decode (scale included until the note subtracts it), scale */
+    double stage_ms[3];
+    float *stage_rows; /* the caller's sink, stage_n rows; NULL: none */
+    uint32_t stage_n;
 };
 
 /* media_open.c */

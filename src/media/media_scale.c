@@ -17,6 +17,8 @@
 #include <libavutil/pixdesc.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
+#include "datahelix/media_stages.h"
 #include "media/media_internal.h"
 #include "core/hash.h"
 
@@ -246,8 +248,8 @@ static void transform(const struct dh_media_plan *p, int rot,
     }
 }
 
-int dh__media_emit(struct dh_media *m, const struct dh_media_plan *p,
-                   AVFrame *f, int64_t slot, uint8_t *dst, struct dh_err *e)
+static int emit_frame(struct dh_media *m, const struct dh_media_plan *p,
+                      AVFrame *f, int64_t slot, uint8_t *dst, struct dh_err *e)
 {
     int rot = m->info.rotation, turned = rot == 90 || rot == 270;
     int wd = turned ? f->height : f->width, hd = turned ? f->width : f->height;
@@ -276,4 +278,15 @@ int dh__media_emit(struct dh_media *m, const struct dh_media_plan *p,
     if (!direct)
         transform(p, rot, buf, stride, out);
     return 0;
+}
+
+/* The public entry, timed as the DH_MS_SCALE stage (media_stages.h). */
+int dh__media_emit(struct dh_media *m, const struct dh_media_plan *p,
+                   AVFrame *f, int64_t slot, uint8_t *dst, struct dh_err *e)
+{
+    double t0 = dh__mono_msf();
+    int rc = emit_frame(m, p, f, slot, dst, e);
+
+    m->stage_ms[DH_MS_SCALE] += dh__mono_msf() - t0;
+    return rc;
 }

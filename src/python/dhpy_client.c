@@ -340,6 +340,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
                             "max_area",
                             "patch",
                             "keyfile",
+                            "trace",
                             NULL};
     struct dh_client_opts o;
     const char *layout = "THWC", *dtype = "uint8", *tel = NULL;
@@ -360,14 +361,14 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     }
     dh_client_opts_default(&o);
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "ss|IILiissIIiizzIIzKzipKOddIdpiLiz", names,
+            args, kw, "ss|IILiissIIiizzIIzKzipKOddIdpiLizz", names,
             &o.coordinator, &o.index_path, &o.rank, &o.world_size, &frames, &w,
             &h, &layout, &dtype, &o.prefetch, &o.microbatches, &o.timeout_ms,
             &o.start_timeout_ms, &o.dataserver, &o.datahelix_bin, &o.ds_workers,
             &o.max_batch, &o.ds_listen, &seed, &tel, &o.max_restarts,
             &random_crop, &arena_bytes, &ds_args, &o.ddl_ms,
             &o.step_deadline_ms, &o.spares, &fps, &native, &max_side, &max_area,
-            &patch, &o.keyfile))
+            &patch, &o.keyfile, &o.trace))
         return -1;
     o.arena_bytes = (size_t)arena_bytes;
     if (parse_enum(layout, "THWC", "TCHW", "layout", &lay) < 0 ||
@@ -639,6 +640,76 @@ static PyObject *client_next(ClientObject *self, PyObject *args)
     return (PyObject *)bo;
 }
 
+/* One late step's cause as a dict (docs/trace.md "Late steps"). */
+static PyObject *late_dict(const struct dh_client_late *l)
+{
+    PyObject *sample = l->sample_id == DH_CLIENT_NO_SAMPLE
+                           ? (Py_INCREF(Py_None), Py_None)
+                           : PyLong_FromUnsignedLongLong(l->sample_id);
+
+    if (!sample)
+        return NULL;
+    return Py_BuildValue("{sIsKsdsIsIsOsIsssdsNsssd}", "epoch", l->epoch,
+                         "step", (unsigned long long)l->step, "input_wait_ms",
+                         l->input_wait_ms, "microbatch", l->microbatch,
+                         "server", l->server_id, "remote",
+                         l->remote ? Py_True : Py_False, "worker", l->worker,
+                         "stage", l->stage, "stage_ms", l->stage_ms, "sample",
+                         sample, "path", l->path, "sample_ms", l->sample_ms);
+}
+
+/* stats()["late"] (the kept causes, oldest first), ["late_steps"] (all
+ * seen) and ["late_by_stage"] (counts over the kept ones). */
+static int add_late(struct dh_client *c, PyObject *d)
+{
+    struct dh_client_late *late;
+    uint64_t total = 0;
+    size_t n = dh_client_late(c, NULL, 0, NULL);
+    PyObject *list = NULL, *by = NULL, *v;
+    int rc = -1;
+
+    if (!(late = PyMem_Calloc(n ? n : 1, sizeof(*late))))
+        return PyErr_NoMemory(), -1;
+    n = dh_client_late(c, late, n, &total);
+    if (!(list = PyList_New(0)) || !(by = PyDict_New()))
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *one = late_dict(&late[i]), *cnt;
+        long prev = 0;
+        int bad;
+
+        if (!one)
+            goto out;
+        bad = PyList_Append(list, one);
+        Py_DECREF(one);
+        if (bad)
+            goto out;
+        if ((cnt = PyDict_GetItemString(by, late[i].stage)))
+            prev = PyLong_AsLong(cnt);
+        if (!(cnt = PyLong_FromLong(prev + 1)))
+            goto out;
+        bad = PyDict_SetItemString(by, late[i].stage, cnt);
+        Py_DECREF(cnt);
+        if (bad)
+            goto out;
+    }
+    v = PyLong_FromUnsignedLongLong(total);
+    if (!v || PyDict_SetItemString(d, "late_steps", v) < 0) {
+        Py_XDECREF(v);
+        goto out;
+    }
+    Py_DECREF(v);
+    if (PyDict_SetItemString(d, "late", list) < 0 ||
+        PyDict_SetItemString(d, "late_by_stage", by) < 0)
+        goto out;
+    rc = 0;
+out:
+    Py_XDECREF(list);
+    Py_XDECREF(by);
+    PyMem_Free(late);
+    return rc;
+}
+
 static PyObject *client_stats(ClientObject *self, PyObject *unused)
 {
     struct dh_client_stats s;
@@ -696,6 +767,9 @@ static PyObject *client_stats(ClientObject *self, PyObject *unused)
     if (PyDict_SetItemString(d, "server_parts", load) < 0)
         goto fail;
     Py_DECREF(load);
+    load = NULL;
+    if (add_late(self->c, d) < 0)
+        goto fail;
     return d;
 fail:
     Py_XDECREF(load);

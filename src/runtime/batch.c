@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "datahelix/batch.h"
+#include "datahelix/media_stages.h"
 #include "core/hash.h"
 
 int64_t dh_batch_frames(const struct dh_media_plan *p)
@@ -201,6 +202,7 @@ int dh_batch_decode_subs(struct dh_media *m, const struct dh_index *ix,
         if (rc)
             rc = substitute(m, ix, epoch, ids[i], rc, p, dst, dst_len, i,
                             &valid_frames[i], subs);
+        dh__media_stage_note(m, i); /* the spares' time is the position's */
         if (rc) {
             if (failed_at)
                 *failed_at = i;

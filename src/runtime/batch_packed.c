@@ -17,6 +17,7 @@
 #include "core/le.h"
 #include "datahelix/batch.h"
 #include "datahelix/batch_packed.h"
+#include "datahelix/media_stages.h"
 
 #define ALIGN 64u
 
@@ -205,6 +206,7 @@ int dh_batch_packed_decode(struct dh_media *m, const struct dh_index *ix,
         rc = path ? one_sample(m, path, epoch, ids[i], p, dst, dst_len, off,
                                &en, &sub)
                   : dh_err_set(&sub, DH_EFORMAT, "no path in the index");
+        dh__media_stage_note(m, i);
         if (rc) {
             if (failed_at)
                 *failed_at = i;

@@ -27,6 +27,7 @@
 
 #include <zmq.h>
 
+#include "core/log.h"
 #include "core/alloc.h"
 #include "core/err_kind.h"
 #include "core/clock.h"
@@ -132,6 +133,7 @@ static int copy_opts(struct dh_client *c, const struct dh_client_opts *o,
         (o->dataserver && !(c->ds_name = dh__strdup(o->dataserver))) ||
         (o->datahelix_bin && !(c->bin = dh__strdup(o->datahelix_bin))) ||
         (o->ds_listen && !(c->ds_listen = dh__strdup(o->ds_listen))) ||
+        (o->trace && !(c->trace_path = dh__strdup(o->trace))) ||
         (dh__keys_path(o->keyfile) &&
          !(c->keyfile = dh__strdup(dh__keys_path(o->keyfile)))))
         return dh_err_set(e, DH_ENOMEM, "out of memory");
@@ -273,6 +275,7 @@ static void client_free(struct dh_client *c)
     dh__free(c->bin);
     dh__free(c->ds_listen);
     dh__free(c->keyfile);
+    dh__free(c->trace_path);
     for (int i = 0; c->ds_args[i]; i++)
         dh__free(c->ds_args[i]);
     dh__free(c);
@@ -297,7 +300,7 @@ static void drop_pool(struct dh_client *c)
             continue;
         if (!r->is_error &&
             dh_arena_release(c->arenas[r->arena].a, &r->ref, &e) < 0)
-            fprintf(stderr, "datahelix: client %u: %s\n", c->rank, e.msg);
+            dh__log(DH_LOG_ERROR, "client %u: %s", c->rank, e.msg);
         dh__cl_result_free(r);
     }
 }
@@ -324,6 +327,7 @@ void dh_client_destroy(struct dh_client *c)
         zmq_ctx_term(c->ctx);
     c->ctx = NULL;
     drop_pool(c);
+    dh__cl_trace_close(c); /* the file is written here, off the loop */
     unref(c);
 }
 
@@ -339,7 +343,8 @@ int dh_client_create(const struct dh_client_opts *o, struct dh_client **out,
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     atomic_store(&c->refs, 1);
     if ((rc = copy_opts(c, o, e)) < 0 || (rc = alloc_state(c, e)) < 0 ||
-        (rc = dh_index_open(c->index_path, 0, &c->ix, e)) < 0)
+        (rc = dh_index_open(c->index_path, 0, &c->ix, e)) < 0 ||
+        (c->trace_path && (rc = dh__cl_trace_open(c, e)) < 0))
         goto fail;
     /* Embedded: the client draws the rank's token, registers with it and
      * hands it to the server it starts.  External: the server drew it and
@@ -647,12 +652,28 @@ static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
     uint64_t ready = 0;
     int64_t slack = 0;
     uint64_t cross = 0, samples = 0;
-    char servers[256];
+    char servers[256], late[160], sample[24];
     size_t off = 0;
 
     if (!c->telemetry)
         return;
-    servers[0] = 0;
+    servers[0] = late[0] = 0;
+    /* a missed step's cause (client_trace.c found it just before) */
+    if (dh_window_is_miss(wait, c->ddl_ms) && c->n_late) {
+        const struct dh_client_late *l =
+            &c->late[(c->late_head + DH_CLIENT_MAX_LATE - 1) %
+                     DH_CLIENT_MAX_LATE];
+
+        if (l->sample_id != DH_CLIENT_NO_SAMPLE)
+            snprintf(sample, sizeof(sample), "%llu",
+                     (unsigned long long)l->sample_id);
+        else
+            snprintf(sample, sizeof(sample), "null");
+        snprintf(late, sizeof(late),
+                 ",\"late\":{\"stage\":\"%s\",\"stage_ms\":%.3f,"
+                 "\"sample\":%s,\"server\":%u}",
+                 l->stage, l->stage_ms, sample, l->server_id);
+    }
     for (uint32_t j = 0; j < c->mb; j++) {
         const struct cl_sent *s = &c->sent[(k % c->prefetch) * c->mb + j];
         const struct cl_result *r = &c->pool[idx[j]];
@@ -671,12 +692,12 @@ static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
             "{\"rank\":%u,\"epoch\":%u,\"step\":%llu,\"input_wait_ms\":%.3f,"
             "\"window_ms\":%.3f,\"deadline_ms\":%lld,\"miss\":%s,"
             "\"ready_latency_ms\":%llu,\"samples\":%llu,\"servers\":[%s],"
-            "\"cross_ds_bytes\":%llu}\n",
+            "\"cross_ds_bytes\":%llu%s}\n",
             c->rank, c->epoch, (unsigned long long)(c->first_step + k), wait,
             window, (long long)slack,
             dh_window_is_miss(wait, c->ddl_ms) ? "true" : "false",
             (unsigned long long)ready, (unsigned long long)samples, servers,
-            (unsigned long long)cross);
+            (unsigned long long)cross, late);
     fflush(c->telemetry);
 }
 
@@ -891,7 +912,7 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
 
         if (!r->is_error &&
             dh_arena_release(c->arenas[r->arena].a, &r->ref, &re) < 0)
-            fprintf(stderr, "datahelix: client %u: %s\n", c->rank, re.msg);
+            dh__log(DH_LOG_ERROR, "client %u: %s", c->rank, re.msg);
         dh__cl_result_free(r);
     }
     return rc;
@@ -957,6 +978,10 @@ int dh_client_next_for(struct dh_client *c, int timeout_ms,
     c->n_taken = 0;
     c->step_t_call = 0;
     wait = dh__mono_msf() - t_call;
+    dh__cl_trace_step(c, c->next_consume, t_call, wait, window, idx);
+    dh__log(DH_LOG_DEBUG, "client %u: epoch %u step %llu in, waited %.2f ms",
+            c->rank, c->epoch,
+            (unsigned long long)(c->first_step + c->next_consume), wait);
     rc = finish_step(c, idx, wait, window, out, e);
     if (push_meas(c, wait, window) < 0) {
         /* out of memory for statistics only: the batch is still good */
@@ -989,8 +1014,8 @@ void dh_client_batch_release(struct dh_client_batch *pub)
         struct cl_arena *a = &c->arenas[b->arena[j]];
 
         if (dh_arena_release(a->a, &b->ref[j], &e) < 0)
-            fprintf(stderr, "datahelix: client %u: releasing step %llu: %s\n",
-                    c->rank, (unsigned long long)pub->step, e.msg);
+            dh__log(DH_LOG_ERROR, "client %u: releasing step %llu: %s", c->rank,
+                    (unsigned long long)pub->step, e.msg);
         atomic_fetch_sub(&a->held_bytes, b->ref[j].len);
         atomic_fetch_sub(&a->held, 1);
     }

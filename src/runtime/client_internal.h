@@ -42,6 +42,17 @@ struct cl_arena {
     _Atomic uint32_t held;       /* parts of unreleased batches */
 };
 
+/* ResultNotice.stages as the client keeps them (rows: n x 3 ms, owned). */
+struct cl_stages {
+    int present;
+    uint32_t server_id, worker;
+    double queue_ms, alloc_ms, collate_ms, place_ms, notify_ms, service_ms;
+    double ready_ms; /* this host's CLOCK_MONOTONIC; 0: unknown */
+    float *rows;
+};
+
+struct cl_trace; /* client_trace.c */
+
 /* An outcome waiting in the reorder buffer (the payload is its index). */
 struct cl_result {
     int used, is_error;
@@ -61,12 +72,15 @@ struct cl_result {
     struct dh_client_failure *fail; /* owned, is_error from a server; NULL
                                        when out of memory for it */
     uint64_t arrived_ms;
-    uint32_t n_subs; /* substitutions (positions within this part) */
+    double arrived_msf;
+    struct cl_stages st; /* the server's stage times (docs/trace.md) */
+    uint32_t n_subs;     /* substitutions (positions within this part) */
     struct dh_client_subst *subs; /* owned */
 };
 
 /* Per outstanding task (ring by request position): for telemetry. */
 struct cl_sent {
+    double sent_msf;
     uint64_t task_id, sent_ms;
     int64_t slack_ms;
     uint32_t route_server;
@@ -145,6 +159,12 @@ struct dh_client {
         uint64_t parts;
     } load[CL_MAX_LOAD]; /* (mu) */
     size_t n_load;
+    /* late steps and the trace (client_trace.c; mu) */
+    struct dh_client_late late[DH_CLIENT_MAX_LATE];
+    size_t late_head, n_late;
+    uint64_t late_total;
+    struct cl_trace *trace; /* NULL: no trace */
+    char *trace_path;
 };
 
 /* Frees a pool entry's owned parts and marks it unused (mu held); its
@@ -152,6 +172,16 @@ struct dh_client {
 void dh__cl_result_free(struct cl_result *r);
 /* The stage a server's cause code points at. */
 enum dh_stage dh__stage_of(int cause);
+
+/* ---- client_trace.c ---- */
+/* Starts the trace buffer (c->trace_path set): DH_ENOMEM. */
+int dh__cl_trace_open(struct dh_client *c, struct dh_err *e);
+/* Step position k is consumed (mu held): its late cause when it missed,
+ * its events when tracing.  t_call: when next() was first asked for it. */
+void dh__cl_trace_step(struct dh_client *c, uint64_t k, double t_call,
+                       double wait, double window, const size_t *idx);
+/* Writes the trace file and frees the buffer (no other thread). */
+void dh__cl_trace_close(struct dh_client *c);
 
 /* ---- client_io.c ---- */
 void *dh__cl_io_main(void *arg);

@@ -19,6 +19,7 @@
 
 #include <zmq.h>
 
+#include "core/log.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "datahelix/batch.h"
@@ -187,6 +188,7 @@ static void issue(struct dh_client *c)
             }
             *s = (struct cl_sent){.task_id = dh__cl_task_id(c, k, j),
                                   .sent_ms = dh__mono_ms(),
+                                  .sent_msf = dh__mono_msf(),
                                   .slack_ms = slack};
         }
         c->next_issue++;
@@ -216,9 +218,9 @@ static size_t reissue(struct dh_client *c)
                 c, k, t.microbatch,
                 c->sent[(k % c->prefetch) * c->mb + t.microbatch].slack_ms,
                 &e) < 0)
-            fprintf(stderr,
-                    "datahelix: client %u: re-issuing task %llu: "
-                    "%s\n",
+            dh__log(DH_LOG_ERROR,
+                    "client %u: re-issuing task %llu: "
+                    "%s",
                     c->rank, (unsigned long long)ids[i], e.msg);
         else
             c->st.reissued++;
@@ -280,9 +282,9 @@ static void on_register_ack(struct dh_client *c,
     c->st.coordinator_restarts++;
     n = reissue(c);
     pthread_mutex_unlock(&c->mu);
-    fprintf(stderr,
-            "datahelix: client %u: coordinator %s restarted: registered "
-            "again, re-issued %zu outstanding tasks\n",
+    dh__log(DH_LOG_INFO,
+            "client %u: coordinator %s restarted: registered "
+            "again, re-issued %zu outstanding tasks",
             c->rank, c->coord, n);
 }
 
@@ -316,6 +318,7 @@ static void file_result(struct dh_client *c, struct cl_result *r)
     int accepted = 0;
 
     r->arrived_ms = dh__mono_ms();
+    r->arrived_msf = dh__mono_msf();
     if (c->ro && dh_reorder_arrive(c->ro, r->task_id, (uint64_t)(r - c->pool),
                                    &accepted) < 0)
         accepted = 0;
@@ -327,7 +330,7 @@ static void file_result(struct dh_client *c, struct cl_result *r)
         struct dh_err e;
 
         if (dh_arena_release(c->arenas[r->arena].a, &r->ref, &e) < 0)
-            fprintf(stderr, "datahelix: client %u: %s\n", c->rank, e.msg);
+            dh__log(DH_LOG_ERROR, "client %u: %s", c->rank, e.msg);
         c->st.late_released++;
     }
     dh__cl_result_free(r);
@@ -339,6 +342,8 @@ void dh__cl_result_free(struct cl_result *r)
     dh__free(r->valid);
     dh__free(r->fail);
     dh__free(r->subs);
+    dh__free(r->st.rows);
+    r->st.rows = NULL;
     r->ids = NULL;
     r->valid = NULL;
     r->fail = NULL;
@@ -361,6 +366,34 @@ static void take_subs(struct cl_result *r, const struct dh_wire_result *w)
             .cause = w->sub_cause[i],
             .stage = (int)dh__stage_of(w->sub_cause[i])};
     r->n_subs = w->n_subs;
+}
+
+/* The notice's stage times (out of memory for the per-sample ones: the
+ * task's alone; the batch is good either way). */
+static void take_stages(struct cl_result *r, const struct dh_wire_result *w)
+{
+    const struct dh_wire_stages *s = &w->stages;
+    uint32_t n = s->n_sample_times;
+
+    r->st = (struct cl_stages){.present = s->present,
+                               .server_id = s->server_id ? s->server_id
+                                                         : w->server_id,
+                               .worker = s->worker,
+                               .queue_ms = s->queue_ms,
+                               .alloc_ms = s->alloc_ms,
+                               .collate_ms = s->collate_ms,
+                               .place_ms = s->place_ms,
+                               .notify_ms = s->notify_ms,
+                               .service_ms = w->service_ms,
+                               .ready_ms = (double)s->ready_us / 1e3};
+    if (!s->present || !n || n != w->n_samples ||
+        !(r->st.rows = dh__malloc((size_t)n * 3 * sizeof(float))))
+        return;
+    for (uint32_t i = 0; i < n; i++) {
+        r->st.rows[i * 3] = s->read_ms[i];
+        r->st.rows[i * 3 + 1] = s->decode_ms[i];
+        r->st.rows[i * 3 + 2] = s->scale_ms[i];
+    }
 }
 
 /* NULL if result `w` matches this client's own request for its task, or
@@ -439,11 +472,11 @@ static void protocol_error(struct dh_client *c, const struct dh_wire_result *w,
     struct dh_err e;
 
     if (dh_arena_release(c->arenas[ai].a, ref, &e) < 0)
-        fprintf(stderr, "datahelix: client %u: %s\n", c->rank, e.msg);
+        dh__log(DH_LOG_ERROR, "client %u: %s", c->rank, e.msg);
     c->st.protocol_errors++;
-    fprintf(stderr,
-            "datahelix: client %u: protocol error: the result of task %llu "
-            "from server %u does not match the request (%s); not used\n",
+    dh__log(DH_LOG_WARN,
+            "client %u: protocol error: the result of task %llu "
+            "from server %u does not match the request (%s); not used",
             c->rank, (unsigned long long)w->task.id, w->server_id, why);
     if (!(r = pool_get(c)))
         return;
@@ -469,9 +502,9 @@ static void on_result(struct dh_client *c, const struct dh_wire_result *w)
 
     if (ai < 0 || !dh_arena_ptr(c->arenas[ai].a, &ref)) {
         /* Not in an arena we know: nothing to release, nothing to use. */
-        fprintf(stderr,
-                "datahelix: client %u: result of task %llu names "
-                "%s (server %u, offset %llu); ignored\n",
+        dh__log(DH_LOG_WARN,
+                "client %u: result of task %llu names "
+                "%s (server %u, offset %llu); ignored",
                 c->rank, (unsigned long long)w->task.id,
                 ai < 0 ? "an unknown arena" : "no live slot", w->server_id,
                 (unsigned long long)w->arena_offset);
@@ -490,7 +523,7 @@ static void on_result(struct dh_client *c, const struct dh_wire_result *w)
         struct dh_err e;
 
         if (dh_arena_release(c->arenas[ai].a, &ref, &e) < 0)
-            fprintf(stderr, "datahelix: client %u: %s\n", c->rank, e.msg);
+            dh__log(DH_LOG_ERROR, "client %u: %s", c->rank, e.msg);
         c->st.late_released++;
         pthread_mutex_unlock(&c->mu);
         return;
@@ -517,6 +550,7 @@ static void on_result(struct dh_client *c, const struct dh_wire_result *w)
         memcpy(r->ids, w->sample_ids, w->n_samples * sizeof(*r->ids));
         memcpy(r->valid, w->valid_frames, w->n_samples * sizeof(*r->valid));
         take_subs(r, w);
+        take_stages(r, w);
     }
     file_result(c, r);
     pthread_mutex_unlock(&c->mu);
@@ -610,9 +644,9 @@ static void dispatch(struct dh_client *c, const struct dh_wire_msg *m)
         pthread_mutex_unlock(&c->mu);
         break;
     default:
-        fprintf(stderr,
-                "datahelix: client %u: the coordinator may not send "
-                "%s; ignored\n",
+        dh__log(DH_LOG_WARN,
+                "client %u: the coordinator may not send "
+                "%s; ignored",
                 c->rank, dh_wire_type_name(m->type));
     }
 }
@@ -628,9 +662,9 @@ static int drain(struct dh_client *c)
         if (rc == 0 || rc == DH_EIO)
             return rc == 0 ? 0 : -1;
         if (rc < 0) {
-            fprintf(stderr,
-                    "datahelix: client %u: malformed message from "
-                    "the coordinator: %s\n",
+            dh__log(DH_LOG_WARN,
+                    "client %u: malformed message from "
+                    "the coordinator: %s",
                     c->rank, e.msg);
         } else {
             dispatch(c, &m);
@@ -684,9 +718,9 @@ static void on_link_dead(struct dh_client *c)
         pthread_mutex_unlock(&c->mu);
         return;
     }
-    fprintf(stderr,
-            "datahelix: client %u: local dataserver died (%s); "
-            "starting a new one (restart %llu of %d)\n",
+    dh__log(DH_LOG_WARN,
+            "client %u: local dataserver died (%s); "
+            "starting a new one (restart %llu of %d)",
             c->rank, why, (unsigned long long)restarts + 1, c->max_restarts);
     /* A new server id: the Coordinator lets it supersede the old one. */
     next_id = c->server_id + (1u << 16);

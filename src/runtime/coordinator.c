@@ -25,6 +25,7 @@
 
 #include <zmq.h>
 
+#include "core/log.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "runtime/coordinator_internal.h"
@@ -81,8 +82,7 @@ void dh__co_malformed(struct dh_coordinator *c, const struct co_peer *from,
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     dh__co_peer_name(c->cur_addr, from, who, sizeof(who));
-    dh__co_logf(c, "datahelix: coordinator: malformed message from %s: %s\n",
-                who, why);
+    dh__co_logf(c, "coordinator: malformed message from %s: %s", who, why);
 }
 
 /* ---- sending ---- */
@@ -103,7 +103,7 @@ int dh__co_send(struct dh_coordinator *c, const struct co_peer *to,
         char who[128];
 
         dh__co_peer_name(NULL, to, who, sizeof(who));
-        dh__co_logf(c, "datahelix: coordinator: cannot send %s to %s: %s\n",
+        dh__co_logf(c, "coordinator: cannot send %s to %s: %s",
                     dh_wire_type_name(m->type), who, e.msg);
     }
     return rc;
@@ -287,6 +287,15 @@ static void on_register_server(struct dh_coordinator *c,
     rc = slot >= 0 ? reregister(c, slot, from, r, now)
                    : add_server(c, from, r, now);
 
+    if (rc == 0 && slot < 0) {
+        char role[40] = "remote";
+
+        if (r->role == DH_WIRE_ROLE_LOCAL)
+            snprintf(role, sizeof(role), "local to rank %u", r->rank);
+        dh__log(DH_LOG_INFO,
+                "coordinator: server %u (%s) joined: %s, %u workers",
+                r->server_id, r->addr, role, r->workers);
+    }
     if (rc == 0) {
         (void)dh__co_send(c, from, m); /* the ack: the message echoed */
         dh__co_drain(c, now);
@@ -317,6 +326,9 @@ static void on_register_client(struct dh_coordinator *c,
             CO_INC(c, clients);
         else
             dh__co_client_moved(c, r->rank, from); /* a restarted client */
+        dh__log(DH_LOG_INFO, "coordinator: rank %u's client %s (pid %u on %s)",
+                r->rank, k->has_client ? "restarted" : "joined", r->pid,
+                r->host[0] ? r->host : "?");
     }
     k->has_client = 1;
     k->client = *from;
@@ -339,8 +351,8 @@ static void send_unknown(struct dh_coordinator *c, const struct co_peer *from,
 
     dh__co_peer_name(c->cur_addr, from, who, sizeof(who));
     dh__co_logf(c,
-                "datahelix: coordinator: heartbeat from unregistered server "
-                "%u (%s): told to register again\n",
+                "coordinator: heartbeat from unregistered server "
+                "%u (%s): told to register again",
                 server_id, who);
     dh_wire_msg_fini(&c->out);
     dh_wire_msg_init(&c->out, DH_WIRE_HEARTBEAT);
@@ -417,23 +429,23 @@ static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
     int dead = why || now - s->last_seen_ms >= (uint64_t)c->hb_timeout_ms;
 
     if (!dead)
-        fprintf(stderr, "datahelix: coordinator: server %u (%s) left\n",
-                s->wire_id, s->addr); /* it said so: not a failure */
+        dh__log(DH_LOG_INFO, "coordinator: server %u (%s) left", s->wire_id,
+                s->addr); /* it said so: not a failure */
     else if (why)
-        fprintf(stderr,
-                "datahelix: coordinator: server %u (%s) %s: "
-                "declared dead, re-routing its tasks\n",
+        dh__log(DH_LOG_WARN,
+                "coordinator: server %u (%s) %s: "
+                "declared dead, re-routing its tasks",
                 s->wire_id, s->addr, why);
     else
-        fprintf(stderr,
-                "datahelix: coordinator: server %u (%s) silent for "
-                "%llu ms: declared dead, re-routing its tasks\n",
+        dh__log(DH_LOG_WARN,
+                "coordinator: server %u (%s) silent for "
+                "%llu ms: declared dead, re-routing its tasks",
                 s->wire_id, s->addr,
                 (unsigned long long)(now - s->last_seen_ms));
     if (dh_place_remove_server(c->place, slot, NULL) < 0)
-        fprintf(stderr,
-                "datahelix: coordinator: server %u was not in "
-                "placement\n",
+        dh__log(DH_LOG_ERROR,
+                "coordinator: server %u was not in "
+                "placement",
                 s->wire_id); /* cannot happen */
     if (s->role == DH_WIRE_ROLE_LOCAL && s->rank < DH_WIRE_MAX_RANKS &&
         c->rank_local[s->rank] == slot)
@@ -498,7 +510,7 @@ static void dispatch(struct dh_coordinator *c, const struct co_peer *from,
                            "(it stops on SIGINT / SIGTERM)");
             break;
         }
-        fprintf(stderr, "datahelix: coordinator: shutdown requested: %s\n",
+        dh__log(DH_LOG_INFO, "coordinator: shutdown requested: %s",
                 m->u.shutdown.reason);
         c->shutdown = 1;
         break;
@@ -639,9 +651,9 @@ int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
             dh__co_drain(c, dh__mono_ms());
         dh__co_mx_tick(c, dh__mono_ms());
         if (c->exit_unused_ms > 0 && unused_for_long(c, dh__mono_ms())) {
-            fprintf(stderr,
-                    "datahelix: coordinator: no local dataserver "
-                    "for %d ms: every rank is gone; exiting\n",
+            dh__log(DH_LOG_INFO,
+                    "coordinator: no local dataserver "
+                    "for %d ms: every rank is gone; exiting",
                     c->exit_unused_ms);
             break;
         }

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "runtime/coordinator_internal.h"
@@ -104,9 +105,9 @@ static int log_allowed(struct dh_coordinator *c, uint64_t now)
 {
     if (now - c->log_window_ms >= 1000) {
         if (c->log_suppressed)
-            fprintf(stderr,
-                    "datahelix: coordinator: %llu refusal / malformed lines "
-                    "suppressed (counted in the stats)\n",
+            dh__log(DH_LOG_WARN,
+                    "coordinator: %llu refusal / malformed lines "
+                    "suppressed (counted in the stats)",
                     (unsigned long long)c->log_suppressed);
         c->log_window_ms = now;
         c->log_lines = 0;
@@ -127,7 +128,7 @@ void dh__co_logf(struct dh_coordinator *c, const char *fmt, ...)
     if (!log_allowed(c, dh__mono_ms()))
         return;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    dh__vlog(DH_LOG_WARN, fmt, ap);
     va_end(ap);
 }
 
@@ -144,7 +145,7 @@ void dh__co_refused(struct dh_coordinator *c, const struct co_peer *from,
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     dh__co_peer_name(c->cur_addr, from, who, sizeof(who));
-    fprintf(stderr, "datahelix: coordinator: refused %s from %s: %s\n",
+    dh__log(DH_LOG_WARN, "coordinator: refused %s from %s: %s",
             c->cur_type ? c->cur_type : "message", who, why);
 }
 

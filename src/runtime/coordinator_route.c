@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/log.h"
 #include "core/alloc.h"
 #include "runtime/coordinator_internal.h"
 
@@ -325,6 +326,11 @@ static int place_task(struct dh_coordinator *c, struct co_task *t, uint64_t now)
         return rc;
     if (t->state == CO_PENDING_REROUTE)
         CO_INC(c, rerouted);
+    dh__log(t->state == CO_PENDING_REROUTE ? DH_LOG_INFO : DH_LOG_DEBUG,
+            "coordinator: task %llu of rank %u %s server %u (%s)",
+            (unsigned long long)t->req.task.id, t->req.requester_rank,
+            t->state == CO_PENDING_REROUTE ? "re-routed to" : "routed to",
+            c->servers[d.server].wire_id, dh_place_reason_name(d.reason));
     t->state = CO_RUNNING;
     t->server = d.server;
     t->server_gen = c->servers[d.server].gen;
@@ -498,7 +504,7 @@ void dh__co_on_request(struct dh_coordinator *c, const struct co_peer *from,
         return;
     }
     if (!(t = dh__calloc(1, sizeof(*t)))) {
-        fprintf(stderr, "datahelix: coordinator: out of memory\n");
+        dh__log(DH_LOG_ERROR, "coordinator: out of memory");
         return;
     }
     t->req = m->u.request; /* take the arrays */
@@ -518,7 +524,7 @@ void dh__co_on_request(struct dh_coordinator *c, const struct co_peer *from,
                  "rank %u holds %u tasks of %llu sample ids (caps %u, %llu)",
                  t->req.requester_rank, k->tasks, (unsigned long long)k->ids,
                  c->rank_max_tasks, (unsigned long long)c->rank_max_ids);
-        dh__co_logf(c, "datahelix: coordinator: request refused: %s\n", why);
+        dh__co_logf(c, "coordinator: request refused: %s", why);
         send_error(c, t, DH_ETOOBIG, why);
         task_free(c, t);
         return;
@@ -578,9 +584,9 @@ static void complete_task(struct dh_coordinator *c, struct co_task *t,
         dh_place_complete(c->place, t->server, t->work_ms,
                           service_ms > 0 ? service_ms
                                          : (double)(now - t->since_ms)) < 0)
-        fprintf(stderr,
-                "datahelix: coordinator: placement lost server "
-                "slot %d\n",
+        dh__log(DH_LOG_ERROR,
+                "coordinator: placement lost server "
+                "slot %d",
                 (int)t->server); /* cannot happen */
     task_remove(c, t->req.task.id);
     if (t->state == CO_RUNNING)
@@ -601,9 +607,9 @@ static void to_local(struct dh_coordinator *c, struct co_task *t, uint64_t now)
     if (s->used && s->gen == t->server_gen &&
         dh_place_complete(c->place, t->server, t->work_ms,
                           (double)(now - t->since_ms)) < 0)
-        fprintf(stderr,
-                "datahelix: coordinator: placement lost server "
-                "slot %d\n",
+        dh__log(DH_LOG_ERROR,
+                "coordinator: placement lost server "
+                "slot %d",
                 (int)t->server); /* cannot happen */
     t->req.hints.local_only = 1;
     t->state = CO_PENDING_REROUTE;
@@ -628,10 +634,10 @@ void dh__co_target_lost(struct dh_coordinator *c, uint32_t rank, uint64_t now)
         n++;
     }
     if (n)
-        fprintf(stderr,
-                "datahelix: coordinator: rank %u lost its local server: "
+        dh__log(DH_LOG_WARN,
+                "coordinator: rank %u lost its local server: "
                 "%zu of its tasks on remote servers re-routed to its next "
-                "one\n",
+                "one",
                 rank, n);
 }
 
@@ -650,9 +656,9 @@ static void on_undelivered(struct dh_coordinator *c, struct co_task *t,
         CO_INC(c, duplicates);
         return;
     }
-    fprintf(stderr,
-            "datahelix: coordinator: server %u could not deliver task %llu "
-            "to rank %u (%s): re-routing it to that rank's local server\n",
+    dh__log(DH_LOG_WARN,
+            "coordinator: server %u could not deliver task %llu "
+            "to rank %u (%s): re-routing it to that rank's local server",
             w->server_id, (unsigned long long)w->task.id, t->req.requester_rank,
             w->message);
     to_local(c, t, now);

@@ -37,6 +37,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "runtime/dataserver_internal.h"
@@ -248,7 +249,7 @@ static void dispatch(struct dh_dataserver *s, const struct dh_wire_msg *m)
     case DH_WIRE_REGISTER_SERVER:
         break; /* a repeated ack */
     case DH_WIRE_SHUTDOWN:
-        fprintf(stderr, "datahelix: dataserver %u: shutdown requested: %s\n",
+        dh__log(DH_LOG_INFO, "dataserver %u: shutdown requested: %s",
                 s->env.server_id, m->u.shutdown.reason);
         s->shutdown = 1;
         break;

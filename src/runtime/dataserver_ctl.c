@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "runtime/dataserver_internal.h"
@@ -53,9 +54,9 @@ void dh__ds_malformed(const struct ds_env *env, const char *from,
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    fprintf(stderr,
-            "datahelix: dataserver %u: malformed message from %s: "
-            "%s\n",
+    dh__log(DH_LOG_WARN,
+            "dataserver %u: malformed message from %s: "
+            "%s",
             env->server_id, from, why);
 }
 
@@ -73,8 +74,46 @@ static void send_out(struct ds_ctl *c)
     struct dh_err e;
 
     if (send_msg(c, &c->out, &e) < 0)
-        fprintf(stderr, "datahelix: dataserver %u: %s\n", c->env->server_id,
-                e.msg);
+        dh__log(DH_LOG_ERROR, "dataserver %u: %s", c->env->server_id, e.msg);
+}
+
+static double ms_ok(double v)
+{
+    return v > 0 && v < DH_WIRE_MAX_LATENCY_MS ? v : 0;
+}
+
+/* The result's stage times into notice n (docs/trace.md): durations the
+ * wire cannot carry (not finite, out of range) become 0. */
+static int stages_fill(struct dh_wire_result *n, const struct ds_result *r,
+                       struct dh_err *e)
+{
+    const struct dh_wire_stages *s = &r->stages;
+    float *rows;
+    int rc;
+
+    if (!s->present)
+        return 0;
+    n->stages.present = 1;
+    n->stages.queue_ms = ms_ok(s->queue_ms);
+    n->stages.alloc_ms = ms_ok(s->alloc_ms);
+    n->stages.collate_ms = ms_ok(s->collate_ms);
+    n->stages.place_ms = ms_ok(s->place_ms);
+    n->stages.worker = s->worker < DH_WIRE_MAX_WORKERS ? s->worker : 0;
+    n->stages.server_id = s->server_id;
+    if (r->stage_rows)
+        return dh_wire_set_result_stages(n, r->stage_rows, r->n, e);
+    if (!s->n_sample_times || s->n_sample_times != r->n)
+        return 0;
+    if (!(rows = dh__malloc((size_t)r->n * 3 * sizeof(*rows))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < r->n; i++) {
+        rows[i * 3] = s->read_ms[i];
+        rows[i * 3 + 1] = s->decode_ms[i];
+        rows[i * 3 + 2] = s->scale_ms[i];
+    }
+    rc = dh_wire_set_result_stages(n, rows, r->n, e);
+    dh__free(rows);
+    return rc;
 }
 
 int dh__ds_notice_fill(struct dh_wire_msg *m, uint32_t server_id,
@@ -103,6 +142,8 @@ int dh__ds_notice_fill(struct dh_wire_msg *m, uint32_t server_id,
         (rc = dh_wire_set_result_subs(n, r->sub_pos, r->sub_failed,
                                       r->sub_cause, r->n_subs, e)) < 0)
         return rc;
+    if ((rc = stages_fill(n, r, e)) < 0)
+        return rc;
     return dh_wire_set_result_samples(n, r->ids, r->valid, r->n, e);
 }
 
@@ -111,7 +152,23 @@ int dh__ds_ctl_result(struct ds_ctl *c, const struct dh_wire_task *t,
 {
     int rc = dh__ds_notice_fill(&c->out, c->env->server_id, t, r, e);
 
-    return rc < 0 ? rc : send_msg(c, &c->out, e);
+    if (rc < 0)
+        return rc;
+    /* The batch is complete in this rank's arena now: a reading of the
+     * rank's own clock (docs/trace.md "Clocks"). */
+    dh__log(DH_LOG_DEBUG,
+            "dataserver %u: task %llu ready (%u samples, %.1f ms "
+            "of service)",
+            c->env->server_id, (unsigned long long)t->id, r->n, r->service_ms);
+    if (c->out.u.result.stages.present) {
+        double now = dh__mono_msf();
+
+        c->out.u.result.stages.ready_us = (uint64_t)(now * 1e3);
+        c->out.u.result.stages.notify_ms = r->done_ms > 0
+                                               ? ms_ok(now - r->done_ms)
+                                               : 0;
+    }
+    return send_msg(c, &c->out, e);
 }
 
 void dh__ds_ctl_error(struct ds_ctl *c, const struct dh_wire_task *t,
@@ -152,7 +209,7 @@ void dh__ds_ctl_heartbeat(struct ds_ctl *c, uint64_t queued, uint64_t busy,
     h->latency_ms = latency_ms > DH_WIRE_MAX_LATENCY_MS ? DH_WIRE_MAX_LATENCY_MS
                                                         : latency_ms;
     if (n_links > 0 && dh_wire_set_links(h, links, n_links, &e) < 0)
-        fprintf(stderr, "datahelix: dataserver %u: heartbeat links: %s\n",
+        dh__log(DH_LOG_WARN, "dataserver %u: heartbeat links: %s",
                 c->env->server_id, e.msg); /* sent without them */
     send_out(c);
     DS_INC(c->env, heartbeats);
@@ -193,9 +250,9 @@ static void on_unknown(struct ds_ctl *c, const struct dh_wire_heartbeat *h)
         return;
     c->reregister_ms = now;
     c->registered = 0;
-    fprintf(stderr,
-            "datahelix: dataserver %u: coordinator %s does not know this "
-            "server (restarted?): registering again\n",
+    dh__log(DH_LOG_INFO,
+            "dataserver %u: coordinator %s does not know this "
+            "server (restarted?): registering again",
             c->env->server_id, c->coord);
     dh_wire_msg_fini(&c->out);
     dh_wire_msg_init(&c->out, DH_WIRE_REGISTER_SERVER);
@@ -226,9 +283,9 @@ static int recv_one(struct ds_ctl *c, struct dh_wire_msg *m, struct dh_err *e)
                c->reregister_ms && !c->registered &&
                m->u.register_server.server_id == c->env->server_id) {
         c->registered = 1;
-        fprintf(stderr,
-                "datahelix: dataserver %u: registered again with "
-                "coordinator %s\n",
+        dh__log(DH_LOG_INFO,
+                "dataserver %u: registered again with "
+                "coordinator %s",
                 c->env->server_id, c->coord);
     }
     return rc;

@@ -41,6 +41,7 @@
 
 #include <zmq.h>
 
+#include "core/log.h"
 #include "datahelix/arena.h"
 #include "datahelix/dataserver.h"
 #include "datahelix/index.h"
@@ -106,8 +107,7 @@ static inline void dh__ds_release(const struct ds_env *env,
     struct dh_err e;
 
     if (dh_arena_release(env->arena, r, &e) < 0)
-        fprintf(stderr, "datahelix: dataserver %u: %s\n", env->server_id,
-                e.msg);
+        dh__log(DH_LOG_ERROR, "dataserver %u: %s", env->server_id, e.msg);
 }
 
 /* A Route the core admitted.  The core's job table owns it (ids, plan)
@@ -146,6 +146,14 @@ struct ds_result {
     const uint64_t *sub_failed;
     const int32_t *sub_cause;
     uint32_t n_subs;
+    /* Stage times (docs/trace.md), borrowed: the scalars, and the
+     * per-sample times either as stage_rows (n rows of read, decode,
+     * scale: the pool's) or as stages' own arrays (a remote's header);
+     * stages.present 0: none. */
+    struct dh_wire_stages stages;
+    const float *stage_rows;
+    double done_ms; /* this host's CLOCK_MONOTONIC (ms) when the batch was
+                       complete here; 0: unknown */
 };
 
 enum ds_done_kind {

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "core/alloc.h"
 #include "core/err_kind.h"
 #include "runtime/dataserver_internal.h"
@@ -87,17 +88,17 @@ void dh__ds_slot_release(struct ds_slots *t, const struct ds_env *env,
             continue;
         s->used = 0;
         if (dh_arena_release(env->arena, &s->ref, &e) < 0)
-            fprintf(stderr,
-                    "datahelix: dataserver %u: release of task "
-                    "%llu: %s\n",
+            dh__log(DH_LOG_ERROR,
+                    "dataserver %u: release of task "
+                    "%llu: %s",
                     env->server_id, (unsigned long long)r->task.id, e.msg);
         else
             DS_INC(env, releases);
         return;
     }
-    fprintf(stderr,
-            "datahelix: dataserver %u: release of unknown slot "
-            "(offset %llu, generation %u) for task %llu ignored\n",
+    dh__log(DH_LOG_WARN,
+            "dataserver %u: release of unknown slot "
+            "(offset %llu, generation %u) for task %llu ignored",
             env->server_id, (unsigned long long)r->slot_offset, r->generation,
             (unsigned long long)r->task.id);
 }

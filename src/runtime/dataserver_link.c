@@ -15,6 +15,7 @@
 
 #include <string.h>
 
+#include "core/log.h"
 #include "runtime/dataserver_internal.h"
 #include "runtime/fdpass.h"
 #include "runtime/local_link.h"
@@ -46,25 +47,25 @@ void dh__ds_link_accept(struct ds_link *l, const struct ds_env *env)
         return;
     if (dh__peer_cred(fd, &pc, &e) < 0 ||
         dh__peer_check(&pc, getuid(), l->want_pid, "a client", &e) < 0) {
-        fprintf(stderr,
-                "datahelix: dataserver %u: rank %u's link: %s; its arena is "
-                "not handed over\n",
+        dh__log(DH_LOG_ERROR,
+                "dataserver %u: rank %u's link: %s; its arena is "
+                "not handed over",
                 env->server_id, env->rank, e.msg);
         close(fd);
         return;
     }
     if (l->fd >= 0) {
-        fprintf(stderr,
-                "datahelix: dataserver %u: a second client tried to "
-                "attach while rank %u's is connected; refused\n",
+        dh__log(DH_LOG_WARN,
+                "dataserver %u: a second client tried to "
+                "attach while rank %u's is connected; refused",
                 env->server_id, env->rank);
         close(fd);
         return;
     }
     if (dh__ds_link_hello(env, fd, &e) < 0) {
-        fprintf(stderr,
-                "datahelix: dataserver %u: handing the arena to the "
-                "client: %s\n",
+        dh__log(DH_LOG_ERROR,
+                "dataserver %u: handing the arena to the "
+                "client: %s",
                 env->server_id, e.msg);
         close(fd);
         return;
@@ -81,9 +82,9 @@ int dh__ds_link_gone(struct ds_link *l, const struct ds_env *env)
 
     if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
         return 0;
-    fprintf(stderr,
-            "datahelix: dataserver %u: the client of rank %u went "
-            "away; stopping\n",
+    dh__log(DH_LOG_INFO,
+            "dataserver %u: the client of rank %u went "
+            "away; stopping",
             env->server_id, env->rank);
     close(l->fd);
     l->fd = -1;

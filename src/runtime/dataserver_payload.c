@@ -50,6 +50,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "runtime/dataserver_internal.h"
@@ -66,6 +67,7 @@ struct ds_inbox {
     zmq_msg_t frames[DS_MAX_FRAMES];
     int n_frames;
     uint64_t give_up_ms;
+    double arrived_ms;             /* when the payload came in (its place_ms) */
     uint64_t tries, releases_seen; /* arena releases at the last try */
     char from[96];                 /* the sender, for logs */
     char host[64];                 /* its Peer-Address */
@@ -373,7 +375,7 @@ static void refuse(struct ds_inbox *in, struct ds_sink sink, int rc,
 
     snprintf(msg, sizeof(msg), "payload from remote server %u: %s",
              r->server_id, why);
-    fprintf(stderr, "datahelix: dataserver %u: %s\n", in->env->server_id, msg);
+    dh__log(DH_LOG_WARN, "dataserver %u: %s", in->env->server_id, msg);
     sink.done(sink.arg, &(struct ds_done){.kind = DS_DONE_ERROR,
                                           .task = r->task,
                                           .code = rc,
@@ -407,7 +409,12 @@ static void deliver(struct ds_inbox *in, struct ds_sink sink,
                                .sub_pos = r->sub_pos,
                                .sub_failed = r->sub_failed,
                                .sub_cause = r->sub_cause,
-                               .n_subs = r->n_subs};
+                               .n_subs = r->n_subs,
+                               .stages = r->stages};
+    /* the remote's times travel on; placing it here is this server's */
+    d.res.done_ms = dh__mono_msf();
+    d.res.stages.place_ms = d.res.done_ms - in->arrived_ms;
+    d.res.stages.server_id = r->server_id; /* the remote that prepared it */
     memcpy(d.res.dims, r->dims, sizeof(d.res.dims));
     sink.done(sink.arg, &d); /* the slot's reference goes with it */
 }
@@ -483,6 +490,7 @@ void dh__ds_inbox_serve(struct ds_inbox *in, struct ds_sink sink)
             continue;
         }
         in->held = 1;
+        in->arrived_ms = dh__mono_msf();
         in->give_up_ms = dh__mono_ms() + (uint64_t)in->env->alloc_timeout_ms;
         if (!try_place(in, sink))
             break;

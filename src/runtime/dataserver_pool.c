@@ -16,9 +16,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "core/alloc.h"
 #include "datahelix/batch.h"
 #include "datahelix/batch_packed.h"
+#include "datahelix/media_stages.h"
 #include "runtime/dataserver_internal.h"
 
 struct ds_pool {
@@ -128,6 +130,27 @@ static void apply_subs(struct ds_job *j, const struct dh_work_done *d,
     r->n_subs = s->n;
 }
 
+/* Where the job's time went: queued, slot, per sample, and the rest of
+ * its service time (collate: padding, tables, the batch's own work). */
+static void stage_times(const struct ds_job *j, const struct dh_work_done *d,
+                        struct ds_result *r)
+{
+    double rest = d->decode_ms;
+
+    if (!d->stage_ms)
+        return;
+    for (size_t i = 0; i < (size_t)j->n * DH_MS_COUNT; i++)
+        rest -= d->stage_ms[i];
+    r->stages = (struct dh_wire_stages){
+        .present = 1,
+        .queue_ms = d->queue_ms > 0 ? d->queue_ms : 0,
+        .alloc_ms = d->alloc_ms > 0 ? d->alloc_ms : 0,
+        .collate_ms = rest > 0 ? rest : 0,
+        .worker = d->worker};
+    r->stage_rows = d->stage_ms;
+    r->done_ms = d->done_ms;
+}
+
 static void report(struct ds_pool *p, struct ds_job *j,
                    const struct dh_work_done *d)
 {
@@ -167,6 +190,7 @@ static void report(struct ds_pool *p, struct ds_job *j,
                                    .service_ms = d->decode_ms};
         o.res.ndims = fill_dims(j, d->used, o.res.dims);
         apply_subs(j, d, &o.res);
+        stage_times(j, d, &o.res);
     }
     p->sink.done(p->sink.arg, &o);
     dh__free(valid);
@@ -183,9 +207,9 @@ static void pool_drain(struct ds_exec *x)
         if (j) {
             report(p, j, &d);
         } else { /* cannot happen: every admitted job has an entry */
-            fprintf(stderr,
-                    "datahelix: dataserver %u: completion of unknown "
-                    "task %llu\n",
+            dh__log(DH_LOG_ERROR,
+                    "dataserver %u: completion of unknown "
+                    "task %llu",
                     p->env->server_id, (unsigned long long)d.task_id);
             if (d.code == 0)
                 dh__ds_release(p->env, &d.slot);

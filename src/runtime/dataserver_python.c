@@ -62,6 +62,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/le.h"
@@ -233,9 +234,9 @@ static void spawn(struct ds_py *py, struct ds_pyw *w)
     w->st = PYW_EMPTY;
     w->respawn_ms = dh__mono_ms() + PY_RESPAWN_MS;
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-        fprintf(stderr,
-                "datahelix: dataserver %u: python worker %u: "
-                "socketpair: %s\n",
+        dh__log(DH_LOG_ERROR,
+                "dataserver %u: python worker %u: "
+                "socketpair: %s",
                 py->env->server_id, w->id, strerror(errno));
         return;
     }
@@ -244,9 +245,9 @@ static void spawn(struct ds_py *py, struct ds_pyw *w)
         child_exec(sv[1], dh_arena_fd(py->env->arena), parent, argv, py->envp);
     close(sv[1]);
     if (pid < 0) {
-        fprintf(stderr,
-                "datahelix: dataserver %u: python worker %u: "
-                "fork: %s\n",
+        dh__log(DH_LOG_ERROR,
+                "dataserver %u: python worker %u: "
+                "fork: %s",
                 py->env->server_id, w->id, strerror(errno));
         close(sv[0]);
         if (++py->start_fails >= PY_MAX_START_FAILS)
@@ -327,7 +328,7 @@ static void set_broken(struct ds_py *py, const char *why)
         return;
     py->broken = 1;
     snprintf(py->broken_msg, sizeof(py->broken_msg), "%s", why);
-    fprintf(stderr, "datahelix: dataserver %u: %s\n", py->env->server_id,
+    dh__log(DH_LOG_ERROR, "dataserver %u: %s", py->env->server_id,
             py->broken_msg);
     while (py->q_len) {
         struct ds_job *j = py->q[py->q_head];
@@ -360,10 +361,10 @@ static void finish_dead(struct ds_py *py, struct ds_pyw *w, int status,
         py->q_head = (py->q_head + py->q_cap - 1) % py->q_cap;
         py->q[py->q_head] = w->job;
         py->q_len++;
-        fprintf(stderr,
-                "datahelix: dataserver %u: python worker %u (pid %d) %s "
+        dh__log(DH_LOG_WARN,
+                "dataserver %u: python worker %u (pid %d) %s "
                 "while loading task %llu; the task runs again on a new "
-                "worker (retry %u of %d)\n",
+                "worker (retry %u of %d)",
                 py->env->server_id, w->id, (int)w->pid, how,
                 (unsigned long long)w->job->task.id, w->job->retries,
                 PY_JOB_RETRIES);
@@ -377,14 +378,14 @@ static void finish_dead(struct ds_py *py, struct ds_pyw *w, int status,
         job_fail(py, w->job, w->sample, w->timed_out ? DH_ETIMEOUT : DH_EIO,
                  msg);
     } else if (w->was_ready) {
-        fprintf(stderr,
-                "datahelix: dataserver %u: idle python worker %u "
-                "(pid %d) %s\n",
+        dh__log(DH_LOG_WARN,
+                "dataserver %u: idle python worker %u "
+                "(pid %d) %s",
                 py->env->server_id, w->id, (int)w->pid, how);
     } else if (!py->broken) {
-        fprintf(stderr,
-                "datahelix: dataserver %u: python worker %u (pid "
-                "%d) %s before it was ready\n",
+        dh__log(DH_LOG_WARN,
+                "dataserver %u: python worker %u (pid "
+                "%d) %s before it was ready",
                 py->env->server_id, w->id, (int)w->pid, how);
         if (++py->start_fails >= PY_MAX_START_FAILS) {
             snprintf(msg, sizeof(msg),
@@ -416,9 +417,9 @@ static void reap(struct ds_py *py, struct ds_pyw *w, uint64_t now)
         w->deadline_ms = now + PY_REAP_MS;
         return;
     }
-    fprintf(stderr,
-            "datahelix: dataserver %u: python worker %u (pid %d) "
-            "did not exit %d ms after SIGKILL; no longer waited for\n",
+    dh__log(DH_LOG_WARN,
+            "dataserver %u: python worker %u (pid %d) "
+            "did not exit %d ms after SIGKILL; no longer waited for",
             py->env->server_id, w->id, (int)w->pid, PY_REAP_MS);
     finish_dead(py, w, 0, 0);
 }
@@ -544,9 +545,9 @@ static void protocol_error(struct ds_py *py, struct ds_pyw *w, const char *what)
 {
     char why[160];
 
-    fprintf(stderr,
-            "datahelix: dataserver %u: python worker %u (pid %d): "
-            "%s; killed\n",
+    dh__log(DH_LOG_WARN,
+            "dataserver %u: python worker %u (pid %d): "
+            "%s; killed",
             py->env->server_id, w->id, (int)w->pid, what);
     snprintf(why, sizeof(why),
              "broke the worker protocol (%s) and was "
@@ -822,9 +823,9 @@ static void py_destroy(struct ds_exec *x)
             if (py->w[i].pid > 0)
                 kill(py->w[i].pid, SIGKILL);
         if (wait_all(py, PY_REAP_MS))
-            fprintf(stderr,
-                    "datahelix: dataserver %u: a python worker did "
-                    "not exit after SIGKILL\n",
+            dh__log(DH_LOG_WARN,
+                    "dataserver %u: a python worker did "
+                    "not exit after SIGKILL",
                     py->env->server_id);
     }
     for (unsigned i = 0; py->w && i < py->n; i++)

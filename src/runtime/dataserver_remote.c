@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "datahelix/batch.h"
@@ -101,8 +102,8 @@ static void free_staging(void *data, void *hint)
 
     (void)data;
     if (dh_arena_release(st->arena, &st->ref, &e) < 0)
-        fprintf(stderr, "datahelix: dataserver %u: staging slot: %s\n",
-                st->server_id, e.msg);
+        dh__log(DH_LOG_ERROR, "dataserver %u: staging slot: %s", st->server_id,
+                e.msg);
     dh__free(st);
 }
 
@@ -276,8 +277,7 @@ static void finish(struct ds_fwd *f, struct ds_parked *k, int rc,
                         .latency_ms = k->latency_ms};
 
     if (rc < 0) {
-        fprintf(stderr, "datahelix: dataserver %u: %s\n", f->env->server_id,
-                e->msg);
+        dh__log(DH_LOG_WARN, "dataserver %u: %s", f->env->server_id, e->msg);
         d.kind = DS_DONE_ERROR;
         d.code = rc;
         d.sample = j->ids[0];

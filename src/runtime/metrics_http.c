@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/log.h"
 #include "runtime/metrics_http.h"
 
 #define MAX_CONNS 32
@@ -108,11 +109,11 @@ static int check_exposure(const struct dh_mhttp_opts *o,
             "addresses, ranks, rates).  Give --metrics-token-file FILE, or "
             "--insecure to accept that",
             o->listen);
-    fprintf(stderr,
-            "datahelix: metrics: WARNING: listening on %s without a token "
+    dh__log(DH_LOG_WARN,
+            "metrics: listening on %s without a token "
             "(--insecure): anyone who can reach that address can read this "
             "job's metrics (DataServer addresses, ranks, queue depths, "
-            "rates, error counts)\n",
+            "rates, error counts)",
             o->listen);
     return 0;
 }

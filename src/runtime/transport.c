@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/log.h"
 #include "runtime/transport.h"
 
 /* One role's socket (0 = leave ZeroMQ's default). */
@@ -168,11 +169,11 @@ static int apply_auth(void *ctx, void *sock, const struct dh_tp_opts *o,
                 "--keyfile FILE (datahelix keygen FILE) or $%s, or "
                 "--insecure to accept that",
                 o->who, o->addr, DH_KEYFILE_ENV);
-        fprintf(stderr,
-                "datahelix: %s: WARNING: listening on %s without "
+        dh__log(DH_LOG_WARN,
+                "%s: listening on %s without "
                 "authentication or encryption (--insecure): anyone who can "
                 "reach that address owns this job (can register, read and "
-                "forge its data, stop it)\n",
+                "forge its data, stop it)",
                 o->who, o->addr);
         return 0;
     }

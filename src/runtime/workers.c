@@ -30,6 +30,7 @@
 #include "core/clock.h"
 #include "datahelix/batch.h"
 #include "datahelix/batch_packed.h"
+#include "datahelix/media_stages.h"
 #include "datahelix/workers.h"
 
 /* Workers wake this often to re-check `stopping` even without a signal. */
@@ -49,6 +50,11 @@ struct job {
     size_t used; /* bytes of the batch in the slot */
     int32_t *valid;
     double decode_ms;
+    /* Stage times (docs/trace.md): submitted (monotonic ms), queued,
+     * waiting for the slot, per-sample rows (media_stages.h), worker. */
+    double submit_ms, queue_ms, alloc_ms, done_ms;
+    float *stage;
+    uint32_t worker;
     char msg[DH_ERR_MSG_MAX];
     /* Skip policy: spares and known failures (owned), substitutions. */
     uint64_t *spares;
@@ -64,6 +70,7 @@ struct fifo {
 struct thread {
     struct dh_workers *w;
     struct dh_media *media;
+    uint32_t index;
     pthread_t tid;
     int started;
 };
@@ -117,6 +124,7 @@ static void job_free(struct job *j)
     dh__free(j->spares);
     dh__free(j->known);
     dh__free(j->subs);
+    dh__free(j->stage);
     dh__free(j);
 }
 
@@ -166,11 +174,13 @@ static void run_job(struct dh_workers *w, struct dh_media *m, struct job *j)
     struct dh_err e;
     struct dh_slot_ref ref;
     uint8_t *dst;
-    double t0;
+    double t0 = dh__mono_msf();
 
     dh_err_clear(&e);
+    j->queue_ms = t0 - j->submit_ms;
     j->failed_at = DH_WORK_NO_SAMPLE;
     j->code = dh_arena_alloc(w->arena, need, j->alloc_timeout_ms, &ref, &e);
+    j->alloc_ms = dh__mono_msf() - t0;
     if (j->code)
         goto out;
     dst = dh_arena_ptr(w->arena, &ref);
@@ -181,8 +191,11 @@ static void run_job(struct dh_workers *w, struct dh_media *m, struct job *j)
     }
     t0 = dh__mono_msf();
     dh_media_set_watchdog(m, j->sample_timeout_ms);
+    dh__media_stage_sink(m, j->stage, j->stage ? j->n : 0);
     j->code = decode_into(w, m, j, dst, need, &e);
+    dh__media_stage_sink(m, NULL, 0);
     j->decode_ms = dh__mono_msf() - t0;
+    j->done_ms = dh__mono_msf();
     if (j->code)
         goto out_release;
     j->slot = ref;
@@ -217,6 +230,7 @@ static void *worker_main(void *arg)
         w->running++;
         pthread_cond_signal(&w->space_cv);
         pthread_mutex_unlock(&w->mu);
+        j->worker = t->index;
         run_job(w, t->media, j); /* no lock held: DESIGN 6 */
         pthread_mutex_lock(&w->mu);
         w->running--;
@@ -265,6 +279,7 @@ static int start_threads(struct dh_workers *w, struct dh_err *e)
         struct thread *t = &w->threads[i];
 
         t->w = w;
+        t->index = i;
         if ((rc = dh_media_create(&t->media, e)))
             return rc;
         pthread_mutex_lock(&w->mu);
@@ -438,7 +453,9 @@ static struct job *job_copy(const struct dh_work *job)
         return NULL;
     j->ids = dh__malloc(sizeof(*j->ids) * job->n);
     j->valid = dh__calloc(job->n, sizeof(*j->valid));
-    if (!j->ids || !j->valid) {
+    /* allocated with the job, as ids are: the worker allocates nothing */
+    j->stage = dh__calloc((size_t)job->n * DH_MS_COUNT, sizeof(*j->stage));
+    if (!j->ids || !j->valid || !j->stage) {
         job_free(j);
         return NULL;
     }
@@ -454,6 +471,7 @@ static struct job *job_copy(const struct dh_work *job)
     j->plan.indices = NULL;
     j->alloc_timeout_ms = job->alloc_timeout_ms;
     j->sample_timeout_ms = job->sample_timeout_ms;
+    j->submit_ms = dh__mono_msf();
     return j;
 }
 
@@ -517,6 +535,12 @@ static void fill_done(struct job *j, struct dh_work_done *out)
     out->n = j->n;
     out->valid_frames = j->valid; /* handed over */
     out->decode_ms = j->decode_ms;
+    out->queue_ms = j->queue_ms;
+    out->alloc_ms = j->alloc_ms;
+    out->done_ms = j->done_ms;
+    out->worker = j->worker;
+    out->stage_ms = j->stage; /* handed over */
+    j->stage = NULL;
     out->subs = j->subs; /* handed over */
     if (out->subs) {     /* its inputs stay with the job */
         out->subs->spares = NULL;
@@ -565,5 +589,6 @@ void dh_work_done_fini(struct dh_work_done *d)
         return;
     dh__free(d->valid_frames);
     dh__free(d->subs);
+    dh__free(d->stage_ms);
     memset(d, 0, sizeof(*d));
 }

@@ -30,6 +30,7 @@
 
 #include <zmq.h>
 
+#include "core/log.h"
 #include "core/alloc.h"
 #include "runtime/zap.h"
 
@@ -113,11 +114,11 @@ static void refuse(struct dh_zap *z, const char *addr, const char *why)
     if (!dh__zap_rl_allow(&z->rl, mono_ms(), &skip))
         return;
     if (skip)
-        fprintf(stderr, "datahelix: %s: (%llu more refused peers not logged)\n",
-                z->who, (unsigned long long)skip);
-    fprintf(stderr,
-            "datahelix: %s: refused a peer from %s: %s (%llu refused so "
-            "far)\n",
+        dh__log(DH_LOG_WARN, "%s: (%llu more refused peers not logged)", z->who,
+                (unsigned long long)skip);
+    dh__log(DH_LOG_WARN,
+            "%s: refused a peer from %s: %s (%llu refused so "
+            "far)",
             z->who, addr && *addr ? addr : "?", why, (unsigned long long)n);
 }
 

@@ -73,7 +73,7 @@ def test_two_rank_epoch_survives_an_attacker(dataset, tmp_path):
         _, _, cerr = c.stop()
     assert "refused shutdown" in cerr, cerr
     # The exit line counts every refusal, the log shows at most 20 a second.
-    stopped = [x for x in cerr.splitlines() if "coordinator: stopped:" in x]
+    stopped = [x for x in cerr.splitlines() if "coordinator: info: stopped:" in x]
     assert len(stopped) == 1, cerr
     refused = int(stopped[0].split("refused ")[1].split(",")[0])
     assert refused > 1000, stopped

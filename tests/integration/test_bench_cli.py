@@ -333,3 +333,32 @@ def test_bench_python_transform_is_one_function_for_both_loaders():
     assert x.dtype == torch.float32 and x.shape == (3, 4, 28, 28)
     want = (v[2, 2 + 5, 2 + 27 - 3, 1].item() / 255 - 0.45) / 0.225
     assert math.isclose(x[1, 2, 5, 3].item(), want, rel_tol=1e-5)
+
+
+def test_trace_and_late_causes_and_progress_lines(tmp_path):
+    """--trace: each dh rank writes a Perfetto trace; the results carry
+    the late-step causes (also printed); off a terminal a progress line
+    comes every DATAHELIX_PROGRESS_S while a system runs."""
+    import os
+    out, data = tmp_path / "out", tmp_path / "data"
+    env = dict(os.environ, DATAHELIX_PROGRESS_S="0.5")
+    p = run_dh("bench", "--systems", "dh-base", "--ranks", 2, "--steps", 3,
+               "--warmup", 0, "--workload", "S", "--clips", 4,
+               "--batch-size", 2, "--frames", 4, "--size", "64x64",
+               "--out", out, "--data-dir", data, "--timeout", 120,
+               "--trace", timeout=240, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "bench: dh-base: " in p.stderr and " ranks running" in p.stderr
+    res = json.loads((out / "results.json").read_text())
+    late = res["systems"]["dh-base"]["late"]
+    assert set(late) == {"steps", "by_stage", "worst"}
+    assert sum(late["by_stage"].values()) == late["steps"]
+    for r in range(2):
+        doc = json.loads((out / "dh-base" / f"trace-rank{r}.json")
+                         .read_text())
+        assert doc["otherData"]["rank"] == r and doc["otherData"]["steps"] >= 3
+        assert any(e["ph"] == "X" and e["cat"] == "decode"
+                   for e in doc["traceEvents"])
+    # dh-base requests one step ahead: its first step always waits
+    assert late["steps"] >= 1 and late["worst"]["sample"] is not None
+    assert "dh-base: " in p.stdout and "late steps by cause" in p.stdout

@@ -168,3 +168,33 @@ def test_line_removed_renumber_keeps_the_table_usable(tmp_path, gen_set):
     assert s.returncode == 0, s.stderr
     p = run_dh("index", "--renumber")
     assert p.returncode == 2 and "--renumber given without" in p.stderr
+
+
+def test_a_long_build_prints_progress_lines_off_a_terminal(tmp_path,
+                                                            gen_set):
+    """stderr a pipe: a line every DATAHELIX_PROGRESS_S seconds with how
+    much of the table is read (from the kernel's file offset of the
+    build's descriptor); 0: none; no bar codes."""
+    import os
+    rows = [json.loads(l) for l in open(make_table(tmp_path, gen_set))][1:]
+    big = tmp_path / "big.jsonl"
+    with open(big, "w") as f:
+        for i in range(150000):
+            r = dict(rows[i % len(rows)], id=i,
+                     path=f"/data/clip{i:07d}.mp4")
+            f.write(json.dumps(r) + "\n")
+    size_mib = big.stat().st_size >> 20
+    env = dict(os.environ, DATAHELIX_PROGRESS_S="0.001")
+    p = run_dh("index", big, "-o", tmp_path / "big.dhx", check=True,
+               env=env, timeout=300)
+    lines = [x for x in p.stderr.splitlines() if "MiB of the table" in x]
+    assert lines, p.stderr
+    assert "\r" not in p.stderr and "\033[" not in p.stderr
+    for x in lines:
+        done, total = x.split(": ", 1)[1].split(" ", 1)[0].split("/")
+        assert int(total) == size_mib and 0 <= int(done) <= size_mib, x
+    assert "index: 150000 samples" in p.stderr.splitlines()[-1]
+    env["DATAHELIX_PROGRESS_S"] = "0"
+    q = run_dh("index", big, "-o", tmp_path / "big2.dhx", check=True,
+               env=env, timeout=300)
+    assert "MiB of the table" not in q.stderr, q.stderr

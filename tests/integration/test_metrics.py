@@ -108,8 +108,13 @@ def job(dataset, coordinator):
     ranks = [Proc(*consume_args(coord, dataset / "m.dhx", r, 2, 2,
                                 "--epochs", 200, "--window-ms", 20))
              for r in (0, 1)]
-    # Both ranks are stepping once both have reported a step.
-    assert wait_until(lambda: len(rank_steps(maddr)) == 2, 60), \
+    # Both ranks are stepping once both have reported a step (a rank's
+    # first report comes with its first request, at 0 steps).
+    def stepping():
+        steps = rank_steps(maddr)
+        return len(steps) == 2 and all(v > 0 for v in steps.values())
+
+    assert wait_until(stepping, 60), \
         [p.stop() for p in ranks]
     yield maddr, ranks, c
     for p in ranks:

@@ -132,6 +132,22 @@ static void fill_result(struct dh_wire_result *r)
         assert_int_equal(
             dh_wire_set_result_subs(r, pos, failed, cause, 2, NULL), 0);
     }
+    {
+        /* stage times (docs/trace.md): rows of read, decode, scale */
+        static const float rows[9] = {0.5f, 30.25f, 2,    0,     0,
+                                      0,    1.5f,   1e6f, 0.125f};
+
+        r->stages = (struct dh_wire_stages){.present = 1,
+                                            .queue_ms = 3.5,
+                                            .alloc_ms = 0.25,
+                                            .collate_ms = 1e9,
+                                            .place_ms = 7,
+                                            .notify_ms = 4.5,
+                                            .worker = DH_WIRE_MAX_WORKERS - 1,
+                                            .server_id = UINT32_MAX,
+                                            .ready_us = UINT64_MAX};
+        assert_int_equal(dh_wire_set_result_stages(r, rows, 3, NULL), 0);
+    }
 }
 
 /* Message number `i` of ALL_TYPES_N, with edge values. */
@@ -299,6 +315,23 @@ static void assert_result_eq(const struct dh_wire_result *a,
                         a->n_samples * sizeof(*a->sample_ids));
     assert_memory_equal(a->valid_frames, b->valid_frames,
                         a->n_samples * sizeof(*a->valid_frames));
+    assert_int_equal(a->stages.present, b->stages.present);
+    assert_true(a->stages.queue_ms == b->stages.queue_ms &&
+                a->stages.alloc_ms == b->stages.alloc_ms &&
+                a->stages.collate_ms == b->stages.collate_ms &&
+                a->stages.place_ms == b->stages.place_ms &&
+                a->stages.notify_ms == b->stages.notify_ms);
+    assert_int_equal(a->stages.worker, b->stages.worker);
+    assert_int_equal(a->stages.server_id, b->stages.server_id);
+    assert_int_equal(a->stages.ready_us, b->stages.ready_us);
+    assert_int_equal(a->stages.n_sample_times, b->stages.n_sample_times);
+    if (a->stages.n_sample_times) {
+        size_t n = a->stages.n_sample_times * sizeof(float);
+
+        assert_memory_equal(a->stages.read_ms, b->stages.read_ms, n);
+        assert_memory_equal(a->stages.decode_ms, b->stages.decode_ms, n);
+        assert_memory_equal(a->stages.scale_ms, b->stages.scale_ms, n);
+    }
     assert_int_equal(a->n_subs, b->n_subs);
     if (a->n_subs) {
         assert_memory_equal(a->sub_pos, b->sub_pos,
@@ -453,6 +486,8 @@ struct pb {
     uint32_t subp[3];
     uint64_t subf[3], spares[DH_WIRE_MAX_SPARES + 1];
     int32_t subc[3];
+    Datahelix__Wire__StageTimes st;
+    float st_ms[3][2];
 };
 
 static ProtobufCBinaryData bin(const char *s)
@@ -653,6 +688,19 @@ static void subs_pb(struct pb *p, size_t n)
     p->res.sub_positions = p->subp;
     p->res.sub_failed_ids = p->subf;
     p->res.sub_causes = p->subc;
+}
+
+/* Stage times with n per-sample entries in a valid result notice. */
+static void stages_pb(struct pb *p, size_t n)
+{
+    datahelix__wire__stage_times__init(&p->st);
+    memset(p->st_ms, 0, sizeof(p->st_ms));
+    p->st.queue_ms = 1;
+    p->st.n_read_ms = p->st.n_decode_ms = p->st.n_scale_ms = n;
+    p->st.read_ms = p->st_ms[0];
+    p->st.decode_ms = p->st_ms[1];
+    p->st.scale_ms = p->st_ms[2];
+    p->res.stages = &p->st;
 }
 
 static void mutate(struct pb *p, int id)
@@ -955,6 +1003,29 @@ static void mutate(struct pb *p, int id)
         p->res.sub_failed_ids = big_ids;
         p->res.sub_causes = (int32_t *)big_vf;
         break;
+    case 140: /* stage times: one per sample or none */
+        stages_pb(p, 1);
+        break;
+    case 141:
+        stages_pb(p, 2);
+        p->st.n_scale_ms = 1;
+        break;
+    case 142:
+        stages_pb(p, 2);
+        p->st_ms[1][1] = NAN;
+        break;
+    case 143:
+        stages_pb(p, 0);
+        p->st.queue_ms = -1;
+        break;
+    case 144:
+        stages_pb(p, 0);
+        p->st.worker = DH_WIRE_MAX_WORKERS;
+        break;
+    case 145:
+        stages_pb(p, 2);
+        p->st.notify_ms = 2e9;
+        break;
     case 137:
         p->req.n_spare_ids = DH_WIRE_MAX_SPARES + 1;
         p->req.spare_ids = p->spares;
@@ -1104,6 +1175,12 @@ static const struct rule rules[] = {
     {DH_WIRE_RESULT_NOTICE, 134, DH_EFORMAT, "as both failed and delivered"},
     {DH_WIRE_RESULT_NOTICE, 135, DH_EFORMAT, "sub_causes[0] 0 is not"},
     {DH_WIRE_RESULT_NOTICE, 136, DH_ETOOBIG, "result_notice.sub_positions: 65"},
+    {DH_WIRE_RESULT_NOTICE, 140, DH_EFORMAT, "1 sample times for 2 samples"},
+    {DH_WIRE_RESULT_NOTICE, 141, DH_EFORMAT, "have 2, 2 and 1 entries"},
+    {DH_WIRE_RESULT_NOTICE, 142, DH_EFORMAT, "stages.decode_ms[1] nan"},
+    {DH_WIRE_RESULT_NOTICE, 143, DH_EFORMAT, "stages.queue_ms -1"},
+    {DH_WIRE_RESULT_NOTICE, 144, DH_EFORMAT, "stages.worker 4096"},
+    {DH_WIRE_RESULT_NOTICE, 145, DH_EFORMAT, "stages.notify_ms 2e+09"},
     {DH_WIRE_DESCRIPTOR_REQUEST, 137, DH_ETOOBIG,
      "descriptor_request.spare_ids: 65"},
     {DH_WIRE_ERROR_NOTICE, 100, DH_ETOOBIG, "error_notice.path: 4097"},

@@ -244,6 +244,19 @@ struct dh_wire_route {
     struct dh_wire_request request;
 };
 
+/* ResultNotice.stages (proto/datahelix.proto StageTimes; docs/trace.md).
+ * Durations finite, 0..DH_WIRE_MAX_LATENCY_MS; read/decode/scale either
+ * NULL (n_sample_times 0) or one entry per sample of the result. */
+struct dh_wire_stages {
+    int present; /* 0: the notice carries none */
+    double queue_ms, alloc_ms, collate_ms, place_ms, notify_ms;
+    float *read_ms, *decode_ms, *scale_ms; /* owned */
+    uint32_t n_sample_times;
+    uint32_t worker;    /* < DH_WIRE_MAX_WORKERS */
+    uint32_t server_id; /* who prepared it, if not the notice's; 0 */
+    uint64_t ready_us;  /* CLOCK_MONOTONIC at the rank's host; 0 unknown */
+};
+
 struct dh_wire_result {
     struct dh_wire_task task;
     uint32_t server_id;            /* >= 1 */
@@ -267,6 +280,7 @@ struct dh_wire_result {
     uint64_t *sub_failed;
     int32_t *sub_cause;
     uint32_t n_subs;
+    struct dh_wire_stages stages;
 };
 
 struct dh_wire_error {
@@ -336,6 +350,12 @@ int dh_wire_set_spares(struct dh_wire_request *r, const uint64_t *ids, size_t n,
 int dh_wire_set_result_subs(struct dh_wire_result *r, const uint32_t *pos,
                             const uint64_t *failed, const int32_t *cause,
                             size_t n, struct dh_err *e) DH_MUST_CHECK;
+
+/* The result's per-sample stage times: rows of 3 floats (read, decode,
+ * scale ms) for n samples, copied; rows NULL or n 0 empties them.
+ * DH_ETOOBIG, DH_ENOMEM. */
+int dh_wire_set_result_stages(struct dh_wire_result *r, const float *rows,
+                              size_t n, struct dh_err *e) DH_MUST_CHECK;
 
 /* Plan conversions.  from_media copies p->indices (DH_ENOMEM, DH_ETOOBIG,
  * DH_EINVAL for a plan that fails dh_media_plan_check()); to_media fills

@@ -64,7 +64,8 @@ struct dh_work {
  * its path and the cause, failed_at is its position in the job (or
  * DH_WORK_NO_SAMPLE, e.g. arena exhausted), and no slot is held (slot is
  * zeroed).  valid_frames (n entries, valid for the samples before
- * failed_at) is owned by the struct: free it with dh_work_done_fini().
+ * failed_at) and stage_ms are owned by the struct: free them with
+ * dh_work_done_fini().
  */
 struct dh_work_done {
     uint64_t task_id;
@@ -77,6 +78,14 @@ struct dh_work_done {
     uint32_t n;
     int32_t *valid_frames;
     double decode_ms; /* arena wait excluded */
+    /* Stage times (docs/trace.md): queued before a thread took the job,
+     * waiting for the arena slot, the thread's index, and per sample
+     * position n rows of DH_MS_COUNT floats (read, decode, scale ms;
+     * datahelix/media_stages.h), owned, NULL if out of memory. */
+    double queue_ms, alloc_ms;
+    double done_ms; /* CLOCK_MONOTONIC (ms) when the decode ended */
+    uint32_t worker;
+    float *stage_ms;
     /* A job with spares: its substitutions (owned, also on error: the
      * ones made before the failure); NULL for a job without spares. */
     struct dh_batch_subs *subs;

@@ -1,0 +1,32 @@
+/*
+ * datahelix/media_stages.h - where a media worker's time went, per sample
+ * (issue 18 item 4: the critical-path trace; docs/trace.md).
+ *
+ * The media pipeline adds up its own time in three stages while it works:
+ * read (dh_media_open and dh_media_select: stat, demux the header, build
+ * the frame table, choose the frames), decode (dh_media_decode without
+ * the conversion) and scale (swscale and the layout/dtype transform into
+ * the slot, per frame, inside dh_media_decode).  A caller that wants them
+ * per sample gives the worker a sink of rows (three floats each, in ms)
+ * and, after each sample position, moves what was added up into that
+ * position's row.  Without a sink the sums are only kept (a few clock
+ * reads per frame: ~20 ns each) and dropped by the next note.
+ */
+#ifndef DATAHELIX_MEDIA_STAGES_H
+#define DATAHELIX_MEDIA_STAGES_H
+
+#include <stdint.h>
+
+#include "datahelix/media.h"
+
+enum { DH_MS_READ = 0, DH_MS_DECODE = 1, DH_MS_SCALE = 2, DH_MS_COUNT = 3 };
+
+/* rows: n x DH_MS_COUNT floats the caller owns, or NULL (no sink).  The
+ * pending sums are dropped. */
+void dh__media_stage_sink(struct dh_media *m, float *rows, uint32_t n);
+/* Adds the sums since the last note into row `pos` (ignored beyond n or
+ * without a sink) and resets them.  A position decoded twice (a spare
+ * after a failure) adds up both attempts. */
+void dh__media_stage_note(struct dh_media *m, uint32_t pos);
+
+#endif

@@ -1,0 +1,32 @@
+/*
+ * media_stages.c - per-sample stage sums of a media worker (see
+ * datahelix/media_stages.h).  The sums are added where the work is done
+ * (media_open.c, media_decode.c, media_scale.c); this file moves them
+ * into the caller's rows.
+ */
+#include <string.h>
+
+#include "datahelix/media_stages.h"
+#include "media/media_internal.h"
+
+void dh__media_stage_sink(struct dh_media *m, float *rows, uint32_t n)
+{
+    m->stage_rows = rows;
+    m->stage_n = rows ? n : 0;
+    memset(m->stage_ms, 0, sizeof(m->stage_ms));
+}
+
+void dh__media_stage_note(struct dh_media *m, uint32_t pos)
+{
+    /* decode was timed around the whole call, conversion included */
+    double dec = m->stage_ms[DH_MS_DECODE] - m->stage_ms[DH_MS_SCALE];
+
+    if (m->stage_rows && pos < m->stage_n) {
+        float *row = m->stage_rows + (size_t)pos * DH_MS_COUNT;
+
+        row[DH_MS_READ] += (float)m->stage_ms[DH_MS_READ];
+        row[DH_MS_DECODE] += (float)(dec > 0 ? dec : 0);
+        row[DH_MS_SCALE] += (float)m->stage_ms[DH_MS_SCALE];
+    }
+    memset(m->stage_ms, 0, sizeof(m->stage_ms));
+}
