@@ -48,6 +48,21 @@ struct co_metrics {
     struct dh_mx_snap pub;
 };
 
+/* Frees c->mx and what it holds, all but its mutex. */
+static void mx_free(struct dh_coordinator *c)
+{
+    struct co_metrics *m = c->mx;
+
+    dh__mx_snap_fini(&m->live);
+    dh__mx_snap_fini(&m->pub);
+    dh__free(m->rates);
+    dh__free(m->gone_at);
+    dh__free(m->slot_entry);
+    dh__free(m->rank_entry);
+    dh__free(m);
+    c->mx = NULL;
+}
+
 int dh__co_mx_init(struct dh_coordinator *c, int publish_ms, struct dh_err *e)
 {
     struct co_metrics *m;
@@ -69,13 +84,7 @@ int dh__co_mx_init(struct dh_coordinator *c, int publish_ms, struct dh_err *e)
     m->rank_entry = dh__malloc(MAX_RANKS * sizeof(int32_t));
     if (!m->live.servers || !m->rates || !m->gone_at || !m->slot_entry ||
         !m->rank_entry || pthread_mutex_init(&m->mu, NULL) != 0) {
-        dh__free(m->live.servers);
-        dh__free(m->rates);
-        dh__free(m->gone_at);
-        dh__free(m->slot_entry);
-        dh__free(m->rank_entry);
-        dh__free(m);
-        c->mx = NULL;
+        mx_free(c); /* the mutex is not set up: no destroy */
         return dh_err_set(e, DH_ENOMEM, "coordinator: out of memory");
     }
     for (int i = 0; i < c->max_servers; i++)
@@ -92,14 +101,7 @@ void dh__co_mx_fini(struct dh_coordinator *c)
     if (!m)
         return;
     pthread_mutex_destroy(&m->mu);
-    dh__mx_snap_fini(&m->live);
-    dh__mx_snap_fini(&m->pub);
-    dh__free(m->rates);
-    dh__free(m->gone_at);
-    dh__free(m->slot_entry);
-    dh__free(m->rank_entry);
-    dh__free(m);
-    c->mx = NULL;
+    mx_free(c);
 }
 
 static struct dh_mx_server *entry_of(struct dh_coordinator *c, int32_t slot)

@@ -48,12 +48,14 @@ def stop_process(p, timeout=5):
         p.wait(timeout=timeout)
 
 
-def probed_set(d, profiles, count, seed):
+def probed_set(d, profiles, count, seed, index=False):
     """gen-data COUNT clips of PROFILES into d/videos, probed into
-    d/m.jsonl; returns d."""
+    d/m.jsonl (and its index d/m.dhx with `index`); returns d."""
     run_dh("gen-data", "--out", d / "videos", "--profiles", profiles,
            "--count", count, "--seed", seed, check=True, timeout=300)
-    run_dh("probe", "--out", d / "m.jsonl", d / "videos", check=True)
+    run_dh("probe", "--out", d / "m.jsonl",
+           *(("--index", d / "m.dhx") if index else ()), d / "videos",
+           check=True)
     return d
 
 

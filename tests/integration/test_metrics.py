@@ -23,7 +23,7 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT, run_dh, _binary
+from conftest import ROOT, probed_set, run_dh, _binary
 from procs import wait_until
 from test_runtime import Proc, consume_args
 
@@ -81,12 +81,7 @@ def value(fams, name, **labels):
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    d = tmp_path_factory.mktemp("mx")
-    run_dh("gen-data", "--out", d / "videos", "--profiles", "S", "--count",
-           12, "--seed", 3, check=True, timeout=300)
-    run_dh("probe", "--out", d / "m.jsonl", "--index", d / "m.dhx",
-           d / "videos", check=True)
-    return d
+    return probed_set(tmp_path_factory.mktemp("mx"), "S", 12, 3, index=True)
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import run_dh, _binary
+from conftest import probed_set, run_dh, _binary
 from procs import (children, plan_ids, read_ids, wait_gone,
                    wait_until)
 
@@ -104,12 +104,7 @@ def first_step_line(proc, seconds=60):
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     """12 short S clips and their index (decoding them is quick)."""
-    d = tmp_path_factory.mktemp("rt")
-    run_dh("gen-data", "--out", d / "videos", "--profiles", "S", "--count",
-           12, "--seed", 3, check=True, timeout=300)
-    run_dh("probe", "--out", d / "m.jsonl", "--index", d / "m.dhx",
-           d / "videos", check=True)
-    return d
+    return probed_set(tmp_path_factory.mktemp("rt"), "S", 12, 3, index=True)
 
 
 @pytest.fixture
