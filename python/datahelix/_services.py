@@ -7,6 +7,7 @@ DataServer watches its link, see docs/client.md).
 import collections
 import hashlib
 import itertools
+import logging
 import os
 import shutil
 import signal
@@ -17,7 +18,7 @@ import time
 import weakref
 
 from . import _C
-from ._log import LOGGER, line_level
+from ._log import LOGGER, env_level, line_level
 
 
 def binary():
@@ -220,9 +221,12 @@ class Coordinator:
 
     def _ready(self, proc):
         """None once `proc` listens (an ipc socket file exists; a TCP one
-        binds at once or exits), else why not, within self.timeout."""
+        says "listening on" once bound), else why not, within
+        self.timeout.  A TCP port someone else holds makes it exit: say so
+        here, rather than let the ranks talk to that other process until
+        their timeout."""
         if not self.listen.startswith("ipc://"):
-            return None
+            return self._tcp_ready(proc)
         path = self.listen[len("ipc://"):]
         end = time.monotonic() + self.timeout
         while not os.path.exists(path) and time.monotonic() < end:
@@ -230,6 +234,21 @@ class Coordinator:
                 break
             time.sleep(0.005)
         return None if os.path.exists(path) else "no socket file"
+
+    def _tcp_ready(self, proc):
+        # Its "listening on" line is at info: with $DATAHELIX_LOG above
+        # that, only an early exit (the bind is its first act) can tell.
+        quiet = env_level() > logging.INFO
+        end = time.monotonic() + (min(self.timeout, 0.5) if quiet
+                                  else self.timeout)
+        while time.monotonic() < end:
+            if any("listening on " in ln for ln in list(proc.drain.tail)):
+                return None
+            if proc.poll() is not None:
+                proc.drain.text(1.0)  # its last lines say why
+                return "it exited"
+            time.sleep(0.005)
+        return None if quiet else "it never said it was listening"
 
     def _metrics_ready(self, proc):
         """None once `proc` says where its metrics endpoint listens (its
@@ -295,7 +314,8 @@ class Coordinator:
                     why = f"could not start: {e}"
                     continue
                 self.proc = proc
-            if self._ready(proc) is None and proc.poll() is None:
+            self._ready(proc)  # bounded; a live one, even slow, will do
+            if proc.poll() is None:
                 if self.metrics_address is not None:  # (port 0: a new one)
                     self._metrics_ready(proc)
                 return True

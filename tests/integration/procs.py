@@ -2,6 +2,7 @@
 bounded waits, the epoch plan as the CLI prints it.  Tests end only the
 processes they started, by pid (see each test)."""
 import json
+import os
 import pathlib
 import signal
 import socket
@@ -47,6 +48,49 @@ def descendants(pid):
         out += kids
         frontier += kids
     return out
+
+
+def shm_names():
+    """The names in /dev/shm now."""
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+def _holders(names):
+    """Names of `names` that a live process not of this checkout has open
+    or mapped (/proc/PID/fd and /proc/PID/maps): not in this process's
+    tree, and not one of this checkout's programs (an orphan of ours,
+    reparented after a kill -9, still counts as ours)."""
+    ours = set(descendants(os.getpid())) | {os.getpid()}
+    paths = {"/dev/shm/" + n: n for n in names}
+    held = set()
+    for d in pathlib.Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) in ours:
+            continue
+        try:
+            if str(ROOT).encode() in (d / "cmdline").read_bytes():
+                continue
+            seen = {os.readlink(f) for f in (d / "fd").iterdir()}
+            seen |= {ln.split(None, 5)[-1] for ln in
+                     (d / "maps").read_text().splitlines()
+                     if "/dev/shm/" in ln}
+        except OSError:
+            continue
+        held |= {paths[x] for x in seen if x in paths}
+    return held
+
+
+def shm_residue(before):
+    """Entries new in /dev/shm since `before` (a shm_names() set) that are
+    residue: other jobs on a shared machine (a torch DataLoader's
+    semaphores, say) create and hold their own while a test runs, so a
+    name some live process outside this test's tree still holds is
+    theirs, not ours.  Our own leftovers are held by nobody, or by one of
+    our processes (which the tests' orphan checks catch)."""
+    new = shm_names() - before
+    return sorted(new - _holders(new)) if new else []
 
 
 def arena_mapping(ptr):

@@ -581,3 +581,27 @@ def test_torchrun_ddp_with_a_bad_clip_and_skip_keeps_ranks_in_step(
     assert sorted(res[0]["subs"] + res[1]["subs"]) == [3, 3]
     assert [res[r]["substituted"] for r in range(2)] == \
         [len(res[r]["subs"]) for r in range(2)]
+
+
+def test_a_coordinator_port_someone_holds_is_an_error_at_once():
+    """Under torchrun rank 0 serves its Coordinator on MASTER_PORT + 1 + i;
+    when another process holds that port, the Coordinator cannot bind and
+    exits.  The loader must say so, naming the address, at once - not let
+    the ranks talk to the port's holder until their timeout."""
+    import socket
+    import time
+    from datahelix import _services
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    addr = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError) as ei:
+            _services.Coordinator(addr, "deadline", timeout=20)
+    finally:
+        s.close()
+    msg = str(ei.value)
+    assert addr in msg and "did not start" in msg, msg
+    assert "in use" in msg, msg
+    assert time.monotonic() - t0 < 10

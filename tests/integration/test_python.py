@@ -21,7 +21,7 @@ import pytest
 
 from conftest import ROOT, run_dh, _binary
 from procs import (alive, arena_mapping, descendants, free_port, torchrun,
-                   plan_steps)
+                   plan_steps, shm_names, shm_residue)
 
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
@@ -530,7 +530,7 @@ KILL_SCRIPT = textwrap.dedent("""
 def test_sigkill_of_training_process_leaves_nothing(dataset):
     m = dataset / "m.jsonl"
     datahelix.DataLoader(m, **SMALL).close()
-    shm = set(os.listdir("/dev/shm"))
+    shm = shm_names()
     p = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT,
                           str(ROOT / "python"), str(m)],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -548,7 +548,7 @@ def test_sigkill_of_training_process_leaves_nothing(dataset):
     while time.monotonic() < end and any(alive(k) for k in kids):
         time.sleep(0.05)
     assert not any(alive(k) for k in kids), "a child outlived the training process"
-    assert set(os.listdir("/dev/shm")) - shm == set()
+    assert shm_residue(shm) == []
 
 
 def test_bad_arguments(dataset, tmp_path):

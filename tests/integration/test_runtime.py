@@ -23,19 +23,12 @@ import pytest
 
 from conftest import probed_set, run_dh, _binary
 from procs import (children, plan_ids, read_ids, wait_gone,
-                   wait_until)
+                   wait_until, shm_names, shm_residue)
 
 SMALL = ["--frames", "4", "--size", "32x32"]
 
 
 # ---- helpers ---------------------------------------------------------------
-
-def shm_entries():
-    try:
-        return set(os.listdir("/dev/shm"))
-    except OSError:
-        return set()
-
 
 def summary_of(stdout):
     for line in stdout.splitlines():
@@ -425,7 +418,7 @@ def test_external_link_hands_the_arena_only_to_the_named_pid(dataset,
 @pytest.mark.parametrize("how", ["normal", "sigint", "sigkill"])
 def test_nothing_left_behind(dataset, coordinator, how):
     coord, _ = coordinator
-    before = shm_entries()
+    before = shm_names()
     proc = start_consume(*consume_args(coord, dataset / "m.dhx", 0, 1, 2,
                                        "--window-ms", 100))
     try:
@@ -446,7 +439,7 @@ def test_nothing_left_behind(dataset, coordinator, how):
         assert proc.returncode == 1  # "interrupted", cleanly
     # The server sees its link close and exits, whoever ended the client.
     assert wait_gone(kids[0], 5), f"dataserver {kids[0]} outlived its client"
-    assert shm_entries() - before == set()
+    assert shm_residue(before) == []
 
 
 # ---- the same processes under AddressSanitizer + UBSan ----------------------

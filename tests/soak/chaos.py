@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE.parent / "integration"))
 
 from conftest import run_dh  # noqa: E402
 from procs import FileProc, alive, children, descendants, plan_ids, \
-    read_ids, wait_until  # noqa: E402
+    read_ids, shm_names, shm_residue, wait_until  # noqa: E402
 from test_multihost import Hosts, ip, listening  # noqa: E402
 
 KINDS = ("sidecar", "dataserver", "coordinator", "link", "worker")
@@ -105,13 +105,6 @@ def proc_stats(pid):
         return rss, fds
     except OSError:
         return None
-
-
-def shm_names():
-    try:
-        return set(os.listdir("/dev/shm"))
-    except OSError:
-        return set()
 
 
 class Job:
@@ -382,7 +375,7 @@ def run(seconds, out, seed=0, kinds=KINDS, extra=()):
         problems += hosts.teardown()
     report["kills"] = dict(counts)
     report["elapsed_s"] = round(time.monotonic() - t0, 1)
-    new_shm = sorted(shm_names() - shm_before)
+    new_shm = shm_residue(shm_before)
     if new_shm:
         problems.append(f"/dev/shm residue: {new_shm}")
     report["problems"] = problems
