@@ -310,13 +310,6 @@ static int start_coordinator(struct run *r, const char *policy, int tel,
     co.policy = policy;
     co.heartbeat_timeout_ms = HB_TIMEOUT_MS;
     co.telemetry = r->tel;
-    /* Work-around: the coordinator counts every request it ever queued
-     * against max_pending (pending_new is not decremented when the FIFO
-     * head is placed: fifo_pop() runs after place_task() has set
-     * CO_RUNNING), so with the default 4096 it refuses every request
-     * after its 4096th.  Room for the whole run keeps the figures about
-     * routing; harmless once that is fixed. */
-    co.max_pending = (size_t)(r->o->warmup + r->o->requests) + 1024;
     if (r->o->curve) {
         snprintf(r->key_path, sizeof(r->key_path), "%s/job.key", r->dir);
         if ((rc = dh__keys_generate(&r->keys, e)) < 0 ||
