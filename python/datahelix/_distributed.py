@@ -33,9 +33,9 @@ from . import _C, _passes, _slot
 from ._C import ArenaExhausted, DataError, SampleError
 from ._C import TimeoutError as DataTimeoutError
 from ._jobkey import JobKey
-from ._services import (Closing, Coordinator, binary, claim_coordinator,
-                        coordinator_address, loader_ordinal,
-                        metrics_args, release_coordinator)
+from ._services import (Closing, binary, claim_coordinator,
+                        coordinator_address, find_coordinator, loader_ordinal,
+                        metrics_args, release_coordinator, serve_coordinator)
 
 _HDR = 1 << 63
 _M63 = _HDR - 1
@@ -543,10 +543,14 @@ class DistributedDataLoader(Closing):
             not os.environ.get("DATAHELIX_COORDINATOR"),
             self.rank, self.world_size, self._instance, binary(), addr)
         if start:
-            self._coord = Coordinator(addr, "deadline",
-                                      shared=self.world_size > 1,
-                                      keyfile=self._key.path,
-                                      **self._metrics_args)
+            self._coord = serve_coordinator(addr, "deadline",
+                                            self.world_size, self._instance,
+                                            shared=self.world_size > 1,
+                                            keyfile=self._key.path,
+                                            **self._metrics_args)
+            addr = self._coord.listen
+        elif self.coordinator is None:  # rank 0's, if it has one
+            addr = find_coordinator(addr, self.world_size, self._instance)
         return addr
 
     def _ensure_client(self):

@@ -11,9 +11,10 @@ import torch
 from . import _C, _packed, _passes, _slot, _video
 from . import _options as _opt
 from ._jobkey import JobKey
-from ._services import (Closing, Coordinator, binary, claim_coordinator,
-                        coordinator_address, ensure_index, loader_ordinal,
-                        metrics_args, release_coordinator)
+from ._services import (Closing, binary, claim_coordinator,
+                        coordinator_address, ensure_index, find_coordinator,
+                        loader_ordinal, metrics_args, release_coordinator,
+                        serve_coordinator)
 
 _BALANCE = {"fixed": _C.BALANCE_FIXED, "free": _C.BALANCE_FREE,
             "none": _C.BALANCE_NONE}
@@ -360,10 +361,15 @@ class DataLoader(Closing):
             not os.environ.get("DATAHELIX_COORDINATOR"),
             self.rank, self.world_size, self._ordinal, binary(), addr)
         if start:
-            self._coord = Coordinator(addr, self.policy,
-                                      shared=self.world_size > 1,
-                                      keyfile=self._key.path,
-                                      **self._metrics_args)
+            self._coord = serve_coordinator(addr, self.policy,
+                                            self.world_size, self._ordinal,
+                                            shared=self.world_size > 1,
+                                            keyfile=self._key.path,
+                                            **self._metrics_args)
+            addr = self._client_addr = self._coord.listen
+        elif self._coordinator_arg is None:  # rank 0's, if it has one
+            addr = self._client_addr = find_coordinator(
+                addr, self.world_size, self._ordinal)
         opts = self._opts
         if self._tx:  # the DataServer's Python workers decode, transform
             self._tx_dir = tempfile.mkdtemp(prefix="datahelix-tx-")

@@ -148,6 +148,10 @@ class _Drain:
         return "\n".join(self.tail)
 
 
+class PortInUse(RuntimeError):
+    """The Coordinator could not bind: another process holds its port."""
+
+
 class Coordinator:
     """A `datahelix coordinator` started for this process, and restarted by
     it if it dies (docs/exactly-once.md "Restarts"): at most RESTARTS
@@ -194,14 +198,20 @@ class Coordinator:
         self._cmd = cmd
         self._lock = threading.Lock()  # self.proc, self._closing
         self._closing = False
+        self._bound = None  # from its "listening on" line
         self.proc = self._spawn()
         err = self._ready(self.proc)
         if err is None and metrics_listen:
             err = self._metrics_ready(self.proc)
         if err is not None:
             err = self._stop_and_read() or err
-            raise RuntimeError(f"datahelix: the coordinator at {listen} "
-                               f"did not start: {err.strip()}")
+            kind = PortInUse if "in use" in err else RuntimeError
+            raise kind(f"datahelix: the coordinator at {listen} "
+                       f"did not start: {err.strip()}")
+        # The endpoint it bound (port 0: the one it was given); a restart
+        # binds that same one, so the ranks' clients find it again.
+        self.listen = self._bound or listen
+        self._cmd[self._cmd.index("--listen") + 1] = self.listen
         self._watcher = threading.Thread(
             target=self._watch, name="datahelix-coordinator-watch",
             daemon=True)
@@ -210,10 +220,16 @@ class Coordinator:
     def _spawn(self):
         # Its own process group: a Ctrl-C reaches the training process,
         # which then closes this cleanly.
+        # At info at least, whatever $DATAHELIX_LOG says: _tcp_ready reads
+        # its "listening on" line; the drain hands each line to the
+        # "datahelix" logger, whose level is the user's.
+        env = dict(os.environ)
+        if env_level() > logging.INFO:
+            env["DATAHELIX_LOG"] = "info"
         proc = subprocess.Popen(self._cmd, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         proc.drain = _Drain(proc.stderr,
                             f"datahelix: coordinator (pid {proc.pid})",
                             strip="datahelix: coordinator: ")
@@ -236,19 +252,17 @@ class Coordinator:
         return None if os.path.exists(path) else "no socket file"
 
     def _tcp_ready(self, proc):
-        # Its "listening on" line is at info: with $DATAHELIX_LOG above
-        # that, only an early exit (the bind is its first act) can tell.
-        quiet = env_level() > logging.INFO
-        end = time.monotonic() + (min(self.timeout, 0.5) if quiet
-                                  else self.timeout)
+        end = time.monotonic() + self.timeout
         while time.monotonic() < end:
-            if any("listening on " in ln for ln in list(proc.drain.tail)):
-                return None
+            for ln in list(proc.drain.tail):
+                if "listening on " in ln:
+                    self._bound = ln.split("listening on ", 1)[1].split()[0]
+                    return None
             if proc.poll() is not None:
                 proc.drain.text(1.0)  # its last lines say why
                 return "it exited"
             time.sleep(0.005)
-        return None if quiet else "it never said it was listening"
+        return "it never said it was listening"
 
     def _metrics_ready(self, proc):
         """None once `proc` says where its metrics endpoint listens (its
@@ -405,6 +419,59 @@ def coordinator_address(rank, world_size, ordinal=0):
     if host == "localhost":
         host = "127.0.0.1"
     return f"tcp://{host}:{port}", rank == 0
+
+
+def _address_key(ordinal):
+    return f"datahelix/coordinator/{ordinal}"
+
+
+def serve_coordinator(addr, policy, world_size, ordinal, **kw):
+    """Rank 0's Coordinator for the loader of `ordinal`, on `addr` (the
+    default MASTER_PORT + 1 + ordinal) or - when another process holds
+    that port and the job has a rendezvous store to tell the other ranks -
+    on a port the system picks.  The address it serves is published in the
+    store for the other ranks (find_coordinator)."""
+    from ._jobkey import _store
+    store = _store(world_size) if world_size > 1 else None
+    try:
+        coord = Coordinator(addr, policy, **kw)
+    except PortInUse as e:
+        if store is None or not addr.startswith("tcp://"):
+            raise
+        host = addr.rsplit(":", 1)[0]
+        LOGGER.warning("datahelix: loader: warn: %s; serving the "
+                       "Coordinator on a port of the system's choice "
+                       "instead (the other ranks learn it from the "
+                       "rendezvous store)", e)
+        coord = Coordinator(f"{host}:0", policy, **kw)
+    if store is not None:
+        store.set(_address_key(ordinal), coord.listen)
+    return coord
+
+
+def find_coordinator(addr, world_size, ordinal):
+    """For a rank other than 0 whose loader was given no coordinator: the
+    address rank 0 serves the loader of `ordinal` on (what
+    serve_coordinator published), else `addr` - when someone else runs
+    the Coordinator ($DATAHELIX_COORDINATOR), or the job has no store
+    (ranks started by hand: the default port, nothing to agree on)."""
+    from datetime import timedelta
+    from ._jobkey import STORE_TIMEOUT_S, _store
+    if (world_size == 1 or os.environ.get("DATAHELIX_COORDINATOR") or
+            not addr.startswith("tcp://")):
+        return addr
+    store = _store(world_size)
+    if store is None:
+        return addr
+    try:  # bounded: a store's own timeout may be 30 minutes
+        store.wait([_address_key(ordinal)],
+                   timedelta(seconds=STORE_TIMEOUT_S))
+    except RuntimeError as e:
+        raise TimeoutError(
+            f"datahelix: rank 0 did not say within {STORE_TIMEOUT_S} s "
+            f"where it serves the Coordinator of loader {ordinal} "
+            f"(default {addr}): {e}") from e
+    return store.get(_address_key(ordinal)).decode()
 
 
 # (coordinator address, rank) -> (the live loader of this process using

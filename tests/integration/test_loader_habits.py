@@ -199,6 +199,43 @@ def test_torchrun_two_ranks_train_and_val_interleaved(sets, tmp_path):
     assert every == list(range(5))
 
 
+def test_torchrun_a_held_default_port_moves_the_coordinator(sets, tmp_path):
+    """Another process holds MASTER_PORT + 1 (the first loader's default
+    Coordinator port): rank 0 serves that loader on a port the system
+    picks and tells rank 1 through the rendezvous store; both ranks get
+    exactly their plan, the second loader keeps its default port."""
+    import socket
+    if not _torchrun_ok():
+        pytest.skip("torch.distributed.run is not usable here")
+    for m in ("train", "val"):
+        datahelix.DataLoader(sets / f"{m}.jsonl", **SMALL).close()
+    script = tmp_path / "train.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    for _ in range(20):  # a free port P whose P + 1 we can hold
+        port = free_port()
+        held = socket.socket()
+        try:
+            held.bind(("127.0.0.1", port + 1))
+            break
+        except OSError:
+            held.close()
+    else:
+        pytest.skip("no free pair of ports")
+    held.listen(1)
+    try:
+        res = torchrun(2, script, tmp_path, sets / "train.jsonl",
+                       sets / "val.jsonl", port=port)
+    finally:
+        held.close()
+    train_addr = res[0]["addr"][0]
+    assert train_addr != f"tcp://127.0.0.1:{port + 1}"
+    for r in range(2):
+        assert res[r]["addr"] == [train_addr, f"tcp://127.0.0.1:{port + 2}"]
+        for epoch in range(2):
+            tr = plan(sets / "train.jsonl", 2, 1, epoch)
+            assert res[r]["train"][epoch] == [s[r] for s in tr]
+
+
 # -- iteration ---------------------------------------------------------------
 
 def test_break_then_a_new_for_starts_the_epoch_again(sets):
