@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "core/alloc.h"
 #include "datahelix/batch.h"
 #include "datahelix/gendata.h"
 #include "datahelix/index.h"
@@ -347,6 +348,62 @@ static void destroy_with_many_queued_is_prompt(void **state)
     dh_arena_destroy(a);
 }
 
+/* Runs `jobs` jobs of n samples each through w, one at a time, and
+ * returns the library allocations they made (dh__alloc_count()). */
+static long allocs_for(struct dh_workers *w, struct dh_arena *a,
+                       const struct dh_media_plan *p, uint32_t n, int jobs)
+{
+    uint64_t ids[3] = {0, 1, 2};
+    struct dh_err e;
+    long count;
+
+    dh__alloc_fail_after(1L << 40); /* counts; never fails */
+    for (int i = 0; i < jobs; i++) {
+        struct dh_work j = job_of(50 + (uint64_t)i, 0, ids, n, p, 5000);
+        struct dh_work_done d;
+
+        if (dh_workers_submit(w, &j, 10000, &e))
+            fail_msg("submit: %s", e.msg);
+        assert_int_equal(dh_workers_wait(w, &d, 20000), 0);
+        if (d.code)
+            fail_msg("%s", d.msg);
+        assert_int_equal(dh_arena_release(a, &d.slot, &e), 0);
+        dh_work_done_fini(&d);
+    }
+    count = dh__alloc_count();
+    dh__alloc_fail_reset();
+    assert_int_equal(dh__alloc_failures(), 0);
+    return count;
+}
+
+/* Steady state (issue 21 item 2): a job's allocations are the job's own
+ * (its node and arrays, a fixed number), none per sample: jobs of 3
+ * samples allocate exactly what jobs of 1 do, the same every round. */
+static void no_allocation_per_sample(void **state)
+{
+    struct dh_media_plan p = small_plan();
+    struct dh_workers *w;
+    struct dh_arena *a;
+    struct dh_err e;
+    long one, three, again;
+
+    (void)state;
+    assert_int_equal(dh_arena_create(4u << 20, &a, &e), 0);
+    if (dh_workers_create(1, ix, a, 4, &w, &e))
+        fail_msg("create: %s", e.msg);
+    (void)allocs_for(w, a, &p, 3, 2); /* warm: tables grown, scaler made */
+    one = allocs_for(w, a, &p, 1, 4);
+    three = allocs_for(w, a, &p, 3, 4);
+    again = allocs_for(w, a, &p, 1, 4);
+    fprintf(stderr, "allocations per job: %ld (1 sample), %ld (3)\n", one / 4,
+            three / 4);
+    assert_true(one > 0 && one % 4 == 0);
+    assert_int_equal(three, one);
+    assert_int_equal(again, one);
+    dh_workers_destroy(w);
+    dh_arena_destroy(a);
+}
+
 static int fd_readable(int fd, int ms)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -413,6 +470,7 @@ int main(void)
         cmocka_unit_test(full_queue_times_out_and_destroy_is_prompt),
         cmocka_unit_test(destroy_with_many_queued_is_prompt),
         cmocka_unit_test(completion_fd_wakes_and_resets),
+        cmocka_unit_test(no_allocation_per_sample),
     };
     return cmocka_run_group_tests(tests, setup, clip_fixture_teardown);
 }
