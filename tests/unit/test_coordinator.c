@@ -4,8 +4,9 @@
  * client are DEALER sockets in the test speaking the wire codec.
  * Registration acks; a request placed on the requester's local server and
  * forwarded with the embedded request; its result forwarded to the client
- * exactly once, byte for byte as the server sent it; a duplicate from a second server released, not delivered;
- * a silent server declared dead and its task re-routed; backpressure
+ * exactly once, byte for byte as the server sent it; a duplicate from a
+ * second server released, not delivered; a silent server declared dead
+ * and its task re-routed; backpressure
  * queueing; malformed input counted while the loop keeps serving; Shutdown
  * from a peer refused, the stop flag ends run() promptly.  Every receive has a timeout. */
 #include "co_fixture.h"
