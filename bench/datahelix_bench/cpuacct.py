@@ -18,7 +18,10 @@ anything is ended, keeping each thread's last reading: a thread's last
 < SAMPLE_S before it exits is not seen, so the account's sum is a little
 under the run's real CPU.  The independent total beside it is
 getrusage(): this process's own time plus its reaped children's (their
-reaped descendants included).
+reaped descendants included).  outside_run_s is what the run's CPUs spent
+on other processes meanwhile (/proc/stat busy time less the run's own): on
+a shared machine, the capacity the ceiling assumed but the run did not
+have.
 """
 import os
 import pathlib
@@ -63,6 +66,23 @@ def is_dataserver(cmd):
     return len(argv) > 1 and argv[1] == b"dataserver"
 
 
+def cpus_busy_s(cpus):
+    """Busy seconds (all but idle and iowait) of the given CPUs since
+    boot, from /proc/stat; None if unreadable."""
+    want = {f"cpu{c}" for c in cpus}
+    busy = 0
+    try:
+        lines = pathlib.Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return None
+    for ln in lines:
+        f = ln.split()
+        if f and f[0] in want:
+            v = [int(x) for x in f[1:]]
+            busy += sum(v[:8]) - v[3] - v[4]
+    return busy / TICK
+
+
 def usage_s():
     """CPU seconds of this process and its reaped descendants."""
     s = resource.getrusage(resource.RUSAGE_SELF)
@@ -79,6 +99,8 @@ class CpuAccount:
         self.kind = {self.me: "harness"}
         self.last = {}       # (pid, tid) -> (kind, ticks)
         self.usage0 = usage_s()
+        self.cpus = sorted(os.sched_getaffinity(0))
+        self.busy0 = cpus_busy_s(self.cpus)
         self.seen_before = {(self.me, t): v[1]
                             for t, v in thread_ticks(self.me).items()}
 
@@ -123,5 +145,11 @@ class CpuAccount:
         out = {k: round(v, 3) for k, v in out.items()}
         out["total_s"] = round(sum(out[k] for k in KINDS), 3)
         out["usage_total_s"] = round(usage_s() - self.usage0, 3)
+        busy = cpus_busy_s(self.cpus)
+        # What the run's CPUs did for other processes meanwhile (a shared
+        # machine): their busy time less the run's own.
+        out["outside_run_s"] = (
+            None if busy is None or self.busy0 is None else
+            round(max(0.0, busy - self.busy0 - out["usage_total_s"]), 3))
         out["sample_s"] = SAMPLE_S
         return out

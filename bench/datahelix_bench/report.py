@@ -43,8 +43,8 @@ def ceiling_table(systems, a):
     from .cpuacct import KINDS
     lines = ["| system | samples/s | ceiling (bound) | share | decode CPU "
              "ms / sample | " + " | ".join(f"{k} s" for k in KINDS) +
-             " | sum s | getrusage s |",
-             "|---|---:|---:|---:|---:|" + "---:|" * (len(KINDS) + 2)]
+             " | sum s | getrusage s | outside the run s |",
+             "|---|---:|---:|---:|---:|" + "---:|" * (len(KINDS) + 3)]
     for name in a.systems:
         m = systems.get(name, {})
         if m.get("status") != "ok":
@@ -59,7 +59,8 @@ def ceiling_table(systems, a):
             f"{fmt(m.get('decode_cpu_ms_per_sample'), '.1f')} | " +
             " | ".join(fmt(acct.get(k), '.1f') for k in KINDS) +
             f" | {fmt(acct.get('total_s'), '.1f')} | "
-            f"{fmt(acct.get('usage_total_s'), '.1f')} |")
+            f"{fmt(acct.get('usage_total_s'), '.1f')} | "
+            f"{fmt(acct.get('outside_run_s'), '.1f')} |")
     return "\n".join(lines)
 
 

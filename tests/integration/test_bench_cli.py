@@ -169,6 +169,7 @@ def test_tiny_run_reports_the_paper_metrics_and_leaves_nothing(tmp_path):
         assert acct["decode"] > 0 and acct["client"] > 0, acct
         assert 0.6 * acct["usage_total_s"] <= acct["total_s"] <= \
             1.1 * acct["usage_total_s"] + 0.2, acct
+        assert acct["outside_run_s"] is None or acct["outside_run_s"] >= 0
     for k in ("dataserver_loop", "coordinator"):
         assert res["systems"]["native"]["cpu_account"][k] == 0
         assert res["systems"]["dh-ddl"]["cpu_account"][k] > 0, k
