@@ -25,7 +25,10 @@ Modules, in the order a run uses them:
   sources     the loaders compared: torch DataLoader (C or PyAV decode),
               a Dask pool, datahelix.DataLoader
   window      the emulated GPU window of a batch under --model
-  metrics     the paper's metrics from the ranks' step records
+  cpuacct     where the run's CPU went, by process kind (/proc), sampled
+              while the ranks run
+  metrics     the paper's metrics from the ranks' step records, the
+              ceiling and each system's share of it
   validate    --validate: the same configuration in `datahelix sim`
   report      tables, comparisons and plots
 """

@@ -20,8 +20,8 @@ from .common import CMD, HERE, ROOT, log
 from .data import prepare_data
 from .metrics import comparisons, metrics
 from .processes import pin_cpus, run_system
-from .report import (comparison_text, late_text, plots, table,
-                     validation_table)
+from .report import (ceiling_table, comparison_text, late_text, plots,
+                     table, validation_table)
 from .sources import dask_available
 from .validate import validate
 from .window import gpu_model_doc
@@ -86,6 +86,10 @@ def write_and_print(a, res, out, split, cpus, distinct):
     systems, comp, val = res["systems"], res["comparisons"], \
         res.get("validation")
     md = table(systems, a)
+    md += ("\n\nThe ceiling - the lower of the CPUs' decode capacity (cores "
+           "/ decode CPU per sample, measured in the run) and the GPU "
+           "window's rate - and where the CPU went (docs/benchmarks.md "
+           "\"Ceiling\"):\n\n" + ceiling_table(systems, a))
     if val and "systems" in val:
         md += ("\n\nSimulated (`datahelix sim`, the same configuration, "
                f"decode {val['mean_decode_ms']:.1f} ms a sample measured "

@@ -12,6 +12,7 @@ dh-ddl's ratios to native and dask-pool against the issue's targets.
 """
 import json
 import math
+import os
 
 
 def read_jsonl(path):
@@ -122,10 +123,38 @@ def metrics(name, results, a, sysdir, wall, split):
             m["scheduler_overhead_us_p95"] = pct(dec, 95)
     if name.startswith("dh-"):
         m["late"] = late_causes(results)
+    m.update(ceiling(m, results, sysdir, len(os.sched_getaffinity(0))))
     m["per_rank_wait"] = {str(r): [(s["step"], s["wait_ms"]) for s in recs
                                    if s["rank"] == r]
                           for r in range(a.ranks)}
     return m
+
+
+def ceiling(m, results, sysdir, cores):
+    """The run's physical limit and the system's share of it (issue 21):
+    the lower of the CPU decode capacity - cores / the decode CPU a sample
+    took in this run (the account's decode seconds over every sample the
+    ranks took, warm-up included) - and the GPU window's rate (the samples
+    of a step over its mean window).  And the CPU account itself."""
+    try:
+        acct = json.loads((sysdir / "cpu.json").read_text())
+    except (OSError, ValueError):
+        acct = None
+    taken = sum(s["samples"] for r in results for s in r["steps"])
+    steps = m["measured_steps"]
+    win = m["window_ms_mean"]
+    gpu = m["samples"] / steps / (win / 1e3) if steps and win > 0 else None
+    dec = acct.get("decode") if acct else None
+    cpu_ms = 1e3 * dec / taken if dec and taken else None
+    cpu = cores / (cpu_ms / 1e3) if cpu_ms else None
+    bounds = [(v, k) for v, k in ((cpu, "cpu"), (gpu, "gpu")) if v]
+    top, bound = min(bounds) if bounds else (None, None)
+    return {"cpu_account": acct, "cores": cores,
+            "decode_cpu_ms_per_sample": cpu_ms,
+            "cpu_rate_samples_per_s": cpu,
+            "window_rate_samples_per_s": gpu,
+            "ceiling_samples_per_s": top, "ceiling_bound": bound,
+            "ceiling_share": ratio(m["throughput_samples_per_s"], top)}
 
 
 def ratio(x, y):

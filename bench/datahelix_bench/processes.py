@@ -164,9 +164,19 @@ class Services:
             self.coord = None
 
 
+def sample_cpu(acct, seen):
+    """One reading of the run's threads: everything below this process,
+    and the ranks' children that outlived them (reparented)."""
+    acct.sample(set(descendants(os.getpid())) |
+                {p for p, cmd in seen.items() if cmdline(p) == cmd})
+
+
 def run_system(name, a, data, sysdir, split):
     """Runs one system's ranks; returns ([rank results], error or None,
-    wall seconds)."""
+    wall seconds).  Writes the run's CPU account (cpuacct.py) to
+    SYSDIR/cpu.json."""
+    from .cpuacct import CpuAccount
+    acct = CpuAccount()
     sysdir.mkdir(parents=True, exist_ok=True)
     for f in sysdir.iterdir():
         if f.is_file():
@@ -194,6 +204,7 @@ def run_system(name, a, data, sysdir, split):
             policy = ABLATIONS[name[3:]]["policy"]
             cfg["coordinator"] = svc.coordinator(
                 a, policy, sysdir / "coordinator.jsonl")
+            acct.note(svc.coord.pid, "coordinator")
         if name == "dask-pool":
             cfg["dask"] = svc.dask(sum(split))
         cpath = sysdir / "config.json"
@@ -210,12 +221,15 @@ def run_system(name, a, data, sysdir, split):
                 [sys.executable, "-m", "datahelix_bench.rank", str(cpath)], env=dict(env, RANK=str(r)),
                 stdin=subprocess.DEVNULL, stdout=lf, stderr=lf,
                 start_new_session=True))
+            acct.note(procs[-1].pid, "client")
         limit = a.timeout or (180 + 20 * (a.warmup + a.steps))
-        err = wait_ranks(procs, t_start + limit, limit, sysdir, seen, name)
+        err = wait_ranks(procs, t_start + limit, limit, sysdir, seen, name,
+                         acct)
     except Exception as e:  # noqa: BLE001 - reported per system
         err = f"{type(e).__name__}: {e}"
     finally:
         note_descendants(procs, seen)
+        sample_cpu(acct, seen)  # the last reading before anything ends
         kill_pids([p.pid for p in procs if p.poll() is None])
         # Children the ranks started (DataLoader workers, DataServers) that
         # outlived them: by pid, if still the same process.
@@ -232,6 +246,7 @@ def run_system(name, a, data, sysdir, split):
         kill_pids(descendants(os.getpid()))
         for lf in logs:
             lf.close()
+        (sysdir / "cpu.json").write_text(json.dumps(acct.result()))
     wall = time.monotonic() - t_start
     results = []
     if err is None:
@@ -261,11 +276,14 @@ def progress_period():
     return v if v > 0 else None
 
 
-def wait_ranks(procs, deadline, limit, sysdir, seen, name="system"):
+def wait_ranks(procs, deadline, limit, sysdir, seen, name="system",
+               acct=None):
     """None when every rank exited 0 in time; else why not.  A line on
-    stderr every progress_period() seconds says it is alive."""
+    stderr every progress_period() seconds says it is alive; `acct` (a
+    cpuacct.CpuAccount) reads the run's threads every SAMPLE_S."""
+    from .cpuacct import SAMPLE_S
     failed_at = None
-    next_scan = 0.0
+    next_scan = next_cpu = 0.0
     period = progress_period()
     t_start = time.monotonic()
     next_note = t_start + period if period else None
@@ -279,6 +297,9 @@ def wait_ranks(procs, deadline, limit, sysdir, seen, name="system"):
         if time.monotonic() >= next_scan:
             note_descendants(procs, seen)
             next_scan = time.monotonic() + 1.0
+        if acct is not None and time.monotonic() >= next_cpu:
+            sample_cpu(acct, seen)
+            next_cpu = time.monotonic() + SAMPLE_S
         codes = [p.poll() for p in procs]
         if all(c == 0 for c in codes):
             return None

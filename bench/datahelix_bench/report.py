@@ -38,6 +38,32 @@ def table(systems, a):
     return "\n".join(lines)
 
 
+def ceiling_table(systems, a):
+    """Each system's ceiling and share, and where its CPU went."""
+    from .cpuacct import KINDS
+    lines = ["| system | samples/s | ceiling (bound) | share | decode CPU "
+             "ms / sample | " + " | ".join(f"{k} s" for k in KINDS) +
+             " | sum s | getrusage s | outside the run s |",
+             "|---|---:|---:|---:|---:|" + "---:|" * (len(KINDS) + 3)]
+    for name in a.systems:
+        m = systems.get(name, {})
+        if m.get("status") != "ok":
+            continue
+        acct = m.get("cpu_account") or {}
+        top = m.get("ceiling_samples_per_s")
+        share = m.get("ceiling_share")
+        lines.append(
+            f"| {name} | {m['throughput_samples_per_s']:.2f} | "
+            f"{fmt(top, '.2f')} ({m.get('ceiling_bound') or 'n/a'}) | "
+            f"{fmt(None if share is None else 100 * share, '.0f')} % | "
+            f"{fmt(m.get('decode_cpu_ms_per_sample'), '.1f')} | " +
+            " | ".join(fmt(acct.get(k), '.1f') for k in KINDS) +
+            f" | {fmt(acct.get('total_s'), '.1f')} | "
+            f"{fmt(acct.get('usage_total_s'), '.1f')} | "
+            f"{fmt(acct.get('outside_run_s'), '.1f')} |")
+    return "\n".join(lines)
+
+
 def comparison_text(comp):
     out = []
     for key, c in comp.items():

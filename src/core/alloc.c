@@ -14,6 +14,7 @@
 
 static atomic_long fail_countdown = -1;
 static atomic_long fail_count = 0;
+static atomic_long armed_at = -1; /* the countdown's start */
 
 static int should_fail(void)
 {
@@ -81,7 +82,15 @@ void dh__alloc_init(void)
 void dh__alloc_fail_after(long n)
 {
     atomic_store(&fail_count, 0);
+    atomic_store(&armed_at, n);
     atomic_store(&fail_countdown, n);
+}
+
+long dh__alloc_count(void)
+{
+    long left = atomic_load(&fail_countdown), at = atomic_load(&armed_at);
+
+    return at < 0 || left < 0 ? -1 : at - left;
 }
 
 void dh__alloc_fail_reset(void)

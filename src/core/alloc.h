@@ -31,5 +31,9 @@ void dh__alloc_fail_after(long n);
 void dh__alloc_fail_reset(void);
 /* Number of allocations refused since the last reset. */
 long dh__alloc_failures(void);
+/* Test hook: allocations made since dh__alloc_fail_after() (arm it with a
+ * large n to count without failing: tests that a path allocates nothing
+ * per sample); -1 when not armed.  jansson's count too, FFmpeg's do not. */
+long dh__alloc_count(void);
 
 #endif

@@ -72,8 +72,11 @@ struct dh_media {
     struct dh_media_plan sel_plan; /* the plan idx[] was made for */
     int selected;
 
-    /* the open file */
+    /* the open file; name points into name_buf (kept across files, grown
+     * only for a longer name: no allocation per file in steady state) */
     char *name;
+    char *name_buf;
+    size_t name_cap;
     AVFormatContext *fc;
     AVIOContext *avio;
     struct dh__mem_src mem;

@@ -84,6 +84,7 @@ void dh_media_destroy(struct dh_media *m)
     dh__free(m->pts);
     dh__free(m->key_idx);
     dh__free(m->key_seek);
+    dh__free(m->name_buf);
     dh__free(m);
 }
 
@@ -104,8 +105,7 @@ void dh_media_close(struct dh_media *m)
         av_frame_unref(m->hold);
     avcodec_free_context(&m->cc);
     close_input(m);
-    dh__free(m->name);
-    m->name = NULL;
+    m->name = NULL; /* name_buf stays for the next file */
     m->stream = -1;
     m->selected = 0;
     m->n = m->nkey = 0;
@@ -510,6 +510,24 @@ static int open_common(struct dh_media *m, struct dh_err *e)
     return 0;
 }
 
+/* m->name = a copy of s in the kept buffer; DH_ENOMEM. */
+static int set_name(struct dh_media *m, const char *s)
+{
+    size_t n = strlen(s) + 1;
+
+    if (n > m->name_cap) {
+        char *p = dh__realloc(m->name_buf, n);
+
+        if (!p)
+            return DH_ENOMEM;
+        m->name_buf = p;
+        m->name_cap = n;
+    }
+    memmove(m->name_buf, s, n); /* s may be the old name */
+    m->name = m->name_buf;
+    return 0;
+}
+
 static int open_path(struct dh_media *m, const char *path, struct dh_err *e)
 {
     struct stat st;
@@ -522,8 +540,7 @@ static int open_path(struct dh_media *m, const char *path, struct dh_err *e)
         return dh_err_set(e, DH_EINVAL, "%s: not a regular file", path);
     if (st.st_size == 0)
         return dh_err_set(e, DH_EMEDIA, "%s: empty file", path);
-    m->name = dh__strdup(path);
-    if (!m->name)
+    if (set_name(m, path))
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", path);
     return open_common(m, e);
 }
@@ -546,8 +563,7 @@ int dh_media_open_mem(struct dh_media *m, const void *data, size_t len,
         return dh_err_set(e, DH_EMEDIA, "%s: empty input", name);
     m->mem.data = data;
     m->mem.len = len;
-    m->name = dh__strdup(name);
-    if (!m->name)
+    if (set_name(m, name))
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", name);
     return open_common(m, e);
 }

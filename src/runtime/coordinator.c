@@ -109,6 +109,30 @@ int dh__co_send(struct dh_coordinator *c, const struct co_peer *to,
     return rc;
 }
 
+int dh__co_forward(struct dh_coordinator *c, const struct co_peer *to,
+                   const struct dh_wire_msg *m)
+{
+    struct dh_tp_from dst;
+    struct dh_err e;
+    int rc;
+
+    if (!c->cur_raw || m != &c->in)
+        return dh__co_send(c, to, m);
+    dst.id_len = to->len;
+    memcpy(dst.id, to->id, to->len);
+    rc = dh__tp_send_frame(c->sock, &dst, c->cur_raw, &e);
+    if (rc < 0)
+        CO_INC(c, send_failures);
+    if (rc < 0 && !c->quiet) {
+        char who[128];
+
+        dh__co_peer_name(NULL, to, who, sizeof(who));
+        dh__co_logf(c, "coordinator: cannot send %s to %s: %s",
+                    dh_wire_type_name(c->in.type), who, e.msg);
+    }
+    return rc;
+}
+
 static void send_refusal(struct dh_coordinator *c, const struct co_peer *to,
                          const char *why)
 {
@@ -549,7 +573,8 @@ static int recv_one(struct dh_coordinator *c, struct dh_err *e)
     struct dh_tp_from from;
     struct co_peer peer = {0};
     struct dh_err de;
-    int rc = dh__tp_recv(c->sock, &from, &c->in, NULL, &de);
+    zmq_msg_t raw;
+    int rc = dh__tp_recv_keep(c->sock, &from, &c->in, &raw, NULL, &de);
 
     if (rc == 0)
         return 0;
@@ -560,7 +585,11 @@ static int recv_one(struct dh_coordinator *c, struct dh_err *e)
     c->cur_addr = from.addr;
     /* The ZAP handler's user id: only an admin key's holder is the owner. */
     c->cur_admin = !strcmp(from.user, DH_ZAP_USER_ADMIN);
+    c->cur_raw = rc == 1 ? &raw : NULL;
     handle(c, &peer, rc, &de, dh__mono_ms());
+    if (rc == 1)
+        zmq_msg_close(&raw);
+    c->cur_raw = NULL;
     return 1;
 }
 
@@ -650,6 +679,10 @@ int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
         if (c->drain_again) /* ranks a drain could not reach go first */
             dh__co_drain(c, dh__mono_ms());
         dh__co_mx_tick(c, dh__mono_ms());
+        if (c->tel_dirty) { /* the turn's lines in one write */
+            fflush(c->telemetry);
+            c->tel_dirty = 0;
+        }
         if (c->exit_unused_ms > 0 && unused_for_long(c, dh__mono_ms())) {
             dh__log(DH_LOG_INFO,
                     "coordinator: no local dataserver "

@@ -91,6 +91,7 @@ struct dh_coordinator {
     int keyed;              /* 1: auth holds a key: CURVE */
     char endpoint[DH_WIRE_MAX_ADDR + 1];
     FILE *telemetry;
+    int tel_dirty; /* lines buffered since the loop turn's flush */
     int hb_timeout_ms, queue_per_worker;
     int exit_unused_ms;       /* see dh_coordinator_opts */
     int had_local;            /* a local server registered at some time */
@@ -134,6 +135,9 @@ struct dh_coordinator {
      * the owner's own process stops the Coordinator through
      * dh_coordinator_run()'s stop flag (a signal). */
     int cur_admin;
+    /* The Envelope frame `in` was decoded from, while it is handled (NULL
+     * when fed): a notice passes on to its client as these bytes. */
+    zmq_msg_t *cur_raw;
     struct dh_wire_msg in, out;
     struct co_metrics *mx; /* NULL: no metrics (metrics_interval_ms 0) */
 
@@ -161,6 +165,11 @@ void dh__co_tick(struct dh_coordinator *c, uint64_t now);
  * (counted in send_failures and logged). */
 int dh__co_send(struct dh_coordinator *c, const struct co_peer *to,
                 const struct dh_wire_msg *m);
+/* Passes `m` on to `to`: when it is the message being handled (c->in),
+ * as it came - its received frame, neither encoded again nor copied;
+ * else (or fed, no frame kept) encoded.  As dh__co_send() otherwise. */
+int dh__co_forward(struct dh_coordinator *c, const struct co_peer *to,
+                   const struct dh_wire_msg *m);
 /* Counts one malformed message from `from` and logs it on one line. */
 void dh__co_malformed(struct dh_coordinator *c, const struct co_peer *from,
                       const char *fmt, ...) DH_PRINTF(3, 4);

@@ -215,7 +215,10 @@ static int32_t wire_id_of(const struct dh_coordinator *c, int32_t slot)
 }
 
 /* One line per decision (DESIGN 4.4), servers named by their wire ids; a
- * task waiting under backpressure is recorded once, not at every retry. */
+ * task waiting under backpressure is recorded once, not at every retry.
+ * Buffered: the loop flushes once per turn (dh_coordinator_run()), one
+ * write for a burst of decisions instead of one per decision (issue 21:
+ * the flush was most of the telemetry's cost on the loop). */
 static void telemetry(struct dh_coordinator *c, struct co_task *t,
                       const struct dh_place_decision *d, double us)
 {
@@ -232,8 +235,9 @@ static void telemetry(struct dh_coordinator *c, struct co_task *t,
     n = dh_place_decision_format(&w, (int64_t)t->req.task.id, us, line,
                                  sizeof(line));
     if (n < sizeof(line)) {
-        fprintf(c->telemetry, "%s\n", line);
-        fflush(c->telemetry);
+        line[n] = '\n';
+        fwrite(line, 1, n + 1, c->telemetry);
+        c->tel_dirty = 1;
     }
 }
 
@@ -711,7 +715,10 @@ void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
         return;
     }
     CO_SET(c, inflight, dh_inflight_count(c->inflight));
-    (void)dh__co_send(c, &t->client, m);
+    /* The notice goes to the client as the server sent it: nothing in it
+     * changes on the way, so its bytes are not encoded again (the
+     * decode above stays: authorization and first-result-wins need it). */
+    (void)dh__co_forward(c, &t->client, m);
     CO_INC(c, results);
     dh__co_mx_done(c, t, m, now);
     complete_task(c, t, now, is_result ? m->u.result.service_ms : 0);

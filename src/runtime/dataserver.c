@@ -19,11 +19,14 @@
  *     back into this file but through that function pointer.
  *   - Each turn: zmq_poll() for at most DS_POLL_MS over the Coordinator
  *     socket, the client link, the payload socket (local --listen, unless
- *     a payload waits for space) and the executor's descriptors; then
+ *     a payload waits for space) and the executor's descriptors (the
+ *     decode pool's completion eventfd, the Python workers' sockets); then
  *     control messages, payloads, the executor's drain() (completions,
- *     which need not wake the poll, retries, watchdogs), and a heartbeat
- *     when one is due.  Local and remote run the same loop; only the
- *     executor differs.
+ *     retries, watchdogs), and a heartbeat when one is due.  A completion
+ *     wakes the poll at once; the DS_POLL_MS tick is only for what no
+ *     descriptor signals (retries, watchdogs, a payload waiting for arena
+ *     space, the heartbeat).  Local and remote run the same loop; only
+ *     the executor differs.
  *   - Invariants: a job is in the table from admission until its
  *     completion is reported, so a request is admitted or answered at
  *     once, never dropped; every slot reference is with exactly one part

@@ -50,6 +50,8 @@
 #include "datahelix/workers.h"
 #include "runtime/transport.h"
 
+/* The loop's tick for what no descriptor signals (retries, watchdogs, a
+ * payload waiting for space, heartbeats); completions wake it at once. */
 #define DS_POLL_MS 5
 #define DS_QUEUE_PER_THREAD 4
 #define DS_N_SENT ((int)DH_ARENA_MAX_SLOTS + 1)

@@ -8,8 +8,9 @@
  * task id comes back; drain() turns each completion into a RESULT (dims
  * [B,T,H,W,3] for THWC, [B,T,3,H,W] for TCHW, the plan's dtype and layout,
  * the valid frames, the decode time) or an ERROR naming the failed sample
- * (quarantined by the core: a sample's own failure).  Completions do not
- * wake the loop's poll; it looks every DS_POLL_MS.
+ * (quarantined by the core: a sample's own failure).  Completions wake
+ * the loop's poll through the pool's eventfd (dh_workers_fd()), so a
+ * decode's end is noticed at once, not on the loop's DS_POLL_MS tick.
  *
  * Locking: none; the pool's own threads are behind workers.h.
  */
@@ -220,10 +221,12 @@ static void pool_drain(struct ds_exec *x)
 
 static int pool_pollitems(struct ds_exec *x, zmq_pollitem_t *it, int cap)
 {
-    (void)x;
-    (void)it;
-    (void)cap;
-    return 0; /* completions do not wake the poll */
+    struct ds_pool *p = (struct ds_pool *)x;
+
+    if (cap < 1)
+        return 0; /* the loop's bounded tick still drains it */
+    it[0] = (zmq_pollitem_t){.fd = dh_workers_fd(p->w), .events = ZMQ_POLLIN};
+    return 1;
 }
 
 static void pool_load(struct ds_exec *x, uint64_t *queued, uint64_t *busy)

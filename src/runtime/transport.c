@@ -442,24 +442,53 @@ int dh__tp_decode(const zmq_msg_t *f, struct dh_wire_msg *m, struct dh_err *e)
     return dh_wire_decode(zmq_msg_data(mf), zmq_msg_size(mf), m, e);
 }
 
+int dh__tp_recv_keep(void *sock, struct dh_tp_from *from, struct dh_wire_msg *m,
+                     zmq_msg_t *raw, const char *peer, struct dh_err *e)
+{
+    int n, extra, rc;
+
+    dh_wire_msg_init(m, DH_WIRE_NONE);
+    zmq_msg_init(raw); /* recv_frames() may keep no frame in it */
+    rc = recv_frames(sock, from, raw, 1, &n, &extra, peer, e);
+    if (rc <= 0) {
+        zmq_msg_close(raw);
+        return rc;
+    }
+    if (n != 1 || extra > 0)
+        rc = dh_err_set(e, DH_EPROTO, "%d frames, expected one envelope",
+                        n + extra);
+    else if ((rc = dh__tp_decode(raw, m, e)) == 0)
+        return 1;
+    else if (rc != DH_ENOMEM) /* the peer's fault, whatever the codec said */
+        rc = e ? (e->code = DH_EPROTO) : DH_EPROTO;
+    zmq_msg_close(raw); /* n is 0 or 1: *raw is initialised either way */
+    return rc;
+}
+
 int dh__tp_recv(void *sock, struct dh_tp_from *from, struct dh_wire_msg *m,
                 const char *peer, struct dh_err *e)
 {
     zmq_msg_t f;
-    int n, extra, rc;
+    int rc = dh__tp_recv_keep(sock, from, m, &f, peer, e);
 
-    dh_wire_msg_init(m, DH_WIRE_NONE);
-    rc = recv_frames(sock, from, &f, 1, &n, &extra, peer, e);
-    if (rc <= 0)
-        return rc;
-    if (n != 1 || extra > 0)
-        rc = dh_err_set(e, DH_EPROTO, "%d frames, expected one envelope",
-                        n + extra);
-    else if ((rc = dh__tp_decode(&f, m, e)) == 0)
-        rc = 1;
-    else if (rc != DH_ENOMEM) /* the peer's fault, whatever the codec said */
-        rc = e ? (e->code = DH_EPROTO) : DH_EPROTO;
-    dh__tp_frames_close(&f, n);
+    if (rc == 1)
+        zmq_msg_close(&f);
+    return rc;
+}
+
+int dh__tp_send_frame(void *sock, const struct dh_tp_from *to, zmq_msg_t *raw,
+                      struct dh_err *e)
+{
+    zmq_msg_t out;
+    int rc = 0;
+
+    zmq_msg_init(&out);
+    if (zmq_msg_copy(&out, raw) < 0 ||
+        (to &&
+         zmq_send(sock, to->id, to->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) ||
+        zmq_msg_send(&out, sock, ZMQ_DONTWAIT) < 0)
+        rc = dh_err_set(e, DH_EIO, "%s", zmq_strerror(zmq_errno()));
+    zmq_msg_close(&out); /* a no-op once sent */
     return rc;
 }
 

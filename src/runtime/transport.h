@@ -153,6 +153,18 @@ int dh__tp_decode(const zmq_msg_t *f, struct dh_wire_msg *m,
  */
 int dh__tp_recv(void *sock, struct dh_tp_from *from, struct dh_wire_msg *m,
                 const char *peer, struct dh_err *e) DH_MUST_CHECK;
+/* dh__tp_recv() that, on 1, also leaves the received Envelope frame in
+ * *raw (initialised here; the caller closes it with zmq_msg_close()), for
+ * a relay that passes the message on as it came (dh__tp_send_frame()).
+ * On any other result *raw is closed already. */
+int dh__tp_recv_keep(void *sock, struct dh_tp_from *from, struct dh_wire_msg *m,
+                     zmq_msg_t *raw, const char *peer,
+                     struct dh_err *e) DH_MUST_CHECK;
+/* Sends the frame *raw (kept by dh__tp_recv_keep(), still the caller's:
+ * ZeroMQ shares its buffer, nothing is copied or encoded) to `to` (NULL on
+ * a socket without routing ids) without blocking.  0 or DH_EIO. */
+int dh__tp_send_frame(void *sock, const struct dh_tp_from *to, zmq_msg_t *raw,
+                      struct dh_err *e) DH_MUST_CHECK;
 
 /* 1 if a dh__tp_recv() result means a bad message was dropped (the caller
  * counts it and keeps serving), not a socket failure. */

@@ -149,6 +149,30 @@ def test_tiny_run_reports_the_paper_metrics_and_leaves_nothing(tmp_path):
         assert m["input_wait_p95_ms"] >= 0
         assert m["measured_steps"] == 3 and m["samples"] == 2 * 2 * 3
         assert m["cross_ds_gb_per_100_steps"] == 0  # local only
+        # The ceiling and the share of it (issue 21 item 1) ...
+        assert m["ceiling_bound"] in ("cpu", "gpu"), (name, m)
+        assert m["ceiling_samples_per_s"] == min(
+            v for v in (m["cpu_rate_samples_per_s"],
+                        m["window_rate_samples_per_s"]) if v)
+        assert 0 < m["ceiling_share"] <= 1.5, (name, m["ceiling_share"])
+        assert m["decode_cpu_ms_per_sample"] > 0
+        assert m["cores"] >= 1
+        # ... and where the CPU went: each kind's seconds, summing to the
+        # total the run's getrusage() measured apart (less the last
+        # half-second of each thread, which the sampling cannot see).
+        acct = m["cpu_account"]
+        kinds = ("decode", "dataserver_loop", "coordinator", "client",
+                 "harness", "other")
+        assert all(acct[k] >= 0 for k in kinds), acct
+        assert math.isclose(acct["total_s"], sum(acct[k] for k in kinds),
+                            abs_tol=0.01)
+        assert acct["decode"] > 0 and acct["client"] > 0, acct
+        assert 0.6 * acct["usage_total_s"] <= acct["total_s"] <= \
+            1.1 * acct["usage_total_s"] + 0.2, acct
+        assert acct["outside_run_s"] is None or acct["outside_run_s"] >= 0
+    for k in ("dataserver_loop", "coordinator"):
+        assert res["systems"]["native"]["cpu_account"][k] == 0
+        assert res["systems"]["dh-ddl"]["cpu_account"][k] > 0, k
     assert res["systems"]["native"]["scheduler_overhead_us"] is None
     dh = res["systems"]["dh-ddl"]
     assert dh["scheduler_overhead_us"] is not None
@@ -219,6 +243,68 @@ def bench_live(module):
     if str(BENCH) not in sys.path:
         sys.path.insert(0, str(BENCH))
     return importlib.import_module(f"datahelix_bench.{module}")
+
+
+def test_ceiling_is_the_lower_of_cpu_capacity_and_gpu_window(tmp_path):
+    """2 cores, 1.0 s of decode CPU over the 100 samples the ranks took:
+    10 ms a sample, 200 samples/s of CPU capacity; 40 measured samples in
+    10 steps of a 100 ms window: 40 samples/s.  The GPU binds; 30
+    samples/s is 75 % of it.  Half the window, double the cores: 80 vs
+    400, still the GPU; a 10x decode cost: 20 samples/s, the CPU."""
+    metrics = bench_live("metrics")
+    (tmp_path / "cpu.json").write_text(json.dumps({"decode": 1.0}))
+    results = [{"steps": [{"samples": 5}] * 10} for _ in range(2)]
+    m = {"measured_steps": 10, "window_ms_mean": 100.0, "samples": 40,
+         "throughput_samples_per_s": 30.0}
+    c = metrics.ceiling(m, results, tmp_path, 2)
+    assert c["decode_cpu_ms_per_sample"] == pytest.approx(10.0)
+    assert c["cpu_rate_samples_per_s"] == pytest.approx(200.0)
+    assert c["window_rate_samples_per_s"] == pytest.approx(40.0)
+    assert c["ceiling_bound"] == "gpu"
+    assert c["ceiling_share"] == pytest.approx(0.75)
+    c = metrics.ceiling(dict(m, window_ms_mean=50.0), results, tmp_path, 4)
+    assert c["ceiling_samples_per_s"] == pytest.approx(80.0)
+    assert c["ceiling_bound"] == "gpu"
+    (tmp_path / "cpu.json").write_text(json.dumps({"decode": 10.0}))
+    c = metrics.ceiling(m, results, tmp_path, 2)
+    assert c["ceiling_bound"] == "cpu"
+    assert c["ceiling_samples_per_s"] == pytest.approx(20.0)
+    assert c["ceiling_share"] == pytest.approx(1.5)
+    (tmp_path / "cpu.json").unlink()  # no account: only the window
+    c = metrics.ceiling(m, results, tmp_path, 2)
+    assert c["ceiling_bound"] == "gpu" and c["decode_cpu_ms_per_sample"] \
+        is None
+
+
+def test_cpu_account_names_each_thread_kind(tmp_path):
+    """The account reads /proc: this process is the harness, a child it
+    notes as a rank is the client, a grandchild under that rank is a
+    loader worker (decode); each one's burnt CPU lands in its kind."""
+    cpuacct = bench_live("cpuacct")
+    acct = cpuacct.CpuAccount()
+    burn = ("import time\nt = time.process_time()\n"
+            "while time.process_time() - t < 0.3: pass\n")
+    code = (burn + "import subprocess, sys\n"
+            "p = subprocess.Popen([sys.executable, '-c', sys.argv[1]])\n"
+            "import time\ntime.sleep(1.0)\np.wait()\n")
+    rank = subprocess.Popen([sys.executable, "-c", code, burn + "import "
+                             "time\ntime.sleep(1.0)\n"])
+    acct.note(rank.pid, "client")
+    try:
+        end = time.monotonic() + 20
+        while rank.poll() is None and time.monotonic() < end:
+            procs = bench_live("processes")
+            acct.sample(procs.descendants(os.getpid()))
+            time.sleep(0.1)
+    finally:
+        if rank.poll() is None:
+            rank.kill()
+        rank.wait(timeout=10)
+    r = acct.result()
+    assert r["client"] >= 0.2, r
+    assert r["decode"] >= 0.2, r
+    assert r["coordinator"] == 0 and r["dataserver_loop"] == 0
+    assert r["usage_total_s"] >= r["client"]
 
 
 def test_handover_calibration_measures_the_payload_work():

@@ -4,8 +4,9 @@
  * client are DEALER sockets in the test speaking the wire codec.
  * Registration acks; a request placed on the requester's local server and
  * forwarded with the embedded request; its result forwarded to the client
- * exactly once; a duplicate from a second server released, not delivered;
- * a silent server declared dead and its task re-routed; backpressure
+ * exactly once, byte for byte as the server sent it; a duplicate from a
+ * second server released, not delivered; a silent server declared dead
+ * and its task re-routed; backpressure
  * queueing; malformed input counted while the loop keeps serving; Shutdown
  * from a peer refused, the stop flag ends run() promptly.  Every receive has a timeout. */
 #include "co_fixture.h"
@@ -47,6 +48,71 @@ static void routed_locally_result_once_duplicate_released(void **state)
     ASSERT_STAT(f, inflight, 0);
     zmq_close(a);
     zmq_close(b);
+    zmq_close(cl);
+    stop_and_free(f);
+}
+
+/* A result reaches the client as the server sent it: the same bytes, an
+ * extra field the codec does not know included (re-encoding the decoded
+ * notice would drop it), so the Coordinator forwards without encoding. */
+static void a_result_is_forwarded_as_sent(void **state)
+{
+    struct fx *f = start("deadline", 5000, 4);
+    void *a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
+    void *cl = client(f, 0);
+    uint64_t ids[2] = {100, 200};
+    uint8_t sent[512], got[512];
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    struct dh_wire_msg m;
+    struct dh_err e;
+    int n = -1;
+
+    (void)state;
+    request(cl, 0);
+    expect_route(a, 0, 1);
+    dh_wire_msg_init(&m, DH_WIRE_RESULT_NOTICE);
+    m.u.result.task = task(0);
+    m.u.result.server_id = 1;
+    m.u.result.arena_offset = 4096;
+    m.u.result.length = 64;
+    m.u.result.slot_generation = 7;
+    m.u.result.dims[0] = 64;
+    m.u.result.ndims = 1;
+    m.u.result.dtype = DH_DTYPE_U8;
+    assert_int_equal(
+        dh_wire_set_result_samples(&m.u.result, ids, NULL, 2, NULL), 0);
+    assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), 0);
+    dh_wire_msg_fini(&m);
+    assert_true(len + 2 <= sizeof(sent));
+    memcpy(sent, buf, len);
+    dh_wire_free(buf);
+    sent[len++] = 15 << 3; /* Envelope field 15 (unknown), varint */
+    sent[len++] = 42;
+    assert_int_equal(zmq_send(a, sent, len, 0), (int)len);
+    {
+        uint64_t end = now_ms() + WAIT_MS;
+
+        while (now_ms() < end) { /* the ack of the request comes first */
+            zmq_pollitem_t it = {.socket = cl, .events = ZMQ_POLLIN};
+
+            if (zmq_poll(&it, 1, (long)(end - now_ms())) <= 0)
+                break;
+            n = zmq_recv(cl, got, sizeof(got), ZMQ_DONTWAIT);
+            if (n < 0 || dh_wire_decode(got, (size_t)n, &m, NULL))
+                continue;
+            if (m.type == DH_WIRE_RESULT_NOTICE) {
+                dh_wire_msg_fini(&m);
+                break;
+            }
+            dh_wire_msg_fini(&m);
+            n = -1;
+        }
+    }
+    assert_int_equal(n, (int)len);
+    assert_memory_equal(got, sent, len);
+    ASSERT_STAT(f, results, 1);
+    zmq_close(a);
     zmq_close(cl);
     stop_and_free(f);
 }
@@ -223,6 +289,10 @@ static void silent_server_is_dead_and_task_rerouted(void **state)
         heartbeat(b, 2);
         expect_none(b, DH_WIRE_ROUTE); /* no delivery target: it waits */
     }
+    /* b's last heartbeat can be QUIET_MS old here, and the next one is
+     * another QUIET_MS away: without this one that is the whole 500 ms
+     * timeout, and b too could be declared dead (a race). */
+    heartbeat(b, 2);
     ASSERT_STAT(f, dead_servers, 1);
     ASSERT_STAT(f, pending, 1);
     expect_none(b, DH_WIRE_ROUTE);
@@ -761,6 +831,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(routed_locally_result_once_duplicate_released),
+        cmocka_unit_test(a_result_is_forwarded_as_sent),
         cmocka_unit_test(metrics_follow_the_loop),
         cmocka_unit_test(telemetry_has_one_line_per_decision),
         cmocka_unit_test(silent_server_is_dead_and_task_rerouted),

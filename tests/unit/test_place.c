@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -477,6 +478,59 @@ static void telemetry_record(void **state)
     dh_place_destroy(p);
 }
 
+/* The fixed-point line is the text printf's formats give: over random
+ * candidates (negative, zero, large ids and times; no value within 1e-4
+ * of a rounding tie, where the two may round apart) it equals the line
+ * "%.3f" writes, and its length is what it would need. */
+static void telemetry_line_equals_printf(void **state)
+{
+    uint64_t x = 88172645463325252ull;
+    char got[1024], want[1024];
+
+    (void)state;
+    for (int it = 0; it < 5000; it++) {
+        struct dh_place_decision d = {0};
+        double v[2 * DH_PLACE_TOP + 1];
+        int64_t task;
+        int n = 0;
+
+        for (int k = 0; k < 2 * DH_PLACE_TOP + 1; k++) {
+            static const double frac[4] = {0.2, 0.35, 0.65, 0.8};
+            uint64_t span = k % 3 ? 2000000001ull : 20001ull;
+            int64_t q;
+
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            q = (int64_t)(x % span) - (int64_t)(span / 2);
+            v[k] = ((double)q + (q < 0 ? -1 : 1) * frac[x >> 62]) / 1000.0;
+        }
+        task = (int64_t)(x >> 1) * (it % 2 ? 1 : -1);
+        d.ntop = it % (DH_PLACE_TOP + 1);
+        d.server = (int32_t)(it % 7) - 1;
+        d.reason = (enum dh_place_reason)(it % 5);
+        d.scored = it;
+        for (int32_t i = 0; i < d.ntop; i++)
+            d.top[i] = (struct dh_place_cand){(int32_t)(x % 100000) - i,
+                                              v[2 * i], v[2 * i + 1]};
+        n += snprintf(want + n, sizeof(want) - (size_t)n,
+                      "{\"task\":%lld,\"candidates\":[", (long long)task);
+        for (int32_t i = 0; i < d.ntop; i++)
+            n += snprintf(want + n, sizeof(want) - (size_t)n,
+                          "%s{\"server\":%d,\"t_pred_ms\":%.3f,"
+                          "\"miss_ms\":%.3f}",
+                          i ? "," : "", (int)d.top[i].server,
+                          d.top[i].t_pred_ms, d.top[i].miss_ms);
+        n += snprintf(want + n, sizeof(want) - (size_t)n,
+                      "],\"chosen\":%d,\"reason\":\"%s\",\"scored\":%d,"
+                      "\"decide_us\":%.3f}",
+                      (int)d.server, dh_place_reason_name(d.reason),
+                      (int)d.scored, v[2 * DH_PLACE_TOP]);
+        assert_int_equal(dh_place_decision_format(&d, task, v[2 * DH_PLACE_TOP],
+                                                  got, sizeof(got)),
+                         (size_t)n);
+        assert_string_equal(got, want);
+    }
+}
+
 static void gpu_window_and_slack(void **state)
 {
     struct dh_window w;
@@ -562,6 +616,7 @@ int main(void)
         cmocka_unit_test(create_fails_cleanly),
         cmocka_unit_test(bad_input_is_rejected),
         cmocka_unit_test(telemetry_record),
+        cmocka_unit_test(telemetry_line_equals_printf),
         cmocka_unit_test(gpu_window_and_slack),
         cmocka_unit_test(request_from_descriptor),
     };

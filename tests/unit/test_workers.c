@@ -1,7 +1,8 @@
 /* test_workers.c - the DataServer worker pool: every job completes once with
  * the bytes an inline decode gives, errors name the sample and free the
  * slot, a held arena gives "arena exhausted" instead of a hang, a full queue
- * times submit out, and destroy with queued jobs is prompt and leak-free. */
+ * times submit out, destroy with queued jobs is prompt and leak-free, and
+ * the completion descriptor is readable exactly while completions wait. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,10 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <time.h>
 
 #include <cmocka.h>
 
+#include "core/alloc.h"
 #include "datahelix/batch.h"
 #include "datahelix/gendata.h"
 #include "datahelix/index.h"
@@ -345,6 +348,118 @@ static void destroy_with_many_queued_is_prompt(void **state)
     dh_arena_destroy(a);
 }
 
+/* Runs `jobs` jobs of n samples each through w, one at a time, and
+ * returns the library allocations they made (dh__alloc_count()). */
+static long allocs_for(struct dh_workers *w, struct dh_arena *a,
+                       const struct dh_media_plan *p, uint32_t n, int jobs)
+{
+    uint64_t ids[3] = {0, 1, 2};
+    struct dh_err e;
+    long count;
+
+    dh__alloc_fail_after(1L << 40); /* counts; never fails */
+    for (int i = 0; i < jobs; i++) {
+        struct dh_work j = job_of(50 + (uint64_t)i, 0, ids, n, p, 5000);
+        struct dh_work_done d;
+
+        if (dh_workers_submit(w, &j, 10000, &e))
+            fail_msg("submit: %s", e.msg);
+        assert_int_equal(dh_workers_wait(w, &d, 20000), 0);
+        if (d.code)
+            fail_msg("%s", d.msg);
+        assert_int_equal(dh_arena_release(a, &d.slot, &e), 0);
+        dh_work_done_fini(&d);
+    }
+    count = dh__alloc_count();
+    dh__alloc_fail_reset();
+    assert_int_equal(dh__alloc_failures(), 0);
+    return count;
+}
+
+/* Steady state (issue 21 item 2): a job's allocations are the job's own
+ * (its node and arrays, a fixed number), none per sample: jobs of 3
+ * samples allocate exactly what jobs of 1 do, the same every round. */
+static void no_allocation_per_sample(void **state)
+{
+    struct dh_media_plan p = small_plan();
+    struct dh_workers *w;
+    struct dh_arena *a;
+    struct dh_err e;
+    long one, three, again;
+
+    (void)state;
+    assert_int_equal(dh_arena_create(4u << 20, &a, &e), 0);
+    if (dh_workers_create(1, ix, a, 4, &w, &e))
+        fail_msg("create: %s", e.msg);
+    (void)allocs_for(w, a, &p, 3, 2); /* warm: tables grown, scaler made */
+    one = allocs_for(w, a, &p, 1, 4);
+    three = allocs_for(w, a, &p, 3, 4);
+    again = allocs_for(w, a, &p, 1, 4);
+    fprintf(stderr, "allocations per job: %ld (1 sample), %ld (3)\n", one / 4,
+            three / 4);
+    assert_true(one > 0 && one % 4 == 0);
+    assert_int_equal(three, one);
+    assert_int_equal(again, one);
+    dh_workers_destroy(w);
+    dh_arena_destroy(a);
+}
+
+static int fd_readable(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+
+    return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
+}
+
+/* dh_workers_fd(): quiet while nothing completed, readable once a
+ * completion is posted (a poll on it wakes, no period to wait out), still
+ * readable while one of two is left, quiet again once the last is taken. */
+static void completion_fd_wakes_and_resets(void **state)
+{
+    struct dh_media_plan p = small_plan();
+    uint64_t ids[2] = {0, 1};
+    struct dh_work_done d;
+    struct dh_workers *w;
+    struct dh_arena *a;
+    struct dh_err e;
+    int fd;
+
+    (void)state;
+    assert_int_equal(dh_arena_create(4u << 20, &a, &e), 0);
+    if (dh_workers_create(1, ix, a, 4, &w, &e))
+        fail_msg("create: %s", e.msg);
+    fd = dh_workers_fd(w);
+    assert_true(fd >= 0);
+    assert_false(fd_readable(fd, 0));
+    for (uint32_t i = 0; i < 2; i++) {
+        struct dh_work j = job_of(1 + i, 0, &ids[i], 1, &p, 5000);
+
+        if (dh_workers_submit(w, &j, 10000, &e))
+            fail_msg("submit: %s", e.msg);
+    }
+    assert_true(fd_readable(fd, 20000)); /* the first completion */
+    {
+        struct dh_workers_stats ws;
+        double end = now_ms() + 20000;
+
+        do /* both in: the one thread ran them in turn */
+            dh_workers_stats(w, &ws);
+        while (ws.pending < 2 && now_ms() < end);
+        assert_int_equal(ws.pending, 2);
+    }
+    assert_int_equal(dh_workers_wait(w, &d, 0), 0);
+    assert_int_equal(dh_arena_release(a, &d.slot, &e), 0);
+    dh_work_done_fini(&d);
+    assert_true(fd_readable(fd, 0)); /* one still waits */
+    assert_int_equal(dh_workers_wait(w, &d, 0), 0);
+    assert_int_equal(dh_arena_release(a, &d.slot, &e), 0);
+    dh_work_done_fini(&d);
+    assert_false(fd_readable(fd, 0)); /* reset with the last */
+    assert_int_equal(dh_workers_wait(w, &d, 0), DH_ETIMEOUT);
+    dh_workers_destroy(w);
+    dh_arena_destroy(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -354,6 +469,8 @@ int main(void)
         cmocka_unit_test(held_arena_gives_exhausted_not_hang),
         cmocka_unit_test(full_queue_times_out_and_destroy_is_prompt),
         cmocka_unit_test(destroy_with_many_queued_is_prompt),
+        cmocka_unit_test(completion_fd_wakes_and_resets),
+        cmocka_unit_test(no_allocation_per_sample),
     };
     return cmocka_run_group_tests(tests, setup, clip_fixture_teardown);
 }

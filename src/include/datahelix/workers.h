@@ -132,6 +132,15 @@ int dh_workers_submit(struct dh_workers *w, const struct dh_work *job,
 int dh_workers_wait(struct dh_workers *w, struct dh_work_done *out,
                     int timeout_ms) DH_MUST_CHECK;
 
+/*
+ * A descriptor to poll (POLLIN) for completions: readable while a
+ * completion may be waiting for dh_workers_wait(), reset by the
+ * dh_workers_wait() that takes the last one.  Owned by the pool (never
+ * read or close it); valid until dh_workers_destroy().  Lets a caller's
+ * event loop wake on a decode's end instead of polling on a period.
+ */
+int dh_workers_fd(const struct dh_workers *w);
+
 /* A consistent snapshot of the counters. */
 void dh_workers_stats(struct dh_workers *w, struct dh_workers_stats *out);
 
