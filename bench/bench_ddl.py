@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""`make bench-ddl`: datahelix.DistributedDataLoader against
+torch.utils.data.DataLoader, the same dataset and num_workers, one run
+(issue 16 item 5; docs/benchmarks.md "DistributedDataLoader").
+
+The dataset: --samples images (uint8 3 x --side x --side, made from the
+index) whose __getitem__ also spins --work-ms of CPU (a decode's stand-in).
+Per loader, fresh each time (--repeats, medians reported):
+  first batch   constructor + iter() + the first next(), split into
+                iter() (ours: pickle the dataset, write the index, start
+                the Coordinator and the DataServer) and the first next()
+                (ours: the DataServer's Python workers start, import torch
+                and unpickle the dataset; torch: fork its workers)
+  steady        samples/s over the rest of the first epoch
+  warm epoch 2  the second epoch's first batch, persistent_workers=True
+                (ours: the workers stay up whatever it says)
+Also: `python3 -c "import torch"` alone (what every worker of ours pays at
+start, and torch's forked workers do not).
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+
+import datahelix  # noqa: E402
+from bench_ddl_data import Images  # noqa: E402
+
+
+def one(cls, a):
+    ds = Images(a.samples, a.side, a.work_ms)
+    kw = dict(batch_size=a.batch_size, num_workers=a.workers,
+              persistent_workers=True, timeout=120)
+    t0 = time.perf_counter()
+    loader = cls(ds, **kw)
+    it = iter(loader)
+    t1 = time.perf_counter()
+    first = next(it)
+    t2 = time.perf_counter()
+    n = len(first)
+    for b in it:
+        n += len(b)
+    t3 = time.perf_counter()
+    it = iter(loader)
+    next(it)
+    t4 = time.perf_counter()
+    for _ in it:
+        pass
+    if hasattr(loader, "close"):
+        loader.close()
+    del loader, it, first
+    return {"iter_s": t1 - t0, "first_next_s": t2 - t1,
+            "first_batch_s": t2 - t0,
+            "steady_sps": (n - a.batch_size) / (t3 - t2),
+            "warm_first_s": t4 - t3}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bin", default=None)
+    p.add_argument("--samples", type=int, default=512)
+    p.add_argument("--side", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--work-ms", type=float, default=1.0)
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args()
+    if a.bin:
+        os.environ["DATAHELIX_BIN"] = os.path.abspath(a.bin)
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    imp = time.perf_counter() - t
+    print(f"dataset: {a.samples} samples uint8 3x{a.side}x{a.side}, "
+          f"{a.work_ms} ms CPU each; batch {a.batch_size}, num_workers "
+          f"{a.workers}; medians of {a.repeats} runs, interleaved")
+    print(f"python3 -c 'import torch': {imp:.2f} s")
+    res = {"torch": [], "datahelix": []}
+    for _ in range(a.repeats):
+        res["torch"].append(one(torch.utils.data.DataLoader, a))
+        res["datahelix"].append(one(datahelix.DistributedDataLoader, a))
+    med = {k: {f: statistics.median(r[f] for r in v) for f in v[0]}
+           for k, v in res.items()}
+    print(f"{'':12}{'iter()':>9}{'1st next':>10}{'1st batch':>11}"
+          f"{'steady/s':>10}{'epoch2 1st':>12}")
+    for k, m in med.items():
+        print(f"{k:12}{m['iter_s']:9.3f}{m['first_next_s']:10.3f}"
+              f"{m['first_batch_s']:11.3f}{m['steady_sps']:10.0f}"
+              f"{m['warm_first_s']:12.3f}")
+    r = med["datahelix"]["first_batch_s"] / med["torch"]["first_batch_s"]
+    s = med["datahelix"]["steady_sps"] / med["torch"]["steady_sps"]
+    print(f"first batch: datahelix / torch = {r:.2f}x; steady samples/s: "
+          f"datahelix / torch = {s:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
