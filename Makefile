@@ -8,7 +8,7 @@ CMAKE_BUILD := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build
 
 .PHONY: all deps build build-asan test test-c test-asan test-py test-fuzz lint format \
         demo install uninstall deb bundle fuzz-build \
-        bench bench-all bench-probe bench-verify bench-index bench-decode bench-plan fuzz clean
+        bench bench-all bench-probe bench-verify bench-index bench-decode bench-plan bench-ddl fuzz clean
 
 all: build
 

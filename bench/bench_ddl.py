@@ -44,9 +44,9 @@ def one(cls, a):
     t1 = time.perf_counter()
     first = next(it)
     t2 = time.perf_counter()
-    n = len(first)
+    n = len(first[1])
     for b in it:
-        n += len(b)
+        n += len(b[1])
     t3 = time.perf_counter()
     it = iter(loader)
     next(it)
@@ -74,13 +74,23 @@ def main():
     a = p.parse_args()
     if a.bin:
         os.environ["DATAHELIX_BIN"] = os.path.abspath(a.bin)
-    t = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import torch"], check=True)
-    imp = time.perf_counter() - t
+    os.environ.setdefault("DATAHELIX_LOG", "warn")
+    imp = {}
+    for what, code in (("python3 alone", "pass"),
+                       ("+ import torch", "import torch"),
+                       ("+ datahelix's worker modules",
+                        "import torch, datahelix._worker, datahelix._slot, "
+                        "datahelix._C")):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(
+                           HERE, "..", "python")))
+        imp[what] = time.perf_counter() - t
     print(f"dataset: {a.samples} samples uint8 3x{a.side}x{a.side}, "
           f"{a.work_ms} ms CPU each; batch {a.batch_size}, num_workers "
           f"{a.workers}; medians of {a.repeats} runs, interleaved")
-    print(f"python3 -c 'import torch': {imp:.2f} s")
+    print("a fresh worker interpreter (what each of ours starts with): " +
+          ", ".join(f"{k} {v:.2f} s" for k, v in imp.items()))
     res = {"torch": [], "datahelix": []}
     for _ in range(a.repeats):
         res["torch"].append(one(torch.utils.data.DataLoader, a))

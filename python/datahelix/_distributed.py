@@ -429,6 +429,7 @@ class _StreamIter(_Iter):
             if self._ended[w]:
                 # given before its end came: the worker answers "end".
                 L._next_batch(self, stream=True)
+                L._ends += 1
                 continue
             try:
                 out = L._next_batch(self, stream=True)
@@ -440,6 +441,7 @@ class _StreamIter(_Iter):
             self._rr = (w + 1) % self._W
             if out["kind"] == "end":
                 self._ended[w] = True
+                L._ends += 1
                 continue
             if "state" in out:
                 self._states[w] = _plain(out["state"])
@@ -618,6 +620,7 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         self._resume_ship = None    # an IterableDataset's, for the workers
         self._iterations = 0
         self._passes = 0
+        self._ends = 0  # stream steps that were a worker's end, not a batch
         self._meter = Meter()
         self._IterableDataset_len_called = None
         self.__initialized = True
@@ -901,6 +904,8 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         if self._client is not None:
             s = self._client.stats()
             s["quarantine"] = self._client.quarantine()
+            # A stream's end travels as a step; it is no batch.
+            s["steps"] = s.get("steps", 0) - self._ends
             return s
         return dict(self._meter.last or {})
 
@@ -1001,6 +1006,7 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
             self._meter.last = self._client_stats()  # stats() after close
             self._client.close()
             self._client = None
+            self._ends = 0  # a new client counts from 0
         self._current = None
 
     def close(self):

@@ -351,6 +351,11 @@ def test_stats_has_the_dataloader_s_fields():
     assert not missing, missing
     assert s["steps"] == 4 and s["passes"] == 1
     assert s["epochs"][0]["steps"] == 4 and s["epochs"][0]["pass"] == 1
+    # A stream's ends are steps on the wire, not batches.
+    with _ours(sd.Uneven(2), batch_size=1, num_workers=3) as loader:
+        assert len(list(loader)) == 12
+        s = loader.stats()
+    assert s["steps"] == 12 and s["epochs"][0]["steps"] == 12, s
 
 
 RESUME = textwrap.dedent("""
@@ -416,3 +421,25 @@ def test_resume_after_kill_9_gives_the_same_stream(kind, tmp_path):
     assert _run(script, kind, rest, cut).wait(timeout=120) == 0
     tail = [json.loads(x)["b"] for x in rest.read_text().splitlines()]
     assert head + tail == want
+
+
+def test_a_stream_is_split_over_ranks_and_their_workers(coordinator):
+    """world 2 x 2 workers: get_worker_info() says 4 workers, rank r's
+    are r * 2 and r * 2 + 1, so the shards are disjoint and cover all."""
+    loaders = [_ours(sd.Stream(13), batch_size=None, rank=r, world_size=2,
+                     coordinator=coordinator) for r in range(2)]
+    try:
+        its = [iter(x) for x in loaders]
+        got = [[], []]
+        live = [0, 1]
+        while live:  # the ranks step together, as DDP's would
+            for r in list(live):
+                try:
+                    got[r].append(int(next(its[r])))
+                except StopIteration:
+                    live.remove(r)
+    finally:
+        for x in loaders:
+            x.close()
+    assert got[0] == rr([range(0, 13, 4), range(1, 13, 4)])
+    assert got[1] == rr([range(2, 13, 4), range(3, 13, 4)])
