@@ -621,6 +621,9 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         self._iterations = 0
         self._passes = 0
         self._ends = 0  # stream steps that were a worker's end, not a batch
+        self._addr = None
+        self._old_dirs = []
+        self._shipped = None  # the dataset file's bytes the workers have
         self._meter = Meter()
         self._IterableDataset_len_called = None
         self.__initialized = True
@@ -683,7 +686,23 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
                 s.set_epoch(self._epoch)
 
     def __iter__(self):
+        self._reship()
         return _StreamIter(self) if self._iterable else _Iter(self)
+
+    def _reship(self):
+        """As torch's workers, started again for each pass unless
+        persistent_workers, see the dataset as it is now: a dataset (or
+        collate_fn, worker_init_fn) changed since the workers took it -
+        one that grew between epochs - restarts them with the new one.
+        Persistent workers keep their copy, as torch's do."""
+        if self._client is None or self.persistent_workers:
+            return
+        try:
+            now = self._payload()
+        except TypeError:
+            return  # the next start says why
+        if now != self._shipped:
+            self._stop_client()
 
     # -- per iteration ------------------------------------------------------
 
@@ -967,10 +986,17 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         if self._client is not None:
             return
         try:
+            # A folder per start (the DataServer removes it once its client
+            # is gone); the Coordinator is set up once per loader.
+            if self._dir is not None:
+                self._old_dirs.append(self._dir)
             self._dir = tempfile.mkdtemp(prefix="datahelix-ds-")
-            ds = self._write_private("dataset.pkl", self._payload())
+            self._shipped = self._payload()
+            ds = self._write_private("dataset.pkl", self._shipped)
             index = self._index()
-            addr = self._coordinator_address()
+            if self._addr is None:
+                self._addr = self._coordinator_address()
+            addr = self._addr
             wt_ms = int(self.worker_timeout * 1000)
             args = ["--python-dataset", ds,
                     "--python-workers", str(max(1, self.num_workers)),
@@ -1019,6 +1045,10 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         if self._coord is not None:
             self._coord.stop()
             self._coord = None
+        for d in getattr(self, "_old_dirs", ()):
+            shutil.rmtree(d, ignore_errors=True)
+        self._old_dirs = []
+        self._addr = None
         for d in ("_dir", "_coord_dir"):
             if getattr(self, d, None) is not None:
                 shutil.rmtree(getattr(self, d), ignore_errors=True)

@@ -173,3 +173,25 @@ class Collections(Range):
 def init_mark(worker_id):
     wi = get_worker_info()
     wi.dataset.mark = 1000 + worker_id
+
+
+class Growing(Range):
+    """A map-style dataset the training loop extends between epochs."""
+
+    def grow(self, k):
+        self.n += k
+
+
+class KilledOnceStream(IterableDataset):
+    """range(n) split by worker; the worker reaching item `bad` kills
+    itself with SIGKILL the first time (`marker` says it did)."""
+
+    def __init__(self, n, bad, marker):
+        self.n, self.bad, self.marker = n, bad, str(marker)
+
+    def __iter__(self):
+        for i in shard(self.n):
+            if i == self.bad and not os.path.exists(self.marker):
+                open(self.marker, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+            yield i

@@ -443,3 +443,31 @@ def test_a_stream_is_split_over_ranks_and_their_workers(coordinator):
             x.close()
     assert got[0] == rr([range(0, 13, 4), range(1, 13, 4)])
     assert got[1] == rr([range(2, 13, 4), range(3, 13, 4)])
+
+
+def test_a_dataset_that_grows_between_epochs(make):
+    ds = sd.Growing(3)
+    loader = make(ds, batch_size=None)
+    assert [int(x) for x in loader] == [0, 1, 2]
+    ds.grow(2)  # non-persistent workers see the dataset as it is now
+    assert [int(x) for x in loader] == [0, 1, 2, 3, 4]
+
+
+def test_load_state_dict_on_a_running_loader():
+    with _ours(sd.Stream(10), batch_size=2) as loader:
+        it = iter(loader)
+        first = [next(it).tolist() for _ in range(2)]
+        st = loader.state_dict()
+        rest = [b.tolist() for b in it]
+        loader.load_state_dict(st)  # restarts its workers with the state
+        assert [b.tolist() for b in loader] == rest
+        assert first + rest == [[0, 2], [1, 3], [4, 6], [5, 7], [8], [9]]
+
+
+def test_a_stream_worker_killed_once_is_replayed_to_its_step(tmp_path):
+    marker = tmp_path / "killed"
+    with _ours(sd.KilledOnceStream(12, bad=7, marker=marker),
+               batch_size=2) as loader:
+        got = flat(loader)
+    assert marker.exists()  # it did die, at worker 1's third item
+    assert got == [[0, 2], [1, 3], [4, 6], [5, 7], [8, 10], [9, 11]]
