@@ -62,6 +62,7 @@ _SEQ_BITS, _WORKER_BITS = 32, 6
 _ITER_MASK = (1 << (63 - _SEQ_BITS - _WORKER_BITS)) - 1
 _STREAM_CHUNK_MAX = 1024
 _STATE_VERSION = 1
+_RECLAIM_S = 15.0  # a restarted client waits so long for its rank's claim
 _KILLED = re.compile(r"\(pid (\d+)\) was killed by signal \d+ \(([^)]*)\)")
 T_co = typing.TypeVar("T_co", covariant=True)
 
@@ -622,6 +623,7 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         self._passes = 0
         self._ends = 0  # stream steps that were a worker's end, not a batch
         self._addr = None
+        self._restarts = 0
         self._old_dirs = []
         self._shipped = None  # the dataset file's bytes the workers have
         self._meter = Meter()
@@ -689,13 +691,24 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         self._reship()
         return _StreamIter(self) if self._iterable else _Iter(self)
 
+    def start(self):
+        """Starts this loader's DataServer and its Python workers now
+        (they import torch and unpickle the dataset: seconds), so that
+        the first iter() finds them ready - call it before building the
+        model.  Optional: iter() starts them otherwise.  A dataset changed
+        between start() and the first iter() is shipped again then."""
+        self._ensure_client()
+        return self
+
     def _reship(self):
-        """As torch's workers, started again for each pass unless
-        persistent_workers, see the dataset as it is now: a dataset (or
-        collate_fn, worker_init_fn) changed since the workers took it -
-        one that grew between epochs - restarts them with the new one.
-        Persistent workers keep their copy, as torch's do."""
-        if self._client is None or self.persistent_workers:
+        """As torch's workers, started at the first iter() and again for
+        each pass unless persistent_workers, see the dataset as it is
+        then: a dataset (or collate_fn, worker_init_fn) changed since the
+        workers took it - one that grew between epochs - restarts them
+        with the new one.  Persistent workers keep the copy of their
+        first pass, as torch's do."""
+        if self._client is None or (self.persistent_workers and
+                                    self._passes > 0):
             return
         try:
             now = self._payload()
@@ -1007,13 +1020,29 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
                     "--python-unlink"]
             prefetch = self._prefetch()
             self._warm = False
-            self._client = _C.Client(
-                addr, index, rank=self.rank, world_size=self.world_size,
-                prefetch=prefetch, microbatches=1,
-                timeout_ms=self._timeout_ms(), workers=1, max_batch=1,
-                seed=self.seed & ((1 << 64) - 1), datahelix_bin=binary(),
-                arena_bytes=self.arena_mb << 20, dataserver_args=args,
-                keyfile=self._key.path)
+            restart = self._restarts > 0
+            self._restarts += 1
+            end = time.monotonic() + _RECLAIM_S
+            while True:
+                try:
+                    self._client = _C.Client(
+                        addr, index, rank=self.rank,
+                        world_size=self.world_size, prefetch=prefetch,
+                        microbatches=1, timeout_ms=self._timeout_ms(),
+                        workers=1, max_batch=1,
+                        seed=self.seed & ((1 << 64) - 1),
+                        datahelix_bin=binary(),
+                        arena_bytes=self.arena_mb << 20,
+                        dataserver_args=args, keyfile=self._key.path)
+                    break
+                except OSError as e:
+                    # A restart (a dataset shipped again, a resume): the
+                    # Coordinator may not have seen the old DataServer
+                    # leave yet, and holds the rank for it a moment.
+                    if not restart or "held by a live client" not in \
+                            str(e) or time.monotonic() >= end:
+                        raise
+                    time.sleep(0.05)
         except BaseException:
             self.close()
             raise

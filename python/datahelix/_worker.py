@@ -21,8 +21,8 @@ batches as torch's fetcher does, and writes the next one, or an "end"
 slot once its stream is exhausted (Stream).
 An exception of the dataset or collate_fn goes into the slot too, as text
 (type name, message, traceback); the rank re-raises it.  A batch holding a
-value the slot format cannot carry fails here, naming its place.  It ends at EOF on its socket, and with
-the server in any case (PR_SET_PDEATHSIG).
+value the slot format cannot carry fails here, naming its place.  It ends
+at EOF on its socket, and with the server in any case (PR_SET_PDEATHSIG).
 """
 import argparse
 import os

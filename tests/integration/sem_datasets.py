@@ -176,7 +176,11 @@ def init_mark(worker_id):
 
 
 class Growing(Range):
-    """A map-style dataset the training loop extends between epochs."""
+    """A map-style dataset the training loop extends between epochs;
+    sample i says the length of the copy that loaded it."""
+
+    def __getitem__(self, i):
+        return (i, self.n)
 
     def grow(self, k):
         self.n += k

@@ -448,9 +448,9 @@ def test_a_stream_is_split_over_ranks_and_their_workers(coordinator):
 def test_a_dataset_that_grows_between_epochs(make):
     ds = sd.Growing(3)
     loader = make(ds, batch_size=None)
-    assert [int(x) for x in loader] == [0, 1, 2]
+    assert [tuple(x) for x in loader] == [(i, 3) for i in range(3)]
     ds.grow(2)  # non-persistent workers see the dataset as it is now
-    assert [int(x) for x in loader] == [0, 1, 2, 3, 4]
+    assert [tuple(x) for x in loader] == [(i, 5) for i in range(5)]
 
 
 def test_load_state_dict_on_a_running_loader():
@@ -471,3 +471,13 @@ def test_a_stream_worker_killed_once_is_replayed_to_its_step(tmp_path):
         got = flat(loader)
     assert marker.exists()  # it did die, at worker 1's third item
     assert got == [[0, 2], [1, 3], [4, 6], [5, 7], [8, 10], [9, 11]]
+
+
+def test_start_warms_the_workers_and_iter_sees_the_dataset_as_it_is():
+    ds = sd.Growing(2)
+    with _ours(ds, batch_size=None, persistent_workers=True) as loader:
+        assert loader.start() is loader
+        ds.grow(1)  # after start(), before the first iter(): shipped again
+        assert [tuple(x) for x in loader] == [(i, 3) for i in range(3)]
+        ds.grow(1)  # persistent workers keep their first pass's copy
+        assert [tuple(x) for x in loader] == [(i, 3) for i in range(4)]
