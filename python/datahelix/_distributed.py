@@ -46,6 +46,7 @@ from ._ship import dataset_file_bytes  # noqa: F401 (_loader, _video)
 from ._C import ArenaExhausted, DataError, SampleError
 from ._C import TimeoutError as DataTimeoutError
 from ._jobkey import JobKey
+from ._log import LOGGER
 from ._services import (Closing, Coordinator, binary, claim_coordinator,
                         coordinator_address, loader_ordinal,
                         metrics_args, release_coordinator)
@@ -62,7 +63,8 @@ _SEQ_BITS, _WORKER_BITS = 32, 6
 _ITER_MASK = (1 << (63 - _SEQ_BITS - _WORKER_BITS)) - 1
 _STREAM_CHUNK_MAX = 1024
 _STATE_VERSION = 1
-_RECLAIM_S = 15.0  # a restarted client waits so long for its rank's claim
+_RECLAIM_S = 40.0  # a restarted client waits so long for its rank's claim
+# (a shared Coordinator's: its claim timeout is 30 s)
 _KILLED = re.compile(r"\(pid (\d+)\) was killed by signal \d+ \(([^)]*)\)")
 T_co = typing.TypeVar("T_co", covariant=True)
 
@@ -153,6 +155,48 @@ def _hybrid(exc_type):
         except TypeError:
             _hybrids[exc_type] = None
     return _hybrids[exc_type]
+
+
+_LOAD_FAILED = re.compile(r"cannot load the dataset: ([A-Za-z_][\w.]*): ")
+_load_hybrids = {}
+
+
+def _load_error(e):
+    """Workers that could not load the dataset (its unpickling or
+    worker_init_fn raised): as torch re-raises that exception's type at
+    next(), the DataError is also of that type when this process has it
+    (_error_type: builtins and imported modules, looked up, never
+    imported); else `e` itself."""
+    m = _LOAD_FAILED.search(str(e))
+    base = type(e)
+    if not m or base not in (DataError, SampleError):
+        return e
+    mod, _, name = m.group(1).rpartition(".")
+    cls = _error_type(mod or "builtins", name)
+    if cls is None or issubclass(cls, (DataError, StopIteration,
+                                       StopAsyncIteration, GeneratorExit)):
+        return e
+    if (base, cls) not in _load_hybrids:
+        try:
+            _load_hybrids[base, cls] = type(cls.__name__, (base, cls),
+                                            {"__module__": cls.__module__})
+        except TypeError:
+            _load_hybrids[base, cls] = None
+    h = _load_hybrids[base, cls]
+    if h is None:
+        return e
+    try:
+        out = h(str(e))
+    except Exception:
+        return e
+    for f in ("code", "sample_id", "path", "stage", "cause", "server",
+              "consumed", "epoch", "step", "rank"):
+        if hasattr(e, f):
+            try:
+                setattr(out, f, getattr(e, f))
+            except AttributeError:
+                pass
+    return out
 
 
 def _raise_worker_error(err, rank, epoch, step):
@@ -432,11 +476,13 @@ class _StreamIter(_Iter):
                 L._next_batch(self, stream=True)
                 L._ends += 1
                 continue
+            k = self._k
             try:
                 out = L._next_batch(self, stream=True)
             except BaseException:
-                self._cons[w] = seq + 1
-                self._rr = (w + 1) % self._W
+                if self._k > k:  # the step is consumed (its error raised)
+                    self._cons[w] = seq + 1
+                    self._rr = (w + 1) % self._W
                 raise
             self._cons[w] = seq + 1
             self._rr = (w + 1) % self._W
@@ -545,8 +591,12 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         if persistent_workers and num_workers == 0:
             raise ValueError("persistent_workers option needs num_workers "
                              "> 0")
+        pipe = isinstance(dataset, torch.utils.data.IterDataPipe)
+        if pipe and shuffle is not None:  # as torch: the pipe's shufflers
+            dataset = torch.utils.data.graph_settings.apply_shuffle_settings(
+                dataset, shuffle=shuffle)
         if iterable:
-            if shuffle not in (None, False):
+            if shuffle not in (None, False) and not pipe:
                 raise ValueError("DataLoader with IterableDataset: expected "
                                  "unspecified shuffle option, but got "
                                  f"shuffle={shuffle}")
@@ -755,11 +805,12 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
             self._warm = True
             if e.consumed:
                 it._k += 1
-            raise self._step_error(e, it, k) from None
+            raise _load_error(self._step_error(e, it, k)) from None
         except DataError as e:
             self._warm = True
+            e = _load_error(e)
             e.epoch, e.step, e.rank = it._epoch, k, self.rank
-            raise
+            raise e from None
         self._warm = True
         if b is None:  # cannot happen: steps are given before asked for
             raise DataError(f"rank {self.rank}: the client ended the epoch "
@@ -1022,7 +1073,10 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
             self._warm = False
             restart = self._restarts > 0
             self._restarts += 1
+            if restart:
+                self._renew_claim()
             end = time.monotonic() + _RECLAIM_S
+            said = False
             while True:
                 try:
                     self._client = _C.Client(
@@ -1042,7 +1096,16 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
                     if not restart or "held by a live client" not in \
                             str(e) or time.monotonic() >= end:
                         raise
-                    time.sleep(0.05)
+                    if not said:
+                        said = True
+                        LOGGER.warning(
+                            "datahelix: DistributedDataLoader rank %d: its "
+                            "workers restart (a dataset shipped again, a "
+                            "resume); the shared Coordinator %s holds the "
+                            "rank for its old client until that claim "
+                            "lapses (up to %.0f s)", self.rank, addr,
+                            _RECLAIM_S)
+                    time.sleep(0.1)
         except BaseException:
             self.close()
             raise
@@ -1055,6 +1118,19 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         started (metrics_listen=, as datahelix.DataLoader's); None
         otherwise."""
         return self._coord.metrics_address if self._coord else None
+
+    def _renew_claim(self):
+        """Before a new client of this rank: a private Coordinator this
+        loader started is started again (a new client draws a new rank
+        token, which the old one's claim would refuse for its 30 s); a
+        shared or given one is waited for (_ensure_client)."""
+        if self._coord is None or self._coord.shared:
+            return
+        self._coord.stop()
+        self._coord = None
+        self._coord = Coordinator(self._addr, "deadline", shared=False,
+                                  keyfile=self._key.path,
+                                  **self._metrics_args)
 
     def _stop_client(self):
         if getattr(self, "_client", None) is not None:

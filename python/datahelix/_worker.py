@@ -111,8 +111,22 @@ class Worker:
         self.base = None
         self.set_base(a.seed)
         self.seed_all(a.seed + self.id)  # as torch seeds a worker
+        self.datapipe = self.shard_datapipe()
         if cfg.get("worker_init_fn") is not None:
             cfg["worker_init_fn"](self.info_id)
+
+    def shard_datapipe(self):
+        """A datapipe's sharding_filter, as torch's DataLoader sets it in
+        its workers (_sharding_worker_init_fn: over ranks first, then
+        workers); True for a datapipe."""
+        dp = self.torch.utils.data.datapipes.datapipe
+        if not isinstance(self.dataset, (dp.IterDataPipe, dp.MapDataPipe)):
+            return False
+        world, rank = self.cfg.get("world_size", 1), self.cfg.get("rank", 0)
+        n = 1 if self.main_process else self.n
+        self.torch.utils.data.graph_settings.apply_sharding(
+            self.dataset, n * world, self.id * world + rank)
+        return True
 
     def set_base(self, base):
         """A new iteration's base seed: get_worker_info().seed follows."""
@@ -286,6 +300,11 @@ class Stream:
         self.next = 0
         self.ended = False
         self.stateful = callable(getattr(w.dataset, "state_dict", None))
+        if w.datapipe:  # its shuffles, alike in every worker (torch's)
+            g = w.torch.Generator()
+            g.manual_seed(w.base)
+            w.dataset = w.torch.utils.data.graph_settings.apply_random_seed(
+                w.dataset, g)
         cfg = w.cfg
         self.bs, self.drop_last = cfg.get("batch_size"), cfg.get("drop_last")
         self.it = None

@@ -199,3 +199,7 @@ class KilledOnceStream(IterableDataset):
                 open(self.marker, "w").close()
                 os.kill(os.getpid(), signal.SIGKILL)
             yield i
+
+
+def init_fails(worker_id):
+    raise ValueError(f"worker {worker_id} cannot start today")

@@ -481,3 +481,40 @@ def test_start_warms_the_workers_and_iter_sees_the_dataset_as_it_is():
         assert [tuple(x) for x in loader] == [(i, 3) for i in range(3)]
         ds.grow(1)  # persistent workers keep their first pass's copy
         assert [tuple(x) for x in loader] == [(i, 3) for i in range(4)]
+
+
+def test_datapipes_are_sharded_and_shuffled_as_torch_does(make):
+    from torch.utils.data.datapipes.iter import IterableWrapper
+
+    pipe = IterableWrapper(range(10)).sharding_filter()
+    assert [int(x) for x in make(pipe, batch_size=None)] == list(range(10))
+    # Without a sharding_filter every worker yields all of it.
+    whole = IterableWrapper(range(3))
+    assert sorted(int(x) for x in make(whole, batch_size=None)) == \
+        [0, 0, 1, 1, 2, 2]
+    runs = []
+    for _ in range(2):
+        g = torch.Generator()
+        g.manual_seed(3)
+        shuffled = IterableWrapper(range(20)).shuffle().sharding_filter()
+        runs.append([int(x) for x in make(shuffled, batch_size=None,
+                                          shuffle=True, generator=g)])
+    assert sorted(runs[0]) == list(range(20)) and runs[0] == runs[1]
+    assert runs[0] != list(range(20))
+
+
+def test_an_error_in_worker_init_fn_is_raised_at_next(make):
+    with pytest.raises(ValueError, match="cannot start today"):
+        next(iter(make(sd.Range(4), num_workers=1,
+                       worker_init_fn=sd.init_fails)))
+
+
+def test_random_split_subsets_and_in_order(make):
+    g = torch.Generator()
+    g.manual_seed(1)
+    a, b = torch.utils.data.random_split(sd.Range(10), [7, 3], generator=g)
+    got = [x for t in make(b, batch_size=2) for x in t.tolist()]
+    assert got == [int(i) for i in b.indices] and len(got) == 3
+    if make.kind == "datahelix":  # torch 2.6's in_order: ours keeps order
+        assert flat(make(sd.Range(5), batch_size=2, in_order=False)) == \
+            [[0, 1], [2, 3], [4]]
