@@ -104,8 +104,11 @@ class Worker:
         self.iterable = cfg.get("iterable", False)
         # An IterableDataset's shards: over ranks too (each rank's workers
         # are workers of one pool), and none in the main process's place.
-        self.info_id = cfg.get("rank", 0) * self.n + self.id
-        self.info_n = cfg.get("world_size", 1) * self.n
+        # A map-style dataset's workers are the rank's own, as torch's.
+        rank, world = (cfg.get("rank", 0), cfg.get("world_size", 1)) \
+            if self.iterable else (0, 1)
+        self.info_id = rank * self.n + self.id
+        self.info_n = world * self.n
         self.main_process = cfg.get("main_process", False)
         self.stream = None
         self.base = None
