@@ -518,3 +518,15 @@ def test_random_split_subsets_and_in_order(make):
     if make.kind == "datahelix":  # torch 2.6's in_order: ours keeps order
         assert flat(make(sd.Range(5), batch_size=2, in_order=False)) == \
             [[0, 1], [2, 3], [4]]
+
+
+def test_break_then_a_new_pass_of_a_stream_starts_it_again(make):
+    loader = make(sd.Stream(9), batch_size=2)
+    full = flat(loader)
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    assert flat(loader) == full
+    it = iter(loader)
+    assert next(it).tolist() == full[0]
+    assert flat(iter(loader)) == full  # a new iter() supersedes the old
