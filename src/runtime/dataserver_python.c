@@ -29,8 +29,9 @@
  *     traceback, which no notice could hold); "DHPE" is for what stops a
  *     worker from writing one (arena exhausted, batch over capacity).
  *   - One job per worker at a time, FIFO; an IterableDataset step is
- *     pinned to the worker whose stream it reads (pinned_worker).  A worker that dies (EOF on its
- *     socket) or overruns python_job_timeout_ms (SIGKILL) is reaped -
+ *     pinned to the worker whose stream it reads (pinned_worker).  A
+ *     worker that dies (EOF on its socket) or overruns
+ *     python_job_timeout_ms (SIGKILL) is reaped -
  *     bounded: SIGKILL after PY_REAP_MS - the slot it held goes back and
  *     a new worker takes its place.  A job whose worker died (not one
  *     that overran) runs again, ahead of the queue, PY_JOB_RETRIES times
