@@ -8,7 +8,7 @@ CMAKE_BUILD := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build
 
 .PHONY: all deps build build-asan test test-c test-asan test-py test-fuzz lint format \
         demo install uninstall deb bundle fuzz-build \
-        bench bench-all bench-probe bench-verify bench-index bench-decode bench-plan fuzz clean
+        bench bench-all bench-probe bench-verify bench-index bench-decode bench-plan bench-ddl fuzz clean
 
 all: build
 
@@ -87,7 +87,7 @@ bench: build
 	@$(PY) bench/bench_matrix.py --bin build/datahelix
 
 # Every benchmark, one after the other (well over 15 minutes).
-bench-all: bench-probe bench-verify bench-index bench-decode bench-arena bench-handover bench-python bench-plan bench-coschedule bench-place bench-route bench-live bench
+bench-all: bench-probe bench-verify bench-index bench-decode bench-arena bench-handover bench-python bench-ddl bench-plan bench-coschedule bench-place bench-route bench-live bench
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
@@ -103,6 +103,11 @@ bench-decode: build
 # The Python DataLoader: next() overhead, samples/s vs torch's DataLoader.
 bench-python: build
 	@$(PY) bench/bench_python.py --bin build/datahelix
+
+# DistributedDataLoader against torch's DataLoader: first batch, its split,
+# steady samples/s, the warm second epoch (docs/benchmarks.md).
+bench-ddl: build
+	@$(PY) bench/bench_ddl.py --bin build/datahelix
 
 # Loaders side by side in one run under one CPU budget, the paper's metrics
 # (`datahelix bench`; needs python3-distributed and python3-matplotlib).

@@ -12,6 +12,10 @@ DistributedDataLoader without a copy (docs/python.md "DistributedDataLoader",
             "bytes":   [[offset, nbytes], ...]}
         or {"v": 2, "kind": "error", "name", "module", "qualname",
             "message", "traceback", "worker_id", "pid", "sample", "where"}
+        or {"v": 2, "kind": "end", "worker_id"}   an IterableDataset
+            worker's stream is exhausted (no batch for this step)
+    A batch of an IterableDataset step may carry "state": NODE (its
+    worker's dataset.state_dict() after the batch: the loader's resume).
 
     NODE = null | true | false | a JSON number | a JSON string
          | {"l": [NODE...]}            a list
@@ -280,14 +284,18 @@ def _dumps(meta):
     return b
 
 
-def plan_batch(obj):
-    """Lays out `obj` (the collated batch).  Raises EncodeError (a
-    TypeError) naming the place and type of a value that cannot travel."""
+def plan_batch(obj, state=None):
+    """Lays out `obj` (the collated batch; `state`, when not None, the
+    worker's dataset state beside it).  Raises EncodeError (a TypeError)
+    naming the place and type of a value that cannot travel."""
     enc = _Encoder()
     root = enc.node(obj, None, 0)
-    meta = _dumps({"v": VERSION, "kind": "batch", "root": root,
-                   "tensors": enc.tmeta, "arrays": enc.ameta,
-                   "bytes": enc.bmeta})
+    meta = {"v": VERSION, "kind": "batch", "root": root}
+    if state is not None:
+        meta["state"] = enc.node(state, None, 0)
+    meta.update({"tensors": enc.tmeta, "arrays": enc.ameta,
+                 "bytes": enc.bmeta})
+    meta = _dumps(meta)
     bufs = [(memoryview(a), off, nb) for a, off, nb in enc.arrays] + \
         enc.bytes
     return Plan(meta, enc.tensors, bufs, enc.at)
@@ -312,6 +320,12 @@ def plan_error(exc_info, worker_id, pid, sample, where, stage=None):
                    "sample": None if sample is None else int(sample),
                    "where": str(where), "stage": stage})
     return Plan(meta, [], [], 0)
+
+
+def plan_end(worker_id):
+    """The slot of a step whose worker's stream has ended."""
+    return Plan(_dumps({"v": VERSION, "kind": "end",
+                        "worker_id": int(worker_id)}), [], [], 0)
 
 
 # ---- reading ---------------------------------------------------------------
@@ -547,10 +561,16 @@ def decode(part):
     kind = meta.get("kind")
     if kind == "error":
         return _error(meta)
+    if kind == "end":
+        return {"kind": "end",
+                "worker_id": _int(meta.get("worker_id"), "end worker_id")}
     if kind != "batch" or "root" not in meta:
         raise SlotError(f"unknown kind {str(kind)[:40]!r}")
     try:
-        return {"kind": "batch",
-                "obj": _Decoder(part, mv, meta, start).node(meta["root"], 0)}
+        dec = _Decoder(part, mv, meta, start)
+        out = {"kind": "batch", "obj": dec.node(meta["root"], 0)}
+        if "state" in meta:
+            out["state"] = dec.node(meta["state"], 0)
+        return out
     except RecursionError:
         raise SlotError("nests too deep") from None

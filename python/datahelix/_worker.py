@@ -14,10 +14,15 @@ dataset indices - calls dataset[i] for each index (the random generators
 of `random`, torch and numpy seeded from (base seed, index) first, so a
 sample's random draws do not depend on which worker ran it), collates,
 and writes the batch into a slot of the server's arena (datahelix._slot).
+An IterableDataset's job is instead a step of this worker's own stream
+(the second id, bit 63 too: the iteration, this worker, the step's place
+in the stream): the worker iterates its copy of the dataset, forms
+batches as torch's fetcher does, and writes the next one, or an "end"
+slot once its stream is exhausted (Stream).
 An exception of the dataset or collate_fn goes into the slot too, as text
 (type name, message, traceback); the rank re-raises it.  A batch holding a
-value the slot format cannot carry fails here, naming its place.  It ends at EOF on its socket, and with
-the server in any case (PR_SET_PDEATHSIG).
+value the slot format cannot carry fails here, naming its place.  It ends
+at EOF on its socket, and with the server in any case (PR_SET_PDEATHSIG).
 """
 import argparse
 import os
@@ -32,6 +37,8 @@ import traceback
 HDR_BIT = 1 << 63
 M64 = (1 << 64) - 1
 MAX_TEXT = 4000
+SEQ_MASK = (1 << 32) - 1
+ITER_SHIFT = 38
 
 
 def sample_seed(base, index):
@@ -93,19 +100,45 @@ class Worker:
         self.auto = cfg["auto_collation"]
         self.default_collate = self.collate_fn in (tcollate.default_collate,
                                                    tcollate.default_convert)
+        self.cfg = cfg
+        self.iterable = cfg.get("iterable", False)
+        # An IterableDataset's shards: over ranks too (each rank's workers
+        # are workers of one pool), and none in the main process's place.
+        # A map-style dataset's workers are the rank's own, as torch's.
+        rank, world = (cfg.get("rank", 0), cfg.get("world_size", 1)) \
+            if self.iterable else (0, 1)
+        self.info_id = rank * self.n + self.id
+        self.info_n = world * self.n
+        self.main_process = cfg.get("main_process", False)
+        self.stream = None
         self.base = None
         self.set_base(a.seed)
         self.seed_all(a.seed + self.id)  # as torch seeds a worker
+        self.datapipe = self.shard_datapipe()
         if cfg.get("worker_init_fn") is not None:
-            cfg["worker_init_fn"](self.id)
+            cfg["worker_init_fn"](self.info_id)
+
+    def shard_datapipe(self):
+        """A datapipe's sharding_filter, as torch's DataLoader sets it in
+        its workers (_sharding_worker_init_fn: over ranks first, then
+        workers); True for a datapipe."""
+        dp = self.torch.utils.data.datapipes.datapipe
+        if not isinstance(self.dataset, (dp.IterDataPipe, dp.MapDataPipe)):
+            return False
+        world, rank = self.cfg.get("world_size", 1), self.cfg.get("rank", 0)
+        n = 1 if self.main_process else self.n
+        self.torch.utils.data.graph_settings.apply_sharding(
+            self.dataset, n * world, self.id * world + rank)
+        return True
 
     def set_base(self, base):
         """A new iteration's base seed: get_worker_info().seed follows."""
         self.base = base
-        self.info = self.tworker.WorkerInfo(id=self.id, num_workers=self.n,
-                                            seed=base + self.id,
+        self.info = self.tworker.WorkerInfo(id=self.info_id,
+                                            num_workers=self.info_n,
+                                            seed=base + self.info_id,
                                             dataset=self.dataset)
-        self.tworker._worker_info = self.info
+        self.tworker._worker_info = None if self.main_process else self.info
 
     def seed_all(self, s):
         random.seed(s)
@@ -160,7 +193,8 @@ class Worker:
         try:
             return self.collate_fn(data)
         finally:
-            self.tworker._worker_info = self.info
+            self.tworker._worker_info = None if self.main_process \
+                else self.info
 
     def load(self, task, ids):
         """The batch, or raises with `self.failed` = the index that did."""
@@ -175,6 +209,20 @@ class Worker:
             data.append(self.dataset[i])
         self.failed = None
         return self.collate(data if self.auto else data[0])
+
+    def stream_step(self, ids):
+        """(batch, dataset state or None) of this worker's stream at the
+        step's place, or Stream.END."""
+        base, m = ids[0] & ~HDR_BIT, ids[1] & ~HDR_BIT
+        it, seq = m >> ITER_SHIFT, m & SEQ_MASK
+        if self.stream is None or self.stream.iteration != it:
+            # A new iteration: seeded as torch seeds a worker (base seed +
+            # worker id), then a fresh iter(dataset).
+            self.stream = None
+            self.set_base(base)
+            self.seed_all(base + self.info_id)
+            self.stream = Stream(self, it)
+        return self.stream.step(seq)
 
     def put(self, task, plan):
         """Writes `plan` into a new slot and hands it over (DHPD)."""
@@ -206,14 +254,23 @@ class Worker:
                       "DistributedDataLoader?)")
             return
         where = f"in DataServer {self.a.server_id} Python worker {self.id}"
+        state = None
         try:
-            batch = self.load(task, ids)
+            if len(ids) == 2 and ids[1] & HDR_BIT:
+                got = self.stream_step(ids)
+                if got is Stream.END:
+                    self.put(task, self.slot.plan_end(self.info_id))
+                    return
+                batch, state = got
+            else:
+                batch = self.load(task, ids)
         except Exception:
             plan = self.slot.plan_error(sys.exc_info(), self.id, os.getpid(),
                                         self.failed, where)
         else:
             try:  # a value the slot format cannot carry: named here
-                plan = self.slot.plan_batch(batch)
+                plan = self.slot.plan_batch(batch) if state is None \
+                    else self.slot.plan_batch(batch, state)
             except Exception:
                 plan = self.slot.plan_error(sys.exc_info(), self.id,
                                             os.getpid(), None, where,
@@ -229,6 +286,82 @@ class Worker:
             if job is None:
                 return 0
             self.run_job(*job)
+
+
+class Stream:
+    """One iteration of this worker's copy of an IterableDataset, in
+    batches formed as torch's _IterableDatasetFetcher forms them (batch_size
+    items, the last one short unless drop_last; batch_size None: each item
+    converted).  Steps come in their order; a step ahead of the stream
+    (the first a respawned worker gets, or the first after a resume
+    without the dataset's state) skips the batches before it, loading but
+    not collating them: the rank has them already."""
+    END = object()
+
+    def __init__(self, w, iteration):
+        self.w, self.iteration = w, iteration
+        self.next = 0
+        self.ended = False
+        self.stateful = callable(getattr(w.dataset, "state_dict", None))
+        if w.datapipe:  # its shuffles, alike in every worker (torch's)
+            g = w.torch.Generator()
+            g.manual_seed(w.base)
+            w.dataset = w.torch.utils.data.graph_settings.apply_random_seed(
+                w.dataset, g)
+        cfg = w.cfg
+        self.bs, self.drop_last = cfg.get("batch_size"), cfg.get("drop_last")
+        self.it = None
+        r = cfg.get("resume")
+        if r and r["iteration"] == iteration:
+            mine = r["workers"].get(w.info_id)
+            if mine is not None:
+                if mine.get("state") is not None and \
+                        callable(getattr(w.dataset, "load_state_dict", None)):
+                    w.dataset.load_state_dict(mine["state"])
+                    self.next = mine["seq"]
+                if mine.get("ended"):
+                    self.ended = True
+
+    def items(self):
+        """The next batch's items (a list; [] at the end of the stream)."""
+        if self.it is None:
+            self.it = iter(self.w.dataset)
+        if self.bs is None:
+            for x in self.it:
+                return [x]
+            return []
+        out = []
+        for x in self.it:
+            out.append(x)
+            if len(out) == self.bs:
+                break
+        if self.drop_last and len(out) < self.bs:
+            return []
+        return out
+
+    def step(self, seq):
+        if seq < self.next:
+            raise RuntimeError(f"stream step {seq} asked after step "
+                               f"{self.next - 1} (steps of a worker come "
+                               "in order)")
+        while not self.ended and self.next < seq:
+            if not self.items():
+                self.ended = True
+            self.next += 1
+        if self.ended:
+            return Stream.END
+        try:
+            data = self.items()
+        except BaseException:
+            self.next += 1
+            raise
+        self.next += 1
+        if not data:
+            self.ended = True
+            return Stream.END
+        batch = self.w.collate(data if self.bs is not None else data[0])
+        state = self.w.dataset.state_dict() if self.stateful else None
+        return batch, state
 
 
 def main(argv=None):

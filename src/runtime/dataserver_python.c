@@ -28,8 +28,10 @@
  *     A dataset's own exception travels inside the slot (the full
  *     traceback, which no notice could hold); "DHPE" is for what stops a
  *     worker from writing one (arena exhausted, batch over capacity).
- *   - One job per worker at a time, FIFO.  A worker that dies (EOF on its
- *     socket) or overruns python_job_timeout_ms (SIGKILL) is reaped -
+ *   - One job per worker at a time, FIFO; an IterableDataset step is
+ *     pinned to the worker whose stream it reads (pinned_worker).  A
+ *     worker that dies (EOF on its socket) or overruns
+ *     python_job_timeout_ms (SIGKILL) is reaped -
  *     bounded: SIGKILL after PY_REAP_MS - the slot it held goes back and
  *     a new worker takes its place.  A job whose worker died (not one
  *     that overran) runs again, ahead of the queue, PY_JOB_RETRIES times
@@ -474,19 +476,68 @@ static int py_submit(struct ds_exec *x, struct ds_job *j, struct dh_err *e)
     return 0;
 }
 
+/* The worker a job is pinned to, or -1 (any worker).  An IterableDataset
+ * step's second id is a stream marker (bit 63 too: no map-style index has
+ * it) whose bits 32..37 name the worker whose stream it reads (the
+ * loader's round robin, datahelix._worker): its batches exist only there. */
+static int pinned_worker(const struct ds_job *j)
+{
+    if (j->n >= 2 && (j->ids[0] & PY_HDR_BIT) && (j->ids[1] & PY_HDR_BIT))
+        return (int)((j->ids[1] >> 32) & 63);
+    return -1;
+}
+
+/* Takes the queued job at ring position `k` out of the queue. */
+static struct ds_job *q_take(struct ds_py *py, size_t k)
+{
+    struct ds_job *j = py->q[(py->q_head + k) % py->q_cap];
+
+    for (size_t i = k; i > 0; i--) /* the jobs ahead move up one place */
+        py->q[(py->q_head + i) % py->q_cap] =
+            py->q[(py->q_head + i - 1) % py->q_cap];
+    py->q_head = (py->q_head + 1) % py->q_cap;
+    py->q_len--;
+    return j;
+}
+
+/* The first queued job worker `w` may run (FIFO among those), or -1. */
+static long q_find(const struct ds_py *py, unsigned w)
+{
+    for (size_t k = 0; k < py->q_len; k++) {
+        int p = pinned_worker(py->q[(py->q_head + k) % py->q_cap]);
+
+        if (p < 0 || (unsigned)p == w)
+            return (long)k;
+    }
+    return -1;
+}
+
 static void dispatch(struct ds_py *py)
 {
     struct dh_err e;
 
+    /* A step pinned to a worker this server does not run fails at once. */
+    for (size_t k = 0; k < py->q_len;) {
+        struct ds_job *j = py->q[(py->q_head + k) % py->q_cap];
+        int p = pinned_worker(j);
+
+        if (p >= 0 && (unsigned)p >= py->n) {
+            q_take(py, k);
+            job_fail(py, j, PY_NO_SAMPLE, DH_EINVAL,
+                     "a step pinned to a python worker this server does "
+                     "not run (--python-workers is fewer)");
+            continue;
+        }
+        k++;
+    }
     for (unsigned i = 0; i < py->n && py->q_len; i++) {
         struct ds_pyw *w = &py->w[i];
         struct ds_job *j;
+        long k;
 
-        if (w->st != PYW_IDLE)
+        if (w->st != PYW_IDLE || (k = q_find(py, i)) < 0)
             continue;
-        j = py->q[py->q_head];
-        py->q_head = (py->q_head + 1) % py->q_cap;
-        py->q_len--;
+        j = q_take(py, (size_t)k);
         if (send_job(w, j, &e) < 0) {
             /* The worker is going away: the job goes back to the front. */
             py->q_head = (py->q_head + py->q_cap - 1) % py->q_cap;
