@@ -206,6 +206,14 @@ static void on_route(struct dh_dataserver *s, const struct dh_wire_route *r)
     int rc;
 
     if (!r->has_request) {
+        /* A task of this rank placed on a remote that delivers here: the
+         * one payload the inbox takes for it (docs/security.md "Who may
+         * send a payload"). */
+        if (s->inbox && r->target_server_id == s->env.server_id &&
+            r->server_id != s->env.server_id && r->task.rank == s->env.rank) {
+            dh__ds_inbox_expect(s->inbox, r->task.id, r->server_id);
+            return;
+        }
         dh__ds_malformed(&s->env, "the coordinator",
                          "route without a "
                          "request");
@@ -540,6 +548,7 @@ static struct dh_dataserver *alloc_server(const struct dh_dataserver_opts *o)
     env->sample_timeout_ms = o->sample_timeout_ms < 0 ? 0
                                                       : o->sample_timeout_ms;
     env->deliver_timeout_ms = o->deliver_timeout_ms;
+    env->route_wait_ms = DS_ROUTE_WAIT_MS;
     env->stripes = dh__tp_stripes(o->payload_stripes);
     return s;
 }

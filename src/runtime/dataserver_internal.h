@@ -56,6 +56,10 @@
 #define DS_MAX_PEERS 256 /* delivery targets with a cached socket */
 #define DS_MAX_FRAMES 64 /* payload frames in one message */
 #define DS_BURST 64      /* messages read per socket per loop turn */
+/* A payload may overtake its task's Route to this server (they travel
+ * apart: Coordinator -> here, Coordinator -> sidecar -> here); it waits
+ * this long for it, holding the inbox, before it is refused. */
+#define DS_ROUTE_WAIT_MS 1000
 #define DS_PY_JOBS                                                             \
     512 /* jobs in Python mode (the client's prefetch
                             window is at most 256 steps) */
@@ -93,6 +97,8 @@ struct ds_env {
     uint64_t arena_cap;
     char token[DH_WIRE_TOKEN_LEN + 1]; /* local: the rank's token */
     int alloc_timeout_ms, sample_timeout_ms, deliver_timeout_ms;
+    int route_wait_ms; /* a payload of a task not expected (yet) waits this
+                          long for its Route (dataserver_payload.c) */
     int client_gone;
     struct ds_stats *st;
     struct dh_tp_auth *auth; /* the job key for every socket; NULL: none */
@@ -343,6 +349,10 @@ void dh__ds_inbox_close(struct ds_inbox *in);
 const char *dh__ds_inbox_endpoint(const struct ds_inbox *in);
 /* The socket to poll, or NULL while a payload waits for arena space. */
 void *dh__ds_inbox_socket(const struct ds_inbox *in);
+/* The Coordinator placed `task` of this rank on remote server `server`
+ * with this server as its delivery target: one payload for it, from that
+ * server only, is taken (a re-route names the new server). */
+void dh__ds_inbox_expect(struct ds_inbox *in, uint64_t task, uint32_t server);
 /* Reads payloads (up to DS_BURST) and retries a waiting one; each placed
  * (RESULT, job NULL) or refused (ERROR) goes to the sink. */
 void dh__ds_inbox_serve(struct ds_inbox *in, struct ds_sink sink);

@@ -779,6 +779,74 @@ static void hostile_parts_are_refused(void **state)
     cluster_stop(&k);
 }
 
+/* A well-formed payload of rank 0's task `step`, claiming server `sid`. */
+static void send_forged(void *s, uint32_t step, uint32_t sid)
+{
+    struct dh_wire_msg m;
+
+    header(&m, 0, 100, 100);
+    assert_int_equal(
+        dh_wire_task_make(&m.u.result.task, 0, 0, step, 0, 0, NULL), 0);
+    m.u.result.server_id = sid;
+    send_msg(s, &m, ZMQ_SNDMORE);
+    dh_wire_msg_fini(&m);
+    send_frames(s, 1, 100);
+}
+
+/* Issue 13 item 2: the local server takes a payload for a task only from
+ * the server the Coordinator placed it on, and once.  A well-formed
+ * payload for a task nobody placed (refused once its Route has had time
+ * to come), one for a task placed on the remote but claiming another
+ * server, and the remote's own payload sent again are refused and counted,
+ * never placed; the client hears of none of them and gets each legitimate
+ * batch exactly once. */
+static void payloads_only_from_the_placed_server_once(void **state)
+{
+    struct dh_dataserver_stats ls;
+    uint64_t ids[2] = {1, 0};
+    struct dh_wire_msg m;
+    struct cluster k;
+    uint32_t step, to = 0;
+    uint64_t t0;
+    void *evil;
+
+    (void)state;
+    cluster_start(&k, &(struct cluster_cfg){.deliver_ms = WAIT_MS});
+    evil = dealer(k.ctx, dh_dataserver_endpoint(k.local.s));
+    t0 = now_ms();
+    send_forged(evil, 50, REMOTE_ID); /* 1: never placed anywhere */
+    WAIT_STAT(k.local.s, malformed, 1);
+    assert_true(now_ms() - t0 >= 900); /* it waited for a Route */
+    /* A task placed on the remote, and a stranger claiming to be another
+     * server racing the remote's payload: refused whichever comes first. */
+    for (step = 1; step <= 2 && to != REMOTE_ID; step++) {
+        to = send_request(k.cl, step, ids, 2);
+        if (to == REMOTE_ID)
+            send_forged(evil, step, REMOTE_ID + 1); /* 2: not its server */
+        if (next_done(k.cl, &m, WAIT_MS) < 0)
+            fail_msg("no completion for step %u", step);
+        if (m.type == DH_WIRE_ERROR_NOTICE)
+            fail_msg("step %u: %s", step, m.u.error.message);
+        assert_int_equal(m.u.result.task.step, step);
+        check_slot(k.local.s, &m.u.result, ids, 2);
+        dh_wire_msg_fini(&m);
+    }
+    assert_int_equal(to, REMOTE_ID);
+    WAIT_STAT(k.local.s, malformed, 2);
+    WAIT_STAT(k.local.s, payloads, 1);
+    t0 = now_ms();
+    send_forged(evil, step - 1, REMOTE_ID); /* 3: delivered already */
+    WAIT_STAT(k.local.s, malformed, 3);
+    assert_true(now_ms() - t0 < 900);               /* known: refused at once */
+    assert_int_equal(next_done(k.cl, &m, 300), -1); /* nothing more */
+    zmq_close(evil);
+    dh_dataserver_stats(k.local.s, &ls);
+    assert_int_equal(ls.payloads, 1);
+    assert_int_equal(ls.results, 2);
+    assert_int_equal(live_slots(k.local.s, 0), 0);
+    cluster_stop(&k);
+}
+
 /* Only the job's owner stops the Coordinator (issue 13 item 2): a
  * Shutdown from a peer holding the job's key is refused and counted; one
  * from the holder of an admin key the job's file lists is obeyed. */
@@ -1253,6 +1321,7 @@ int main(void)
         cmocka_unit_test(keyed_cluster_refuses_strangers),
         cmocka_unit_test(keyed_striped_payload_arrives_whole),
         cmocka_unit_test(hostile_parts_are_refused),
+        cmocka_unit_test(payloads_only_from_the_placed_server_once),
         cmocka_unit_test(only_an_admin_key_stops_the_coordinator),
         cmocka_unit_test(a_full_remote_asks_for_a_reroute),
         cmocka_unit_test(payload_waits_for_arena_space),
