@@ -120,7 +120,13 @@ static void on_done(void *arg, const struct ds_done *d)
             dh__ds_release(&s->env, &d->res.slot);
             dh__ds_ctl_error(s->ctl, &d->task, d->res.ids[0], e.code, e.msg);
         } else {
-            dh__ds_slot_remember(&s->slots, &s->env, &d->res.slot);
+            uint8_t *notice = NULL;
+            size_t len = 0;
+
+            if (dh__ds_ctl_last_notice(s->ctl, &notice, &len) < 0)
+                notice = NULL; /* out of memory: no re-send for it */
+            dh__ds_slot_remember(&s->slots, &s->env, &d->res.slot, d->task.id,
+                                 notice, len);
             DS_INC(&s->env, results);
             if (!d->job) { /* a payload from a remote server */
                 DS_INC(&s->env, payloads);
@@ -202,9 +208,25 @@ static void on_route(struct dh_dataserver *s, const struct dh_wire_route *r)
 {
     const struct dh_wire_request *rq = &r->request;
     const struct ds_quarantine *q;
+    const struct ds_sent *sent;
     struct dh_err e;
     int rc;
 
+    /* A task whose batch is here already, in a slot the client has not
+     * released: its notice was lost with a Coordinator that died, and the
+     * client re-issued the task to the new one.  The same notice again
+     * (the same slot, nothing decoded twice, no slot left behind). */
+    if ((sent = dh__ds_slot_of_task(&s->slots, &s->env, r->task.id))) {
+        dh__log(DH_LOG_INFO,
+                "dataserver %u: task %llu is done already (slot %llu): its "
+                "notice again",
+                s->env.server_id, (unsigned long long)r->task.id,
+                (unsigned long long)sent->ref.offset);
+        dh__ds_ctl_resend(s->ctl, sent->notice, sent->notice_len);
+        DS_INC(&s->env, routes);
+        if (r->has_request)
+            return;
+    }
     if (!r->has_request) {
         /* A task of this rank placed on a remote that delivers here: the
          * one payload the inbox takes for it (docs/security.md "Who may
@@ -635,6 +657,7 @@ void dh_dataserver_destroy(struct dh_dataserver *s)
     if (s->ctx)
         zmq_ctx_term(s->ctx);
     dh__ds_jobs_fini(&s->jobs);
+    dh__ds_slots_fini(&s->slots);
     dh_arena_destroy(s->env.arena);
     dh_index_close(s->env.ix);
     dh__free(s);

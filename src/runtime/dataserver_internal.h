@@ -267,6 +267,11 @@ int dh__ds_ctl_recv(struct ds_ctl *c, struct dh_wire_msg *m,
 int dh__ds_ctl_result(struct ds_ctl *c, const struct dh_wire_task *t,
                       const struct ds_result *r,
                       struct dh_err *e) DH_MUST_CHECK;
+/* The last ResultNotice sent, encoded into *buf (dh_wire_free()s it):
+ * 0, or < 0 (nothing kept). */
+int dh__ds_ctl_last_notice(struct ds_ctl *c, uint8_t **buf, size_t *len);
+/* Sends an encoded ResultNotice again; a failure is logged. */
+void dh__ds_ctl_resend(struct ds_ctl *c, const uint8_t *buf, size_t len);
 /* An ErrorNotice from this server (counted); a send failure is logged. */
 void dh__ds_ctl_error(struct ds_ctl *c, const struct dh_wire_task *t,
                       uint64_t sample, int cause, const char *msg);
@@ -292,16 +297,30 @@ struct ds_job *dh__ds_job_new(struct ds_jobs *t);
 /* Frees what the job owns and marks it free. */
 void dh__ds_job_clear(struct ds_job *j);
 
-/* Slots handed to the client with a ResultNotice (a Release names one). */
+/* Slots handed to the client with a ResultNotice (a Release names one),
+ * each with its notice as sent: a Coordinator that dies with the notice
+ * unforwarded routes the task here again when the client re-issues it,
+ * and the same notice then carries the same slot (never a second one). */
 struct ds_sent {
     int used;
     struct dh_slot_ref ref;
+    uint64_t task;
+    uint8_t *notice; /* encoded (dh_wire_encode), or NULL */
+    size_t notice_len;
 };
 struct ds_slots {
     struct ds_sent v[DS_N_SENT];
 };
+/* Takes `notice` (NULL: none kept; freed with the entry). */
 void dh__ds_slot_remember(struct ds_slots *t, const struct ds_env *env,
-                          const struct dh_slot_ref *r);
+                          const struct dh_slot_ref *r, uint64_t task,
+                          uint8_t *notice, size_t notice_len);
+/* The entry of a slot sent for `task` that is still live (not released by
+ * the client), or NULL. */
+const struct ds_sent *dh__ds_slot_of_task(const struct ds_slots *t,
+                                          const struct ds_env *env,
+                                          uint64_t task);
+void dh__ds_slots_fini(struct ds_slots *t);
 void dh__ds_slot_release(struct ds_slots *t, const struct ds_env *env,
                          const struct dh_wire_release *r);
 

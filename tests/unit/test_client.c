@@ -1091,11 +1091,14 @@ static void slack_follows_a_fixed_step_deadline(void **state)
 /* A Coordinator that relays like the real one, but lies about step 0's
  * result as `mode` says. */
 enum liar_mode {
-    LIE_WRONG_ID,  /* adds 1000 to its first sample id */
-    LIE_DUP,       /* relays it twice (the same slot) */
-    LIE_DUP_ERROR, /* relays it, then an error notice for the same task */
-    LIE_DUP_FORGED /* relays it, then a copy with step 1's ids naming the
-                      same slot (step 1's own result comes too) */
+    LIE_WRONG_ID,   /* adds 1000 to its first sample id */
+    LIE_DUP,        /* relays it twice (the same slot) */
+    LIE_DUP_ERROR,  /* relays it, then an error notice for the same task */
+    LIE_DUP_FORGED, /* relays it, then a copy with step 1's ids naming the
+                       same slot (step 1's own result comes too) */
+    LIE_LOSE        /* "dies" with it unforwarded: the next acks carry a
+                       new incarnation (a restarted Coordinator), and the
+                       re-issued task's result is relayed */
 };
 
 struct liar {
@@ -1104,6 +1107,8 @@ struct liar {
     pthread_t th;
     int started;
     enum liar_mode mode;
+    uint64_t incarnation; /* in RegisterClient acks (0: none) */
+    int lost;             /* LIE_LOSE: step 0's first result dropped */
     volatile int stop;
 };
 
@@ -1127,6 +1132,11 @@ static void liar_relay0(struct liar *l, const uint8_t *cl, size_t ncl,
 
     if (l->mode == LIE_WRONG_ID)
         m->u.result.sample_ids[0] += 1000;
+    if (l->mode == LIE_LOSE && !l->lost) {
+        l->lost = 1;
+        l->incarnation = 2;
+        return;
+    }
     liar_send(l, cl, ncl, m);
     switch (l->mode) {
     case LIE_DUP:
@@ -1182,6 +1192,8 @@ static void *liar_main(void *arg)
             m.type == DH_WIRE_REGISTER_SERVER) {
             memcpy(m.type == DH_WIRE_REGISTER_CLIENT ? cl : ds, id, (size_t)n);
             *(m.type == DH_WIRE_REGISTER_CLIENT ? &ncl : &nds) = n;
+            if (m.type == DH_WIRE_REGISTER_CLIENT)
+                m.u.register_client.incarnation = l->incarnation;
             liar_send(l, id, (size_t)n, &m); /* the ack */
         } else if (m.type == DH_WIRE_DESCRIPTOR_REQUEST && nds) {
             struct dh_wire_msg r;
@@ -1239,6 +1251,7 @@ static void liar_up(struct env *v, enum liar_mode mode)
         fail_msg("out of memory");
     v->liar = l;
     l->mode = mode;
+    l->incarnation = mode == LIE_LOSE ? 1 : 0;
     len = sizeof(l->ep);
     assert_non_null(l->ctx = zmq_ctx_new());
     assert_non_null(l->sock = zmq_socket(l->ctx, ZMQ_ROUTER));
@@ -1357,6 +1370,36 @@ static void duplicate_notice_is_a_protocol_error(void **state)
     assert_arena_drains(v);
 }
 
+/* Issue 13: the Coordinator dies with step 0's ResultNotice unforwarded
+ * (its slot is the client's now, but the client never heard of it) and
+ * comes back empty.  The client re-issues the step; its local server has
+ * the batch already and sends the same notice again, so the step arrives
+ * once, in the same slot, and after the epoch nothing is left in the
+ * arena (no slot reserved for the lost notice). */
+static void lost_notice_leaves_no_slot_behind(void **state)
+{
+    struct env *v = *state;
+    struct dh_client_stats st;
+    struct dh_client_batch *b;
+    uint64_t ids[4] = {3, 7, 0, 11}, offs[3] = {0, 2, 4};
+    struct dh_err e;
+
+    liar_up(v, LIE_LOSE);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 2, ids, offs, &e), 0);
+    for (uint64_t k = 0; k < 2; k++) {
+        b = next_ok(v->cl);
+        check_batch(b, 0, k, ids + 2 * k, 2, 1);
+        dh_client_batch_release(b);
+    }
+    assert_int_equal(dh_client_next(v->cl, &b, &e), DH_EEMPTY);
+    dh_client_stats(v->cl, &st);
+    assert_int_equal(st.coordinator_restarts, 1);
+    assert_true(st.reissued >= 1);
+    assert_int_equal(st.steps, 2);
+    assert_int_equal(st.protocol_errors, 0);
+    assert_arena_drains(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1367,6 +1410,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(duplicate_notice_is_a_protocol_error,
                                         env_setup, env_teardown),
         cmocka_unit_test_setup_teardown(duplicate_notice_is_a_protocol_error,
+                                        env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(lost_notice_leaves_no_slot_behind,
                                         env_setup, env_teardown),
         cmocka_unit_test_setup_teardown(steps_exactly_once_in_order, env_setup,
                                         env_teardown),
