@@ -389,6 +389,27 @@ fail:
     return rc;
 }
 
+int dh__cl_create_detached(const struct dh_client_opts *o,
+                           struct dh_client **out, struct dh_err *e)
+{
+    struct dh_client *c;
+    int rc;
+
+    *out = NULL;
+    if ((rc = check_opts(o, e)) < 0)
+        return rc;
+    if (!(c = dh__calloc(1, sizeof(*c))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    atomic_store(&c->refs, 1);
+    if ((rc = copy_opts(c, o, e)) < 0 || (rc = alloc_state(c, e)) < 0 ||
+        (rc = dh_index_open(c->index_path, 0, &c->ix, e)) < 0) {
+        dh_client_destroy(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
 /* ---- epochs and passes ---- */
 
 static int check_schedule(const struct dh_client *c, uint64_t first_step,

@@ -181,6 +181,18 @@ int dh__cl_slot_held(const struct dh_client *c, int arena,
 /* The stage a server's cause code points at. */
 enum dh_stage dh__stage_of(int cause);
 
+/* ---- test seams (tests/fuzz/fuzz_client_seq.c) ---- */
+/* A client with no Coordinator, no server and no I/O thread: the caller
+ * sets c->ctx and c->sock (a DEALER the requests go to), appends arenas
+ * and plays the I/O thread with dh__cl_feed() and dh__cl_pump(); then
+ * dh_client_destroy(). */
+int dh__cl_create_detached(const struct dh_client_opts *o,
+                           struct dh_client **out, struct dh_err *e);
+/* What the I/O thread does with one message from the Coordinator. */
+void dh__cl_feed(struct dh_client *c, const struct dh_wire_msg *m);
+/* What the I/O thread does after its receives: requests up to prefetch. */
+void dh__cl_pump(struct dh_client *c);
+
 /* ---- client_trace.c ---- */
 /* Starts the trace buffer (c->trace_path set): DH_ENOMEM. */
 int dh__cl_trace_open(struct dh_client *c, struct dh_err *e);
