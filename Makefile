@@ -158,8 +158,8 @@ bench-route: build
 # survival"): the C ones in both builds, then the process-level ones.
 .PHONY: attacks
 attacks: build build-asan
-	@cd build && $(CTEST) -R 'test_attacks|test_transport|test_remote|test_peer_cred|test_keys|test_client|fuzz_coordinator_seq|fuzz_payload_seq'
-	@cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(CTEST) -R 'test_attacks|test_transport|test_remote|test_peer_cred|test_keys|test_client|fuzz_coordinator_seq|fuzz_payload_seq'
+	@cd build && $(CTEST) -R 'test_attacks|test_transport|test_remote|test_peer_cred|test_keys|test_client|fuzz_coordinator_seq|fuzz_payload_seq|fuzz_client_seq'
+	@cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 $(CTEST) -R 'test_attacks|test_transport|test_remote|test_peer_cred|test_keys|test_client|fuzz_coordinator_seq|fuzz_payload_seq|fuzz_client_seq'
 	@DATAHELIX_BIN=$(CURDIR)/build/datahelix DATAHELIX_ASAN_BIN=$(CURDIR)/build-asan/datahelix \
 	  $(PY) -m pytest -q -p no:cacheprovider tests/integration/test_attacks.py \
 	  tests/integration/test_auth.py tests/integration/test_slot_format.py \
@@ -179,7 +179,7 @@ soak: build
 
 FUZZ_SECONDS ?= 10
 FUZZERS := fuzz_desc_json fuzz_index_open fuzz_media_decode fuzz_wire_decode \
-           fuzz_coordinator_seq fuzz_payload_seq
+           fuzz_coordinator_seq fuzz_payload_seq fuzz_client_seq
 
 # `make fuzz` grows the checked-in corpora: every target runs FUZZ_MINUTES
 # (default 1) from its corpus, and what it finds that adds coverage is

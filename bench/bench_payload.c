@@ -188,17 +188,24 @@ static void tx_close(struct tx *t)
         zmq_ctx_term(t->ctx);
 }
 
-/* Sends what the link takes now, from batch `*sent` on (of `n`). */
-static int send_some(struct tx *t, uint32_t first, int n, int *sent,
-                     struct dh_err *e)
+/* Sends what the link takes now, from batch `*sent` on (of `n`).  Each
+ * task is first announced to the inbox as placed on the sender, as the
+ * Coordinator does (the inbox takes a payload only from its task's
+ * server: docs/security.md "Who may send a payload"). */
+static int send_some(struct tx *t, struct rx *r, uint32_t first, int n,
+                     int *sent, struct dh_err *e)
 {
     while (*sent < n) {
+        uint32_t step = first + (uint32_t)*sent;
         uint8_t *hdr = NULL;
         size_t len = 0;
-        int rc = encode_header(first + (uint32_t)*sent, &hdr, &len, e);
+        uint64_t id;
+        int rc;
 
-        if (rc < 0)
+        if ((rc = dh_wire_task_id(0, step, 0, 0, &id, e)) < 0 ||
+            (rc = encode_header(step, &hdr, &len, e)) < 0)
             return rc;
+        dh__ds_inbox_expect(r->in, id, SERVER_REMOTE);
         rc = dh__tp_link_send(t->link, hdr, len, batch, sizeof(batch), no_free,
                               NULL, e);
         dh_wire_free(hdr);
@@ -220,7 +227,7 @@ static int pump(struct tx *t, struct rx *r, uint32_t first, int n,
         uint64_t before = r->placed;
         void *s;
 
-        if ((rc = send_some(t, first, n, &sent, e)) < 0)
+        if ((rc = send_some(t, r, first, n, &sent, e)) < 0)
             return rc;
         if ((s = dh__ds_inbox_socket(r->in))) {
             if ((rc = dh__tp_wait(s, 1, e)) < 0)

@@ -519,6 +519,12 @@ static int serve_route(struct run *r, struct peer *p,
     struct dh_wire_result *res = &m.u.result;
     int rc;
 
+    /* A rank's local server hears which remote will send it a task's
+     * payload (docs/security.md "Who may send a payload"): nothing to do
+     * here, where remotes answer the Coordinator themselves. */
+    if (!rt->has_request && rt->target_server_id == p->id &&
+        rt->server_id != p->id)
+        return 0;
     if (!rt->has_request)
         return dh_err_set(e, DH_EFORMAT,
                           "server %u got a route without a "

@@ -20,6 +20,10 @@ Rules (STYLE.md "Comments and formatting", curl's checksrc for the idea):
                 block leaks when it fails).  A heuristic: it looks a few
                 lines ahead of the call for `!p`, `p == NULL`, `if (p)`,
                 `assert_non_null(p)` and the like.
+  secret-cmp    strcmp, strncmp, memcmp, bcmp or strcasecmp on an operand
+                that names a token or a secret (`token`, `secret`, `->sec`,
+                `.sec`): its time says where the bytes first differ; use
+                dh__secret_eq() (sodium_memcmp, runtime/keys.h)
   whitespace    trailing blanks; a tab (the style indents with spaces); a
                 CR (CRLF line ends); no newline at the end of the file
   long-line     over 100 columns (the style's upper bound)
@@ -68,6 +72,9 @@ ALLOCATORS = ("malloc", "calloc", "realloc", "strdup", "strndup",
               "dh__strndup")
 
 CALL_RE = re.compile(r"(?<![\w.>])(" + "|".join(BANNED) + r")\s*\(")
+CMP_RE = re.compile(r"(?<![\w.>])(strcmp|strncmp|memcmp|bcmp|strcasecmp)"
+                    r"\s*\(([^;]*)")
+SECRET_RE = re.compile(r"token|secret|(?:->|\.)sec\b")
 ALLOC_RE = re.compile(
     r"(?:^|[;{(,]|\s)"                              # start of the target
     r"(?:[A-Za-z_][\w \t]*?[\s*]+)?"                # optional declaration
@@ -190,6 +197,11 @@ def check_text(path, text):
         code = code_lines[k] if k < len(code_lines) else ""
         for m in CALL_RE.finditer(code):
             emit("banned", f"{m.group(1)}(): {BANNED[m.group(1)]}")
+        for m in CMP_RE.finditer(code):
+            if SECRET_RE.search(m.group(2)):
+                emit("secret-cmp", f"{m.group(1)}() on a secret takes time "
+                     "that says where it differs: use dh__secret_eq() "
+                     "(sodium_memcmp)")
         if "=" in code and "(" in code:
             check_alloc(path, raw_lines, code_lines, k, out)
     return out

@@ -187,7 +187,9 @@ struct dh_client_stats {
     uint64_t reissued;        /* requests re-sent after a server or
                                  Coordinator restart */
     uint64_t restarts;        /* embedded server restarts */
-    uint64_t late_released;   /* duplicate or stale results released */
+    uint64_t late_released;   /* expected duplicates (a task re-sent after
+                                 a restart) or stale results (an abandoned
+                                 pass's) released */
     uint64_t quarantined;     /* distinct samples that failed */
     uint64_t cross_ds_bytes;  /* bytes of parts prepared on a server other
                                 than the one whose arena holds them */
@@ -198,7 +200,11 @@ struct dh_client_stats {
     uint64_t substituted;     /* samples replaced by a spare (skip policy) */
     uint64_t protocol_errors; /* results that did not match their request
                                  (count, ids, dtype, dims): failed with
-                                 DH_EPROTO, never used as data */
+                                 DH_EPROTO, never used as data; and
+                                 notices dropped: a second outcome of a
+                                 task not re-sent, one for a step not
+                                 asked, a result naming a slot this client
+                                 holds already or no live slot */
     uint64_t coordinator_restarts; /* restarted Coordinators this client
                                       refilled (docs/exactly-once.md) */
 };

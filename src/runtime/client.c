@@ -42,6 +42,7 @@
 struct cl_batch {
     struct dh_client_batch pub;
     struct dh_client *c;
+    struct cl_batch *prev, *next; /* c->batches: live ones (mu) */
     int arena[DH_CLIENT_MAX_PARTS];
     struct dh_slot_ref ref[DH_CLIENT_MAX_PARTS];
 };
@@ -287,6 +288,24 @@ static void unref(struct dh_client *c)
         client_free(c);
 }
 
+int dh__cl_slot_held(const struct dh_client *c, int arena,
+                     const struct dh_slot_ref *ref)
+{
+    for (size_t i = 0; i < c->pool_n; i++) {
+        const struct cl_result *r = &c->pool[i];
+
+        if (r->used && !r->is_error && r->arena == arena &&
+            r->ref.offset == ref->offset && r->ref.gen == ref->gen)
+            return 1;
+    }
+    for (const struct cl_batch *b = c->batches; b; b = b->next)
+        for (uint32_t j = 0; j < b->pub.n_parts; j++)
+            if (b->arena[j] == arena && b->ref[j].offset == ref->offset &&
+                b->ref[j].gen == ref->gen)
+                return 1;
+    return 0;
+}
+
 /* Gives back the slots of every pooled outcome and empties the pool
  * (mu held, or no other thread). */
 static void drop_pool(struct dh_client *c)
@@ -368,6 +387,27 @@ int dh_client_create(const struct dh_client_opts *o, struct dh_client **out,
 fail:
     dh_client_destroy(c);
     return rc;
+}
+
+int dh__cl_create_detached(const struct dh_client_opts *o,
+                           struct dh_client **out, struct dh_err *e)
+{
+    struct dh_client *c;
+    int rc;
+
+    *out = NULL;
+    if ((rc = check_opts(o, e)) < 0)
+        return rc;
+    if (!(c = dh__calloc(1, sizeof(*c))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    atomic_store(&c->refs, 1);
+    if ((rc = copy_opts(c, o, e)) < 0 || (rc = alloc_state(c, e)) < 0 ||
+        (rc = dh_index_open(c->index_path, 0, &c->ix, e)) < 0) {
+        dh_client_destroy(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
 }
 
 /* ---- epochs and passes ---- */
@@ -901,6 +941,10 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
             atomic_fetch_add(&a->held, 1);
             r->is_error = 1; /* the batch owns the slot now */
         }
+        b->next = c->batches;
+        if (b->next)
+            b->next->prev = b;
+        c->batches = b;
         atomic_fetch_add(&c->refs, 1);
         c->st.steps++;
         count_load(c, idx);
@@ -1010,6 +1054,14 @@ void dh_client_batch_release(struct dh_client_batch *pub)
     if (!b)
         return;
     c = b->c;
+    pthread_mutex_lock(&c->mu);
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        c->batches = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    pthread_mutex_unlock(&c->mu);
     for (uint32_t j = 0; j < pub->n_parts; j++) {
         struct cl_arena *a = &c->arenas[b->arena[j]];
 

@@ -52,6 +52,7 @@ struct cl_stages {
 };
 
 struct cl_trace; /* client_trace.c */
+struct cl_batch; /* client.c */
 
 /* An outcome waiting in the reorder buffer (the payload is its index). */
 struct cl_result {
@@ -84,6 +85,7 @@ struct cl_sent {
     uint64_t task_id, sent_ms;
     int64_t slack_ms;
     uint32_t route_server;
+    int reissued; /* sent again (a restart): a second outcome is expected */
 };
 
 struct dh_client {
@@ -151,6 +153,7 @@ struct dh_client {
     struct dh_window win; /* the deadline model (place.h) */
     uint64_t *quar;
     size_t n_quar, cap_quar;
+    struct cl_batch *batches;           /* handed out, not released (mu) */
     struct dh_client_stats st;          /* counters (mu) */
     struct dh_client_failure last_fail; /* (mu) */
     int has_fail;
@@ -170,8 +173,25 @@ struct dh_client {
 /* Frees a pool entry's owned parts and marks it unused (mu held); its
  * slot, if any, is the caller's to release first. */
 void dh__cl_result_free(struct cl_result *r);
+/* 1 if slot `ref` of arena `arena` is one this client holds already: a
+ * pooled result's or a live batch's (mu held).  A notice naming it is a
+ * duplicate, and releasing it would free memory the consumer reads. */
+int dh__cl_slot_held(const struct dh_client *c, int arena,
+                     const struct dh_slot_ref *ref);
 /* The stage a server's cause code points at. */
 enum dh_stage dh__stage_of(int cause);
+
+/* ---- test seams (tests/fuzz/fuzz_client_seq.c) ---- */
+/* A client with no Coordinator, no server and no I/O thread: the caller
+ * sets c->ctx and c->sock (a DEALER the requests go to), appends arenas
+ * and plays the I/O thread with dh__cl_feed() and dh__cl_pump(); then
+ * dh_client_destroy(). */
+int dh__cl_create_detached(const struct dh_client_opts *o,
+                           struct dh_client **out, struct dh_err *e);
+/* What the I/O thread does with one message from the Coordinator. */
+void dh__cl_feed(struct dh_client *c, const struct dh_wire_msg *m);
+/* What the I/O thread does after its receives: requests up to prefetch. */
+void dh__cl_pump(struct dh_client *c);
 
 /* ---- client_trace.c ---- */
 /* Starts the trace buffer (c->trace_path set): DH_ENOMEM. */

@@ -189,7 +189,8 @@ static void issue(struct dh_client *c)
             *s = (struct cl_sent){.task_id = dh__cl_task_id(c, k, j),
                                   .sent_ms = dh__mono_ms(),
                                   .sent_msf = dh__mono_msf(),
-                                  .slack_ms = slack};
+                                  .slack_ms = slack,
+                                  .reissued = 0};
         }
         c->next_issue++;
     }
@@ -214,6 +215,8 @@ static size_t reissue(struct dh_client *c)
         if (t.pass != c->pass || k >= c->n_steps)
             continue;
         tried++;
+        /* Set before sending: the old execution's outcome may come first. */
+        c->sent[(k % c->prefetch) * c->mb + t.microbatch].reissued = 1;
         if (send_request(
                 c, k, t.microbatch,
                 c->sent[(k % c->prefetch) * c->mb + t.microbatch].slack_ms,
@@ -311,11 +314,42 @@ static struct cl_result *pool_get(struct dh_client *c)
     return NULL;
 }
 
-/* Hands `r` to the reorder buffer; frees it (and releases its slot) if
- * the task is not outstanding or already has an outcome (mu held). */
-static void file_result(struct dh_client *c, struct cl_result *r)
+/* The request entry of task `id` when it is one of this pass's tasks
+ * this client has sent (NULL: an abandoned pass's, or one long consumed);
+ * *asked = 0 when it names a step not requested yet (mu held). */
+static const struct cl_sent *sent_of(const struct dh_client *c, uint64_t id,
+                                     int *asked)
 {
-    int accepted = 0;
+    struct dh_wire_task t;
+    const struct cl_sent *s;
+    uint64_t k;
+
+    *asked = 1;
+    dh_wire_task_split(id, &t);
+    if (!c->ids || t.rank != c->rank || t.pass != c->pass ||
+        t.step < c->first_step || t.step - c->first_step >= c->n_steps ||
+        t.microbatch >= c->mb)
+        return NULL;
+    k = t.step - c->first_step;
+    if (k >= c->next_issue) {
+        *asked = 0;
+        return NULL;
+    }
+    s = &c->sent[(k % c->prefetch) * c->mb + t.microbatch];
+    return s->task_id == id ? s : NULL;
+}
+
+/* Hands `r` to the reorder buffer; frees it (and releases its slot) if
+ * the task is not outstanding or already has an outcome (mu held).  A
+ * second outcome is expected only for a task sent again (a restart); for
+ * any other task of this pass, or one not asked yet, it is a protocol
+ * error from `server` (counted, logged, never data); `counted`: the
+ * caller's own protocol error, counted already. */
+static void file_result(struct dh_client *c, struct cl_result *r,
+                        uint32_t server, int counted)
+{
+    const struct cl_sent *s;
+    int accepted = 0, asked;
 
     r->arrived_ms = dh__mono_ms();
     r->arrived_msf = dh__mono_msf();
@@ -326,12 +360,26 @@ static void file_result(struct dh_client *c, struct cl_result *r)
         pthread_cond_broadcast(&c->cv);
         return;
     }
+    s = sent_of(c, r->task_id, &asked);
+    if (counted) {
+        /* the caller's protocol error, already counted and logged */
+    } else if (!asked || (s && !s->reissued)) {
+        c->st.protocol_errors++;
+        dh__log(DH_LOG_WARN,
+                "client %u: protocol error: %s for task %llu from server %u "
+                "(via coordinator %s) %s; not used",
+                c->rank, r->is_error ? "an error" : "a result",
+                (unsigned long long)r->task_id, server, c->coord,
+                asked ? "which already has its outcome"
+                      : "which was not asked");
+    } else if (!r->is_error) {
+        c->st.late_released++;
+    }
     if (!r->is_error) {
         struct dh_err e;
 
         if (dh_arena_release(c->arenas[r->arena].a, &r->ref, &e) < 0)
             dh__log(DH_LOG_ERROR, "client %u: %s", c->rank, e.msg);
-        c->st.late_released++;
     }
     dh__cl_result_free(r);
 }
@@ -411,10 +459,16 @@ static const char *mismatch(const struct dh_client *c,
     int opaque = 0;
 
     dh_wire_task_split(w->task.id, &t);
-    if (t.rank != c->rank || t.pass != c->pass || w->task.epoch != c->epoch ||
-        t.step < c->first_step || t.step - c->first_step >= c->n_steps ||
-        t.microbatch >= c->mb)
+    if (t.rank != c->rank || t.pass != c->pass || t.step < c->first_step ||
+        t.step - c->first_step >= c->n_steps || t.microbatch >= c->mb)
         return NULL;
+    /* The task id leaves the epoch out (its pass names it): a result under
+     * this pass's id but another epoch would be filed as this pass's
+     * task, so it is checked like any other (found by fuzz_client_seq). */
+    if (w->task.epoch != c->epoch) {
+        snprintf(buf, len, "epoch %u, %u asked", w->task.epoch, c->epoch);
+        return buf;
+    }
     k = t.step - c->first_step;
     part_range(c, k, t.microbatch, &lo, &hi);
     /* A Python-dataset request's first id is a header (bit 63; the
@@ -476,8 +530,10 @@ static void protocol_error(struct dh_client *c, const struct dh_wire_result *w,
     c->st.protocol_errors++;
     dh__log(DH_LOG_WARN,
             "client %u: protocol error: the result of task %llu "
-            "from server %u does not match the request (%s); not used",
-            c->rank, (unsigned long long)w->task.id, w->server_id, why);
+            "from server %u (via coordinator %s) does not match the "
+            "request (%s); not used",
+            c->rank, (unsigned long long)w->task.id, w->server_id, c->coord,
+            why);
     if (!(r = pool_get(c)))
         return;
     r->task_id = w->task.id;
@@ -488,7 +544,7 @@ static void protocol_error(struct dh_client *c, const struct dh_wire_result *w,
              "protocol error: server %u's result does not match the request "
              "(%.200s)",
              w->server_id, why);
-    file_result(c, r);
+    file_result(c, r, w->server_id, 1);
 }
 
 static void on_result(struct dh_client *c, const struct dh_wire_result *w)
@@ -502,15 +558,33 @@ static void on_result(struct dh_client *c, const struct dh_wire_result *w)
 
     if (ai < 0 || !dh_arena_ptr(c->arenas[ai].a, &ref)) {
         /* Not in an arena we know: nothing to release, nothing to use. */
+        pthread_mutex_lock(&c->mu);
+        c->st.protocol_errors++;
+        pthread_mutex_unlock(&c->mu);
         dh__log(DH_LOG_WARN,
-                "client %u: result of task %llu names "
-                "%s (server %u, offset %llu); ignored",
-                c->rank, (unsigned long long)w->task.id,
-                ai < 0 ? "an unknown arena" : "no live slot", w->server_id,
+                "client %u: protocol error: the result of task %llu from "
+                "server %u (via coordinator %s) names %s (offset %llu); "
+                "not used",
+                c->rank, (unsigned long long)w->task.id, w->server_id, c->coord,
+                ai < 0 ? "an unknown arena" : "no live slot",
                 (unsigned long long)w->arena_offset);
         return;
     }
     pthread_mutex_lock(&c->mu);
+    if (dh__cl_slot_held(c, ai, &ref)) {
+        /* A notice for a slot this client already holds (a duplicate, or
+         * a forgery naming it): the holder keeps it, nothing is released
+         * (that would free memory the consumer reads) and nothing filed. */
+        c->st.protocol_errors++;
+        dh__log(DH_LOG_WARN,
+                "client %u: protocol error: the result of task %llu from "
+                "server %u (via coordinator %s) names slot %llu, which this "
+                "client already holds; not used",
+                c->rank, (unsigned long long)w->task.id, w->server_id, c->coord,
+                (unsigned long long)w->arena_offset);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
     if ((bad = mismatch(c, w, why, sizeof(why)))) {
         protocol_error(c, w, ai, &ref, bad);
         pthread_mutex_unlock(&c->mu);
@@ -552,7 +626,7 @@ static void on_result(struct dh_client *c, const struct dh_wire_result *w)
         take_subs(r, w);
         take_stages(r, w);
     }
-    file_result(c, r);
+    file_result(c, r, w->server_id, 0);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -605,7 +679,7 @@ static void on_error(struct dh_client *c, const struct dh_wire_error *w)
             snprintf(r->fail->message, sizeof(r->fail->message), "%s",
                      cause_of(w));
         }
-        file_result(c, r);
+        file_result(c, r, w->server_id, 0);
     }
     pthread_mutex_unlock(&c->mu);
 }
@@ -649,6 +723,18 @@ static void dispatch(struct dh_client *c, const struct dh_wire_msg *m)
                 "%s; ignored",
                 c->rank, dh_wire_type_name(m->type));
     }
+}
+
+void dh__cl_feed(struct dh_client *c, const struct dh_wire_msg *m)
+{
+    dispatch(c, m);
+}
+
+void dh__cl_pump(struct dh_client *c)
+{
+    pthread_mutex_lock(&c->mu);
+    issue(c);
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* Receives every waiting message.  < 0 if the socket failed. */

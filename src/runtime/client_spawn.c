@@ -25,6 +25,7 @@
 #include "core/clock.h"
 #include "runtime/client_internal.h"
 #include "runtime/fdpass.h"
+#include "runtime/keys.h"
 #include "runtime/peer_cred.h"
 
 extern char **environ;
@@ -77,7 +78,7 @@ static int greet(struct dh_client *c, uint32_t want_id, const char *who,
                         who, h.rank, h.server_id, c->rank);
         goto out;
     }
-    if (want_id && strcmp(h.token, c->token) != 0) {
+    if (want_id && !dh__secret_eq(h.token, c->token)) {
         rc = dh_err_set(e, DH_EINVAL,
                         "%s does not hold the rank token it was given", who);
         goto out;

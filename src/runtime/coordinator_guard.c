@@ -23,6 +23,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "runtime/coordinator_internal.h"
+#include "runtime/keys.h"
 
 #define RATE_SLOTS 4096u /* peers tracked at once (a power of two) */
 #define RATE_PROBE 8u    /* entries tried per lookup */
@@ -198,7 +199,7 @@ struct co_rank *dh__co_claim(struct dh_coordinator *c, uint32_t rank,
     }
     r = c->ranks[rank];
     if (r && dh__co_claim_live(c, rank, now)) {
-        if (strcmp(r->token, token) != 0) {
+        if (!dh__secret_eq(r->token, token)) {
             *why = "the rank is held by a live client whose token differs";
             return NULL;
         }

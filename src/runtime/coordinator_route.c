@@ -342,6 +342,12 @@ static int place_task(struct dh_coordinator *c, struct co_task *t, uint64_t now)
     t->since_ms = now;
     CO_INC(c, routed);
     CO_SET(c, inflight, dh_inflight_count(c->inflight));
+    /* The delivery target hears first who will send the payload: it
+     * takes one for the task from that server only (docs/security.md "Who
+     * may send a payload"). */
+    if (q.local_server >= 0 && q.local_server != d.server &&
+        c->servers[q.local_server].used)
+        send_route(c, t, &c->servers[q.local_server].peer, 0);
     send_route(c, t, &c->servers[d.server].peer, 1);
     send_route(c, t, &t->client, 0);
     return 1;

@@ -123,7 +123,13 @@ static void on_done(void *arg, const struct ds_done *d)
             dh__ds_release(&s->env, &d->res.slot);
             dh__ds_ctl_error(s->ctl, &d->task, d->res.ids[0], e.code, e.msg);
         } else {
-            dh__ds_slot_remember(&s->slots, &s->env, &d->res.slot);
+            uint8_t *notice = NULL;
+            size_t len = 0;
+
+            if (dh__ds_ctl_last_notice(s->ctl, &notice, &len) < 0)
+                notice = NULL; /* out of memory: no re-send for it */
+            dh__ds_slot_remember(&s->slots, &s->env, &d->res.slot, d->task.id,
+                                 notice, len);
             DS_INC(&s->env, results);
             if (!d->job) { /* a payload from a remote server */
                 DS_INC(&s->env, payloads);
@@ -205,10 +211,34 @@ static void on_route(struct dh_dataserver *s, const struct dh_wire_route *r)
 {
     const struct dh_wire_request *rq = &r->request;
     const struct ds_quarantine *q;
+    const struct ds_sent *sent;
     struct dh_err e;
     int rc;
 
+    /* A task whose batch is here already, in a slot the client has not
+     * released: its notice was lost with a Coordinator that died, and the
+     * client re-issued the task to the new one.  The same notice again
+     * (the same slot, nothing decoded twice, no slot left behind). */
+    if ((sent = dh__ds_slot_of_task(&s->slots, &s->env, r->task.id))) {
+        dh__log(DH_LOG_INFO,
+                "dataserver %u: task %llu is done already (slot %llu): its "
+                "notice again",
+                s->env.server_id, (unsigned long long)r->task.id,
+                (unsigned long long)sent->ref.offset);
+        dh__ds_ctl_resend(s->ctl, sent->notice, sent->notice_len);
+        DS_INC(&s->env, routes);
+        if (r->has_request)
+            return;
+    }
     if (!r->has_request) {
+        /* A task of this rank placed on a remote that delivers here: the
+         * one payload the inbox takes for it (docs/security.md "Who may
+         * send a payload"). */
+        if (s->inbox && r->target_server_id == s->env.server_id &&
+            r->server_id != s->env.server_id && r->task.rank == s->env.rank) {
+            dh__ds_inbox_expect(s->inbox, r->task.id, r->server_id);
+            return;
+        }
         dh__ds_malformed(&s->env, "the coordinator",
                          "route without a "
                          "request");
@@ -543,6 +573,7 @@ static struct dh_dataserver *alloc_server(const struct dh_dataserver_opts *o)
     env->sample_timeout_ms = o->sample_timeout_ms < 0 ? 0
                                                       : o->sample_timeout_ms;
     env->deliver_timeout_ms = o->deliver_timeout_ms;
+    env->route_wait_ms = DS_ROUTE_WAIT_MS;
     env->stripes = dh__tp_stripes(o->payload_stripes);
     return s;
 }
@@ -629,6 +660,7 @@ void dh_dataserver_destroy(struct dh_dataserver *s)
     if (s->ctx)
         zmq_ctx_term(s->ctx);
     dh__ds_jobs_fini(&s->jobs);
+    dh__ds_slots_fini(&s->slots);
     dh_arena_destroy(s->env.arena);
     dh_index_close(s->env.ix);
     dh__free(s);

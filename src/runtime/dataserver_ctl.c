@@ -171,6 +171,27 @@ int dh__ds_ctl_result(struct ds_ctl *c, const struct dh_wire_task *t,
     return send_msg(c, &c->out, e);
 }
 
+int dh__ds_ctl_last_notice(struct ds_ctl *c, uint8_t **buf, size_t *len)
+{
+    *buf = NULL;
+    if (c->out.type != DH_WIRE_RESULT_NOTICE)
+        return DH_EINVAL;
+    return dh_wire_encode(&c->out, buf, len, NULL);
+}
+
+void dh__ds_ctl_resend(struct ds_ctl *c, const uint8_t *buf, size_t len)
+{
+    struct dh_err e;
+
+    dh_wire_msg_fini(&c->out);
+    if (dh_wire_decode(buf, len, &c->out, &e) < 0) {
+        dh__log(DH_LOG_ERROR, "dataserver %u: a kept notice: %s",
+                c->env->server_id, e.msg);
+        return;
+    }
+    send_out(c);
+}
+
 void dh__ds_ctl_error(struct ds_ctl *c, const struct dh_wire_task *t,
                       uint64_t sample, int cause, const char *msg)
 {

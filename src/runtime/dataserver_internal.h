@@ -58,6 +58,10 @@
 #define DS_MAX_PEERS 256 /* delivery targets with a cached socket */
 #define DS_MAX_FRAMES 64 /* payload frames in one message */
 #define DS_BURST 64      /* messages read per socket per loop turn */
+/* A payload may overtake its task's Route to this server (they travel
+ * apart: Coordinator -> here, Coordinator -> sidecar -> here); it waits
+ * this long for it, holding the inbox, before it is refused. */
+#define DS_ROUTE_WAIT_MS 1000
 #define DS_PY_JOBS                                                             \
     512 /* jobs in Python mode (the client's prefetch
                             window is at most 256 steps) */
@@ -95,6 +99,8 @@ struct ds_env {
     uint64_t arena_cap;
     char token[DH_WIRE_TOKEN_LEN + 1]; /* local: the rank's token */
     int alloc_timeout_ms, sample_timeout_ms, deliver_timeout_ms;
+    int route_wait_ms; /* a payload of a task not expected (yet) waits this
+                          long for its Route (dataserver_payload.c) */
     int client_gone;
     struct ds_stats *st;
     struct dh_tp_auth *auth; /* the job key for every socket; NULL: none */
@@ -263,6 +269,11 @@ int dh__ds_ctl_recv(struct ds_ctl *c, struct dh_wire_msg *m,
 int dh__ds_ctl_result(struct ds_ctl *c, const struct dh_wire_task *t,
                       const struct ds_result *r,
                       struct dh_err *e) DH_MUST_CHECK;
+/* The last ResultNotice sent, encoded into *buf (dh_wire_free()s it):
+ * 0, or < 0 (nothing kept). */
+int dh__ds_ctl_last_notice(struct ds_ctl *c, uint8_t **buf, size_t *len);
+/* Sends an encoded ResultNotice again; a failure is logged. */
+void dh__ds_ctl_resend(struct ds_ctl *c, const uint8_t *buf, size_t len);
 /* An ErrorNotice from this server (counted); a send failure is logged. */
 void dh__ds_ctl_error(struct ds_ctl *c, const struct dh_wire_task *t,
                       uint64_t sample, int cause, const char *msg);
@@ -288,16 +299,30 @@ struct ds_job *dh__ds_job_new(struct ds_jobs *t);
 /* Frees what the job owns and marks it free. */
 void dh__ds_job_clear(struct ds_job *j);
 
-/* Slots handed to the client with a ResultNotice (a Release names one). */
+/* Slots handed to the client with a ResultNotice (a Release names one),
+ * each with its notice as sent: a Coordinator that dies with the notice
+ * unforwarded routes the task here again when the client re-issues it,
+ * and the same notice then carries the same slot (never a second one). */
 struct ds_sent {
     int used;
     struct dh_slot_ref ref;
+    uint64_t task;
+    uint8_t *notice; /* encoded (dh_wire_encode), or NULL */
+    size_t notice_len;
 };
 struct ds_slots {
     struct ds_sent v[DS_N_SENT];
 };
+/* Takes `notice` (NULL: none kept; freed with the entry). */
 void dh__ds_slot_remember(struct ds_slots *t, const struct ds_env *env,
-                          const struct dh_slot_ref *r);
+                          const struct dh_slot_ref *r, uint64_t task,
+                          uint8_t *notice, size_t notice_len);
+/* The entry of a slot sent for `task` that is still live (not released by
+ * the client), or NULL. */
+const struct ds_sent *dh__ds_slot_of_task(const struct ds_slots *t,
+                                          const struct ds_env *env,
+                                          uint64_t task);
+void dh__ds_slots_fini(struct ds_slots *t);
 void dh__ds_slot_release(struct ds_slots *t, const struct ds_env *env,
                          const struct dh_wire_release *r);
 
@@ -345,6 +370,10 @@ void dh__ds_inbox_close(struct ds_inbox *in);
 const char *dh__ds_inbox_endpoint(const struct ds_inbox *in);
 /* The socket to poll, or NULL while a payload waits for arena space. */
 void *dh__ds_inbox_socket(const struct ds_inbox *in);
+/* The Coordinator placed `task` of this rank on remote server `server`
+ * with this server as its delivery target: one payload for it, from that
+ * server only, is taken (a re-route names the new server). */
+void dh__ds_inbox_expect(struct ds_inbox *in, uint64_t task, uint32_t server);
 /* Reads payloads (up to DS_BURST) and retries a waiting one; each placed
  * (RESULT, job NULL) or refused (ERROR) goes to the sink. */
 void dh__ds_inbox_serve(struct ds_inbox *in, struct ds_sink sink);

@@ -57,8 +57,15 @@ void dh__ds_job_clear(struct ds_job *j)
 
 /* ---- slots handed to the client ---- */
 
+static void sent_clear(struct ds_sent *s)
+{
+    dh_wire_free(s->notice);
+    *s = (struct ds_sent){0};
+}
+
 void dh__ds_slot_remember(struct ds_slots *t, const struct ds_env *env,
-                          const struct dh_slot_ref *r)
+                          const struct dh_slot_ref *r, uint64_t task,
+                          uint8_t *notice, size_t notice_len)
 {
     int victim = -1;
 
@@ -72,7 +79,29 @@ void dh__ds_slot_remember(struct ds_slots *t, const struct ds_env *env,
             victim = i;
     if (victim < 0)
         victim = 0; /* lock timed out everywhere: overwrite the oldest */
-    t->v[victim] = (struct ds_sent){.used = 1, .ref = *r};
+    sent_clear(&t->v[victim]);
+    t->v[victim] = (struct ds_sent){.used = 1,
+                                    .ref = *r,
+                                    .task = task,
+                                    .notice = notice,
+                                    .notice_len = notice_len};
+}
+
+const struct ds_sent *dh__ds_slot_of_task(const struct ds_slots *t,
+                                          const struct ds_env *env,
+                                          uint64_t task)
+{
+    for (int i = 0; i < DS_N_SENT; i++)
+        if (t->v[i].used && t->v[i].notice && t->v[i].task == task &&
+            dh_arena_ptr(env->arena, &t->v[i].ref))
+            return &t->v[i];
+    return NULL;
+}
+
+void dh__ds_slots_fini(struct ds_slots *t)
+{
+    for (int i = 0; i < DS_N_SENT; i++)
+        sent_clear(&t->v[i]);
 }
 
 void dh__ds_slot_release(struct ds_slots *t, const struct ds_env *env,
@@ -83,11 +112,13 @@ void dh__ds_slot_release(struct ds_slots *t, const struct ds_env *env,
     for (int i = 0; i < DS_N_SENT; i++) {
         struct ds_sent *s = &t->v[i];
 
+        struct dh_slot_ref ref = s->ref;
+
         if (!s->used || s->ref.offset != r->slot_offset ||
             s->ref.gen != r->generation)
             continue;
-        s->used = 0;
-        if (dh_arena_release(env->arena, &s->ref, &e) < 0)
+        sent_clear(s);
+        if (dh_arena_release(env->arena, &ref, &e) < 0)
             dh__log(DH_LOG_ERROR,
                     "dataserver %u: release of task "
                     "%llu: %s",

@@ -31,6 +31,17 @@
  *     or fails at the client's timeout).  A
  *     set expires only on a turn that found the socket empty, so parts
  *     still queued while the arena was full never count as missing.
+ *   - Who may send a payload: only the server the Coordinator placed the
+ *     task on, and once.  The Coordinator tells this server (a Route
+ *     without a request, target = this server) when it places a task of
+ *     this rank on a remote; the inbox keeps the last DS_EXPECT such
+ *     expectations.  A payload whose header names another server, or a
+ *     task not expected or delivered already, is refused (counted in
+ *     stats.malformed, logged with the sender) and never placed, and the
+ *     Coordinator hears nothing of it (a stranger cannot fail a task).  The
+ *     Route and the payload travel apart, so a payload for a task not
+ *     expected yet waits up to env->route_wait_ms for its Route, holding
+ *     the inbox as a payload waiting for space does.
  *   - Arena space is asked for without blocking the loop: with the arena
  *     full, the message waits in the inbox (and the socket is not read, so
  *     backpressure reaches the senders through the HWM) and is retried
@@ -56,6 +67,16 @@
 #include "runtime/dataserver_internal.h"
 #include "runtime/transport.h"
 
+/* Expectations kept: above the tasks of one rank that can be in flight
+ * at once (its client's prefetch window); the oldest goes first. */
+#define DS_EXPECT 2048
+
+struct ds_expect {
+    uint64_t task;
+    uint32_t server;
+    int state; /* 0 free, 1 expected, 2 delivered */
+};
+
 /* One payload message waiting for arena space. */
 struct ds_inbox {
     const struct ds_env *env;
@@ -72,6 +93,10 @@ struct ds_inbox {
     char from[96];                 /* the sender, for logs */
     char host[64];                 /* its Peer-Address */
     struct dh_tp_asm *parts;       /* striped payloads being assembled */
+    struct ds_expect *exp;         /* DS_EXPECT: who may send what */
+    size_t exp_next;               /* the next entry to reuse */
+    int sender_ok;        /* the held payload passed the sender check */
+    uint64_t route_until; /* until when it waits for its Route */
 };
 
 /* Striped payloads being assembled at once (docs/dataserver.md "Striped
@@ -150,6 +175,10 @@ int dh__ds_inbox_open(const struct ds_env *env, void *zmq_ctx,
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     in->env = env;
     dh_wire_msg_init(&in->hdr, DH_WIRE_NONE);
+    if (!(in->exp = dh__calloc(DS_EXPECT, sizeof(*in->exp)))) {
+        dh__free(in);
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    }
     /* Sets hold ZeroMQ's frames until complete: at most twice the arena. */
     if ((rc = dh__tp_asm_create(
              &(struct dh_tp_asm_opts){.max_sets = DS_PART_SETS,
@@ -171,6 +200,7 @@ static void inbox_clear(struct ds_inbox *in)
     dh_wire_msg_fini(&in->hdr);
     in->held = 0;
     in->tries = 0;
+    in->sender_ok = 0;
 }
 
 void dh__ds_inbox_close(struct ds_inbox *in)
@@ -179,6 +209,7 @@ void dh__ds_inbox_close(struct ds_inbox *in)
         return;
     inbox_clear(in);
     dh__tp_asm_destroy(in->parts);
+    dh__free(in->exp);
     if (in->sock) {
         dh__tp_close(&in->sock, 0);
         /* ZeroMQ leaves the socket file of an ipc:// endpoint it bound. */
@@ -435,6 +466,65 @@ static int nothing_freed(struct ds_inbox *in, uint64_t now)
     return 0;
 }
 
+/* ---- who may send a payload ---- */
+
+static struct ds_expect *expect_find(struct ds_inbox *in, uint64_t task)
+{
+    for (size_t i = 0; i < DS_EXPECT; i++)
+        if (in->exp[i].state && in->exp[i].task == task)
+            return &in->exp[i];
+    return NULL;
+}
+
+void dh__ds_inbox_expect(struct ds_inbox *in, uint64_t task, uint32_t server)
+{
+    struct ds_expect *x = expect_find(in, task);
+
+    if (!x) {
+        x = &in->exp[in->exp_next];
+        in->exp_next = (in->exp_next + 1) % DS_EXPECT;
+    }
+    *x = (struct ds_expect){.task = task, .server = server, .state = 1};
+}
+
+/* The held payload's sender: 1 the task's placed server (the expectation
+ * is used up), 0 not known yet (wait for the Route), -1 refused (logged
+ * and counted; the inbox is cleared). */
+static int check_sender(struct ds_inbox *in, uint64_t now)
+{
+    const struct dh_wire_result *r = &in->hdr.u.result;
+    struct ds_expect *x = expect_find(in, r->task.id);
+
+    if (x && x->state == 1 && x->server == r->server_id) {
+        x->state = 2;
+        in->sender_ok = 1;
+        in->give_up_ms = now + (uint64_t)in->env->alloc_timeout_ms;
+        return 1;
+    }
+    if (!x && now < in->route_until)
+        return 0;
+    if (!x)
+        dh__ds_malformed(in->env, in->from,
+                         "task %llu from server %u: no such task of rank %u "
+                         "was placed on a remote server delivering here; "
+                         "refused",
+                         (unsigned long long)r->task.id, r->server_id,
+                         in->env->rank);
+    else if (x->state == 2)
+        dh__ds_malformed(in->env, in->from,
+                         "task %llu from server %u: its payload was "
+                         "delivered already; refused",
+                         (unsigned long long)r->task.id, r->server_id);
+    else
+        dh__ds_malformed(in->env, in->from,
+                         "task %llu from server %u: it was placed on server "
+                         "%u; refused",
+                         (unsigned long long)r->task.id, r->server_id,
+                         x->server);
+    inbox_clear(in);
+    return -1;
+}
+
 /* 1: done with the inbox (placed or refused), 0: still waiting. */
 static int try_place(struct ds_inbox *in, struct ds_sink sink)
 {
@@ -444,6 +534,8 @@ static int try_place(struct ds_inbox *in, struct ds_sink sink)
     uint8_t *dst;
     int rc;
 
+    if (!in->sender_ok && (rc = check_sender(in, now)) <= 0)
+        return rc < 0;
     if (nothing_freed(in, now))
         return 0;
     rc = dh_arena_alloc(in->env->arena, in->hdr.u.result.length, 0, &ref, &e);
@@ -492,6 +584,7 @@ void dh__ds_inbox_serve(struct ds_inbox *in, struct ds_sink sink)
         in->held = 1;
         in->arrived_ms = dh__mono_msf();
         in->give_up_ms = dh__mono_ms() + (uint64_t)in->env->alloc_timeout_ms;
+        in->route_until = dh__mono_ms() + (uint64_t)in->env->route_wait_ms;
         if (!try_place(in, sink))
             break;
     }

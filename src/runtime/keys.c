@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sodium.h>
 #include <zmq.h>
 
 #include "runtime/keys.h"
@@ -156,10 +157,14 @@ int dh__keys_generate(struct dh_keys *k, struct dh_err *e)
 
 void dh__keys_wipe(struct dh_keys *k)
 {
-    volatile char *p = (volatile char *)k;
+    sodium_memzero(k, sizeof(*k));
+}
 
-    for (size_t i = 0; i < sizeof(*k); i++)
-        p[i] = 0;
+int dh__secret_eq(const char *a, const char *b)
+{
+    size_t n = strlen(a);
+
+    return n == strlen(b) && sodium_memcmp(a, b, n) == 0;
 }
 
 /* ---- files ---- */

@@ -26,6 +26,14 @@
 /* The environment variable naming the key file when no option does. */
 #define DH_KEYFILE_ENV "DATAHELIX_KEYFILE"
 
+/* 1 if the NUL-terminated secrets a and b (rank tokens, keys) are equal.
+ * The bytes are compared with sodium_memcmp, whose time does not depend
+ * on where they differ, so a peer cannot find a token a byte at a time by
+ * timing refusals; only the lengths (fixed: 32 hex digits, 40 Z85
+ * characters) are compared first.  scripts/checksrc.py refuses strcmp,
+ * memcmp and the like on a token or a secret. */
+int dh__secret_eq(const char *a, const char *b);
+
 struct dh_keys {
     char pub[DH_KEY_Z85_LEN + 1];    /* the job's public key, Z85 */
     char sec[DH_KEY_Z85_LEN + 1];    /* its secret key, Z85 */

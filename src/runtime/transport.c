@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -199,11 +200,59 @@ static int apply_auth(void *ctx, void *sock, const struct dh_tp_opts *o,
     return 0;
 }
 
+/* A socket file's directory decides who may connect to it (the file's own
+ * mode is the umask's): an ipc:// endpoint is bound only in a directory
+ * of this user's that group and others cannot enter (issue 13 item 1).
+ * Abstract sockets (ipc://@name) have no file: their peers' credentials
+ * are checked instead (peer_cred.h). */
+static int check_ipc_dir(const struct dh_tp_opts *o, struct dh_err *e)
+{
+    const char *path = o->addr + 6, *slash = strrchr(path, '/');
+    char dir[DH_WIRE_MAX_ADDR + 1];
+    struct stat st;
+
+    if (strncmp(o->addr, "ipc://", 6) || path[0] == '@')
+        return 0;
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == path)
+        snprintf(dir, sizeof(dir), "/");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+    if (lstat(dir, &st) < 0)
+        return dh_err_set(e, DH_EINVAL, "%s: cannot listen on %s: %s: %s",
+                          o->who, o->addr, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return dh_err_set(e, DH_EINVAL,
+                          "%s: refusing to listen on %s: %s is not a "
+                          "directory (a symlink is not followed)",
+                          o->who, o->addr, dir);
+    if (st.st_uid != geteuid())
+        return dh_err_set(e, DH_EINVAL,
+                          "%s: refusing to listen on %s: its directory %s "
+                          "belongs to uid %u, not to this user (uid %u): "
+                          "use a directory of your own, mode 0700",
+                          o->who, o->addr, dir, (unsigned)st.st_uid,
+                          (unsigned)geteuid());
+    if (st.st_mode & 077)
+        return dh_err_set(e, DH_EINVAL,
+                          "%s: refusing to listen on %s: its directory %s "
+                          "is mode %04o, so group or others could connect: "
+                          "use a directory only you can enter (chmod 700 "
+                          "%s, or mkdir -m 700)",
+                          o->who, o->addr, dir, (unsigned)(st.st_mode & 07777),
+                          dir);
+    return 0;
+}
+
 static int do_bind(void *sock, const struct dh_tp_opts *o, char *bound,
                    size_t bound_len, struct dh_err *e)
 {
     size_t len = bound_len;
+    int rc;
 
+    if ((rc = check_ipc_dir(o, e)) < 0)
+        return rc;
     if (zmq_bind(sock, o->addr) < 0) {
         int err = zmq_errno();
 

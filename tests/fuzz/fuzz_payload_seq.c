@@ -7,6 +7,11 @@
  *
  *   frames:u8 mode:u8, then per frame  len:u8 bytes[len]
  *     frames % 4 + 1 frames make one message
+ *     frames & 16 the Coordinator placed the header's task on its sender
+ *                 (server 7) before the message: the inbox expects it
+ *     frames & 32 ... on server 8 (so server 7's payload is a stranger's);
+ *                 neither: a task nobody placed, refused (the inbox does
+ *                 not wait for a Route here: route_wait_ms 0)
  *     mode & 1   frame 0 is a well-formed ResultNotice built from its
  *                bytes (this server's rank or another, sample count, dims,
  *                length, dtype), else the bytes as they are
@@ -71,7 +76,7 @@ static void done(void *arg, const struct ds_done *d)
 
 /* A ResultNotice from the cursor's bytes, encoded into *buf. */
 static int header(struct cursor *c, uint8_t **buf, size_t *len,
-                  uint64_t *length)
+                  uint64_t *length, uint64_t *task)
 {
     struct dh_wire_msg m;
     struct dh_err e;
@@ -89,6 +94,7 @@ static int header(struct cursor *c, uint8_t **buf, size_t *len,
         return -1;
     }
     m.u.result.server_id = 7;
+    *task = m.u.result.task.id;
     m.u.result.dtype = f32 ? DH_DTYPE_F32 : DH_DTYPE_U8;
     m.u.result.ndims = 2;
     m.u.result.dims[0] = lie == 1 ? n + 1 : n; /* lies, now and then */
@@ -146,7 +152,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!tx || zmq_connect(tx, ep) != 0)
         abort();
     while (c.n >= 2) {
-        int frames = take(&c) % 4 + 1;
+        uint8_t fb = take(&c);
+        int frames = fb % 4 + 1;
         uint8_t mode = take(&c);
         uint64_t length = 0, off = 0, cut = 0;
         uint32_t index = (mode >> 3) & 3, count = (uint32_t)(mode >> 5) + 1;
@@ -168,9 +175,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 uint8_t *buf = NULL;
                 size_t len = 0;
 
-                if (header(&part, &buf, &len, &length) < 0) {
+                uint64_t task = 0;
+
+                if (header(&part, &buf, &len, &length, &task) < 0) {
                     buf = NULL;
                     len = 0;
+                } else if (fb & (16 | 32)) {
+                    dh__ds_inbox_expect(in, task, (fb & 16) ? 7 : 8);
                 }
                 zmq_send(tx, buf ? (const void *)buf : "", len, more);
                 dh_wire_free(buf);

@@ -68,6 +68,30 @@ def test_banned_calls(tmp_path, call):
     assert p.stdout.count("\n") == 1
 
 
+@pytest.mark.parametrize("call", ["strcmp(r->token, t)",
+                                  "strncmp(token, got, 32)",
+                                  "memcmp(k->sec, s, 40)",
+                                  "memcmp(a.secret, b, n)",
+                                  "bcmp(x, peer_token, 32)"])
+def test_comparing_a_secret_needs_constant_time(tmp_path, call):
+    name = call.split("(")[0]
+    p, f = check_one(tmp_path, f"int g(void)\n{{\n    return {call};\n}}\n")
+    assert p.returncode == 1
+    assert p.stdout.startswith(f"{f}:3: secret-cmp: {name}() on a secret"), \
+        p.stdout
+    assert "dh__secret_eq" in p.stdout
+
+
+def test_constant_time_and_other_compares_pass(tmp_path):
+    p, _ = check_one(tmp_path, "int g(void)\n{\n"
+                     "    if (!dh__secret_eq(r->token, t))\n        return 1;\n"
+                     "    if (strncmp(env, DH_RANK_TOKEN_ENV \"=\", 4))\n"
+                     "        return 2;\n"
+                     "    return strcmp(name, \"token\") + memcmp(a, b, 4) +\n"
+                     "           strcmp(o->section, s);\n}\n")
+    assert p.returncode == 0, p.stdout
+
+
 def test_lookalikes_are_not_banned(tmp_path):
     p, _ = check_one(tmp_path, "void g(void)\n{\n    snprintf(d, 4, \"x\");\n"
                      "    s.atoi(1);\n    p->gets(2);\n    my_strcpy(d);\n"

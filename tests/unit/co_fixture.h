@@ -338,6 +338,19 @@ static inline void expect_route(void *s, uint32_t step, uint32_t server_id)
     dh_wire_msg_fini(&m);
 }
 
+/* The delivery target hears that `step` runs on remote `server_id` (a
+ * Route without the request): the one payload it will take for it. */
+static inline void expect_placed_on(void *s, uint32_t step, uint32_t server_id)
+{
+    struct dh_wire_msg m;
+
+    expect(s, DH_WIRE_ROUTE, &m);
+    assert_int_equal(m.u.route.task.id, task(step).id);
+    assert_int_equal(m.u.route.server_id, server_id);
+    assert_int_equal(m.u.route.has_request, 0);
+    dh_wire_msg_fini(&m);
+}
+
 static inline void expect_result(void *s, uint32_t step, uint32_t server_id)
 {
     struct dh_wire_msg m;

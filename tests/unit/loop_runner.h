@@ -41,6 +41,8 @@ static void *run_thread(void *arg)
     struct runner *r = arg;
     struct dh_err e;
 
+    /* the name a test counts to see that no loop was left running */
+    pthread_setname_np(pthread_self(), "dh-test-loop");
     r->rc = r->c ? dh_coordinator_run(r->c, &r->stop, &e)
                  : dh_dataserver_run(r->s, &r->stop, &e);
     if (r->rc)

@@ -77,7 +77,10 @@ struct env {
     struct dh_client_batch *held[MAX_HELD];
     size_t n_held;
     struct dh_arena *view; /* a second view of the DataServer's arena */
+    struct liar *liar;     /* a lying Coordinator, or NULL */
 };
+
+static void liar_down(struct liar *l);
 
 static int env_setup(void **state)
 {
@@ -98,6 +101,7 @@ static int env_teardown(void **state)
         dh_client_batch_release(v->held[i]);
     dh_client_destroy(v->cl); /* closes the link: the server's run() ends */
     dh_arena_destroy(v->view);
+    liar_down(v->liar);
     if (runner_stop(&v->ds, STOP_MS) < 0)
         rc = -1;
     else
@@ -1084,13 +1088,27 @@ static void slack_follows_a_fixed_step_deadline(void **state)
 
 /* ---- a result that is not what was asked (issue 13) ---- */
 
-/* A Coordinator that relays like the real one, but adds 1000 to the first
- * sample id of step 0's result: the client must refuse it as a protocol
- * error, never hand it out as data, and still take step 1. */
+/* A Coordinator that relays like the real one, but lies about step 0's
+ * result as `mode` says. */
+enum liar_mode {
+    LIE_WRONG_ID,   /* adds 1000 to its first sample id */
+    LIE_DUP,        /* relays it twice (the same slot) */
+    LIE_DUP_ERROR,  /* relays it, then an error notice for the same task */
+    LIE_DUP_FORGED, /* relays it, then a copy with step 1's ids naming the
+                       same slot (step 1's own result comes too) */
+    LIE_LOSE        /* "dies" with it unforwarded: the next acks carry a
+                       new incarnation (a restarted Coordinator), and the
+                       re-issued task's result is relayed */
+};
+
 struct liar {
     void *ctx, *sock;
     char ep[64];
     pthread_t th;
+    int started;
+    enum liar_mode mode;
+    uint64_t incarnation; /* in RegisterClient acks (0: none) */
+    int lost;             /* LIE_LOSE: step 0's first result dropped */
     volatile int stop;
 };
 
@@ -1104,6 +1122,52 @@ static void liar_send(struct liar *l, const uint8_t *id, size_t n,
     zmq_send(l->sock, id, n, ZMQ_SNDMORE);
     zmq_send(l->sock, buf, len, 0);
     dh_wire_free(buf);
+}
+
+/* Step 0's result `m` (to the client `cl`), as the mode lies about it. */
+static void liar_relay0(struct liar *l, const uint8_t *cl, size_t ncl,
+                        struct dh_wire_msg *m)
+{
+    struct dh_wire_msg x;
+
+    if (l->mode == LIE_WRONG_ID)
+        m->u.result.sample_ids[0] += 1000;
+    if (l->mode == LIE_LOSE && !l->lost) {
+        l->lost = 1;
+        l->incarnation = 2;
+        return;
+    }
+    liar_send(l, cl, ncl, m);
+    switch (l->mode) {
+    case LIE_DUP:
+        liar_send(l, cl, ncl, m);
+        break;
+    case LIE_DUP_ERROR:
+        dh_wire_msg_init(&x, DH_WIRE_ERROR_NOTICE);
+        x.u.error.task = m->u.result.task;
+        x.u.error.server_id = m->u.result.server_id;
+        x.u.error.sample_id = m->u.result.sample_ids[0];
+        x.u.error.cause = DH_EMEDIA;
+        snprintf(x.u.error.message, sizeof(x.u.error.message), "forged");
+        liar_send(l, cl, ncl, &x);
+        break;
+    case LIE_DUP_FORGED: {
+        struct dh_wire_task t;
+
+        /* step 1 asks ids {0, 11} (the tests' schedule) */
+        dh_wire_task_split(m->u.result.task.id, &t);
+        assert_int_equal(
+            dh_wire_task_id(t.pass, 1, t.rank, 0, &m->u.result.task.id, NULL),
+            0);
+        m->u.result.task.step = 1;
+        m->u.result.sample_ids[0] = 0;
+        m->u.result.sample_ids[1] = 11;
+        liar_send(l, cl, ncl, m);
+        break;
+    }
+    default:
+        break;
+    }
 }
 
 static void *liar_main(void *arg)
@@ -1128,6 +1192,8 @@ static void *liar_main(void *arg)
             m.type == DH_WIRE_REGISTER_SERVER) {
             memcpy(m.type == DH_WIRE_REGISTER_CLIENT ? cl : ds, id, (size_t)n);
             *(m.type == DH_WIRE_REGISTER_CLIENT ? &ncl : &nds) = n;
+            if (m.type == DH_WIRE_REGISTER_CLIENT)
+                m.u.register_client.incarnation = l->incarnation;
             liar_send(l, id, (size_t)n, &m); /* the ack */
         } else if (m.type == DH_WIRE_DESCRIPTOR_REQUEST && nds) {
             struct dh_wire_msg r;
@@ -1144,38 +1210,62 @@ static void *liar_main(void *arg)
             liar_send(l, id, (size_t)n, &r);
         } else if (m.type == DH_WIRE_RESULT_NOTICE && ncl) {
             if (m.u.result.task.step == 0)
-                m.u.result.sample_ids[0] += 1000;
-            liar_send(l, cl, (size_t)ncl, &m);
+                liar_relay0(l, cl, (size_t)ncl, &m);
+            else
+                liar_send(l, cl, (size_t)ncl, &m);
         }
         dh_wire_msg_fini(&m);
     }
     return NULL;
 }
 
-static void mismatched_result_is_a_protocol_error(void **state)
+/* Stops and frees a liar (NULL: none); the teardown's, so that a failed
+ * assertion leaves no thread or socket behind. */
+static void liar_down(struct liar *l)
 {
-    struct env *v = *state;
-    static struct liar l;
+    if (!l)
+        return;
+    l->stop = 1;
+    if (l->started)
+        pthread_join(l->th, NULL);
+    if (l->sock)
+        zmq_close(l->sock);
+    if (l->ctx)
+        zmq_ctx_term(l->ctx);
+    free(l);
+}
+
+/* A liar in `mode`, a DataServer for rank 0 registered with it, and the
+ * client attached (prefetch 2, one microbatch); v->view sees the arena. */
+static void liar_up(struct env *v, enum liar_mode mode)
+{
     struct dh_dataserver_opts so;
     struct dh_client_opts o;
-    struct dh_client_stats st;
-    struct dh_client_batch *b = NULL;
-    struct dh_client_failure f;
-    uint64_t ids[4] = {3, 7, 0, 11}, offs[3] = {0, 2, 4};
-    size_t len = sizeof(l.ep);
+    struct liar *l;
+    size_t len;
     struct dh_err e;
     int zero = 0;
 
-    assert_non_null(l.ctx = zmq_ctx_new());
-    assert_non_null(l.sock = zmq_socket(l.ctx, ZMQ_ROUTER));
-    zmq_setsockopt(l.sock, ZMQ_LINGER, &zero, sizeof(zero));
-    assert_int_equal(zmq_bind(l.sock, "tcp://127.0.0.1:0"), 0);
-    assert_int_equal(zmq_getsockopt(l.sock, ZMQ_LAST_ENDPOINT, l.ep, &len), 0);
-    assert_int_equal(pthread_create(&l.th, NULL, liar_main, &l), 0);
+    l = calloc(1, sizeof(*l));
+    if (!l)
+        fail_msg("out of memory");
+    v->liar = l;
+    l->mode = mode;
+    l->incarnation = mode == LIE_LOSE ? 1 : 0;
+    len = sizeof(l->ep);
+    assert_non_null(l->ctx = zmq_ctx_new());
+    assert_non_null(l->sock = zmq_socket(l->ctx, ZMQ_ROUTER));
+    zmq_setsockopt(l->sock, ZMQ_LINGER, &zero, sizeof(zero));
+    assert_int_equal(zmq_bind(l->sock, "tcp://127.0.0.1:0"), 0);
+    assert_int_equal(zmq_getsockopt(l->sock, ZMQ_LAST_ENDPOINT, l->ep, &len),
+                     0);
+    assert_int_equal(pthread_create(&l->th, NULL, liar_main, l), 0);
+    l->started = 1;
 
-    snprintf(v->sock, sizeof(v->sock), "dh-test-%d-liar", (int)getpid());
+    snprintf(v->sock, sizeof(v->sock), "dh-test-%d-liar%d", (int)getpid(),
+             (int)mode);
     dh_dataserver_opts_default(&so);
-    so.coordinator = l.ep;
+    so.coordinator = l->ep;
     so.index_path = dhx;
     so.workers = 1;
     so.arena_bytes = 4u << 20;
@@ -1184,8 +1274,10 @@ static void mismatched_result_is_a_protocol_error(void **state)
     if (dh_dataserver_create(&so, &v->ds.s, &e))
         fail_msg("dataserver: %s", e.msg);
     start_runner(&v->ds);
+    assert_int_equal(
+        dh_arena_attach(dh_dataserver_arena_fd(v->ds.s), &v->view, &e), 0);
     dh_client_opts_default(&o);
-    o.coordinator = l.ep;
+    o.coordinator = l->ep;
     o.index_path = dhx;
     o.dataserver = v->sock;
     o.plan = small_plan();
@@ -1193,6 +1285,33 @@ static void mismatched_result_is_a_protocol_error(void **state)
     o.timeout_ms = WAIT_MS;
     o.start_timeout_ms = WAIT_MS;
     client_up(v, &o);
+}
+
+/* Waits (bounded) until the client counts `want` protocol errors. */
+static void wait_protocol_errors(struct env *v, uint64_t want)
+{
+    uint64_t end = now_ms() + WAIT_MS;
+    struct dh_client_stats st;
+
+    do {
+        dh_client_stats(v->cl, &st);
+        if (st.protocol_errors >= want)
+            break;
+        sleep_ms(5);
+    } while (now_ms() < end);
+    assert_int_equal(st.protocol_errors, want);
+}
+
+static void mismatched_result_is_a_protocol_error(void **state)
+{
+    struct env *v = *state;
+    struct dh_client_stats st;
+    struct dh_client_batch *b = NULL;
+    struct dh_client_failure f;
+    uint64_t ids[4] = {3, 7, 0, 11}, offs[3] = {0, 2, 4};
+    struct dh_err e;
+
+    liar_up(v, LIE_WRONG_ID);
     assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 2, ids, offs, &e), 0);
     /* The step fails (consumed), as a transfer error: not data, and no
      * sample is blamed or quarantined for it. */
@@ -1210,18 +1329,89 @@ static void mismatched_result_is_a_protocol_error(void **state)
     dh_client_stats(v->cl, &st);
     assert_int_equal(st.protocol_errors, 1);
     assert_int_equal(st.steps, 1);
-    dh_client_destroy(v->cl);
-    v->cl = NULL;
-    l.stop = 1;
-    pthread_join(l.th, NULL);
-    zmq_close(l.sock);
-    zmq_ctx_term(l.ctx);
+    assert_arena_drains(v);
+}
+
+/* A second notice for a task that has its outcome already, from a server
+ * that was never asked again (the same slot twice, an error after the
+ * result, or another task's result naming the held slot): a protocol
+ * error, counted; the first outcome is the step, read intact while the
+ * duplicate comes and goes, and its slot is released exactly once (no
+ * stale release in the arena, nothing left live). */
+static void duplicate_notice_is_a_protocol_error(void **state)
+{
+    static const enum liar_mode modes[] = {LIE_DUP, LIE_DUP_ERROR,
+                                           LIE_DUP_FORGED};
+    static int round;
+    struct env *v = *state;
+    enum liar_mode mode = modes[round++ % 3];
+    struct dh_client_stats st;
+    struct dh_client_batch *b0, *b1;
+    uint64_t ids[4] = {3, 7, 0, 11}, offs[3] = {0, 2, 4};
+    struct dh_err e;
+
+    liar_up(v, mode);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 2, ids, offs, &e), 0);
+    b0 = next_ok(v->cl);
+    hold(v, b0);
+    wait_protocol_errors(v, 1); /* the duplicate came while b0 is held */
+    /* b0's slot is still the client's: live, and its bytes b0's. */
+    assert_true(arena_stats(v).live_slots >= 1);
+    check_batch(b0, 0, 0, ids, 2, 1);
+    b1 = next_ok(v->cl);
+    check_batch(b1, 0, 1, ids + 2, 2, 1);
+    dh_client_batch_release(b1);
+    release_held(v);
+    assert_int_equal(dh_client_next(v->cl, &b1, &e), DH_EEMPTY);
+    dh_client_stats(v->cl, &st);
+    assert_int_equal(st.steps, 2);
+    assert_int_equal(st.errors, 0);
+    assert_int_equal(st.protocol_errors, 1);
+    assert_arena_drains(v);
+}
+
+/* Issue 13: the Coordinator dies with step 0's ResultNotice unforwarded
+ * (its slot is the client's now, but the client never heard of it) and
+ * comes back empty.  The client re-issues the step; its local server has
+ * the batch already and sends the same notice again, so the step arrives
+ * once, in the same slot, and after the epoch nothing is left in the
+ * arena (no slot reserved for the lost notice). */
+static void lost_notice_leaves_no_slot_behind(void **state)
+{
+    struct env *v = *state;
+    struct dh_client_stats st;
+    struct dh_client_batch *b;
+    uint64_t ids[4] = {3, 7, 0, 11}, offs[3] = {0, 2, 4};
+    struct dh_err e;
+
+    liar_up(v, LIE_LOSE);
+    assert_int_equal(dh_client_start_epoch(v->cl, 0, 0, 2, ids, offs, &e), 0);
+    for (uint64_t k = 0; k < 2; k++) {
+        b = next_ok(v->cl);
+        check_batch(b, 0, k, ids + 2 * k, 2, 1);
+        dh_client_batch_release(b);
+    }
+    assert_int_equal(dh_client_next(v->cl, &b, &e), DH_EEMPTY);
+    dh_client_stats(v->cl, &st);
+    assert_int_equal(st.coordinator_restarts, 1);
+    assert_true(st.reissued >= 1);
+    assert_int_equal(st.steps, 2);
+    assert_int_equal(st.protocol_errors, 0);
+    assert_arena_drains(v);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(mismatched_result_is_a_protocol_error,
+                                        env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(duplicate_notice_is_a_protocol_error,
+                                        env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(duplicate_notice_is_a_protocol_error,
+                                        env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(duplicate_notice_is_a_protocol_error,
+                                        env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(lost_notice_leaves_no_slot_behind,
                                         env_setup, env_teardown),
         cmocka_unit_test_setup_teardown(steps_exactly_once_in_order, env_setup,
                                         env_teardown),

@@ -256,7 +256,9 @@ static void route_on_either(void *x, void *y, uint32_t step,
         for (int i = 0; i < 2; i++) {
             if (recv_type(s[i], DH_WIRE_ROUTE, m, 20) < 0)
                 continue;
-            if (m->u.route.task.id == task(step).id) {
+            /* the delivery target's word of a remote placement: the route
+             * it names is the one looked for */
+            if (m->u.route.task.id == task(step).id && m->u.route.has_request) {
                 *on = s[i];
                 return;
             }
@@ -412,6 +414,7 @@ static void remote_only_when_local_takes_payloads(void **state)
     request(cl, 4);
     expect_route(a2, 3, 7);
     expect_route(b, 4, 2);
+    expect_placed_on(a2, 4, 2); /* the payload a2 may take, and from whom */
     request_hinted(cl, 5, 1);
     expect_route(a2, 5, 7);
     expect_none(b, DH_WIRE_ROUTE);

@@ -199,6 +199,28 @@ static void test_resolve(void **state)
     unsetenv(DH_KEYFILE_ENV);
 }
 
+/* Tokens and keys are compared by dh__secret_eq (sodium_memcmp): equal
+ * only when every byte and the length agree, wherever they differ. */
+static void test_secret_eq(void **state)
+{
+    char a[] = "0123456789abcdef0123456789abcdef";
+    char b[sizeof(a)];
+
+    (void)state;
+    memcpy(b, a, sizeof(a));
+    assert_true(dh__secret_eq(a, b));
+    assert_true(dh__secret_eq("", ""));
+    for (size_t i = 0; i < sizeof(a) - 1; i++) {
+        b[i] ^= 1;
+        assert_false(dh__secret_eq(a, b));
+        b[i] ^= 1;
+    }
+    b[31] = 0; /* a prefix */
+    assert_false(dh__secret_eq(a, b));
+    assert_false(dh__secret_eq(b, a));
+    assert_false(dh__secret_eq(a, ""));
+}
+
 static void test_rate_limit(void **state)
 {
     struct dh_zap_rl rl = {0};
@@ -224,7 +246,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),  cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_load_modes), cmocka_unit_test(test_resolve),
-        cmocka_unit_test(test_rate_limit),
+        cmocka_unit_test(test_rate_limit), cmocka_unit_test(test_secret_eq),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);

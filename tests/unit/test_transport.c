@@ -21,7 +21,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <zmq.h>
@@ -517,6 +520,65 @@ static void test_insecure_bind(void **state)
     zmq_ctx_term(ctx);
 }
 
+/* Issue 13 item 1: an ipc:// endpoint is bound only in a directory of
+ * this user's that group and others cannot enter; anything else is
+ * refused with the path and the reason.  An abstract socket has no
+ * directory (its peers' credentials are checked: test_peer_cred). */
+static void test_ipc_dir_must_be_private(void **state)
+{
+    static const mode_t open_modes[] = {0755, 0770, 0701, 0777};
+    char tmpl[] = "/tmp/dh-ipc-XXXXXX", addr[384], sub[128], link[128];
+    struct dh_tp_opts o = {.kind = DH_TP_COORD, .who = "coordinator"};
+    void *ctx = zmq_ctx_new(), *s = NULL;
+    struct dh_err e;
+    char *dir;
+
+    (void)state;
+    assert_non_null(dir = mkdtemp(tmpl)); /* 0700 */
+    snprintf(addr, sizeof(addr), "ipc://%s/c.sock", dir);
+    o.addr = addr;
+    open_ok(ctx, &o, &s);
+    dh__tp_close(&s, 0);
+    unlink(addr + 6);
+    for (size_t i = 0; i < sizeof(open_modes) / sizeof(open_modes[0]); i++) {
+        char mode[8];
+
+        assert_int_equal(chmod(dir, open_modes[i]), 0);
+        assert_int_equal(dh__tp_open(ctx, &o, &s, NULL, 0, &e), DH_EINVAL);
+        assert_null(s);
+        snprintf(mode, sizeof(mode), "%04o", (unsigned)open_modes[i]);
+        if (!strstr(e.msg, dir) || !strstr(e.msg, mode) ||
+            !strstr(e.msg, "refusing to listen"))
+            fail_msg("%s", e.msg);
+        assert_int_equal(access(addr + 6, F_OK), -1); /* nothing bound */
+    }
+    assert_int_equal(chmod(dir, 0700), 0);
+    /* A symlink to a private directory is not followed. */
+    snprintf(sub, sizeof(sub), "%s/real", dir);
+    snprintf(link, sizeof(link), "%s/link", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    assert_int_equal(symlink(sub, link), 0);
+    snprintf(addr, sizeof(addr), "ipc://%s/c.sock", link);
+    assert_int_equal(dh__tp_open(ctx, &o, &s, NULL, 0, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "not a directory"));
+    /* Another user's directory, even 0700 (only root can make one). */
+    if (geteuid() == 0) {
+        assert_int_equal(chown(sub, 65534, 65534), 0);
+        snprintf(addr, sizeof(addr), "ipc://%s/c.sock", sub);
+        assert_int_equal(dh__tp_open(ctx, &o, &s, NULL, 0, &e), DH_EINVAL);
+        if (!strstr(e.msg, "belongs to uid 65534") || !strstr(e.msg, sub))
+            fail_msg("%s", e.msg);
+    }
+    /* abstract: no directory to check */
+    snprintf(addr, sizeof(addr), "ipc://@dh-test-ipc-%d", (int)getpid());
+    open_ok(ctx, &o, &s);
+    dh__tp_close(&s, 0);
+    unlink(link);
+    rmdir(sub);
+    rmdir(dir);
+    zmq_ctx_term(ctx);
+}
+
 static void test_addr_is_local(void **state)
 {
     (void)state;
@@ -548,6 +610,7 @@ int main(void)
         cmocka_unit_test(test_curve_hostile_frames),
         cmocka_unit_test(test_insecure_bind),
         cmocka_unit_test(test_addr_is_local),
+        cmocka_unit_test(test_ipc_dir_must_be_private),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
