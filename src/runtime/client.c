@@ -350,20 +350,38 @@ void dh_client_destroy(struct dh_client *c)
     unref(c);
 }
 
-int dh_client_create(const struct dh_client_opts *o, struct dh_client **out,
-                     struct dh_err *e)
+/* A client with its options, state and index, and no link yet: what
+ * dh_client_create() and the fuzzer's detached client share. */
+static int client_new(const struct dh_client_opts *o, struct dh_client **out,
+                      struct dh_err *e)
 {
     struct dh_client *c;
     int rc;
 
+    *out = NULL;
     if ((rc = check_opts(o, e)) < 0)
         return rc;
     if (!(c = dh__calloc(1, sizeof(*c))))
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     atomic_store(&c->refs, 1);
     if ((rc = copy_opts(c, o, e)) < 0 || (rc = alloc_state(c, e)) < 0 ||
-        (rc = dh_index_open(c->index_path, 0, &c->ix, e)) < 0 ||
-        (c->trace_path && (rc = dh__cl_trace_open(c, e)) < 0))
+        (rc = dh_index_open(c->index_path, 0, &c->ix, e)) < 0) {
+        dh_client_destroy(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+int dh_client_create(const struct dh_client_opts *o, struct dh_client **out,
+                     struct dh_err *e)
+{
+    struct dh_client *c;
+    int rc;
+
+    if ((rc = client_new(o, &c, e)) < 0)
+        return rc;
+    if (c->trace_path && (rc = dh__cl_trace_open(c, e)) < 0)
         goto fail;
     /* Embedded: the client draws the rank's token, registers with it and
      * hands it to the server it starts.  External: the server drew it and
@@ -392,22 +410,7 @@ fail:
 int dh__cl_create_detached(const struct dh_client_opts *o,
                            struct dh_client **out, struct dh_err *e)
 {
-    struct dh_client *c;
-    int rc;
-
-    *out = NULL;
-    if ((rc = check_opts(o, e)) < 0)
-        return rc;
-    if (!(c = dh__calloc(1, sizeof(*c))))
-        return dh_err_set(e, DH_ENOMEM, "out of memory");
-    atomic_store(&c->refs, 1);
-    if ((rc = copy_opts(c, o, e)) < 0 || (rc = alloc_state(c, e)) < 0 ||
-        (rc = dh_index_open(c->index_path, 0, &c->ix, e)) < 0) {
-        dh_client_destroy(c);
-        return rc;
-    }
-    *out = c;
-    return 0;
+    return client_new(o, out, e);
 }
 
 /* ---- epochs and passes ---- */

@@ -87,16 +87,10 @@ void dh__co_malformed(struct dh_coordinator *c, const struct co_peer *from,
 
 /* ---- sending ---- */
 
-int dh__co_send(struct dh_coordinator *c, const struct co_peer *to,
-                const struct dh_wire_msg *m)
+/* A send's outcome, counted and (unless quiet) logged naming the peer. */
+static int sent(struct dh_coordinator *c, int rc, const struct co_peer *to,
+                enum dh_wire_type type, const struct dh_err *e)
 {
-    struct dh_tp_from dst;
-    struct dh_err e;
-    int rc;
-
-    dst.id_len = to->len;
-    memcpy(dst.id, to->id, to->len);
-    rc = dh__tp_send(c->sock, &dst, m, NULL, &e);
     if (rc < 0)
         CO_INC(c, send_failures);
     if (rc < 0 && !c->quiet) {
@@ -104,9 +98,20 @@ int dh__co_send(struct dh_coordinator *c, const struct co_peer *to,
 
         dh__co_peer_name(NULL, to, who, sizeof(who));
         dh__co_logf(c, "coordinator: cannot send %s to %s: %s",
-                    dh_wire_type_name(m->type), who, e.msg);
+                    dh_wire_type_name(type), who, e->msg);
     }
     return rc;
+}
+
+int dh__co_send(struct dh_coordinator *c, const struct co_peer *to,
+                const struct dh_wire_msg *m)
+{
+    struct dh_tp_from dst;
+    struct dh_err e;
+
+    dst.id_len = to->len;
+    memcpy(dst.id, to->id, to->len);
+    return sent(c, dh__tp_send(c->sock, &dst, m, NULL, &e), to, m->type, &e);
 }
 
 int dh__co_forward(struct dh_coordinator *c, const struct co_peer *to,
@@ -114,23 +119,13 @@ int dh__co_forward(struct dh_coordinator *c, const struct co_peer *to,
 {
     struct dh_tp_from dst;
     struct dh_err e;
-    int rc;
 
     if (!c->cur_raw || m != &c->in)
         return dh__co_send(c, to, m);
     dst.id_len = to->len;
     memcpy(dst.id, to->id, to->len);
-    rc = dh__tp_send_frame(c->sock, &dst, c->cur_raw, &e);
-    if (rc < 0)
-        CO_INC(c, send_failures);
-    if (rc < 0 && !c->quiet) {
-        char who[128];
-
-        dh__co_peer_name(NULL, to, who, sizeof(who));
-        dh__co_logf(c, "coordinator: cannot send %s to %s: %s",
-                    dh_wire_type_name(c->in.type), who, e.msg);
-    }
-    return rc;
+    return sent(c, dh__tp_send_frame(c->sock, &dst, c->cur_raw, &e), to,
+                c->in.type, &e);
 }
 
 static void send_refusal(struct dh_coordinator *c, const struct co_peer *to,
