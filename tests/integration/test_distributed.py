@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, _binary, run_dh
+from conftest import ROOT, run_dh
 from procs import alive, arena_mapping, descendants, wait_until
 
 torch = pytest.importorskip("torch")
@@ -32,38 +32,9 @@ sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import datahelix  # noqa: E402
 import dist_datasets as dd  # noqa: E402
+from both_loaders import binary_env, make  # noqa: E402,F401
 from torch.utils.data import (BatchSampler, DistributedSampler,  # noqa: E402
                               SequentialSampler, SubsetRandomSampler)
-
-
-@pytest.fixture(autouse=True)
-def binary_env(monkeypatch):
-    monkeypatch.setenv("DATAHELIX_BIN", _binary())
-    monkeypatch.delenv("DATAHELIX_COORDINATOR", raising=False)
-    monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-
-
-@pytest.fixture(params=["torch", "datahelix"])
-def make(request):
-    """make(dataset, **kw): a loader of the parametrized class, 2 workers
-    and a 60 s timeout unless told; ours are closed afterwards."""
-    made = []
-
-    def mk(*args, **kw):
-        kw.setdefault("num_workers", 2)
-        kw.setdefault("timeout", 60)
-        cls = torch.utils.data.DataLoader if request.param == "torch" \
-            else datahelix.DistributedDataLoader
-        loader = cls(*args, **kw)
-        made.append(loader)
-        return loader
-
-    mk.kind = request.param
-    yield mk
-    for loader in made:
-        if hasattr(loader, "close"):
-            loader.close()
 
 
 @pytest.fixture

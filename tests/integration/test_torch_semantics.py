@@ -11,6 +11,7 @@ kill -9 of the training process), stats(), zero copy.
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import warnings
 
 import pytest
 
-from conftest import ROOT, _binary
+from conftest import ROOT
 from procs import arena_mapping
 
 torch = pytest.importorskip("torch")
@@ -30,41 +31,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import datahelix  # noqa: E402
 import sem_datasets as sd  # noqa: E402
+from both_loaders import binary_env, make  # noqa: E402,F401
 from torch.utils.data import ChainDataset  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def binary_env(monkeypatch):
-    monkeypatch.setenv("DATAHELIX_BIN", _binary())
-    monkeypatch.delenv("DATAHELIX_COORDINATOR", raising=False)
-    monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-
-
-def _loaders(kind):
-    return torch.utils.data.DataLoader if kind == "torch" \
-        else datahelix.DistributedDataLoader
-
-
-@pytest.fixture(params=["torch", "datahelix"])
-def make(request):
-    """make(dataset, **kw): a loader of the parametrized class, 2 workers
-    and a 60 s timeout unless told; ours are closed afterwards."""
-    made = []
-
-    def mk(*args, **kw):
-        kw.setdefault("num_workers", 2)
-        kw.setdefault("timeout", 60)
-        loader = _loaders(request.param)(*args, **kw)
-        made.append(loader)
-        return loader
-
-    mk.cls = _loaders(request.param)
-    mk.kind = request.param
-    yield mk
-    for loader in made:
-        if hasattr(loader, "close"):
-            loader.close()
 
 
 def rr(streams):
@@ -276,10 +244,17 @@ def test_generic_typing_and_a_context_object(make):
 
 
 def test_a_worker_killed_by_a_signal_is_reported_as_torch_does(make):
-    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid(\(s\))?"
-                       r" \d+") as ei:
+    # torch's own loader sometimes reads the dying worker's half-written
+    # message first and raises ConnectionResetError (its race, seen under
+    # load); ours must always say which worker died and how.
+    seen = (RuntimeError,) if make.kind == "datahelix" else \
+        (RuntimeError, ConnectionResetError)
+    with pytest.raises(seen) as ei:
         for _ in make(sd.Killer(6, bad=2), batch_size=1, num_workers=1):
             pass
+    if isinstance(ei.value, RuntimeError):
+        assert re.search(r"DataLoader worker \(pid(\(s\))? \d+",
+                         str(ei.value)), ei.value
     if make.kind == "datahelix":
         assert "is killed by signal: Killed" in str(ei.value), ei.value
 
