@@ -62,4 +62,8 @@ int dhpy_pyds_init(PyObject *m);
  * error. */
 int dhpy_sample_init(PyObject *m);
 
+/* Adds rebalance() (dhpy_rebalance.c: Tier-2's gate and planner for
+ * _rebalance.py); -1 on error. */
+int dhpy_rebalance_init(PyObject *m);
+
 #endif
