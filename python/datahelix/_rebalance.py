@@ -15,8 +15,8 @@ leaves its step, so every step keeps its size and every sample of the
 epoch is still yielded once.
 
 Measured, not assumed: the per-token step time is the time the training
-loop spends between next() calls over the tokens of the batch it held
-(EWMA); the bandwidth and latency come from a probe collective on the
+loop spends between next() calls over the tokens of that step's slowest
+rank (the step waits for it; EWMA); the bandwidth and latency come from a probe collective on the
 group before its first round, then from every exchange (EWMA).  The first
 round has no step time yet: it is "unmeasured" and kept.
 
@@ -259,7 +259,7 @@ class Rebalancer:
                 self.round -= 1
                 return False
             self._account({"verdict": "balanced"}, 0.0)
-            self._queue(batches, samples, rows)
+            self._queue(batches, rows)
             return True
         got = self._gather(rows, len(batches))
         heads = [g[:_HEAD].tolist() for g in got]
@@ -269,7 +269,7 @@ class Rebalancer:
             return False
         if len(set(steps)) > 1:  # the epoch's partial end: keep
             self._account({"verdict": "uneven"}, 0.0)
-            self._queue(batches, samples, rows)
+            self._queue(batches, rows)
             return True
         feats = self._features(got, heads)
         d = self._decide(feats, heads, steps[0])
@@ -277,9 +277,8 @@ class Rebalancer:
         if d["verdict"] == "move":
             batches, rows, dt = self._exchange(batches, samples, rows, feats,
                                                d)
-            samples = None
         self._account(d, dt)
-        self._queue(batches, samples, rows)
+        self._queue(batches, rows, step_max(feats, d["to"], steps[0]))
         return True
 
     def _features(self, got, heads):
@@ -376,14 +375,17 @@ class Rebalancer:
             nb["text"] = [lo._index.text(i) for i in ids]
             nb["substituted"] = [x for x in b["substituted"]
                                  if x["substitute_id"] in ids]
-            nb["_tokens_actual"] = sum(feats[i][1][0] for i in idx)
             out.append(nb)
         return out
 
-    def _queue(self, batches, samples, rows):
-        if rows is None:  # rebuilt: the actual tokens ride along
-            for b in batches:
-                self.queue.append((b, b.pop("_tokens_actual")))
+    def _queue(self, batches, rows, maxes=None):
+        """Queues the round's batches, each with the tokens its step time
+        is divided by: the step's slowest rank's (maxes, when the group's
+        features are known: the step waits for that rank), else this
+        rank's own."""
+        if maxes is not None:
+            for t, b in enumerate(batches):
+                self.queue.append((b, maxes[t]))
             return
         per = {}
         for r in rows:
@@ -434,3 +436,16 @@ class Rebalancer:
         s["verdicts"] = list(self.verdicts)
         return s
 
+
+def step_max(feats, to, nsteps):
+    """Per step of the round, the most tokens one rank holds there under
+    the final assignment `to` (uint32 bytes)."""
+    ranks = array.array("I", to)
+    load = {}
+    for i, (_, r) in enumerate(feats):
+        k = (int(r[2]), ranks[i])
+        load[k] = load.get(k, 0.0) + r[0]
+    out = [0.0] * nsteps
+    for (t, _), v in load.items():
+        out[t] = max(out[t], v)
+    return out
