@@ -16,9 +16,10 @@ epoch is still yielded once.
 
 Measured, not assumed: the per-token step time is the time the training
 loop spends between next() calls over the tokens of that step's slowest
-rank (the step waits for it; EWMA); the bandwidth and latency come from a probe collective on the
-group before its first round, then from every exchange (EWMA).  The first
-round has no step time yet: it is "unmeasured" and kept.
+rank (the step waits for it; EWMA); the bandwidth and latency come from a
+probe collective on the group before its first round, then from every
+exchange (EWMA).  The first round has no step time yet: it is
+"unmeasured" and kept.
 
 Every collective runs on the group's own gloo process group created with
 the loader's timeout: a rank that dies or stalls mid-exchange is a

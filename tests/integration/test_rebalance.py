@@ -6,9 +6,9 @@ clip costs the same while a quarter of them are 20x larger (the user's
 feature_fn knows) is rebalanced, and the steps' max/mean drops against the
 same job with a margin no gain can pay (every measured round kept); the
 moved clips arrive intact; a user sort_fn's proposal is what the ranks get;
-every epoch is yielded exactly once, also when resumed mid-round.  A rank that dies in a round is a
-DataError on every other rank within the timeout, not a hang.  Without a
-process group: NotImplementedError.
+every epoch is yielded exactly once, also when resumed mid-round.  A rank
+that dies in a round is a DataError on every other rank within the
+timeout, not a hang.  Without a process group: NotImplementedError.
 """
 import os
 import subprocess
