@@ -696,6 +696,9 @@ class DataLoader(Closing):
         Batches still held stay valid until they are freed."""
         if self._pinner is not None:  # before the arena can be unmapped
             self._pinner.unregister_all()
+        if self._rb is not None:  # Tier 2's sockets and folder
+            self._rb.close()
+            self._rb = None
         if self._client is not None:
             self._meter.last = self._client_stats()  # stats() after close
             self._client.close()

@@ -22,9 +22,11 @@ exchange (EWMA).  The first round has no step time yet: it is
 "unmeasured" and kept.
 
 Every collective runs on the group's own gloo process group created with
-the loader's timeout: a rank that dies or stalls mid-exchange is a
-DataError on every other rank of the group within that timeout, never a
-hang.  Thread-safety: one iterator at a time, like the loader.
+the loader's timeout (DistComm), or without a process group over the C
+fallback, ZeroMQ on ipc:// (ZmqComm, datahelix/rb_link.h), bounded by the
+same timeout: a rank that dies or stalls mid-exchange is a DataError on
+every other rank of the group within that timeout, never a hang.
+Thread-safety: one iterator at a time, like the loader.
 """
 import array
 import datetime
@@ -97,23 +99,17 @@ class Rebalancer:
 
     def __init__(self, cfg, loader):
         import torch.distributed as dist
-        if not (dist.is_available() and dist.is_initialized()):
-            raise NotImplementedError(
-                "load_balance= without a torch.distributed process group: "
-                "Tier 2 exchanges samples with one all_to_all_single on the "
-                "job's process group (call torch.distributed."
-                "init_process_group first, e.g. under torchrun); the C "
-                "fallback over ZeroMQ without one is not implemented yet "
-                "(README \"Not implemented yet\")")
-        self.cfg, self.loader, self.dist = cfg, loader, dist
-        self.rank = dist.get_rank()
-        timeout = datetime.timedelta(seconds=max(1.0, loader.timeout or 60))
-        self.group = self.pg = None
-        for g in cfg["groups"]:  # every rank creates every group, in order
-            pg = dist.new_group(sorted(g), timeout=timeout, backend="gloo")
-            if self.rank in g:
-                self.group, self.pg = sorted(g), pg
+        self.cfg, self.loader = cfg, loader
+        self.rank = loader.rank
+        self.group = next(sorted(g) for g in cfg["groups"]
+                          if self.rank in g)
         self.me = self.group.index(self.rank)
+        if dist.is_available() and dist.is_initialized():
+            self.comm = DistComm(dist, cfg["groups"], self.rank,
+                                 max(1.0, loader.timeout or 60))
+        else:  # the C fallback over ZeroMQ (rb_link.h)
+            self.comm = ZmqComm(loader, self.group, self.me,
+                                max(1.0, loader.timeout or 60))
         self.queue = []
         self.round = 0
         self.ms_per_token = 0.0
@@ -216,15 +212,13 @@ class Rebalancer:
         if rows:
             t[_HEAD:_HEAD + len(rows) * _COLS] = torch.tensor(
                 rows, dtype=torch.float64).reshape(-1)
-        got = [torch.empty_like(t) for _ in self.group]
-        self._collective("all-gather of features",
-                         lambda: self.dist.all_gather(got, t, group=self.pg))
-        return got
+        return self._collective("all-gather of features",
+                                lambda: self.comm.gather(t))
 
     def _collective(self, what, fn):
         try:
             return fn()
-        except RuntimeError as e:
+        except (RuntimeError, _C.DataError) as e:
             raise _C.DataError(
                 f"rank {self.rank}: Tier-2 {what} of round {self.round} "
                 f"(group {self.group}) failed: {e}".strip()) from None
@@ -235,11 +229,12 @@ class Rebalancer:
         n = len(self.group)
 
         def a2a(per):
-            s = torch.zeros(per * n, dtype=torch.uint8)
+            s = torch.zeros(per * (n - 1), dtype=torch.uint8)
             r = torch.empty_like(s)
             t0 = time.perf_counter()
-            self._collective("bandwidth probe", lambda: self.dist.
-                             all_to_all_single(r, s, group=self.pg))
+            self._collective("bandwidth probe", lambda: self.comm.a2a(
+                r, s, [per * (j != self.me) for j in range(n)],
+                [per * (j != self.me) for j in range(n)]))
             return (time.perf_counter() - t0) * 1e3
         small = min(a2a(1) for _ in range(3))
         per = max(1, self.cfg["probe_bytes"])
@@ -331,9 +326,9 @@ class Rebalancer:
         recv = torch.empty(sum(split[s * n + me] for s in range(n)),
                            dtype=torch.uint8)
         t0 = time.perf_counter()
-        self._collective("exchange", lambda: self.dist.all_to_all_single(
+        self._collective("exchange", lambda: self.comm.a2a(
             recv, send, [split[s * n + me] for s in range(n)],  # in
-            [split[me * n + x] for x in range(n)], group=self.pg))  # out
+            [split[me * n + x] for x in range(n)]))  # out
         dt = (time.perf_counter() - t0) * 1e3
         self._measured(d["max_rank_bytes"], dt)
         like = samples[0]["video"] if samples else None
@@ -422,6 +417,9 @@ class Rebalancer:
                      if v == "move" else rb,
                      "exchange_ms": dt}
 
+    def close(self):
+        self.comm.close()
+
     def stats(self):
         """stats()["tier2"]: sums over the rounds, the means of the
         max/mean token ratios, and the last round's gate inputs."""
@@ -450,3 +448,92 @@ def step_max(feats, to, nsteps):
     for (t, _), v in load.items():
         out[t] = max(out[t], v)
     return out
+
+
+class DistComm:
+    """The group's collectives on its own gloo process group (every rank
+    creates every group's, in order, with the loader's timeout)."""
+
+    def __init__(self, dist, groups, rank, timeout_s):
+        self.dist, self.pg, self.n = dist, None, 0
+        td = datetime.timedelta(seconds=timeout_s)
+        for g in groups:
+            pg = dist.new_group(sorted(g), timeout=td, backend="gloo")
+            if rank in g:
+                self.pg, self.n = pg, len(g)
+
+    def gather(self, t):
+        got = [torch.empty_like(t) for _ in range(self.n)]
+        self.dist.all_gather(got, t, group=self.pg)
+        return got
+
+    def a2a(self, recv, send, in_split, out_split):
+        self.dist.all_to_all_single(recv, send, in_split, out_split,
+                                    group=self.pg)
+
+    def close(self):
+        pass
+
+
+class ZmqComm:
+    """The same collectives over _C.RbLink (ZeroMQ PUSH/PULL on ipc://,
+    datahelix/rb_link.h) when there is no process group: each rank binds
+    a socket in a private folder and learns the others' through the job's
+    rendezvous store (torchrun's agent store, as the job key is shared)."""
+
+    def __init__(self, loader, group, me, timeout_s):
+        import shutil
+        import tempfile
+        from datetime import timedelta
+        from ._jobkey import STORE_TIMEOUT_S, _store
+        store = _store(loader.world_size) if len(group) > 1 else None
+        if store is None and len(group) > 1:
+            raise NotImplementedError(
+                "load_balance= without a torch.distributed process group "
+                "needs the job's rendezvous store to find the other ranks "
+                "(run under torchrun, or call torch.distributed."
+                "init_process_group); none here")
+        self.timeout_ms = int(timeout_s * 1000)
+        self.round, self.n, self.me = 0, len(group), me
+        self.dir = tempfile.mkdtemp(prefix="datahelix-rb-")
+        self._rm = shutil.rmtree
+        mine = f"ipc://{self.dir}/rb.sock"
+        addrs = [mine] * self.n
+        if store is not None:
+            key = f"datahelix/rb/{loader._ordinal}/{loader._pass}"
+            store.set(f"{key}/{group[me]}", mine)
+            names = [f"{key}/{r}" for r in group]
+            store.wait(names, timedelta(seconds=min(timeout_s,
+                                                    STORE_TIMEOUT_S)))
+            addrs = [store.get(k).decode() for k in names]
+        self.link = _C.RbLink(addrs, me)
+
+    def _exchange(self, send, out_split, in_split):
+        self.round += 1
+        return self.link.exchange(self.round, send, list(out_split),
+                                  list(in_split), self.timeout_ms)
+
+    def gather(self, t):
+        b = t.numpy().tobytes()
+        split = [len(b) * (j != self.me) for j in range(self.n)]
+        data = self._exchange(b * (self.n - 1), split, split)
+        out, off = [], 0
+        for j in range(self.n):
+            if j == self.me:
+                out.append(t)
+                continue
+            out.append(torch.frombuffer(bytearray(data[off:off + len(b)]),
+                                        dtype=t.dtype))
+            off += len(b)
+        return out
+
+    def a2a(self, recv, send, in_split, out_split):
+        data = self._exchange(send.numpy(), out_split, in_split)
+        if data:
+            recv.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+
+    def close(self):
+        if self.link is not None:
+            self.link.close()
+            self.link = None
+        self._rm(self.dir, ignore_errors=True)

@@ -66,4 +66,8 @@ int dhpy_sample_init(PyObject *m);
  * _rebalance.py); -1 on error. */
 int dhpy_rebalance_init(PyObject *m);
 
+/* Adds RbLink (dhpy_rblink.c: Tier 2's ZeroMQ exchange without a process
+ * group); -1 on error. */
+int dhpy_rblink_init(PyObject *m);
+
 #endif

@@ -8,7 +8,8 @@ same job with a margin no gain can pay (every measured round kept); the
 moved clips arrive intact; a user sort_fn's proposal is what the ranks get;
 every epoch is yielded exactly once, also when resumed mid-round.  A rank
 that dies in a round is a DataError on every other rank within the
-timeout, not a hang.  Without a process group: NotImplementedError.
+timeout, not a hang.  Without a process group the same job runs over
+the ZeroMQ fallback (rb_link.h) with the same results.
 """
 import os
 import subprocess
@@ -48,9 +49,10 @@ SCRIPT = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1])
     import datahelix
     warnings.simplefilter("ignore")
-    manifest, out = sys.argv[2], sys.argv[-1]
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
+    manifest, zmq, out = sys.argv[2], sys.argv[3] == "zmq", sys.argv[-1]
+    if not zmq:  # else Tier 2's ZeroMQ fallback: no process group
+        dist.init_process_group("gloo")
+    rank = int(os.environ["RANK"])
     # the truth the manifest hides: ids divisible by 4 are 20x larger
     TRUE = lambda i: 20000 if i % 4 == 0 else 1000
     calls = []
@@ -80,8 +82,9 @@ SCRIPT = textwrap.dedent("""
                 ids = b["ids"].tolist()
                 tok = sum(TRUE(i) for i in ids)
                 time.sleep(tok * 1e-6)  # the emulated GPU step
-                t = torch.tensor([float(tok)])
-                dist.all_reduce(t)
+                if not zmq:  # the gradient sync
+                    t = torch.tensor([float(tok)])
+                    dist.all_reduce(t)
                 steps.append({"epoch": epoch, "step": b["step"], "ids": ids,
                               "tokens": [TRUE(i) for i in ids],
                               "shape": list(b["video"].shape),
@@ -108,7 +111,8 @@ SCRIPT = textwrap.dedent("""
     res["resume"] = {"first": first, "rest": rest, "step": state["step"]}
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(res, f)
-    dist.destroy_process_group()
+    if not zmq:
+        dist.destroy_process_group()
 """)
 
 
@@ -122,10 +126,14 @@ def ratio(res, name):
     return out / n
 
 
-def test_four_ranks_wrong_estimates_rebalanced_or_kept(dataset, tmp_path):
+@pytest.mark.parametrize("comm", ["gloo", "zmq"])
+def test_four_ranks_wrong_estimates_rebalanced_or_kept(dataset, tmp_path,
+                                                       comm):
+    """gloo: all_to_all_single on the job's process group; zmq: no process
+    group, the C fallback over ZeroMQ (rb_link.h), the same assertions."""
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    res = torchrun(4, script, tmp_path, dataset, timeout=400)
+    res = torchrun(4, script, tmp_path, dataset, comm, timeout=400)
     for name in ("on", "kept", "user"):
         for epoch in (0, 1):  # exactly once per epoch, Tier 2 or not
             ids = sorted(i for r in res for s in r[name]["steps"]
@@ -251,15 +259,21 @@ def test_dead_rank_is_an_error_on_every_rank(dataset, tmp_path):
     assert not any(alive(k) for k in kids)
 
 
-def test_without_a_process_group_not_implemented(dataset):
+def test_one_rank_without_a_process_group(dataset):
+    """A group of one has nothing to move: every round is "balanced", no
+    collective runs, the epoch comes once and in order."""
     loader = datahelix.DataLoader(dataset, batch_size=2, frames=4,
                                   size=(32, 32),
                                   load_balance={"buffer_size": 4})
     try:
-        with pytest.raises(NotImplementedError, match="not implemented"):
-            iter(loader)
+        steps = [(b["step"], b["ids"].tolist()) for b in loader]
+        t = loader.stats()["tier2"]
     finally:
         loader.close()
+    assert [s for s, _ in steps] == list(range(N // 2))
+    assert sorted(i for _, ids in steps for i in ids) == list(range(N))
+    assert t["rounds"] == N // 4 and t["balanced"] == t["rounds"]
+    assert t["bytes_moved"] == 0
 
 
 def test_bad_load_balance(dataset):
