@@ -12,6 +12,8 @@ timeout, not a hang.  Without a process group the same job runs over
 the ZeroMQ fallback (rb_link.h) with the same results.
 """
 import os
+import random
+import socket
 import subprocess
 import sys
 import textwrap
@@ -20,7 +22,7 @@ import time
 import pytest
 
 from conftest import ROOT, run_dh
-from procs import alive, descendants, free_port, torchrun
+from procs import alive, descendants, torchrun
 
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
@@ -29,6 +31,23 @@ import datahelix  # noqa: E402
 # the probe's est_tokens are for another sampling: what this test wants
 pytestmark = pytest.mark.filterwarnings("ignore:.*est_tokens were made")
 N = 32  # clips: 4 steps of 4 ranks x 2 per epoch
+
+
+def quiet_port(span=8):
+    """A port P below the ephemeral range (32768 on) with P .. P + span
+    free: the loaders' Coordinators listen on MASTER_PORT + 1 + i, and a
+    job's own outgoing connections (gloo opens many) take ephemeral ports
+    that could be those."""
+    for _ in range(200):
+        p = random.randrange(20000, 32000 - span)
+        try:
+            for q in range(p, p + span + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", q))
+            return p
+        except OSError:
+            continue
+    pytest.skip("no free port block below 32000")
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +152,8 @@ def test_four_ranks_wrong_estimates_rebalanced_or_kept(dataset, tmp_path,
     group, the C fallback over ZeroMQ (rb_link.h), the same assertions."""
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    res = torchrun(4, script, tmp_path, dataset, comm, timeout=400)
+    res = torchrun(4, script, tmp_path, dataset, comm, port=quiet_port(),
+                   timeout=400)
     for name in ("on", "kept", "user"):
         for epoch in (0, 1):  # exactly once per epoch, Tier 2 or not
             ids = sorted(i for r in res for s in r[name]["steps"]
@@ -223,7 +243,7 @@ DEAD = textwrap.dedent("""
 def test_dead_rank_is_an_error_on_every_rank(dataset, tmp_path):
     script = tmp_path / "dead.py"
     script.write_text(DEAD)
-    port = free_port()
+    port = quiet_port()
     procs = []
     try:
         for r in range(4):  # not torchrun: it would kill the survivors
