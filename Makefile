@@ -87,7 +87,7 @@ bench: build
 	@$(PY) bench/bench_matrix.py --bin build/datahelix
 
 # Every benchmark, one after the other (well over 15 minutes).
-bench-all: bench-probe bench-verify bench-index bench-decode bench-arena bench-handover bench-python bench-ddl bench-plan bench-coschedule bench-place bench-route bench-live bench
+bench-all: bench-probe bench-verify bench-index bench-decode bench-arena bench-handover bench-python bench-ddl bench-plan bench-coschedule bench-place bench-route bench-exchange bench-live bench
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
@@ -145,6 +145,14 @@ bench-arena: build
 bench-handover: build
 	@scripts/setup-deps.sh bench
 	@$(PY) bench/bench_handover.py --bin build/bench_arena
+
+# Tier-2's exchange: 64 decoded-size samples over 4 gloo ranks, one
+# all_to_all_single vs one-by-one send/recv vs loopback TCP (needs
+# python3-torch; docs/rebalance.md "The exchange").
+.PHONY: bench-exchange
+bench-exchange:
+	@scripts/setup-deps.sh bench
+	@$(PY) bench/bench_exchange.py
 
 .PHONY: bench-place
 bench-place: build

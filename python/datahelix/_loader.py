@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from . import _C, _packed, _passes, _slot, _video
+from . import _C, _packed, _passes, _rebalance, _slot, _video
 from . import _options as _opt
 from ._jobkey import JobKey
 from ._services import (Closing, binary, claim_coordinator,
@@ -140,7 +140,7 @@ class DataLoader(Closing):
                  step_deadline_ms=0.0, arena_mb=None, max_side=None,
                  max_pixels=None, patch=None, max_frames=None, keyfile=None,
                  metrics_listen=None, metrics_token_file=None,
-                 trace=None):
+                 trace=None, load_balance=None):
         _opt.check_manifest(manifest)
         for name, v in (("sampler", sampler), ("batch_sampler",
                                                batch_sampler),
@@ -282,6 +282,17 @@ class DataLoader(Closing):
         self._skipped = 0
         self._meter = _opt.Meter()
         self._len = None
+        # Tier 2 (_rebalance.py): checked now, its process groups made at
+        # the first iteration (every rank iterates)
+        self._lb = None if load_balance is None else \
+            _rebalance.check(load_balance, batch_size, world_size)
+        if self._lb is not None and (self._tx or self._native or
+                                     collate_fn is not None):
+            raise NotImplementedError(
+                "load_balance= with transform=, collate_fn= or native-size "
+                "packed batches is not implemented yet (Tier 2 exchanges "
+                "fixed-size decoded clips; docs/rebalance.md)")
+        self._rb = None
 
     # -- plan ---------------------------------------------------------------
 
@@ -403,6 +414,10 @@ class DataLoader(Closing):
         self._meter.start(self._epoch, self._pass + 1, self._client_stats())
         self._start_pass(base + k, ids, o.tobytes())
         self._pass += 1
+        if self._lb is not None:
+            if self._rb is None:
+                self._rb = _rebalance.Rebalancer(self._lb, self)
+            self._rb.reset()
         return _Pass(self, self._pass)
 
     def _next(self, it):
@@ -416,6 +431,18 @@ class DataLoader(Closing):
             raise StopIteration
         if self._client is None:
             raise ValueError("the DataLoader is closed")
+        if self._rb is not None:  # Tier 2: through the round buffer
+            try:
+                return self._rb.next(lambda: self._next_one(it))
+            except StopIteration:
+                it.done = True
+                raise
+        return self._next_one(it)
+
+    def _next_one(self, it):
+        """The client's next batch of pass `it` as a dict."""
+        if it.done:
+            raise StopIteration
         while True:
             try:
                 b = self._client.next(self._timeout_ms)
@@ -578,7 +605,10 @@ class DataLoader(Closing):
         epoch and step in synchronous training.  "manifest" and "plan"
         fingerprint what the saved step refers to (load_state_dict()
         checks them)."""
-        return {"epoch": self._epoch, "step": self._step, "seed": self.seed,
+        step = self._step
+        if self._rb is not None and self._rb.pending():  # not yielded yet
+            step = self._rb.queue[0][0]["step"]
+        return {"epoch": self._epoch, "step": step, "seed": self.seed,
                 "world_size": self.world_size,
                 "batch_size": self.batch_size, "rank": self.rank,
                 "replanned": [list(x) for x in self._chain],
@@ -656,6 +686,7 @@ class DataLoader(Closing):
         s["epoch"] = self._meter.figures(s)
         s["epochs"] = list(self._meter.done)
         s.setdefault("substituted", 0)
+        s["tier2"] = self._rb.stats() if self._rb is not None else None
         return s
 
     # -- lifetime -----------------------------------------------------------
@@ -671,6 +702,9 @@ class DataLoader(Closing):
         Batches still held stay valid until they are freed."""
         if self._pinner is not None:  # before the arena can be unmapped
             self._pinner.unregister_all()
+        if self._rb is not None:  # Tier 2's sockets and folder
+            self._rb.close()
+            self._rb = None
         if self._client is not None:
             self._meter.last = self._client_stats()  # stats() after close
             self._client.close()

@@ -81,6 +81,14 @@ static void usage(FILE *f)
         "                      order: step k, rank r take samples (kR+r)B ..\n"
         "                      (kR+r+1)B-1 (a live run's split, replayed;\n"
         "                      datahelix then skips its planner)\n"
+        "Tier 2 (docs/rebalance.md):\n"
+        "  --est-error SIGMA   actual / estimated tokens and GPU time are\n"
+        "                      lognormal with this sigma (default 0), for\n"
+        "                      every system; adds step_p50_ms, step_p95_ms\n"
+        "  --tier2             datahelix rebalances every round with the\n"
+        "                      loader's cost gate (adds \"tier2\" to --json)\n"
+        "  --tier2-rounds R    steps per round (default 4)\n"
+        "  --tier2-margin M    move only if gain > cost x M (default 1.5)\n"
         "  -h, --help          this text\n");
 }
 
@@ -95,7 +103,11 @@ enum {
     O_GPU,
     O_NATIVE,
     O_HANDOVER,
-    O_REPLAY
+    O_REPLAY,
+    O_ESTERR,
+    O_TIER2,
+    O_T2ROUND,
+    O_T2MARGIN
 };
 
 static const struct option long_opts[] = {
@@ -123,6 +135,10 @@ static const struct option long_opts[] = {
     {"native-cores", required_argument, NULL, O_NATIVE},
     {"handover", required_argument, NULL, O_HANDOVER},
     {"replay-order", no_argument, NULL, O_REPLAY},
+    {"est-error", required_argument, NULL, O_ESTERR},
+    {"tier2", no_argument, NULL, O_TIER2},
+    {"tier2-rounds", required_argument, NULL, O_T2ROUND},
+    {"tier2-margin", required_argument, NULL, O_T2MARGIN},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -297,6 +313,15 @@ static int parse_opt(void *ctx, int c)
     case O_REPLAY:
         k->replay_order = 1;
         return 0;
+    case O_ESTERR:
+        return opt_dbl("--est-error", 0, 3, &k->est_error);
+    case O_TIER2:
+        k->tier2 = 1;
+        return 0;
+    case O_T2ROUND:
+        return opt_u32("--tier2-rounds", 1, 4096, &k->tier2_round);
+    case O_T2MARGIN:
+        return opt_dbl("--tier2-margin", 0, 1e6, &k->tier2_margin);
     }
     return dh_cli_usage_error(CMD, "bad option");
 }
@@ -403,16 +428,38 @@ static void json_str(const char *s)
     putchar('"');
 }
 
-static void json_metrics(const struct dh_sim_metrics *m)
+/* Tier 2's rounds (only with --tier2, datahelix). */
+static void json_tier2(const struct dh_sim_tier2 *t)
+{
+    printf(", \"tier2\": {\"rounds\": %" PRIu64 ", \"moved\": %" PRIu64
+           ", \"kept\": %" PRIu64 ", \"unmeasured\": %" PRIu64
+           ", \"balanced\": %" PRIu64 ", \"moved_samples\": %" PRIu64
+           ", \"moved_bytes\": %" PRIu64 ", \"gain_ms\": %.6g, "
+           "\"cost_ms\": %.6g, \"ratio_before\": %.6g, "
+           "\"ratio_after\": %.6g}",
+           t->rounds, t->moved, t->kept, t->unmeasured, t->balanced,
+           t->moved_samples, t->moved_bytes, t->gain_ms, t->cost_ms,
+           t->ratio_before, t->ratio_after);
+}
+
+/* extras: 1 adds the step times, 2 also Tier 2's rounds. */
+static void json_metrics(const struct dh_sim_metrics *m, int extras)
 {
     printf("{\"throughput\": %.6g, \"input_wait_p95_s\": %.6g, "
            "\"ready_p95_s\": %.6g, \"ddl_miss_rate\": %.6g, "
-           "\"cross_ds_gb_per_100_steps\": %.6g}",
+           "\"cross_ds_gb_per_100_steps\": %.6g",
            m->throughput, m->input_wait_p95_s, m->ready_p95_s, m->ddl_miss_rate,
            m->cross_ds_gb_per_100_steps);
+    if (extras)
+        printf(", \"step_p50_ms\": %.6g, \"step_p95_ms\": %.6g", m->step_p50_ms,
+               m->step_p95_ms);
+    if (extras > 1)
+        json_tier2(&m->tier2);
+    putchar('}');
 }
 
-static void json_systems(const int *have, const struct dh_sim_metrics *m)
+static void json_systems(const int *have, const struct dh_sim_metrics *m,
+                         int extras)
 {
     int first = 1;
 
@@ -422,7 +469,9 @@ static void json_systems(const int *have, const struct dh_sim_metrics *m)
             continue;
         printf("%s\"%s\": ", first ? "" : ", ",
                dh_sim_system_name((enum dh_sim_system)s));
-        json_metrics(&m[s]);
+        json_metrics(&m[s], extras && (extras == 1 || s != DH_SIM_DATAHELIX)
+                                ? 1
+                                : extras);
         first = 0;
     }
     putchar('}');
@@ -479,6 +528,26 @@ static void print_table(const char *title, const char *model, const int *have,
     }
 }
 
+static void print_steps(const struct dh_sim_config *c, const int *have,
+                        const struct dh_sim_metrics *m)
+{
+    const struct dh_sim_tier2 *t = &m[DH_SIM_DATAHELIX].tier2;
+
+    for (int s = 0; s < DH_SIM_NSYSTEMS; s++)
+        if (have[s])
+            printf("  %-10s step p50 %.1f ms, p95 %.1f ms\n",
+                   dh_sim_system_name((enum dh_sim_system)s), m[s].step_p50_ms,
+                   m[s].step_p95_ms);
+    if (c->tier2 && have[DH_SIM_DATAHELIX])
+        printf("  tier 2: %" PRIu64 " rounds of %u steps: %" PRIu64
+               " moved, %" PRIu64 " kept, %" PRIu64 " balanced, %" PRIu64
+               " unmeasured; %" PRIu64 " samples, %.3f GB moved; max/mean "
+               "tokens %.3f -> %.3f\n",
+               t->rounds, c->tier2_round, t->moved, t->kept, t->balanced,
+               t->unmeasured, t->moved_samples, (double)t->moved_bytes / 1e9,
+               t->ratio_before, t->ratio_after);
+}
+
 static void print_human(const struct args *a, const struct result *r, int n,
                         const int *have, const struct dh_sim_metrics *agg)
 {
@@ -490,8 +559,11 @@ static void print_human(const struct args *a, const struct result *r, int n,
            c->ranks, c->local, c->remote, c->cores,
            (c->local + c->remote) * c->cores, c->ranks, c->batch, c->steps,
            c->warmup, c->seed);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         print_table(r[i].name, r[i].model, r[i].have, r[i].m);
+        if (c->tier2 || c->est_error > 0)
+            print_steps(c, r[i].have, r[i].m);
+    }
     if (n > 1)
         print_table("aggregate (geometric mean of throughput, arithmetic "
                     "means of the rest)",
@@ -499,17 +571,17 @@ static void print_human(const struct args *a, const struct result *r, int n,
 }
 
 static void print_json(const struct result *r, int n, const int *have,
-                       const struct dh_sim_metrics *agg)
+                       const struct dh_sim_metrics *agg, int extras)
 {
     printf("{\"workloads\": {");
     for (int i = 0; i < n; i++) {
         printf("%s", i ? ", " : "");
         json_str(r[i].name);
         printf(": ");
-        json_systems(r[i].have, r[i].m);
+        json_systems(r[i].have, r[i].m, extras);
     }
     printf("}, \"aggregate\": ");
-    json_systems(have, agg);
+    json_systems(have, agg, 0);
     printf("}\n");
 }
 
@@ -542,7 +614,10 @@ int dh_cmd_sim(int argc, char **argv)
     }
     aggregate(res, n, have, agg);
     if (a.json)
-        print_json(res, n, have, agg);
+        print_json(res, n, have, agg,
+                   a.c.tier2           ? 2
+                   : a.c.est_error > 0 ? 1
+                                       : 0);
     else
         print_human(&a, res, n, have, agg);
     return DH_EXIT_OK;

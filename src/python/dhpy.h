@@ -62,4 +62,12 @@ int dhpy_pyds_init(PyObject *m);
  * error. */
 int dhpy_sample_init(PyObject *m);
 
+/* Adds rebalance() (dhpy_rebalance.c: Tier-2's gate and planner for
+ * _rebalance.py); -1 on error. */
+int dhpy_rebalance_init(PyObject *m);
+
+/* Adds RbLink (dhpy_rblink.c: Tier 2's ZeroMQ exchange without a process
+ * group); -1 on error. */
+int dhpy_rblink_init(PyObject *m);
+
 #endif

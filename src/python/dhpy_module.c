@@ -566,7 +566,8 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddIntConstant(m, "BALANCE_FREE", DH_BALANCE_FREE) < 0 ||
         PyModule_AddIntConstant(m, "BALANCE_NONE", DH_BALANCE_NONE) < 0 ||
         dhpy_client_init(m) < 0 || dhpy_pyds_init(m) < 0 ||
-        dhpy_sample_init(m) < 0)
+        dhpy_sample_init(m) < 0 || dhpy_rebalance_init(m) < 0 ||
+        dhpy_rblink_init(m) < 0)
         goto fail;
     return m;
 fail:

@@ -82,6 +82,9 @@ struct sim {
     double *b_req, *b_ready;
     /* per step */
     double *step_start, *step_end, *wait;
+    /* Tier 2 (tier2.c): per batch GPU ms, per step exchange ms */
+    double *b_gpu, *step_x;
+    struct dh_sim_tier2 t2;
     uint64_t cur_step;
     uint32_t done_ranks;
     struct dh_sim_evq q;
@@ -124,6 +127,8 @@ void dh_sim_config_default(struct dh_sim_config *c)
     c->cpu_scale = 1;
     c->allreduce_ms = 0;
     c->seed = 1;
+    c->tier2_round = 4;
+    c->tier2_margin = 1.5;
 }
 
 uint64_t dh_sim_samples_needed(const struct dh_sim_config *c)
@@ -250,6 +255,12 @@ static const uint64_t *batch_ids(const struct sim *s, uint64_t step, uint32_t r,
     return dh_plan_rank_ids(s->plan, step, r, cnt);
 }
 
+static const uint64_t *batch_fn(void *ctx, uint64_t step, uint32_t r,
+                                uint64_t *cnt)
+{
+    return batch_ids(ctx, step, r, cnt);
+}
+
 static int request_batch(struct sim *s, uint32_t r, uint64_t step)
 {
     uint64_t b = step * s->c->ranks + r, cnt = 0;
@@ -291,8 +302,10 @@ static int begin_compute(struct sim *s, uint32_t r)
     if (step + s->c->prefetch < s->nsteps &&
         (rc = request_batch(s, r, step + s->c->prefetch)) != 0)
         return rc;
-    for (uint64_t i = 0; i < cnt; i++)
-        gpu += s->w->s[ids[i]].gpu_ms;
+    if (s->b_gpu) /* Tier 2 decided the round (tier2.c) */
+        gpu = s->b_gpu[step * s->c->ranks + r] + s->step_x[step];
+    for (uint64_t i = 0; !s->b_gpu && i < cnt; i++)
+        gpu += s->w->s[ids[i]].gpu_ms * dh__sim_est_error(s->c, ids[i]);
     return dh__sim_evq_push(&s->q, s->now + gpu, EV_COMPUTED, r, step);
 }
 
@@ -439,7 +452,10 @@ static int check_config(const struct dh_sim_config *c,
                           "prefetch >= 1 and 1 <= local <= ranks needed");
     if ((uint64_t)c->local + c->remote > (1u << 20) || !(c->link_gbps > 0) ||
         !(c->link_lat_ms >= 0) || !(c->cpu_scale > 0) ||
-        !(c->noise_sigma >= 0) || !(c->allreduce_ms >= 0) || !(c->ddl_ms >= 0))
+        !(c->noise_sigma >= 0) || !(c->allreduce_ms >= 0) ||
+        !(c->ddl_ms >= 0) || !(c->est_error >= 0) || !(c->est_error <= 3) ||
+        !(c->tier2_margin >= 0) || !(c->tier2_margin < INFINITY) ||
+        c->tier2_round < 1 || c->tier2_round > 4096)
         return dh_err_set(e, DH_EINVAL, "sim: a size or rate out of range");
     for (int i = 0; i < DH_SIM_NSYSTEMS; i++) {
         const struct dh_sim_handover *h = &c->handover[i];
@@ -650,7 +666,15 @@ static int setup(struct sim *s)
         layout_native(s);
     else if ((rc = layout_shared(s)) != 0)
         return rc;
-    return 0;
+    if (!s->c->tier2 || s->sys != DH_SIM_DATAHELIX)
+        return 0;
+    s->b_gpu = dh__calloc(s->nbatch, sizeof(*s->b_gpu));
+    s->step_x = dh__calloc(s->nsteps, sizeof(*s->step_x));
+    if (!s->b_gpu || !s->step_x)
+        return dh_err_set(s->e, DH_ENOMEM, "sim: out of memory");
+    return dh__sim_tier2(s->c, s->w, s->nsteps, batch_fn, s, s->b_gpu,
+                         s->step_x, &s->t2, &s->cross_all, &s->cross_measured,
+                         s->c->warmup, s->e);
 }
 
 static void teardown(struct sim *s)
@@ -676,6 +700,8 @@ static void teardown(struct sim *s)
     dh__free(s->step_start);
     dh__free(s->step_end);
     dh__free(s->wait);
+    dh__free(s->b_gpu);
+    dh__free(s->step_x);
     dh__sim_evq_fini(&s->q);
 }
 
@@ -713,6 +739,11 @@ static void metrics(struct sim *s, struct dh_sim_metrics *m)
     for (uint64_t b = b0; b < s->nbatch; b++) /* reuse b_req as scratch */
         s->b_req[b - b0] = s->b_ready[b] - s->b_req[b];
     m->ready_p95_s = p95(s->b_req, nmeas) / 1000;
+    for (uint64_t k = 0; k < c->steps; k++) /* and again for step times */
+        s->b_req[k] = s->step_end[c->warmup + k] - s->step_start[c->warmup + k];
+    m->step_p95_ms = p95(s->b_req, c->steps);
+    m->step_p50_ms = s->b_req[(c->steps - 1) / 2]; /* sorted by p95() */
+    m->tier2 = s->t2;
     m->cross_ds_gb_per_100_steps = (double)s->cross_measured / 1e9 * 100.0 /
                                    c->steps;
     for (uint64_t i = 0; i < s->nsamp; i++)

@@ -76,6 +76,16 @@ struct dh_sim_config {
                             replayed); 0 (default): datahelix plans,
                             native and pool split at random */
     uint64_t seed;    /* default 1 */
+    /* Tier 2 (docs/rebalance.md "In the simulator"): est_error is the
+     * lognormal sigma (mean 1) of actual / estimated tokens and GPU time of
+     * every sample, for every system (the Tier-1 plan sees estimates, the
+     * step pays actuals); tier2 turns on datahelix's cost-gated exchange
+     * every tier2_round steps (default 4), gated at tier2_margin (1.5)
+     * over link_gbps and link_lat_ms as the measured collective. */
+    double est_error;
+    int tier2;
+    uint32_t tier2_round;
+    double tier2_margin;
 };
 void dh_sim_config_default(struct dh_sim_config *c);
 /* Samples one run consumes: (steps + warmup) x ranks x batch. */
@@ -122,6 +132,14 @@ void dh_sim_workload_fini(struct dh_sim_workload *w);
 void dh_sim_paper_entry(int i, const char **name, const char **mix,
                         enum dh_sim_model *model);
 
+/* Tier 2's rounds, summed over the run (means for the ratios). */
+struct dh_sim_tier2 {
+    uint64_t rounds, moved, kept, unmeasured, balanced;
+    uint64_t moved_samples, moved_bytes;
+    double gain_ms, cost_ms;          /* predicted, summed over rounds */
+    double ratio_before, ratio_after; /* mean max/mean tokens per step */
+};
+
 struct dh_sim_metrics {
     double throughput;       /* samples/s over the measured steps */
     double input_wait_p95_s; /* per (rank, measured step) */
@@ -129,10 +147,12 @@ struct dh_sim_metrics {
     double ddl_miss_rate;    /* (rank, step) pairs with wait > ddl_ms */
     double cross_ds_gb_per_100_steps; /* payload bytes not prepared on the
                                          requester's local server */
-    uint64_t conservation_errors; /* samples of the run prepared != 1 time */
-    uint64_t cross_bytes;         /* over all steps (warm-up included) */
-    uint64_t events;              /* events processed */
-    double sim_end_s;             /* simulated time at the end */
+    uint64_t conservation_errors;    /* samples of the run prepared != 1 time */
+    uint64_t cross_bytes;            /* over all steps (warm-up included) */
+    uint64_t events;                 /* events processed */
+    double sim_end_s;                /* simulated time at the end */
+    double step_p50_ms, step_p95_ms; /* measured steps, start to end */
+    struct dh_sim_tier2 tier2;       /* zero unless tier2 (datahelix) */
 };
 
 /*
@@ -144,6 +164,28 @@ struct dh_sim_metrics {
 int dh_sim_run(const struct dh_sim_config *c, const struct dh_sim_workload *w,
                enum dh_sim_system sys, struct dh_sim_metrics *out,
                struct dh_err *e) DH_MUST_CHECK;
+
+/* ---- Tier 2 (internal; src/sim/tier2.c) ---- */
+/* The step's batch of rank r: `cnt` sample ids, borrowed. */
+typedef const uint64_t *(*dh_sim_batch_fn)(void *ctx, uint64_t step, uint32_t r,
+                                           uint64_t *cnt);
+/* Actual / estimated tokens of sample id (1 when est_error is 0). */
+double dh__sim_est_error(const struct dh_sim_config *c, uint64_t id);
+/*
+ * Models Tier 2 over nsteps steps: for each round, the actual tokens of
+ * its samples go through dh_rb_propose and dh_rb_decide (the same code as
+ * the loader's gate, with the previous rounds' GPU ms per token as the
+ * measured step time; the first round only measures).  Writes gpu[b], the
+ * actual GPU ms of batch b = step x ranks + rank after the verdict, and
+ * xfer[step], the exchange time paid at a round's first step; sums into
+ * *t2 and adds the bytes of rounds from step `from` on to *cross.
+ */
+int dh__sim_tier2(const struct dh_sim_config *c,
+                  const struct dh_sim_workload *w, uint64_t nsteps,
+                  dh_sim_batch_fn ids, void *ctx, double *gpu, double *xfer,
+                  struct dh_sim_tier2 *t2, uint64_t *cross_all,
+                  uint64_t *cross_from, uint64_t from,
+                  struct dh_err *e) DH_MUST_CHECK;
 
 /* ---- the event queue (internal to the simulator; tested) ---- */
 struct dh_sim_event {

@@ -209,3 +209,66 @@ def test_bad_arguments(tmp_path):
     one_line_error("--seed")
     one_line_error("extra")
     one_line_error("--manifest", tmp_path / "missing.jsonl")
+
+
+# ---- Tier 2 (docs/rebalance.md "In the simulator") ----
+T2 = ["--systems", "native,datahelix", "--ranks", 4, "--remote", 4,
+      "--batch-size", 4, "--steps", 40, "--warmup", 4]
+T2_KEYS = {"rounds", "moved", "kept", "unmeasured", "balanced",
+           "moved_samples", "moved_bytes", "gain_ms", "cost_ms",
+           "ratio_before", "ratio_after"}
+
+
+def tier2_pair(*args):
+    """The same run with Tier 2 off and on: (off, on) datahelix metrics."""
+    off = sim_json(*T2, *args)["workloads"]["kinetics-mixed"]
+    on = sim_json(*T2, *args, "--tier2")["workloads"]["kinetics-mixed"]
+    # Tier 2 is datahelix's alone (the step times come with --est-error > 0
+    # or --tier2)
+    assert off["native"] == {k: on["native"][k] for k in off["native"]}
+    assert "tier2" not in on["native"] and "step_p95_ms" in on["native"]
+    assert set(on["datahelix"]["tier2"]) == T2_KEYS
+    return off["datahelix"], on["datahelix"]
+
+
+def test_tier2_corrects_wrong_estimates():
+    off, on = tier2_pair("--est-error", 0.8)
+    t = on["tier2"]
+    assert t["rounds"] == 11  # 44 steps in rounds of 4
+    assert t["unmeasured"] == 1  # the first round only measures
+    assert t["moved"] >= 1 and t["moved_bytes"] > 0
+    assert t["gain_ms"] > 0 and t["cost_ms"] > 0
+    assert t["ratio_after"] < t["ratio_before"]
+    # the moved bytes are cross-DS traffic; the run is faster, not slower
+    assert on["cross_ds_gb_per_100_steps"] > off["cross_ds_gb_per_100_steps"]
+    assert on["throughput"] > off["throughput"]
+
+
+def test_tier2_keeps_when_moving_costs_more():
+    # a 1 Mbit/s collective: every move costs more than it gains
+    off, on = tier2_pair("--est-error", 0.8, "--link-gbps", 0.001)
+    t = on["tier2"]
+    assert t["moved"] == 0 and t["moved_bytes"] == 0
+    assert t["kept"] >= 1 and t["cost_ms"] > t["gain_ms"]
+    assert t["ratio_after"] == t["ratio_before"]
+    assert {k: v for k, v in on.items() if k != "tier2"} == off
+
+
+def test_tier2_right_estimates_no_worse():
+    off, on = tier2_pair("--est-error", 0)
+    assert on["throughput"] >= off["throughput"]
+    assert on["tier2"]["rounds"] == 11
+
+
+def test_tier2_margin_and_round_length():
+    _, one = tier2_pair("--est-error", 0.8, "--tier2-rounds", 1)
+    assert one["tier2"]["rounds"] == 44
+    _, never = tier2_pair("--est-error", 0.8, "--tier2-margin", 1e6)
+    assert never["tier2"]["moved"] == 0
+
+
+def test_tier2_bad_arguments():
+    assert "--est-error" in one_line_error("--est-error", -1)
+    assert "--est-error" in one_line_error("--est-error", "x")
+    assert "--tier2-rounds" in one_line_error("--tier2-rounds", 0)
+    assert "--tier2-margin" in one_line_error("--tier2-margin", -2)

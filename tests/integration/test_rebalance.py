@@ -1,0 +1,311 @@
+"""Tier 2 in the loader: DataLoader(load_balance=...) (issue 17;
+docs/rebalance.md "In the loader").
+
+4 ranks under torchrun (gloo, CPU): a manifest whose estimates say every
+clip costs the same while a quarter of them are 20x larger (the user's
+feature_fn knows) is rebalanced, and the steps' max/mean drops against the
+same job with a margin no gain can pay (every measured round kept); the
+moved clips arrive intact; a user sort_fn's proposal is what the ranks get;
+every epoch is yielded exactly once, also when resumed mid-round.  A rank
+that dies in a round is a DataError on every other rank within the
+timeout, not a hang.  Without a process group the same job runs over
+the ZeroMQ fallback (rb_link.h) with the same results.
+"""
+import os
+import random
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import ROOT, run_dh
+from procs import alive, descendants, torchrun
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(ROOT / "python"))
+import datahelix  # noqa: E402
+
+# the probe's est_tokens are for another sampling: what this test wants
+pytestmark = pytest.mark.filterwarnings("ignore:.*est_tokens were made")
+N = 32  # clips: 4 steps of 4 ranks x 2 per epoch
+
+
+def quiet_port(span=8):
+    """A port P below the ephemeral range (32768 on) with P .. P + span
+    free: the loaders' Coordinators listen on MASTER_PORT + 1 + i, and a
+    job's own outgoing connections (gloo opens many) take ephemeral ports
+    that could be those."""
+    for _ in range(200):
+        p = random.randrange(20000, 32000 - span)
+        try:
+            for q in range(p, p + span + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", q))
+            return p
+        except OSError:
+            continue
+    pytest.skip("no free port block below 32000")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rb")
+    run_dh("gen-data", "--out", d / "videos", "--profiles", "S", "--count",
+           N, "--seed", 5, "--captions", check=True, timeout=300)
+    run_dh("probe", "--out", d / "m.jsonl", d / "videos" / "captions.jsonl",
+           check=True)
+    m = d / "m.jsonl"
+    datahelix.DataLoader(m, batch_size=2, frames=4, size=(32, 32)).close()
+    return m
+
+
+SCRIPT = textwrap.dedent("""
+    import json, os, sys, time, warnings
+    import torch, torch.distributed as dist
+    sys.path.insert(0, sys.argv[1])
+    import datahelix
+    warnings.simplefilter("ignore")
+    manifest, zmq, out = sys.argv[2], sys.argv[3] == "zmq", sys.argv[-1]
+    if not zmq:  # else Tier 2's ZeroMQ fallback: no process group
+        dist.init_process_group("gloo")
+    rank = int(os.environ["RANK"])
+    # the truth the manifest hides: ids divisible by 4 are 20x larger
+    TRUE = lambda i: 20000 if i % 4 == 0 else 1000
+    calls = []
+
+    def deal(feats, args):  # a user policy: per step, largest to rank 3
+        calls.append(len(feats))
+        to = [None] * len(feats)
+        for t in sorted({f["step"] for f in feats}):
+            idx = sorted((i for i, f in enumerate(feats) if f["step"] == t),
+                         key=lambda i: -feats[i]["tokens"])
+            for k, i in enumerate(idx):
+                to[i] = 3 - k % 4
+        return to
+
+    res = {}
+    for name, margin, sort_fn in (("on", 1.5, None), ("kept", 1e12, None),
+                                  ("user", 0.0, deal)):
+        loader = datahelix.DataLoader(
+            manifest, batch_size=2, frames=4, size=(32, 32), timeout=60,
+            load_balance={"feature_fn": lambda s: {"tokens": TRUE(s["id"])},
+                          "sort_fn": sort_fn, "buffer_size": 4,
+                          "args": {"margin": margin}})
+        steps = []
+        for epoch in (0, 1):
+            loader.set_epoch(epoch)
+            for b in loader:
+                ids = b["ids"].tolist()
+                tok = sum(TRUE(i) for i in ids)
+                time.sleep(tok * 1e-6)  # the emulated GPU step
+                if not zmq:  # the gradient sync
+                    t = torch.tensor([float(tok)])
+                    dist.all_reduce(t)
+                steps.append({"epoch": epoch, "step": b["step"], "ids": ids,
+                              "tokens": [TRUE(i) for i in ids],
+                              "shape": list(b["video"].shape),
+                              "sums": [int(v.sum()) for v in b["video"]]})
+        res[name] = {"steps": steps, "tier2": loader.stats()["tier2"],
+                     "state": loader.state_dict()}
+        loader.close()
+    res["calls"] = calls
+    # resume mid-round: 3 steps, the 4th still in the round buffer
+    lb = {"feature_fn": lambda s: {"tokens": TRUE(s["id"])},
+          "buffer_size": 4}
+    loader = datahelix.DataLoader(manifest, batch_size=2, frames=4,
+                                  size=(32, 32), load_balance=lb)
+    first, it = [], iter(loader)
+    for _ in range(3):
+        first += next(it)["ids"].tolist()
+    state = loader.state_dict()
+    loader.close()
+    loader = datahelix.DataLoader(manifest, batch_size=2, frames=4,
+                                  size=(32, 32), load_balance=lb)
+    loader.load_state_dict(state)
+    rest = [i for b in loader for i in b["ids"].tolist()]
+    loader.close()
+    res["resume"] = {"first": first, "rest": rest, "step": state["step"]}
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(res, f)
+    if not zmq:
+        dist.destroy_process_group()
+""")
+
+
+def ratio(res, name):
+    """Mean over steps of max/mean true tokens across the ranks."""
+    n = len(res[0][name]["steps"])
+    out = 0.0
+    for k in range(n):
+        t = [sum(r[name]["steps"][k]["tokens"]) for r in res]
+        out += max(t) / (sum(t) / len(t))
+    return out / n
+
+
+@pytest.mark.parametrize("comm", ["gloo", "zmq"])
+def test_four_ranks_wrong_estimates_rebalanced_or_kept(dataset, tmp_path,
+                                                       comm):
+    """gloo: all_to_all_single on the job's process group; zmq: no process
+    group, the C fallback over ZeroMQ (rb_link.h), the same assertions."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    res = torchrun(4, script, tmp_path, dataset, comm, port=quiet_port(),
+                   timeout=400)
+    for name in ("on", "kept", "user"):
+        for epoch in (0, 1):  # exactly once per epoch, Tier 2 or not
+            ids = sorted(i for r in res for s in r[name]["steps"]
+                         if s["epoch"] == epoch for i in s["ids"])
+            assert ids == list(range(N)), (name, epoch)
+        for r in res:
+            assert all(s["shape"] == [2, 4, 32, 32, 3]
+                       for s in r[name]["steps"])
+            t = r[name]["tier2"]
+            assert t["rounds"] == 4 and t["unmeasured"] == 1  # measures
+            assert t["bandwidth_bytes_per_ms"] > 0 and t["latency_ms"] > 0
+            assert t["ms_per_token"] > 0
+            assert t["last"]["verdict"] in ("move", "keep", "balanced")
+            assert r[name]["state"]["step"] == 4  # the epoch's end
+    on, kept = res[0]["on"]["tier2"], res[0]["kept"]["tier2"]
+    # every rank reached the same verdicts
+    assert all(r["on"]["tier2"]["move"] == on["move"] for r in res)
+    assert on["move"] >= 1 and on["bytes_moved"] > 0
+    assert on["max_mean_after"] < on["max_mean_before"]
+    assert on["gain_ms"] > on["cost_ms"] > 0
+    # the margin no gain pays: measured rounds kept, nothing moved
+    assert kept["move"] == 0 and kept["keep"] == 3
+    assert kept["bytes_moved"] == 0
+    assert kept["max_mean_after"] == kept["max_mean_before"]
+    # measured on the yielded batches: the steps are better balanced
+    assert ratio(res, "on") < ratio(res, "kept")
+    # moved clips arrive intact: the same pixels as where they were kept
+    sums = {}
+    for r in res:
+        for s in r["kept"]["steps"]:
+            for i, v in zip(s["ids"], s["sums"]):
+                sums[(s["epoch"], i)] = v
+    for r in res:
+        for s in r["on"]["steps"] + r["user"]["steps"]:
+            for i, v in zip(s["ids"], s["sums"]):
+                assert sums[(s["epoch"], i)] == v, i
+    # resumed mid-round at the first step not yielded: the epoch once
+    assert all(r["resume"]["step"] == 3 for r in res)
+    ids = sorted(i for r in res for k in ("first", "rest")
+                 for i in r["resume"][k])
+    assert ids == list(range(N))
+    # the user's policy: called each measured round on every rank's
+    # features; where it moved, each step's largest sample is on rank 3
+    user = res[0]["user"]["tier2"]
+    assert all(r["calls"] == [16] * 4 for r in res)
+    assert user["move"] >= 1
+    for k, s in enumerate(res[3]["user"]["steps"]):
+        others = [max(r["user"]["steps"][k]["tokens"]) for r in res[:3]]
+        if user["verdicts"][k // 2] == "move":  # rounds of 2 steps
+            assert max(s["tokens"]) >= max(others)
+
+
+DEAD = textwrap.dedent("""
+    import os, sys, time, warnings
+    import torch.distributed as dist
+    sys.path.insert(0, sys.argv[1])
+    import datahelix
+    warnings.simplefilter("ignore")
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    rounds = []
+
+    def feat(s):
+        # rank 3 dies as its second round starts, before the all-gather
+        if rank == 3 and s["step"] == 0:
+            rounds.append(1)
+            if len(rounds) == 3:  # 2 samples a step: the 2nd round's 1st
+                os._exit(3)
+        return {"tokens": 1000.0}
+
+    loader = datahelix.DataLoader(
+        sys.argv[2], batch_size=2, frames=4, size=(32, 32), timeout=30,
+        load_balance={"feature_fn": feat, "buffer_size": 4})
+    t0 = time.monotonic()
+    try:
+        for b in loader:
+            t0 = time.monotonic()
+    except datahelix.DataError as e:
+        print(f"ERROR after {time.monotonic() - t0:.1f} s: {e}",
+              flush=True)
+        loader.close()
+        sys.exit(7)
+    print("no error", flush=True)
+""")
+
+
+def test_dead_rank_is_an_error_on_every_rank(dataset, tmp_path):
+    script = tmp_path / "dead.py"
+    script.write_text(DEAD)
+    port = quiet_port()
+    procs = []
+    try:
+        for r in range(4):  # not torchrun: it would kill the survivors
+            env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r),
+                       WORLD_SIZE="4", LOCAL_WORLD_SIZE="4",
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            procs.append(subprocess.Popen(
+                [sys.executable, str(script), str(ROOT / "python"),
+                 str(dataset)], env=env, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True))
+        kids, end = set(), time.monotonic() + 120
+        while time.monotonic() < end and any(p.poll() is None
+                                             for p in procs):
+            for p in procs:  # their DataServers and Coordinator
+                kids.update(descendants(p.pid))
+            time.sleep(0.2)
+        outs = [p.communicate(timeout=10) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    assert procs[3].returncode == 3, outs[3]
+    for r in range(3):
+        assert procs[r].returncode == 7, outs[r]
+        line = outs[r][0].strip().splitlines()[-1]
+        assert "Tier-2" in line and f"rank {r}:" in line, line
+        assert "round 2 " in line and "failed" in line, line
+        assert float(line.split()[2]) < 30 + 10  # within the timeout
+    end = time.monotonic() + 10
+    while time.monotonic() < end and any(alive(k) for k in kids):
+        time.sleep(0.1)
+    assert not any(alive(k) for k in kids)
+
+
+def test_one_rank_without_a_process_group(dataset):
+    """A group of one has nothing to move: every round is "balanced", no
+    collective runs, the epoch comes once and in order."""
+    loader = datahelix.DataLoader(dataset, batch_size=2, frames=4,
+                                  size=(32, 32),
+                                  load_balance={"buffer_size": 4})
+    try:
+        steps = [(b["step"], b["ids"].tolist()) for b in loader]
+        t = loader.stats()["tier2"]
+    finally:
+        loader.close()
+    assert [s for s, _ in steps] == list(range(N // 2))
+    assert sorted(i for _, ids in steps for i in ids) == list(range(N))
+    assert t["rounds"] == N // 4 and t["balanced"] == t["rounds"]
+    assert t["bytes_moved"] == 0
+
+
+def test_bad_load_balance(dataset):
+    for bad, what in (({"bogus": 1}, "unknown key"),
+                      ({"buffer_size": 1}, "buffer_size"),
+                      ({"client_ranks": [[0, 1]]}, "client_ranks"),
+                      ({"sort_fn": 3}, "sort_fn"),
+                      ({"args": {"margin": -1}}, "margin")):
+        with pytest.raises(ValueError, match=what):
+            datahelix.DataLoader(dataset, batch_size=2, frames=4,
+                                 size=(32, 32), load_balance=bad)
+    with pytest.raises(NotImplementedError, match="collate_fn"):
+        datahelix.DataLoader(dataset, batch_size=2, frames=4, size=(32, 32),
+                             collate_fn=lambda x: x,
+                             load_balance={"buffer_size": 4})
