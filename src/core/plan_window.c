@@ -18,7 +18,8 @@
  * so that decode work comes evenly and no long-range load ordering leaks
  * into training (interleave_steps).
  *
- * Every tie is broken by an index, never by memory addresses or qsort's
+ * Every tie is broken by an index (of equal tokens, by the position in
+ * the epoch's seeded permutation), never by memory addresses or qsort's
  * instability, so the result is the same on every rank.
  * Locking: none (caller-owned memory only).
  */
@@ -30,6 +31,7 @@
 
 struct item {
     uint64_t key; /* group rank << 32 | (UINT32_MAX - tokens) */
+    uint64_t pos; /* in the epoch's seeded permutation: breaks key ties */
     uint64_t id;
 };
 
@@ -99,7 +101,10 @@ static int item_cmp(const void *a, const void *b)
 
     if (x->key != y->key)
         return x->key < y->key ? -1 : 1;
-    return x->id < y->id ? -1 : x->id > y->id;
+    /* By the permutation, not the id: equal tokens are the common case
+     * (every clip at one fixed size), and an id order would give those
+     * the same plan in every epoch and for every seed. */
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
 static uint32_t item_tokens(const struct item *it)
@@ -278,6 +283,7 @@ void dh__plan_window(struct dh_plan *p, struct dh__plan_scratch *s,
         uint64_t g = in->grank ? in->grank[in->profile[id]] : 0;
 
         s->items[i].key = g << 32 | (UINT32_MAX - in->tokens[id]);
+        s->items[i].pos = i;
         s->items[i].id = id;
     }
     qsort(s->items, nitems, sizeof(*s->items), item_cmp);

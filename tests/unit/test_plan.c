@@ -184,6 +184,45 @@ static void epochs_and_seeds_differ(void **state)
         assert_int_equal(c[i], 1);
 }
 
+/* Equal tokens (every clip sampled at one size) are the common case: the
+ * plan, not only the permutation under it, must change with the epoch and
+ * the seed, and stay the same for the same inputs. */
+static void equal_tokens_plans_differ_by_epoch_and_seed(void **state)
+{
+    enum { N = 32 };
+    uint32_t tok[N];
+    struct dh_plan_opts o;
+
+    (void)state;
+    for (int i = 0; i < N; i++)
+        tok[i] = 1904;
+    tok[5] = 2016;
+    dh_plan_opts_init(&o);
+    o.world_size = 4;
+    o.batch_size = 2;
+    for (int bal = DH_BALANCE_FIXED; bal <= DH_BALANCE_FREE; bal++) {
+        o.balance = bal;
+        o.seed = 0;
+        o.epoch = 0;
+        struct dh_plan *a = make(tok, NULL, N, &o);
+        struct dh_plan *a2 = make(tok, NULL, N, &o);
+        o.epoch = 1;
+        struct dh_plan *b = make(tok, NULL, N, &o);
+        o.epoch = 0;
+        o.seed = 5;
+        struct dh_plan *c = make(tok, NULL, N, &o);
+
+        assert_true(same_plan(a, a2));
+        assert_false(same_plan(a, b));
+        assert_false(same_plan(a, c));
+        check_exactly_once(b, tok, N, &o);
+        dh_plan_destroy(a);
+        dh_plan_destroy(a2);
+        dh_plan_destroy(b);
+        dh_plan_destroy(c);
+    }
+}
+
 static void none_is_contiguous_chunks(void **state)
 {
     enum { N = 1003 };
@@ -459,6 +498,7 @@ int main(void)
         cmocka_unit_test(properties_hold_over_random_inputs),
         cmocka_unit_test(fixed_counts_exact_and_free_nonempty),
         cmocka_unit_test(epochs_and_seeds_differ),
+        cmocka_unit_test(equal_tokens_plans_differ_by_epoch_and_seed),
         cmocka_unit_test(none_is_contiguous_chunks),
         cmocka_unit_test(bad_options_are_errors),
         cmocka_unit_test(allocation_failures_are_clean),
