@@ -17,7 +17,7 @@ from setuptools.command.build_py import build_py
 ROOT = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(ROOT, "build")
 LIBS = ["libavformat", "libavcodec", "libavutil", "libswscale", "libzmq",
-        "libprotobuf-c", "jansson"]
+        "libprotobuf-c", "jansson", "libsodium"]
 
 
 def built():
@@ -50,8 +50,9 @@ setup(
     packages=["datahelix"],
     ext_modules=[Extension(
         "datahelix._C",
-        sources=["src/python/dhpy_module.c", "src/python/dhpy_client.c",
-                 "src/python/dhpy_pyds.c", "src/python/dhpy_sample.c"],
+        # Every source of the extension, as CMake's list (a file left out
+        # here loads as an undefined symbol at import).
+        sources=sorted(glob.glob("src/python/*.c")),
         include_dirs=["include", "src/include", "src"],
         # The stable ABI, as the CMake build (docs/bundle.md): _C.abi3.so
         # loads on every CPython >= 3.11.
