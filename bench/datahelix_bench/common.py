@@ -8,8 +8,15 @@ ROOT = HERE.parent         # the source tree: python/, build/
 CMD = "bench"
 
 SYSTEMS = ("native", "native-pyav", "dask-pool", "dh-base", "dh-transport",
-           "dh-prefetch", "dh-ddl")
+           "dh-prefetch", "dh-ddl", "dh-ddlb")
 WORKLOADS = ("S", "M", "L", "mixed", "shared")
+
+
+def ablation_of(system):
+    """The datahelix.DataLoader ablation preset of a dh-* system: its name
+    after "dh-"; dh-ddlb is dh-ddl with Tier 2 on (sources.py)."""
+    rung = system[3:]
+    return "ddl" if rung == "ddlb" else rung
 MODELS = ("videomae", "qwen-vl", "dit")
 DDL_MS = 1.0  # default data deadline: the batch was not ready when asked
 

@@ -59,6 +59,20 @@ def late_causes(results):
     return {"steps": total, "by_stage": by, "worst": worst}
 
 
+def tier2_summary(results):
+    """dh-ddlb: every rank's stats()["tier2"] summed (rounds and their
+    verdicts, samples and bytes moved, exchange time; docs/rebalance.md),
+    and the ranks' mean max/mean token ratio before and after."""
+    keys = ("rounds", "move", "keep", "unmeasured", "balanced", "uneven",
+            "samples_moved", "bytes_moved", "exchange_ms")
+    per = [(res.get("stats") or {}).get("tier2") or {} for res in results]
+    out = {k: sum(t.get(k, 0) for t in per) for k in keys}
+    for k in ("max_mean_before", "max_mean_after"):
+        v = [t[k] for t in per if t.get("rounds")]
+        out[k] = sum(v) / len(v) if v else None
+    return out
+
+
 def metrics(name, results, a, sysdir, wall, split):
     W, N = a.warmup, a.steps
     recs = []
@@ -123,6 +137,8 @@ def metrics(name, results, a, sysdir, wall, split):
             m["scheduler_overhead_us_p95"] = pct(dec, 95)
     if name.startswith("dh-"):
         m["late"] = late_causes(results)
+    if name == "dh-ddlb":
+        m["tier2"] = tier2_summary(results)
     m.update(ceiling(m, results, sysdir, len(os.sched_getaffinity(0))))
     m["per_rank_wait"] = {str(r): [(s["step"], s["wait_ms"]) for s in recs
                                    if s["rank"] == r]

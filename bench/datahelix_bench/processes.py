@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from .common import log
+from .common import ablation_of, log
 
 
 def pin_cpus(n):
@@ -201,7 +201,7 @@ def run_system(name, a, data, sysdir, split):
                "coordinator": None, "dask": None}
         if name.startswith("dh-"):
             from datahelix._loader import ABLATIONS
-            policy = ABLATIONS[name[3:]]["policy"]
+            policy = ABLATIONS[ablation_of(name)]["policy"]
             cfg["coordinator"] = svc.coordinator(
                 a, policy, sysdir / "coordinator.jsonl")
             acct.note(svc.coord.pid, "coordinator")

@@ -16,6 +16,9 @@ centre crop to 'size', uint8 THWC:
                 datahelix.DataLoader(ablation=...) per rank, one Coordinator
                 per system run with the rung's placement policy
                                                               DatahelixSource
+  dh-ddlb       dh-ddl plus Tier 2 (load_balance=: rounds of 4 steps, the
+                default cost gate with margin 1.5, over the ranks' gloo
+                group; docs/rebalance.md)                     DatahelixSource
 
 The decoders here also run in loader worker processes and Dask workers,
 which find this module by its package name (PYTHONPATH holds bench/).
@@ -251,6 +254,11 @@ class DatahelixSource:
         import torch
         torch.set_num_threads(1)
         import datahelix
+        from .common import ablation_of
+        tier2 = None
+        if cfg["system"] == "dh-ddlb":  # the ladder's last rung
+            tier2 = {"buffer_size": 4 * cfg["batch"],
+                     "args": {"margin": 1.5}}
         self.loader = datahelix.DataLoader(
             cfg["index"], batch_size=cfg["batch"], frames=cfg["frames"],
             size=(cfg["size"][1], cfg["size"][0]),  # (H, W)
@@ -258,8 +266,8 @@ class DatahelixSource:
             world_size=cfg["world"], coordinator=cfg["coordinator"],
             seed=cfg["seed"], workers=cfg["workers_rank"],
             timeout=cfg["batch_timeout"], telemetry=cfg["telemetry"],
-            trace=cfg.get("trace"),
-            ablation=cfg["system"][3:])
+            trace=cfg.get("trace"), ablation=ablation_of(cfg["system"]),
+            load_balance=tier2)
         self.it = iter(self.loader)
 
     def next(self):

@@ -448,3 +448,25 @@ def test_trace_and_late_causes_and_progress_lines(tmp_path):
     # dh-base requests one step ahead: its first step always waits
     assert late["steps"] >= 1 and late["worst"]["sample"] is not None
     assert "dh-base: " in p.stdout and "late steps by cause" in p.stdout
+
+
+def test_the_ladder_ends_in_a_tier2_rung(tmp_path):
+    """dh-ddlb: dh-ddl with Tier 2 (load_balance=) over the ranks' gloo
+    group; the run completes and reports its rounds (issue 17 item 5)."""
+    out = tmp_path / "out"
+    steps, batch = 8, 2
+    p = run_dh("bench", "--systems", "dh-ddlb", "--ranks", 2, "--steps",
+               steps, "--warmup", 0, "--workload", "mixed", "--clips", 16,
+               "--batch-size", batch, "--frames", 4, "--size", "64x64",
+               "--out", out, "--data-dir", tmp_path / "data", "--json",
+               "--timeout", 120, timeout=300)
+    assert p.returncode == 0, p.stderr
+    m = json.loads(p.stdout)["systems"]["dh-ddlb"]
+    assert m["status"] == "ok", m
+    t2 = m["tier2"]
+    # rounds of 4 steps, on each of the 2 ranks
+    assert t2["rounds"] >= 2 * (steps // 4), t2
+    assert t2["rounds"] == sum(t2[v] for v in (
+        "move", "keep", "unmeasured", "balanced", "uneven")), t2
+    assert t2["max_mean_before"] >= 1.0 and t2["max_mean_after"] >= 1.0
+    assert (t2["samples_moved"] > 0) == (t2["bytes_moved"] > 0), t2
