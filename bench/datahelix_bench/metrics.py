@@ -60,16 +60,22 @@ def late_causes(results):
 
 
 def tier2_summary(results):
-    """dh-ddlb: every rank's stats()["tier2"] summed (rounds and their
-    verdicts, samples and bytes moved, exchange time; docs/rebalance.md),
-    and the ranks' mean max/mean token ratio before and after."""
+    """dh-ddlb: the rounds of the bench's one Tier-2 group (every rank),
+    from stats()["tier2"] (docs/rebalance.md): each rank counts the
+    group's decisions, so every rank's figures are the group's - the
+    lowest rank's are reported, with the ranks' agreement checked."""
     keys = ("rounds", "move", "keep", "unmeasured", "balanced", "uneven",
-            "samples_moved", "bytes_moved", "exchange_ms")
-    per = [(res.get("stats") or {}).get("tier2") or {} for res in results]
-    out = {k: sum(t.get(k, 0) for t in per) for k in keys}
+            "samples_moved", "bytes_moved")
+    per = [(res.get("stats") or {}).get("tier2") or {}
+           for res in sorted(results, key=lambda r: r["rank"])]
+    out = {k: per[0].get(k, 0) for k in keys} if per else {}
+    out["ranks_agree"] = all({k: t.get(k, 0) for k in keys} ==
+                             {k: per[0].get(k, 0) for k in keys}
+                             for t in per)
     for k in ("max_mean_before", "max_mean_after"):
-        v = [t[k] for t in per if t.get("rounds")]
-        out[k] = sum(v) / len(v) if v else None
+        out[k] = per[0].get(k) if per and per[0].get("rounds") else None
+    out["exchange_ms"] = max((t.get("exchange_ms", 0.0) for t in per),
+                             default=0.0)
     return out
 
 
@@ -137,8 +143,10 @@ def metrics(name, results, a, sysdir, wall, split):
             m["scheduler_overhead_us_p95"] = pct(dec, 95)
     if name.startswith("dh-"):
         m["late"] = late_causes(results)
-    if name == "dh-ddlb":
+    if name == "dh-ddlb":  # what the exchange moved is cross-DS traffic
         m["tier2"] = tier2_summary(results)
+        m["cross_ds_gb_per_100_steps"] += \
+            m["tier2"].get("bytes_moved", 0) / 1e9 / N * 100
     m.update(ceiling(m, results, sysdir, len(os.sched_getaffinity(0))))
     m["per_rank_wait"] = {str(r): [(s["step"], s["wait_ms"]) for s in recs
                                    if s["rank"] == r]

@@ -464,8 +464,8 @@ def test_the_ladder_ends_in_a_tier2_rung(tmp_path):
     m = json.loads(p.stdout)["systems"]["dh-ddlb"]
     assert m["status"] == "ok", m
     t2 = m["tier2"]
-    # rounds of 4 steps, on each of the 2 ranks
-    assert t2["rounds"] >= 2 * (steps // 4), t2
+    # rounds of 4 steps; both ranks count the same decisions
+    assert t2["rounds"] >= steps // 4 and t2["ranks_agree"], t2
     assert t2["rounds"] == sum(t2[v] for v in (
         "move", "keep", "unmeasured", "balanced", "uneven")), t2
     assert t2["max_mean_before"] >= 1.0 and t2["max_mean_after"] >= 1.0
