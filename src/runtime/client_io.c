@@ -547,6 +547,20 @@ static void protocol_error(struct dh_client *c, const struct dh_wire_result *w,
     file_result(c, r, w->server_id, 1);
 }
 
+/* A result that names no slot this client may take: counted and logged,
+ * nothing released and nothing filed (mu held).  `what`: the slot it
+ * names, said after "names". */
+static void protocol_drop(struct dh_client *c, const struct dh_wire_result *w,
+                          const char *what)
+{
+    c->st.protocol_errors++;
+    dh__log(DH_LOG_WARN,
+            "client %u: protocol error: the result of task %llu from "
+            "server %u (via coordinator %s) names %s; not used",
+            c->rank, (unsigned long long)w->task.id, w->server_id, c->coord,
+            what);
+}
+
 static void on_result(struct dh_client *c, const struct dh_wire_result *w)
 {
     char why[160];
@@ -558,16 +572,12 @@ static void on_result(struct dh_client *c, const struct dh_wire_result *w)
 
     if (ai < 0 || !dh_arena_ptr(c->arenas[ai].a, &ref)) {
         /* Not in an arena we know: nothing to release, nothing to use. */
+        snprintf(why, sizeof(why), "%s (offset %llu)",
+                 ai < 0 ? "an unknown arena" : "no live slot",
+                 (unsigned long long)w->arena_offset);
         pthread_mutex_lock(&c->mu);
-        c->st.protocol_errors++;
+        protocol_drop(c, w, why);
         pthread_mutex_unlock(&c->mu);
-        dh__log(DH_LOG_WARN,
-                "client %u: protocol error: the result of task %llu from "
-                "server %u (via coordinator %s) names %s (offset %llu); "
-                "not used",
-                c->rank, (unsigned long long)w->task.id, w->server_id, c->coord,
-                ai < 0 ? "an unknown arena" : "no live slot",
-                (unsigned long long)w->arena_offset);
         return;
     }
     pthread_mutex_lock(&c->mu);
@@ -575,13 +585,9 @@ static void on_result(struct dh_client *c, const struct dh_wire_result *w)
         /* A notice for a slot this client already holds (a duplicate, or
          * a forgery naming it): the holder keeps it, nothing is released
          * (that would free memory the consumer reads) and nothing filed. */
-        c->st.protocol_errors++;
-        dh__log(DH_LOG_WARN,
-                "client %u: protocol error: the result of task %llu from "
-                "server %u (via coordinator %s) names slot %llu, which this "
-                "client already holds; not used",
-                c->rank, (unsigned long long)w->task.id, w->server_id, c->coord,
-                (unsigned long long)w->arena_offset);
+        snprintf(why, sizeof(why), "slot %llu, which this client already holds",
+                 (unsigned long long)w->arena_offset);
+        protocol_drop(c, w, why);
         pthread_mutex_unlock(&c->mu);
         return;
     }

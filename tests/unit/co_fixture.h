@@ -303,24 +303,44 @@ static inline void request(void *s, uint32_t step)
     request_hinted(s, step, 0);
 }
 
+/* The result notice `server_id` sends for `step` (samples 100 + step and
+ * 200 + step, one 64-byte slot at 4096 x server_id); the caller finis it. */
+static inline void result_msg(struct dh_wire_msg *m, uint32_t step,
+                              uint32_t server_id)
+{
+    uint64_t ids[2] = {100 + step, 200 + step};
+
+    dh_wire_msg_init(m, DH_WIRE_RESULT_NOTICE);
+    m->u.result.task = task(step);
+    m->u.result.server_id = server_id;
+    m->u.result.arena_offset = 4096 * server_id;
+    m->u.result.length = 64;
+    m->u.result.slot_generation = 7;
+    m->u.result.dims[0] = 64;
+    m->u.result.ndims = 1;
+    m->u.result.dtype = DH_DTYPE_U8;
+    assert_int_equal(
+        dh_wire_set_result_samples(&m->u.result, ids, NULL, 2, NULL), 0);
+}
+
 static inline void result(void *s, uint32_t step, uint32_t server_id)
 {
     struct dh_wire_msg m;
-    uint64_t ids[2] = {100 + step, 200 + step};
 
-    dh_wire_msg_init(&m, DH_WIRE_RESULT_NOTICE);
-    m.u.result.task = task(step);
-    m.u.result.server_id = server_id;
-    m.u.result.arena_offset = 4096 * server_id;
-    m.u.result.length = 64;
-    m.u.result.slot_generation = 7;
-    m.u.result.dims[0] = 64;
-    m.u.result.ndims = 1;
-    m.u.result.dtype = DH_DTYPE_U8;
-    assert_int_equal(
-        dh_wire_set_result_samples(&m.u.result, ids, NULL, 2, NULL), 0);
+    result_msg(&m, step, server_id);
     send_msg(s, &m);
     dh_wire_msg_fini(&m);
+}
+
+/* `s` gets a Route of `step` to `server_id`, with or without the request;
+ * the caller finis *m. */
+static inline void expect_route_msg(void *s, uint32_t step, uint32_t server_id,
+                                    int has_request, struct dh_wire_msg *m)
+{
+    expect(s, DH_WIRE_ROUTE, m);
+    assert_int_equal(m->u.route.task.id, task(step).id);
+    assert_int_equal(m->u.route.server_id, server_id);
+    assert_int_equal(m->u.route.has_request, has_request);
 }
 
 /* The server gets the Route with the embedded request for `step`. */
@@ -328,10 +348,7 @@ static inline void expect_route(void *s, uint32_t step, uint32_t server_id)
 {
     struct dh_wire_msg m;
 
-    expect(s, DH_WIRE_ROUTE, &m);
-    assert_int_equal(m.u.route.task.id, task(step).id);
-    assert_int_equal(m.u.route.server_id, server_id);
-    assert_int_equal(m.u.route.has_request, 1);
+    expect_route_msg(s, step, server_id, 1, &m);
     assert_int_equal(m.u.route.request.n_samples, 2);
     assert_int_equal(m.u.route.request.sample_ids[0], 100 + step);
     assert_int_equal(m.u.route.request.sample_ids[1], 200 + step);
@@ -344,10 +361,7 @@ static inline void expect_placed_on(void *s, uint32_t step, uint32_t server_id)
 {
     struct dh_wire_msg m;
 
-    expect(s, DH_WIRE_ROUTE, &m);
-    assert_int_equal(m.u.route.task.id, task(step).id);
-    assert_int_equal(m.u.route.server_id, server_id);
-    assert_int_equal(m.u.route.has_request, 0);
+    expect_route_msg(s, step, server_id, 0, &m);
     dh_wire_msg_fini(&m);
 }
 

@@ -60,7 +60,6 @@ static void a_result_is_forwarded_as_sent(void **state)
     struct fx *f = start("deadline", 5000, 4);
     void *a = server(f, 1, DH_WIRE_ROLE_LOCAL, 0);
     void *cl = client(f, 0);
-    uint64_t ids[2] = {100, 200};
     uint8_t sent[512], got[512];
     uint8_t *buf = NULL;
     size_t len = 0;
@@ -71,17 +70,7 @@ static void a_result_is_forwarded_as_sent(void **state)
     (void)state;
     request(cl, 0);
     expect_route(a, 0, 1);
-    dh_wire_msg_init(&m, DH_WIRE_RESULT_NOTICE);
-    m.u.result.task = task(0);
-    m.u.result.server_id = 1;
-    m.u.result.arena_offset = 4096;
-    m.u.result.length = 64;
-    m.u.result.slot_generation = 7;
-    m.u.result.dims[0] = 64;
-    m.u.result.ndims = 1;
-    m.u.result.dtype = DH_DTYPE_U8;
-    assert_int_equal(
-        dh_wire_set_result_samples(&m.u.result, ids, NULL, 2, NULL), 0);
+    result_msg(&m, 0, 1);
     assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), 0);
     dh_wire_msg_fini(&m);
     assert_true(len + 2 <= sizeof(sent));
