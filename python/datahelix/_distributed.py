@@ -265,15 +265,9 @@ class _Iter:
 
     def __init__(self, loader):
         self._loader = loader
-        loader._ensure_client()
-        resume, loader._resume = loader._resume, None
-        if resume is not None and resume["kind"] != "map":
-            raise ValueError("load_state_dict(): a state of an "
-                             f"{resume['kind']}-style loader")
+        resume = loader._begin_pass("map")
         # What the order comes from, as it was before this pass drew from
         # it: state_dict() saves these and the steps consumed.
-        if resume is not None:
-            loader._restore_sources(resume)
         self._sources = loader._snapshot_sources()
         # As torch: the sampler's iterator first, then the base seed (from
         # the generator, which a RandomSampler then also draws from).
@@ -367,13 +361,7 @@ class _StreamIter(_Iter):
 
     def __init__(self, loader):
         self._loader = loader
-        loader._ensure_client()
-        resume, loader._resume = loader._resume, None
-        if resume is not None and resume["kind"] != "iterable":
-            raise ValueError("load_state_dict(): a state of a "
-                             f"{resume['kind']}-style loader")
-        if resume is not None:
-            loader._restore_sources(resume)
+        resume = loader._begin_pass("iterable")
         self._sources = loader._snapshot_sources()
         self._base_seed = loader._iteration_seed()
         W = self._W = loader._stream_workers()
@@ -897,6 +885,21 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
             f = getattr(smp, "state_dict", None)
             out["samplers"].append(f() if callable(f) else None)
         return out
+
+    def _begin_pass(self, kind):
+        """The client started, and the state load_state_dict() left for
+        this pass (None: none), checked to be of a `kind`-style loader
+        ("map" or "iterable") and its order's sources restored."""
+        self._ensure_client()
+        resume, self._resume = self._resume, None
+        if resume is not None:
+            other = resume["kind"]
+            if other != kind:
+                raise ValueError("load_state_dict(): a state of "
+                                 f"{'an' if other == 'iterable' else 'a'} "
+                                 f"{other}-style loader")
+            self._restore_sources(resume)
+        return resume
 
     def _restore_sources(self, state):
         src = state.get("sources") or {}

@@ -52,6 +52,14 @@ def _store(world_size):
     return None
 
 
+def store_wait_get(store, name):
+    """store.get(name) once another rank has set it, waiting at most
+    STORE_TIMEOUT_S (a store's own timeout may be 30 minutes); the store's
+    RuntimeError when it is not set by then."""
+    store.wait([name], timedelta(seconds=STORE_TIMEOUT_S))
+    return store.get(name)
+
+
 class JobKey:
     """A key file for one loader: `path` (None: the job runs without a
     key) and close(), which removes what was made here."""
@@ -98,9 +106,7 @@ class JobKey:
                 with open(path, "rb") as f:
                     store.set(name, f.read())
             else:
-                # bounded: a store's own timeout may be 30 minutes
-                store.wait([name], timedelta(seconds=STORE_TIMEOUT_S))
-                _write_private(path, store.get(name))
+                _write_private(path, store_wait_get(store, name))
                 # the last rank to read it takes it out of the store
                 if store.add(name + "/read", 1) == world_size - 1:
                     try:

@@ -455,23 +455,20 @@ def find_coordinator(addr, world_size, ordinal):
     serve_coordinator published), else `addr` - when someone else runs
     the Coordinator ($DATAHELIX_COORDINATOR), or the job has no store
     (ranks started by hand: the default port, nothing to agree on)."""
-    from datetime import timedelta
-    from ._jobkey import STORE_TIMEOUT_S, _store
+    from ._jobkey import STORE_TIMEOUT_S, _store, store_wait_get
     if (world_size == 1 or os.environ.get("DATAHELIX_COORDINATOR") or
             not addr.startswith("tcp://")):
         return addr
     store = _store(world_size)
     if store is None:
         return addr
-    try:  # bounded: a store's own timeout may be 30 minutes
-        store.wait([_address_key(ordinal)],
-                   timedelta(seconds=STORE_TIMEOUT_S))
+    try:
+        return store_wait_get(store, _address_key(ordinal)).decode()
     except RuntimeError as e:
         raise TimeoutError(
             f"datahelix: rank 0 did not say within {STORE_TIMEOUT_S} s "
             f"where it serves the Coordinator of loader {ordinal} "
             f"(default {addr}): {e}") from e
-    return store.get(_address_key(ordinal)).decode()
 
 
 # (coordinator address, rank) -> (the live loader of this process using

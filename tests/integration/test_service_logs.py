@@ -19,14 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import datahelix  # noqa: E402
 import dist_datasets as dd  # noqa: E402
 from datahelix import _services  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def binary_env(monkeypatch):
-    monkeypatch.setenv("DATAHELIX_BIN", _binary())
-    monkeypatch.delenv("DATAHELIX_COORDINATOR", raising=False)
-    monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
+from both_loaders import binary_env  # noqa: E402,F401
 
 
 def flood(path, n):
