@@ -418,6 +418,9 @@ class DataLoader(Closing):
             if self._rb is None:
                 self._rb = _rebalance.Rebalancer(self._lb, self)
             self._rb.reset()
+            st, self._rb_state = getattr(self, "_rb_state", None), None
+            if resume and st is not None:
+                self._rb.resume(st)
         return _Pass(self, self._pass)
 
     def _next(self, it):
@@ -605,10 +608,13 @@ class DataLoader(Closing):
         epoch and step in synchronous training.  "manifest" and "plan"
         fingerprint what the saved step refers to (load_state_dict()
         checks them)."""
-        step = self._step
-        if self._rb is not None and self._rb.pending():  # not yielded yet
-            step = self._rb.queue[0][0]["step"]
+        step, tier2 = self._step, None
+        if self._rb is not None:
+            if self._rb.pending():  # not yielded yet
+                step = self._rb.queue[0][0]["step"]
+            tier2 = self._rb.state()
         return {"epoch": self._epoch, "step": step, "seed": self.seed,
+                "tier2": tier2,
                 "world_size": self.world_size,
                 "batch_size": self.batch_size, "rank": self.rank,
                 "replanned": [list(x) for x in self._chain],
@@ -661,6 +667,14 @@ class DataLoader(Closing):
         self._step = step
         self._chain = chain
         self._resume = True
+        # Tier 2 decides as the saved run did (same groups, same rounds)
+        t2 = state.get("tier2")
+        self._rb_state = None
+        if t2 is not None and self._lb is not None and not chain and \
+                (w, b) == (self.world_size, self.batch_size):
+            self._rb_state = dict(t2, skip_to=step)
+            if t2.get("round_step") is not None and step > 0:
+                self._step = int(t2["round_step"])
         self._len = None
 
     def _client_stats(self):

@@ -125,6 +125,11 @@ class Rebalancer:
         self.ratio = [0.0, 0.0]
         self.last = None
         self.verdicts = []  # per round, oldest first
+        self.log = []  # per round: [round, verdict, samples moved]
+        self.round_step = None  # the first step of the round queued
+        self.inputs = None  # the group's gate inputs of that round
+        self.replay = None  # load_state_dict()'s: (inputs, first step)
+        self.skip_to = None  # the round being replayed: steps yielded before
 
     # -- the training loop's clock ----------------------------------------
 
@@ -157,6 +162,28 @@ class Rebalancer:
 
     def pending(self):
         return bool(self.queue)
+
+    def state(self):
+        """state_dict()["tier2"]: what the resumed run needs to decide as
+        this one did: the round in progress (its number, first step and
+        the group's gate inputs it was decided on) and this rank's
+        running estimates."""
+        busy = bool(self.queue)
+        return {"round": self.round if busy else self.round + 1,
+                "round_step": self.round_step if busy else None,
+                "inputs": list(self.inputs) if busy else None,
+                "estimates": [self.ms_per_token, self.bytes_per_ms,
+                              self.latency_ms]}
+
+    def resume(self, st):
+        """Continues from state(): the interrupted round is formed again
+        from its first step and decided on its saved inputs (the same
+        verdict and moves), then its already yielded steps are dropped."""
+        self.round = int(st["round"]) - 1
+        self.ms_per_token, self.bytes_per_ms, self.latency_ms = \
+            (float(v) for v in st["estimates"])
+        if st.get("inputs") is not None:
+            self.replay = (list(st["inputs"]), int(st["skip_to"]))
 
     def reset(self):
         """A new pass: nothing buffered, the step clock stopped."""
@@ -249,6 +276,7 @@ class Rebalancer:
         if self.bytes_per_ms == 0 and len(self.group) > 1:
             self._probe()
         batches = self._pull(pull)
+        self.round_step = batches[0]["step"] if batches else None
         samples, rows = self._samples(batches)
         if len(self.group) == 1:
             if not batches:
@@ -268,7 +296,10 @@ class Rebalancer:
             self._queue(batches, rows)
             return True
         feats = self._features(got, heads)
-        d = self._decide(feats, heads, steps[0])
+        replay, self.replay = self.replay, None
+        d = self._decide(feats, heads, steps[0],
+                         replay[0] if replay else None)
+        self.skip_to = replay[1] if replay else None
         dt = 0.0
         if d["verdict"] == "move":
             batches, rows, dt = self._exchange(batches, samples, rows, feats,
@@ -285,10 +316,12 @@ class Rebalancer:
             feats.extend((j, r) for r in rows.tolist())
         return feats
 
-    def _decide(self, feats, heads, nsteps):
+    def _decide(self, feats, heads, nsteps, saved=None):
         def mean(k):
             v = [h[k] for h in heads if h[k] > 0]
             return sum(v) / len(v) if len(v) == len(heads) else 0.0
+        # a resumed round is decided on the inputs it was decided on
+        self.inputs = saved or [mean(2), mean(3), mean(4)]
         to = None
         if self.cfg["sort_fn"] is not None:
             view = [{"rank": j, "step": int(r[2]), "tokens": r[0],
@@ -307,7 +340,7 @@ class Rebalancer:
             array.array("Q", [int(r[1]) for _, r in feats]).tobytes(),
             array.array("I", [j for j, _ in feats]).tobytes(),
             array.array("I", [int(r[2]) for _, r in feats]).tobytes(),
-            len(self.group), nsteps, mean(2), mean(3), mean(4),
+            len(self.group), nsteps, *self.inputs,
             self.cfg["margin"], to)
 
     def _exchange(self, batches, samples, rows, feats, d):
@@ -380,8 +413,10 @@ class Rebalancer:
         features are known: the step waits for that rank), else this
         rank's own."""
         if maxes is not None:
+            skip, self.skip_to = self.skip_to, None
             for t, b in enumerate(batches):
-                self.queue.append((b, maxes[t]))
+                if skip is None or b["step"] >= skip:  # yielded before
+                    self.queue.append((b, maxes[t]))
             return
         per = {}
         for r in rows:
@@ -392,6 +427,8 @@ class Rebalancer:
     def _account(self, d, dt):
         v = d["verdict"]
         self.verdicts.append(v)
+        self.log.append([self.round, v, d.get("moved", 0)
+                         if v == "move" else 0])
         s = self.totals
         s["rounds"] += 1
         s[v] += 1
@@ -433,6 +470,7 @@ class Rebalancer:
         s["group"] = list(self.group)
         s["last"] = self.last
         s["verdicts"] = list(self.verdicts)
+        s["log"] = [list(x) for x in self.log]
         return s
 
 

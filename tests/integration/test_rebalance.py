@@ -94,10 +94,12 @@ SCRIPT = textwrap.dedent("""
             load_balance={"feature_fn": lambda s: {"tokens": TRUE(s["id"])},
                           "sort_fn": sort_fn, "buffer_size": 4,
                           "args": {"margin": margin}})
-        steps = []
+        steps, saved = [], None
         for epoch in (0, 1):
             loader.set_epoch(epoch)
             for b in loader:
+                if name == "on" and epoch == 1 and b["step"] == 0:
+                    saved = loader.state_dict()  # mid-round 3
                 ids = b["ids"].tolist()
                 tok = sum(TRUE(i) for i in ids)
                 # the emulated GPU step, 5 us a token: a large clip's
@@ -116,6 +118,28 @@ SCRIPT = textwrap.dedent("""
         res[name] = {"steps": steps, "tier2": loader.stats()["tier2"],
                      "state": loader.state_dict()}
         loader.close()
+        if name != "on":
+            continue
+        # the same run resumed from `saved`, with its Tier-2 state and
+        # without (estimates dropped: the resumed round is unmeasured)
+        for key, st in (("resumed", saved),
+                        ("dropped", dict(saved, tier2=None))):
+            loader = datahelix.DataLoader(
+                manifest, batch_size=2, frames=4, size=(32, 32),
+                timeout=60, load_balance={
+                    "feature_fn": lambda s: {"tokens": TRUE(s["id"])},
+                    "buffer_size": 4, "args": {"margin": margin}})
+            loader.load_state_dict(st)
+            got = []
+            for b in loader:
+                ids = b["ids"].tolist()
+                time.sleep(sum(TRUE(i) for i in ids) * 5e-6)
+                if not zmq:
+                    t = torch.tensor([1.0])
+                    dist.all_reduce(t)
+                got.append({"step": b["step"], "ids": ids})
+            res[key] = {"steps": got, "log": loader.stats()["tier2"]["log"]}
+            loader.close()
     res["calls"] = calls
     # resume mid-round: 3 steps, the 4th still in the round buffer
     lb = {"feature_fn": lambda s: {"tokens": TRUE(s["id"])},
@@ -195,6 +219,18 @@ def test_four_ranks_wrong_estimates_rebalanced_or_kept(dataset, tmp_path,
         for s in r["on"]["steps"] + r["user"]["steps"]:
             for i, v in zip(s["ids"], s["sums"]):
                 assert sums[(s["epoch"], i)] == v, i
+    # a resumed run decides as the uninterrupted one: the same verdicts
+    # from the interrupted round 3 on, and the same stream per rank; with
+    # its Tier-2 state dropped it does not (round 3 unmeasured, kept)
+    for r in res:
+        log = r["on"]["tier2"]["log"]
+        assert [x[0] for x in r["resumed"]["log"]] == [3, 4]
+        assert r["resumed"]["log"] == log[2:], (r["resumed"]["log"], log)
+        assert log[2][1] == "move"
+        rest = [{"step": s["step"], "ids": s["ids"]}
+                for s in r["on"]["steps"] if s["epoch"] == 1][1:]
+        assert r["resumed"]["steps"] == rest
+        assert r["dropped"]["log"][0][1] != "move"
     # resumed mid-round at the first step not yielded: the epoch once
     assert all(r["resume"]["step"] == 3 for r in res)
     ids = sorted(i for r in res for k in ("first", "rest")
