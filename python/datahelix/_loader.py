@@ -293,6 +293,7 @@ class DataLoader(Closing):
                 "packed batches is not implemented yet (Tier 2 exchanges "
                 "fixed-size decoded clips; docs/rebalance.md)")
         self._rb = None
+        self._rb_state = None  # load_state_dict()'s Tier-2 state
 
     # -- plan ---------------------------------------------------------------
 
@@ -418,7 +419,7 @@ class DataLoader(Closing):
             if self._rb is None:
                 self._rb = _rebalance.Rebalancer(self._lb, self)
             self._rb.reset()
-            st, self._rb_state = getattr(self, "_rb_state", None), None
+            st, self._rb_state = self._rb_state, None
             if resume and st is not None:
                 self._rb.resume(st)
         return _Pass(self, self._pass)

@@ -124,12 +124,11 @@ class Rebalancer:
                        "samples_moved": 0, "exchange_ms": 0.0}
         self.ratio = [0.0, 0.0]
         self.last = None
-        self.verdicts = []  # per round, oldest first
-        self.log = []  # per round: [round, verdict, samples moved]
-        self.round_step = None  # the first step of the round queued
-        self.inputs = None  # the group's gate inputs of that round
+        self.log = []  # per round, oldest first: [round, verdict, moved]
+        # the queued round, when the gate decided it: (its first step, the
+        # group's gate inputs); None for a round the gate did not decide
+        self.decided = None
         self.replay = None  # load_state_dict()'s: (inputs, first step)
-        self.skip_to = None  # the round being replayed: steps yielded before
 
     # -- the training loop's clock ----------------------------------------
 
@@ -169,9 +168,10 @@ class Rebalancer:
         the group's gate inputs it was decided on) and this rank's
         running estimates."""
         busy = bool(self.queue)
+        d = self.decided if busy else None
         return {"round": self.round if busy else self.round + 1,
-                "round_step": self.round_step if busy else None,
-                "inputs": list(self.inputs) if busy else None,
+                "round_step": d[0] if d else None,
+                "inputs": list(d[1]) if d else None,
                 "estimates": [self.ms_per_token, self.bytes_per_ms,
                               self.latency_ms]}
 
@@ -276,7 +276,7 @@ class Rebalancer:
         if self.bytes_per_ms == 0 and len(self.group) > 1:
             self._probe()
         batches = self._pull(pull)
-        self.round_step = batches[0]["step"] if batches else None
+        self.decided = None
         samples, rows = self._samples(batches)
         if len(self.group) == 1:
             if not batches:
@@ -296,16 +296,18 @@ class Rebalancer:
             self._queue(batches, rows)
             return True
         feats = self._features(got, heads)
+        # a resumed round is decided on the inputs it was decided on
         replay, self.replay = self.replay, None
-        d = self._decide(feats, heads, steps[0],
-                         replay[0] if replay else None)
-        self.skip_to = replay[1] if replay else None
+        inputs = replay[0] if replay else self._gate_inputs(heads)
+        self.decided = (batches[0]["step"], inputs)
+        d = self._decide(feats, nsteps=steps[0], inputs=inputs)
         dt = 0.0
         if d["verdict"] == "move":
             batches, rows, dt = self._exchange(batches, samples, rows, feats,
                                                d)
         self._account(d, dt)
-        self._queue(batches, rows, step_max(feats, d["to"], steps[0]))
+        self._queue(batches, rows, step_max(feats, d["to"], steps[0]),
+                    skip=replay[1] if replay else None)
         return True
 
     def _features(self, got, heads):
@@ -316,12 +318,16 @@ class Rebalancer:
             feats.extend((j, r) for r in rows.tolist())
         return feats
 
-    def _decide(self, feats, heads, nsteps, saved=None):
+    @staticmethod
+    def _gate_inputs(heads):
+        """The group's ms per token, bandwidth and latency: the ranks'
+        means, 0 until every rank has measured one."""
         def mean(k):
             v = [h[k] for h in heads if h[k] > 0]
             return sum(v) / len(v) if len(v) == len(heads) else 0.0
-        # a resumed round is decided on the inputs it was decided on
-        self.inputs = saved or [mean(2), mean(3), mean(4)]
+        return [mean(2), mean(3), mean(4)]
+
+    def _decide(self, feats, nsteps, inputs):
         to = None
         if self.cfg["sort_fn"] is not None:
             view = [{"rank": j, "step": int(r[2]), "tokens": r[0],
@@ -340,7 +346,7 @@ class Rebalancer:
             array.array("Q", [int(r[1]) for _, r in feats]).tobytes(),
             array.array("I", [j for j, _ in feats]).tobytes(),
             array.array("I", [int(r[2]) for _, r in feats]).tobytes(),
-            len(self.group), nsteps, *self.inputs,
+            len(self.group), nsteps, *inputs,
             self.cfg["margin"], to)
 
     def _exchange(self, batches, samples, rows, feats, d):
@@ -407,13 +413,13 @@ class Rebalancer:
             out.append(nb)
         return out
 
-    def _queue(self, batches, rows, maxes=None):
+    def _queue(self, batches, rows, maxes=None, skip=None):
         """Queues the round's batches, each with the tokens its step time
         is divided by: the step's slowest rank's (maxes, when the group's
         features are known: the step waits for that rank), else this
-        rank's own."""
+        rank's own; a replayed round's steps before `skip` were yielded
+        before the resume."""
         if maxes is not None:
-            skip, self.skip_to = self.skip_to, None
             for t, b in enumerate(batches):
                 if skip is None or b["step"] >= skip:  # yielded before
                     self.queue.append((b, maxes[t]))
@@ -426,7 +432,6 @@ class Rebalancer:
 
     def _account(self, d, dt):
         v = d["verdict"]
-        self.verdicts.append(v)
         self.log.append([self.round, v, d.get("moved", 0)
                          if v == "move" else 0])
         s = self.totals
@@ -469,7 +474,7 @@ class Rebalancer:
         s["ms_per_token"] = self.ms_per_token
         s["group"] = list(self.group)
         s["last"] = self.last
-        s["verdicts"] = list(self.verdicts)
+        s["verdicts"] = [x[1] for x in self.log]
         s["log"] = [list(x) for x in self.log]
         return s
 

@@ -327,7 +327,11 @@ def test_one_rank_without_a_process_group(dataset):
                                   size=(32, 32),
                                   load_balance={"buffer_size": 4})
     try:
-        steps = [(b["step"], b["ids"].tolist()) for b in loader]
+        steps, saved = [], None
+        for b in loader:
+            steps.append((b["step"], b["ids"].tolist()))
+            if b["step"] == 0:  # mid-round: step 1 still buffered
+                saved = loader.state_dict()
         t = loader.stats()["tier2"]
     finally:
         loader.close()
@@ -335,6 +339,18 @@ def test_one_rank_without_a_process_group(dataset):
     assert sorted(i for _, ids in steps for i in ids) == list(range(N))
     assert t["rounds"] == N // 4 and t["balanced"] == t["rounds"]
     assert t["bytes_moved"] == 0
+    # a round the gate did not decide has nothing to replay: the resumed
+    # loader goes on at the first step not yielded, none repeated
+    assert saved["step"] == 1 and saved["tier2"]["round_step"] is None
+    loader = datahelix.DataLoader(dataset, batch_size=2, frames=4,
+                                  size=(32, 32),
+                                  load_balance={"buffer_size": 4})
+    try:
+        loader.load_state_dict(saved)
+        rest = [(b["step"], b["ids"].tolist()) for b in loader]
+    finally:
+        loader.close()
+    assert rest == steps[1:]
 
 
 def test_bad_load_balance(dataset):
