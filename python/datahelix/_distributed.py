@@ -40,7 +40,7 @@ from torch.utils.data import (BatchSampler, DistributedSampler,
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 from torch.utils.data._utils.collate import default_collate, default_convert
 
-from . import _C, _passes, _slot
+from . import _C, _forkserver, _passes, _slot
 from ._options import Meter
 from ._ship import dataset_file_bytes  # noqa: F401 (_loader, _video)
 from ._C import ArenaExhausted, DataError, SampleError
@@ -653,6 +653,7 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         self._warm = False  # a batch came since the client started
         self._coord = None
         self._dir = None
+        self._fs = None  # the fork server of the current client
         self._coord_dir = None
         self._current = None
         self._resume = None         # load_state_dict()'s, for the next pass
@@ -851,7 +852,14 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
 
     def _payload(self):
         """The pickled dataset file's bytes (dataset_file_bytes)."""
-        inner = {"dataset": self.dataset, "collate_fn": self.collate_fn,
+        return dataset_file_bytes(self._inner(), "DistributedDataLoader "
+                                  "ships the dataset, collate_fn and "
+                                  "worker_init_fn to the DataServer's "
+                                  "worker processes")
+
+    def _inner(self):
+        """What the workers load: the dataset file's contents."""
+        return {"dataset": self.dataset, "collate_fn": self.collate_fn,
                  "worker_init_fn": self.worker_init_fn,
                  "auto_collation": self._auto_collation,
                  "iterable": self._iterable, "batch_size": self.batch_size,
@@ -861,9 +869,20 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
                  # process (get_worker_info() is None, as torch's)
                  "main_process": self._iterable and self.num_workers == 0,
                  "resume": self._resume_ship}
-        return dataset_file_bytes(inner, "DistributedDataLoader ships the "
-                                  "dataset, collate_fn and worker_init_fn "
-                                  "to the DataServer's worker processes")
+
+    def _forks(self):
+        """Whether the workers fork from a fork server (docs/python.md
+        "Start-up"): where torch's would fork (multiprocessing_context
+        'fork', or None where that is the default) and they run this
+        interpreter; else each starts as a fresh one, as spawn's."""
+        ctx = self.multiprocessing_context
+        if isinstance(ctx, multiprocessing.context.BaseContext):
+            ctx = ctx.get_start_method()
+        if ctx is None:
+            ctx = multiprocessing.get_start_method(allow_none=True) or \
+                multiprocessing.get_all_start_methods()[0]
+        return ctx == "fork" and self.python == sys.executable and \
+            _forkserver.available()
 
     def _stream_workers(self):
         return max(1, self.num_workers)
@@ -1076,6 +1095,10 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
                     "--python-job-timeout-ms", str(wt_ms),
                     "--python-seed", str(_mix(self.seed, 0)),
                     "--python-unlink"]
+            if self._forks():
+                self._fs = _forkserver.ForkServer(
+                    os.path.join(self._dir, "fork.sock"), self._inner(), ds)
+                args += ["--python-forkserver", self._fs.path]
             prefetch = self._prefetch()
             self._warm = False
             restart = self._restarts > 0
@@ -1145,6 +1168,9 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
             self._client.close()
             self._client = None
             self._ends = 0  # a new client counts from 0
+        if getattr(self, "_fs", None) is not None:
+            self._fs.stop()  # after its DataServer: it ends with it
+            self._fs = None
         self._current = None
 
     def close(self):

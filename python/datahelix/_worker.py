@@ -81,7 +81,7 @@ def load_config(path):
 
 
 class Worker:
-    def __init__(self, a, sock):
+    def __init__(self, a, sock, cfg=None):
         import torch
         from torch.utils.data._utils import collate as tcollate
         from torch.utils.data._utils import worker as tworker
@@ -94,7 +94,8 @@ class Worker:
         self.arena = _C.Arena(a.arena_fd)
         os.close(a.arena_fd)
         torch.set_num_threads(1)
-        cfg = load_config(a.dataset)
+        if cfg is None:  # exec'd, not forked from the fork server
+            cfg = load_config(a.dataset)
         self.dataset = cfg["dataset"]
         self.collate_fn = cfg["collate_fn"]
         self.auto = cfg["auto_collation"]
@@ -364,7 +365,7 @@ class Stream:
         return batch, state
 
 
-def main(argv=None):
+def parser():
     p = argparse.ArgumentParser(prog="python -m datahelix._worker")
     p.add_argument("--fd", type=int, required=True)
     p.add_argument("--arena-fd", type=int, required=True)
@@ -374,13 +375,18 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--alloc-timeout-ms", type=int, default=30000)
     p.add_argument("--server-id", type=int, default=0)
-    a = p.parse_args(argv)
+    return p
+
+
+def run(a, cfg=None):
+    """A worker's life on socket a.fd; cfg: the loaded dataset file (the
+    fork server's, which holds it already), else read from a.dataset."""
     sock = socket.socket(fileno=a.fd)
     # Sends are bounded: a server that stops reading for a minute is gone.
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
                     struct.pack("ll", 60, 0))
     try:
-        w = Worker(a, sock)
+        w = Worker(a, sock, cfg)
     except BaseException as e:
         sys.stderr.write(f"datahelix: python worker {a.worker_id} (pid "
                          f"{os.getpid()}) could not load the dataset "
@@ -398,6 +404,10 @@ def main(argv=None):
         sys.stderr.write(f"datahelix: python worker {a.worker_id} (pid "
                          f"{os.getpid()}): {e}; exiting\n")
         return 1
+
+
+def main(argv=None):
+    return run(parser().parse_args(argv))
 
 
 if __name__ == "__main__":

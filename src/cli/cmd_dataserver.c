@@ -107,6 +107,11 @@ static void usage(FILE *f)
         "  --python-seed S      workers' base seed before the first batch\n"
         "  --python-unlink      remove FILE (and --index, if beside it) once\n"
         "                       the client has gone\n"
+        "  --python-forkserver SOCK  fork the workers from the fork server\n"
+        "                       listening on Unix socket SOCK (a process\n"
+        "                       of this user that holds the dataset\n"
+        "                       already) instead of starting interpreters;\n"
+        "                       they are exec'd if it is gone\n"
         "  -h, --help           this text\n");
 }
 
@@ -119,6 +124,7 @@ enum {
     OPT_PY_TIMEOUT,
     OPT_PY_SEED,
     OPT_PY_UNLINK,
+    OPT_PY_FORKSERVER,
     OPT_CLIENT_PID,
     OPT_STRIPES
 };
@@ -149,6 +155,7 @@ static const struct option long_opts[] = {
     {"python-job-timeout-ms", required_argument, NULL, OPT_PY_TIMEOUT},
     {"python-seed", required_argument, NULL, OPT_PY_SEED},
     {"python-unlink", no_argument, NULL, OPT_PY_UNLINK},
+    {"python-forkserver", required_argument, NULL, OPT_PY_FORKSERVER},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -171,6 +178,9 @@ static int parse_python_opt(struct args *a, int c)
         return 0;
     case OPT_PY_UNLINK:
         a->o.python_unlink = 1;
+        return 0;
+    case OPT_PY_FORKSERVER:
+        a->o.python_forkserver = optarg;
         return 0;
     case OPT_PY_WORKERS:
         if (!(r = dh_cli_opt_i64(CMD, "--python-workers", optarg, 1, 64, &v)))
@@ -339,6 +349,9 @@ static int parse_args(struct args *a, int argc, char **argv)
                                        "a Python-dataset server takes "
                                        "batches only from its own workers, "
                                        "never payloads from the network");
+    if (a->o.python_forkserver && !a->o.python_dataset)
+        return dh_cli_usage_error(CMD, "--python-forkserver needs "
+                                       "--python-dataset");
     if (a->o.remote && (r = check_remote(a)) != 0)
         return r;
     return take_token(a);

@@ -70,6 +70,7 @@
 #include "core/le.h"
 #include "runtime/dataserver_internal.h"
 #include "runtime/fdpass.h"
+#include "runtime/forkserver.h"
 
 extern char **environ;
 
@@ -81,10 +82,11 @@ extern char **environ;
 #define PY_STOP_GRACE_MS 500       /* destroy: EOF, then SIGKILL */
 #define PY_MAX_START_FAILS 3
 #define PY_JOB_RETRIES                                                         \
-    1                     /* runs of a job after its worker died (not a
+    1                           /* runs of a job after its worker died (not a
                             timeout): a kill -9 is not the samples' fault,
                             a sample that kills every worker is */
-#define PY_RESPAWN_MS 500 /* after a failed fork */
+#define PY_RESPAWN_MS 500       /* after a failed fork */
+#define PY_FORK_ANSWER_MS 10000 /* the fork server's answer to a request */
 #define PY_HDR_BIT (UINT64_C(1) << 63)
 #define PY_NO_SAMPLE UINT64_MAX
 
@@ -95,11 +97,13 @@ struct ds_pyw {
     unsigned id;
     pid_t pid;
     int fd;
-    struct ds_job *job;   /* BUSY (and DYING, if it died on one) */
-    uint64_t deadline_ms; /* STARTING: ready by; BUSY: done by; DYING:
+    int pidfd;               /* forked by the fork server: its pidfd */
+    int exited, exit_status; /* the fork server's exit notice came */
+    struct ds_job *job;      /* BUSY (and DYING, if it died on one) */
+    uint64_t deadline_ms;    /* STARTING: ready by; BUSY: done by; DYING:
                               exited by (then SIGKILL, then give up) */
-    uint64_t respawn_ms;  /* EMPTY: start again at */
-    uint64_t sample;      /* the sample it said it is on */
+    uint64_t respawn_ms;     /* EMPTY: start again at */
+    uint64_t sample;         /* the sample it said it is on */
     int has_slot;
     struct dh_slot_ref slot;
     int killed, timed_out, was_ready;
@@ -116,6 +120,7 @@ struct ds_py {
     int job_timeout_ms, unlink_files;
     uint64_t seed;
     unsigned start_fails;
+    struct dh_forkserver *fs; /* NULL: workers are fork+exec'd */
     struct ds_pyw *w;
     struct ds_job **q; /* FIFO ring of queued jobs */
     size_t q_cap, q_head, q_len;
@@ -202,9 +207,63 @@ static void child_exec(int sock, int arena_fd, pid_t parent, char *const argv[],
     _exit(127);
 }
 
+/* The fork server is not used any more (it failed or went away): its
+ * workers die with it or live on, found dead through their pidfds. */
+static void fs_lost(struct ds_py *py, const char *why)
+{
+    dh__log(DH_LOG_WARN,
+            "dataserver %u: python fork server: %s; workers start as "
+            "fresh interpreters from now on",
+            py->env->server_id, why);
+    dh__fs_close(py->fs);
+    py->fs = NULL;
+}
+
+/* Exit notices to the workers they name (from_socket 0: only those the
+ * last fork request set aside). */
+static void fs_poll(struct ds_py *py, int from_socket)
+{
+    struct dh_err e = {0};
+    pid_t pid;
+    int status, r;
+
+    while (py->fs &&
+           (r = dh__fs_exit(py->fs, from_socket, &pid, &status, &e)) != 0) {
+        if (r < 0) {
+            fs_lost(py, e.msg);
+            return;
+        }
+        for (unsigned i = 0; i < py->n; i++)
+            if (py->w[i].pidfd >= 0 && py->w[i].pid == pid) {
+                py->w[i].exited = 1;
+                py->w[i].exit_status = status;
+            }
+    }
+}
+
+/* Worker w from the fork server over socket end `sock`: its pid and
+ * pidfd, or -1 (then it is fork+exec'd). */
+static int fs_spawn(struct ds_py *py, struct ds_pyw *w, int sock, pid_t *pid,
+                    int *pidfd)
+{
+    struct dh_err e = {0};
+    char args[128];
+    int fds[DH_FS_FDS] = {sock, dh_arena_fd(py->env->arena), 1, 2};
+
+    snprintf(args, sizeof(args), "%u %u %llu %d %u", w->id, py->n,
+             (unsigned long long)py->seed, py->env->alloc_timeout_ms,
+             py->env->server_id);
+    if (dh__fs_fork(py->fs, args, fds, pid, pidfd, PY_FORK_ANSWER_MS, &e) < 0) {
+        fs_lost(py, e.msg);
+        return -1;
+    }
+    fs_poll(py, 0);
+    return 0;
+}
+
 static void spawn(struct ds_py *py, struct ds_pyw *w)
 {
-    int sv[2];
+    int sv[2], pidfd = -1;
     char id[16], nw[16], seed[24], at[16], sid[16];
     char *argv[] = {py->python,
                     "-m",
@@ -242,9 +301,12 @@ static void spawn(struct ds_py *py, struct ds_pyw *w)
                 py->env->server_id, w->id, strerror(errno));
         return;
     }
-    pid = fork();
-    if (pid == 0)
-        child_exec(sv[1], dh_arena_fd(py->env->arena), parent, argv, py->envp);
+    if (!py->fs || fs_spawn(py, w, sv[1], &pid, &pidfd) < 0) {
+        pid = fork();
+        if (pid == 0)
+            child_exec(sv[1], dh_arena_fd(py->env->arena), parent, argv,
+                       py->envp);
+    }
     close(sv[1]);
     if (pid < 0) {
         dh__log(DH_LOG_ERROR,
@@ -263,6 +325,7 @@ static void spawn(struct ds_py *py, struct ds_pyw *w)
                          .id = w->id,
                          .pid = pid,
                          .fd = sv[0],
+                         .pidfd = pidfd,
                          .sample = PY_NO_SAMPLE,
                          .deadline_ms = dh__mono_ms() + PY_START_TIMEOUT_MS};
 }
@@ -284,7 +347,7 @@ static void mark_dying(struct ds_pyw *w, const char *why)
 static void kill_worker(struct ds_pyw *w, const char *why)
 {
     if (w->pid > 0 && !w->killed) {
-        kill(w->pid, SIGKILL);
+        dh__proc_signal(w->pidfd, w->pid, SIGKILL);
         w->killed = 1;
     }
     mark_dying(w, why);
@@ -397,24 +460,47 @@ static void finish_dead(struct ds_py *py, struct ds_pyw *w, int status,
             set_broken(py, msg);
         }
     }
-    *w = (struct ds_pyw){.st = PYW_EMPTY, .id = w->id, .pid = -1, .fd = -1};
+    if (w->pidfd >= 0)
+        close(w->pidfd);
+    *w = (struct ds_pyw){
+        .st = PYW_EMPTY, .id = w->id, .pid = -1, .fd = -1, .pidfd = -1};
     if (!py->broken)
         spawn(py, w);
+}
+
+/* A worker of the fork server: its exit notice, or (the fork server
+ * gone) its pidfd says it has exited. */
+static int reap_forked(struct ds_py *py, struct ds_pyw *w)
+{
+    fs_poll(py, 1);
+    if (w->exited) {
+        finish_dead(py, w, w->exit_status, 1);
+        return 1;
+    }
+    if (!py->fs && dh__pidfd_exited(w->pidfd)) {
+        finish_dead(py, w, 0, 0);
+        return 1;
+    }
+    return 0;
 }
 
 static void reap(struct ds_py *py, struct ds_pyw *w, uint64_t now)
 {
     int status = 0;
-    pid_t r = waitpid(w->pid, &status, WNOHANG);
+    pid_t r;
 
-    if (r == w->pid || (r < 0 && errno == ECHILD)) {
+    if (w->pidfd >= 0) {
+        if (reap_forked(py, w))
+            return;
+    } else if ((r = waitpid(w->pid, &status, WNOHANG)) == w->pid ||
+               (r < 0 && errno == ECHILD)) {
         finish_dead(py, w, status, r == w->pid);
         return;
     }
     if (now < w->deadline_ms)
         return;
     if (!w->killed) { /* EOF but still running: it will not be used */
-        kill(w->pid, SIGKILL);
+        dh__proc_signal(w->pidfd, w->pid, SIGKILL);
         w->killed = 1;
         w->deadline_ms = now + PY_REAP_MS;
         return;
@@ -740,6 +826,9 @@ static int py_pollitems(struct ds_exec *x, zmq_pollitem_t *it, int cap)
     for (unsigned i = 0; i < py->n && n < cap; i++)
         if (py->w[i].fd >= 0)
             it[n++] = (zmq_pollitem_t){.fd = py->w[i].fd, .events = ZMQ_POLLIN};
+    if (py->fs && n < cap) /* an exit notice */
+        it[n++] = (zmq_pollitem_t){.fd = dh__fs_fd(py->fs),
+                                   .events = ZMQ_POLLIN};
     return n;
 }
 
@@ -769,6 +858,8 @@ static int py_init(struct ds_py *py, const struct dh_dataserver_opts *o,
         !(py->w = dh__calloc(py->n, sizeof(*py->w))) ||
         !(py->q = dh__calloc(py->q_cap, sizeof(*py->q))))
         return dh_err_set(e, DH_ENOMEM, "out of memory");
+    for (unsigned i = 0; i < py->n; i++)
+        py->w[i] = (struct ds_pyw){.id = i, .pid = -1, .fd = -1, .pidfd = -1};
     return build_env(py, o->python_path, e);
 }
 
@@ -804,10 +895,16 @@ int dh__ds_py_create(const struct ds_env *env,
         py_ops.destroy(&py->x);
         return rc;
     }
-    for (unsigned i = 0; i < py->n; i++) {
-        py->w[i] = (struct ds_pyw){.id = i, .pid = -1, .fd = -1};
-        spawn(py, &py->w[i]);
+    if (o->python_forkserver &&
+        dh__fs_connect(o->python_forkserver, &py->fs, e) < 0) {
+        dh__log(DH_LOG_WARN,
+                "dataserver %u: %s; python workers start as fresh "
+                "interpreters",
+                env->server_id, e->msg);
+        *e = (struct dh_err){0};
     }
+    for (unsigned i = 0; i < py->n; i++)
+        spawn(py, &py->w[i]);
     *out = &py->x;
     return 0;
 }
@@ -827,7 +924,10 @@ static unsigned wait_all(struct ds_py *py, int ms)
 
             if (w->pid <= 0)
                 continue;
-            r = waitpid(w->pid, NULL, WNOHANG);
+            if (w->pidfd >= 0) /* the fork server reaps it */
+                r = dh__pidfd_exited(w->pidfd) ? w->pid : 0;
+            else
+                r = waitpid(w->pid, NULL, WNOHANG);
             if (r == w->pid || (r < 0 && errno == ECHILD))
                 w->pid = -1;
             else
@@ -872,16 +972,20 @@ static void py_destroy(struct ds_exec *x)
     if (py->w && wait_all(py, PY_STOP_GRACE_MS)) {
         for (unsigned i = 0; i < py->n; i++)
             if (py->w[i].pid > 0)
-                kill(py->w[i].pid, SIGKILL);
+                dh__proc_signal(py->w[i].pidfd, py->w[i].pid, SIGKILL);
         if (wait_all(py, PY_REAP_MS))
             dh__log(DH_LOG_WARN,
                     "dataserver %u: a python worker did "
                     "not exit after SIGKILL",
                     py->env->server_id);
     }
-    for (unsigned i = 0; py->w && i < py->n; i++)
+    for (unsigned i = 0; py->w && i < py->n; i++) {
         if (py->w[i].has_slot)
             dh__ds_release(py->env, &py->w[i].slot);
+        if (py->w[i].pidfd >= 0)
+            close(py->w[i].pidfd);
+    }
+    dh__fs_close(py->fs);
     if (py->unlink_files && py->env->client_gone && py->dataset)
         unlink_files(py);
     dh__free(py->python);

@@ -57,40 +57,54 @@ static int wait_sock(int sock, short events, int64_t deadline, struct dh_err *e)
     }
 }
 
-static void attach_fd(struct msghdr *mh, char *buf, size_t room, int fd)
+static void attach_fds(struct msghdr *mh, char *buf, size_t room,
+                       const int *fds, int nfds)
 {
     struct cmsghdr *c;
 
     memset(buf, 0, room);
     mh->msg_control = buf;
-    mh->msg_controllen = CMSG_SPACE(sizeof(int));
+    mh->msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
     c = CMSG_FIRSTHDR(mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(fd));
+    c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
 }
 
 int dh__fd_send(int sock, int fd, const void *msg, size_t len, struct dh_err *e)
 {
+    return dh__fds_send(sock, &fd, fd >= 0, msg, len, e);
+}
+
+int dh__fds_send(int sock, const int *fds, int nfds, const void *msg,
+                 size_t len, struct dh_err *e)
+{
     union {
         struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
+        char buf[CMSG_SPACE(DH_FD_SEND_MAX * sizeof(int))];
     } ctl;
     struct msghdr mh = {0};
     struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
     int64_t deadline = now_ms() + DH_FD_SEND_TIMEOUT_MS;
     int rc;
 
-    if (sock < 0 || !msg || len == 0 || len > DH_FD_MSG_MAX)
+    if (sock < 0 || !msg || len == 0 || len > DH_FD_MSG_MAX || nfds < 0 ||
+        nfds > DH_FD_SEND_MAX || (nfds && !fds))
         return dh_err_set(e, DH_EINVAL,
-                          "fd send: bad socket or message "
-                          "length %zu",
-                          len);
+                          "fd send: bad socket, message "
+                          "length %zu or %d descriptors",
+                          len, nfds);
+    for (int i = 0; i < nfds; i++)
+        if (fds[i] < 0)
+            return dh_err_set(e, DH_EINVAL,
+                              "fd send: descriptor %d of %d "
+                              "is not open",
+                              i, nfds);
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
-    if (fd >= 0)
-        attach_fd(&mh, ctl.buf, sizeof(ctl.buf), fd);
+    if (nfds)
+        attach_fds(&mh, ctl.buf, sizeof(ctl.buf), fds, nfds);
     while (iov.iov_len > 0) {
         ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 

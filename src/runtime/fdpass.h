@@ -1,7 +1,8 @@
 /*
- * fdpass.h - handing one file descriptor (the arena's memfd) and a small
- * message to another process over a Unix socket with SCM_RIGHTS (internal:
- * used by the DataServer, the client and tests; docs/arena.md).
+ * fdpass.h - handing file descriptors (the arena's memfd; a fork server
+ * request's sockets) and a small message to another process over a Unix
+ * socket with SCM_RIGHTS (internal: used by the DataServer, the client
+ * and tests; docs/arena.md).
  *
  * Use a SOCK_SEQPACKET (or SOCK_DGRAM) socket so that a message arrives
  * whole or not at all; on SOCK_STREAM the bytes of one dh__fd_recv() are
@@ -21,6 +22,7 @@
 
 #define DH_FD_MSG_MAX 65536        /* bytes of message per send */
 #define DH_FD_SEND_TIMEOUT_MS 5000 /* bound on a full socket buffer */
+#define DH_FD_SEND_MAX 4           /* descriptors per dh__fds_send() */
 
 /*
  * Sends `len` (1..DH_FD_MSG_MAX) bytes of `msg` with `fd` attached, or
@@ -31,6 +33,14 @@
  */
 int dh__fd_send(int sock, int fd, const void *msg, size_t len,
                 struct dh_err *e) DH_MUST_CHECK;
+
+/*
+ * As dh__fd_send(), with the `nfds` (0..DH_FD_SEND_MAX, each open)
+ * descriptors of `fds` attached in that order (the fork server's
+ * request: docs/python.md "Start-up").
+ */
+int dh__fds_send(int sock, const int *fds, int nfds, const void *msg,
+                 size_t len, struct dh_err *e) DH_MUST_CHECK;
 
 /*
  * Receives one message of at most `cap` bytes into `msg` and the

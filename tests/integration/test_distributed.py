@@ -25,7 +25,7 @@ import time
 import pytest
 
 from conftest import ROOT, run_dh
-from procs import alive, arena_mapping, descendants, wait_until
+from procs import alive, arena_mapping, children, descendants, wait_until
 
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
@@ -521,7 +521,10 @@ def test_a_hung_worker_is_killed_by_the_watchdog(ours):
 
 
 def test_a_dataset_that_cannot_load_fails_every_step_at_once(ours):
-    it = iter(ours(dd.BrokenOnLoad(4), batch_size=2, timeout=30))
+    # Fresh interpreters unpickle it (forked workers inherit it, as
+    # torch's forked workers do, and would not fail).
+    it = iter(ours(dd.BrokenOnLoad(4), batch_size=2, timeout=30,
+                   multiprocessing_context="spawn"))
     t0 = time.monotonic()
     with pytest.raises(datahelix.DataError,
                        match="cannot load the dataset.*private_codec"):
@@ -574,14 +577,17 @@ def survivors(pids, secs=5):
     return [p for p in pids if alive(p)]
 
 
-def test_close_leaves_no_process_and_no_file():
+@pytest.mark.parametrize("ctx,n", [(None, 5), ("spawn", 4)])
+def test_close_leaves_no_process_and_no_file(ctx, n):
     before = set(descendants(os.getpid()))
     loader = datahelix.DistributedDataLoader(dd.Range(6), batch_size=2,
-                                             num_workers=2, timeout=60)
+                                             num_workers=2, timeout=60,
+                                             multiprocessing_context=ctx)
     assert flat(loader) == list(range(6))
     kids = set(descendants(os.getpid())) - before
-    # the coordinator, the DataServer and its two Python workers
-    assert len(kids) == 4, kids
+    # the coordinator, the DataServer, its two Python workers (and the
+    # fork server they came from, where torch's would fork)
+    assert len(kids) == n, kids
     d = loader._dir
     loader.close()
     assert survivors(kids) == []
@@ -595,20 +601,82 @@ def cmdline(pid):
         return b""
 
 
-def test_a_killed_dataserver_is_restarted_and_its_workers_die(ours):
+def python_workers(loader):
+    """The pids of the loader's DataServer's Python workers: the fork
+    server's children, or the exec'd ones."""
+    if loader._fs is not None:
+        return children(loader._fs.pid)
+    return [k for k in descendants(os.getpid())
+            if b"datahelix._worker" in cmdline(k)]
+
+
+@pytest.mark.parametrize("ctx", [None, "spawn"])
+def test_a_killed_dataserver_is_restarted_and_its_workers_die(ours, ctx):
     before = set(descendants(os.getpid()))
-    it = iter(ours(dd.Range(12), batch_size=2, num_workers=2))
+    loader = ours(dd.Range(12), batch_size=2, num_workers=2,
+                  multiprocessing_context=ctx)
+    it = iter(loader)
     assert next(it).tolist() == [0, 1]
     kids = set(descendants(os.getpid())) - before
     server = [k for k in kids if b"dataserver" in cmdline(k)]
-    workers = [k for k in kids if b"datahelix._worker" in cmdline(k)]
+    workers = python_workers(loader)
     assert len(server) == 1 and len(workers) == 2, kids
     os.kill(server[0], signal.SIGKILL)
-    assert survivors(workers) == []  # PR_SET_PDEATHSIG
+    # PR_SET_PDEATHSIG; forked: the fork server kills them as its
+    # DataServer's socket closes
+    assert survivors(workers) == []
     # The client starts a new DataServer (and it new workers) and asks
     # again for the steps it had no answer for.
     assert [b.tolist() for b in it] == [[2, 3], [4, 5], [6, 7], [8, 9],
                                         [10, 11]]
+
+
+def test_workers_fork_from_the_fork_server_where_torch_would_fork(ours):
+    """Where torch's workers fork, ours come from a fork server forked
+    from this process (docs/python.md "Start-up"): they have this
+    process's command line and the fork server for their parent; with
+    'spawn' they are fresh interpreters of the DataServer."""
+    forked = ours(dd.Range(8), batch_size=2, num_workers=2)
+    assert next(iter(forked)).tolist() == [0, 1]
+    zygote = forked._fs.pid
+    assert cmdline(zygote) == cmdline(os.getpid())
+    workers = children(zygote)
+    assert len(workers) == 2 and all(
+        cmdline(w) == cmdline(os.getpid()) for w in workers), workers
+    spawned = ours(dd.Range(8), batch_size=2, num_workers=2,
+                   multiprocessing_context="spawn")
+    assert next(iter(spawned)).tolist() == [0, 1]
+    assert spawned._fs is None
+    assert len(python_workers(spawned)) == 2
+
+
+def test_a_killed_fork_server_leaves_exec_d_workers_and_every_batch(
+        ours, capfd):
+    """kill -9 of the fork server: its workers die with it
+    (PR_SET_PDEATHSIG), their batches run again on workers the DataServer
+    now exec's, and every batch arrives once."""
+    loader = ours(dd.Range(40), batch_size=2, num_workers=2)
+    it = iter(loader)
+    got = [next(it).tolist() for _ in range(3)]
+    workers = children(loader._fs.pid)
+    assert len(workers) == 2
+    os.kill(loader._fs.pid, signal.SIGKILL)
+    assert survivors(workers) == []
+    got += [b.tolist() for b in it]
+    assert sum(got, []) == list(range(40))
+    assert "python fork server" in capfd.readouterr().err
+    # a second pass: exec'd workers serve it
+    assert flat(loader) == list(range(40))
+
+
+def test_a_killed_forked_worker_is_reported_as_torch_s_and_replaced(ours):
+    """A forked worker's exit status comes from the fork server: a kill
+    -9 reads "killed by signal 9" as an exec'd worker's does."""
+    it = iter(ours(dd.Suicidal(10, bad=4), batch_size=2, num_workers=1))
+    assert [next(it).tolist() for _ in range(2)] == [[0, 1], [2, 3]]
+    with pytest.raises(datahelix.SampleError, match="killed by signal 9"):
+        next(it)
+    assert [b.tolist() for b in it] == [[6, 7], [8, 9]]
 
 
 KILL_SCRIPT = textwrap.dedent("""
@@ -633,7 +701,8 @@ def test_sigkill_of_the_training_process_leaves_nothing():
         d = p.stdout.readline().strip()
         assert d, p.stderr.read()
         kids = descendants(p.pid)
-        assert len(kids) == 4, kids  # coordinator, DataServer, 2 workers
+        # coordinator, DataServer, fork server, 2 workers
+        assert len(kids) == 5, kids
         p.kill()
         p.wait(timeout=10)
     finally:

@@ -142,26 +142,30 @@ struct dh_dataserver_opts {
      * come from this server's own client: Python mode needs client_fd,
      * and takes no `listen` (its rank reads every slot as a Python batch,
      * so none may come from the network). */
-    const char *python_dataset; /* the pickled dataset (NULL: C media) */
-    const char *python;         /* interpreter (default: python3 on PATH) */
-    const char *python_path;    /* put first on the workers' PYTHONPATH
+    const char *python_dataset;    /* the pickled dataset (NULL: C media) */
+    const char *python;            /* interpreter (default: python3 on PATH) */
+    const char *python_path;       /* put first on the workers' PYTHONPATH
                                    (where the datahelix package is) */
-    unsigned python_workers;    /* worker processes (default 1, <= 64) */
-    int python_job_timeout_ms;  /* watchdog: a worker still on one job
+    unsigned python_workers;       /* worker processes (default 1, <= 64) */
+    int python_job_timeout_ms;     /* watchdog: a worker still on one job
                                    after this is killed and replaced, the
                                    job fails (default 600000) */
-    uint64_t python_seed;       /* base seed before the first request */
-    int python_unlink;          /* 1: when the client has gone, remove
+    uint64_t python_seed;          /* base seed before the first request */
+    const char *python_forkserver; /* a fork server's socket (a process of
+                                   this uid): workers are forked from it,
+                                   not exec'd, while it answers (docs/
+                                   python.md "Start-up"); NULL: exec */
+    int python_unlink;             /* 1: when the client has gone, remove
                                    python_dataset (and index_path if it is
                                    in the same folder, and that folder if
                                    then empty) */
-    const char *keyfile;        /* the job key (docs/security.md): the
+    const char *keyfile;           /* the job key (docs/security.md): the
                                    Coordinator link, the payload endpoint
                                    and deliveries use CURVE with it.  NULL:
                                    $DATAHELIX_KEYFILE if set, else none */
-    int insecure;               /* 1: `listen` on a non-local address
+    int insecure;                  /* 1: `listen` on a non-local address
                                    without a key (warned); 0: refused */
-    unsigned payload_stripes;   /* connections (and ZeroMQ I/O threads) a
+    unsigned payload_stripes;      /* connections (and ZeroMQ I/O threads) a
                                    payload link uses, 1..8 (docs/
                                    dataserver.md "Striped payloads"); 0
                                    (default): $DATAHELIX_PAYLOAD_STRIPES,

@@ -1,0 +1,300 @@
+"""A DistributedDataLoader's fork server (not a public module): how its
+DataServer's Python workers start in milliseconds, as torch's forked
+workers do, instead of as fresh interpreters that import torch (seconds).
+
+The rank's process forks it (ForkServer) before it starts the DataServer,
+so it holds torch, datahelix and the dataset (as the loader has it then)
+already.  It takes one connection on a Unix socket in the loader's
+private folder - the DataServer's, started with `--python-forkserver
+SOCK` - and forks a worker for each request; the worker runs
+datahelix._worker with the dataset it inherited (nothing is unpickled).
+Protocol: src/runtime/forkserver.h.  It is single-threaded, and what it
+does between forks is small: the workers' copy-on-write pages stay
+shared.
+
+Lifetime: it ends when the DataServer's connection closes (killing the
+workers it forked first), when the rank's process has gone (its parent
+changes; checked every second), or when nobody connects within
+ACCEPT_S.  A worker dies with it (PR_SET_PDEATHSIG: it is single-
+threaded, so the signal means the process).  The loader reaps it
+(stop()).  A DataServer whose fork server is gone exec's its workers
+(dataserver_python.c).
+"""
+import argparse
+import ctypes
+import gc
+import os
+import select
+import signal
+import socket
+import stat
+import sys
+import time
+import traceback
+
+ACCEPT_S = 120.0  # the DataServer connects as it starts (PY_START_TIMEOUT_MS)
+STOP_S = 2.0  # stop(): its own exit, after its DataServer's, then SIGKILL
+MAX_MSG = 512
+FDS = 4  # a request's: the worker's socket, the arena, stdout, stderr
+_PR_SET_PDEATHSIG = 1
+_available = None
+
+
+def available():
+    """Fork servers need os.fork, pidfds and SCM_RIGHTS from Python."""
+    global _available
+    if _available is None:
+        try:
+            os.close(os.pidfd_open(os.getpid()))
+            _available = hasattr(socket, "send_fds") and hasattr(os, "fork")
+        except (AttributeError, OSError):
+            _available = False
+    return _available
+
+
+def _flush_std():
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
+class ForkServer:
+    """Forks the fork server (listening on `path`, a new name in a private
+    folder) from this process.  `cfg`: the dataset file's contents, as
+    datahelix._worker.load_config() would return them; `dataset`: that
+    file's path, for the workers' messages."""
+
+    def __init__(self, path, cfg, dataset):
+        self.path = path
+        lst = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            lst.bind(path)
+            lst.listen(1)
+            _flush_std()  # or the copies would write it again
+            parent = os.getpid()
+            self.pid = os.fork()
+            if self.pid == 0:
+                code = 1
+                try:
+                    code = _Zygote(lst, path, parent, cfg, dataset).run()
+                except BaseException:
+                    try:
+                        traceback.print_exc()
+                    except BaseException:
+                        pass
+                finally:
+                    _flush_std()
+                    os._exit(code)
+        finally:
+            lst.close()
+
+    def stop(self):
+        """Waits (bounded) for it to end, which it does once its DataServer
+        has gone, then kills it; reaps it.  Its workers die with it."""
+        if self.pid is None:
+            return
+        end = time.monotonic() + STOP_S
+        killed = False
+        while True:
+            try:
+                pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid:
+                break
+            if not killed and time.monotonic() >= end:
+                os.kill(self.pid, signal.SIGKILL)
+                killed = True
+            time.sleep(0.005)
+        self.pid = None
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def _die_with_parent(parent):
+    """SIGKILL when the parent ends; exits at once if it already has."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # the socket's EOF ends it then
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def _blank_inherited(keep):
+    """The training process's sockets and pipes, copied by fork, point at
+    /dev/null from now on: holding them would keep its connections (other
+    loaders' DataServers, the Coordinator) from seeing EOF.  The numbers
+    stay taken, so a Python object that still owns one closes /dev/null,
+    not a descriptor opened here later.  Files and devices are kept, as in
+    torch's forked workers."""
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd in keep or fd == null:
+                continue
+            try:
+                mode = os.fstat(fd).st_mode
+            except OSError:
+                continue  # the listing's own descriptor, now closed
+            if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode):
+                os.dup2(null, fd, inheritable=False)
+    finally:
+        os.close(null)
+
+
+class _Zygote:
+    def __init__(self, lst, path, parent, cfg, dataset):
+        self.lst, self.path, self.parent = lst, path, parent
+        self.cfg, self.dataset = cfg, dataset
+        self.conn = None
+        self.children = {}  # pidfd -> pid
+
+    def run(self):
+        # Ctrl-C reaches the whole process group: the rank handles it and
+        # closes the loader; this process ends with its DataServer.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for s in (signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1,
+                  signal.SIGUSR2, signal.SIGHUP):
+            signal.signal(s, signal.SIG_DFL)
+        _blank_inherited({0, 1, 2, self.lst.fileno()})
+        gc.freeze()  # the inherited objects: never collected, never copied
+        if not self.accept():
+            return 0
+        try:
+            while self.turn():
+                pass
+        finally:
+            self.end_children()
+        return 0
+
+    def accept(self):
+        end = time.monotonic() + ACCEPT_S
+        self.lst.settimeout(1.0)
+        try:
+            while time.monotonic() < end and os.getppid() == self.parent:
+                try:
+                    conn, _ = self.lst.accept()
+                except socket.timeout:
+                    continue
+                cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                       12)
+                if int.from_bytes(cred[4:8], sys.byteorder) != os.getuid():
+                    conn.close()  # the folder is private; still, refuse
+                    continue
+                conn.setblocking(True)
+                self.conn = conn
+                return True
+            return False
+        finally:
+            self.lst.close()
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+    def turn(self):
+        """One wait: a request, a worker's exit, or a second passing.
+        False once it is to end."""
+        fds = [self.conn.fileno(), *self.children]
+        ready, _, _ = select.select(fds, [], [], 1.0)
+        if os.getppid() != self.parent:
+            return False
+        for fd in ready:
+            if fd == self.conn.fileno():
+                try:
+                    msg, got, _, _ = socket.recv_fds(self.conn, MAX_MSG, 8)
+                except OSError:
+                    return False
+                if not msg:
+                    for f in got:
+                        os.close(f)
+                    return False  # the DataServer has gone
+                self.request(msg, got)
+            else:
+                pid = self.children.pop(fd)
+                os.close(fd)
+                _, status = os.waitpid(pid, 0)
+                self.conn.sendall(b"X %d %d" % (pid, status))
+        return True
+
+    def request(self, msg, fds):
+        try:
+            parts = msg.split()
+            if len(parts) != 6 or parts[0] != b"F" or len(fds) != FDS:
+                raise ValueError(f"{len(parts)} fields, {len(fds)} "
+                                 "descriptors")
+            args = [int(x) for x in parts[1:]]
+        except ValueError as e:
+            for f in fds:
+                os.close(f)
+            self.conn.sendall(b"E malformed request: " +
+                              str(e).encode()[:200])
+            return
+        me = os.getpid()
+        try:
+            pid = os.fork()
+        except OSError as e:
+            for f in fds:
+                os.close(f)
+            self.conn.sendall(b"E fork: " + str(e).encode()[:200])
+            return
+        if pid == 0:
+            code = 1
+            try:
+                code = self.worker(me, fds, *args)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                _flush_std()
+                os._exit(code)
+        for f in fds:
+            os.close(f)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError as e:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            self.conn.sendall(b"E pidfd_open: " + str(e).encode()[:200])
+            return
+        self.children[pidfd] = pid
+        socket.send_fds(self.conn, [b"P %d" % pid], [pidfd])
+
+    def worker(self, zygote, fds, wid, n, seed, alloc_ms, server_id):
+        """In the new worker: this process's own descriptors go, the
+        request's take their places, and datahelix._worker runs."""
+        _die_with_parent(zygote)
+        self.conn.close()
+        for f in self.children:
+            os.close(f)
+        sock, arena, out, err = fds
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.close(out)
+        os.close(err)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        from . import _worker
+        a = argparse.Namespace(fd=sock, arena_fd=arena, dataset=self.dataset,
+                               worker_id=wid, num_workers=n, seed=seed,
+                               alloc_timeout_ms=alloc_ms, server_id=server_id)
+        return _worker.run(a, self.cfg)
+
+    def end_children(self):
+        for pidfd, pid in self.children.items():
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except OSError:
+                pass
+        for pidfd, pid in self.children.items():
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+            os.close(pidfd)
+        self.children = {}
