@@ -1095,10 +1095,6 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
                     "--python-job-timeout-ms", str(wt_ms),
                     "--python-seed", str(_mix(self.seed, 0)),
                     "--python-unlink"]
-            if self._forks():
-                self._fs = _forkserver.ForkServer(
-                    os.path.join(self._dir, "fork.sock"), self._inner(), ds)
-                args += ["--python-forkserver", self._fs.path]
             prefetch = self._prefetch()
             self._warm = False
             restart = self._restarts > 0
@@ -1117,7 +1113,8 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
                         seed=self.seed & ((1 << 64) - 1),
                         datahelix_bin=binary(),
                         arena_bytes=self.arena_mb << 20,
-                        dataserver_args=args, keyfile=self._key.path)
+                        dataserver_args=args + self._fork_server(ds),
+                        keyfile=self._key.path)
                     break
                 except OSError as e:
                     # A restart (a dataset shipped again, a resume): the
@@ -1162,15 +1159,33 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
                                   keyfile=self._key.path,
                                   **self._metrics_args)
 
+    def _fork_server(self, dataset):
+        """A new fork server for the DataServer about to start (one takes
+        one connection: a retried start needs its own), as its options;
+        [] where the workers do not fork (_forks)."""
+        self._stop_fork_server(0)
+        if not self._forks():
+            return []
+        self._fs = _forkserver.ForkServer(
+            os.path.join(self._dir, "fork.sock"), self._inner(), dataset)
+        return ["--python-forkserver", self._fs.path]
+
+    def _stop_fork_server(self, grace):
+        if getattr(self, "_fs", None) is not None:
+            self._fs.stop(grace)
+            self._fs = None
+
     def _stop_client(self):
+        # A fork server whose DataServer started ends with it: a moment to
+        # exit by itself; one that never got its DataServer is killed.
+        grace = 0
         if getattr(self, "_client", None) is not None:
             self._meter.last = self._client_stats()  # stats() after close
             self._client.close()
             self._client = None
             self._ends = 0  # a new client counts from 0
-        if getattr(self, "_fs", None) is not None:
-            self._fs.stop()  # after its DataServer: it ends with it
-            self._fs = None
+            grace = _forkserver.STOP_S
+        self._stop_fork_server(grace)
         self._current = None
 
     def close(self):

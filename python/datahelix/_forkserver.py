@@ -90,12 +90,13 @@ class ForkServer:
         finally:
             lst.close()
 
-    def stop(self):
-        """Waits (bounded) for it to end, which it does once its DataServer
-        has gone, then kills it; reaps it.  Its workers die with it."""
+    def stop(self, grace=STOP_S):
+        """Waits up to `grace` s for it to end, which it does once its
+        DataServer has gone, then kills it; reaps it (bounded).  Its
+        workers die with it."""
         if self.pid is None:
             return
-        end = time.monotonic() + STOP_S
+        end = time.monotonic() + grace
         killed = False
         while True:
             try:
@@ -107,6 +108,9 @@ class ForkServer:
             if not killed and time.monotonic() >= end:
                 os.kill(self.pid, signal.SIGKILL)
                 killed = True
+                end += STOP_S  # a SIGKILLed process exits at once
+            elif killed and time.monotonic() >= end:
+                break  # not ours to wait for any longer (never seen)
             time.sleep(0.005)
         self.pid = None
         try:
@@ -199,6 +203,17 @@ class _Zygote:
             except OSError:
                 pass
 
+    def send(self, data, fds=()):
+        """False if the DataServer has gone (then it is time to end)."""
+        try:
+            if fds:
+                socket.send_fds(self.conn, [data], list(fds))
+            else:
+                self.conn.sendall(data)
+            return True
+        except OSError:
+            return False
+
     def turn(self):
         """One wait: a request, a worker's exit, or a second passing.
         False once it is to end."""
@@ -216,15 +231,19 @@ class _Zygote:
                     for f in got:
                         os.close(f)
                     return False  # the DataServer has gone
-                self.request(msg, got)
+                if not self.request(msg, got):
+                    return False
             else:
                 pid = self.children.pop(fd)
                 os.close(fd)
                 _, status = os.waitpid(pid, 0)
-                self.conn.sendall(b"X %d %d" % (pid, status))
+                if not self.send(b"X %d %d" % (pid, status)):
+                    return False
         return True
 
     def request(self, msg, fds):
+        """Forks a worker for one request and answers it; False if the
+        answer could not be sent."""
         try:
             parts = msg.split()
             if len(parts) != 6 or parts[0] != b"F" or len(fds) != FDS:
@@ -234,17 +253,15 @@ class _Zygote:
         except ValueError as e:
             for f in fds:
                 os.close(f)
-            self.conn.sendall(b"E malformed request: " +
-                              str(e).encode()[:200])
-            return
+            return self.send(b"E malformed request: " +
+                             str(e).encode()[:200])
         me = os.getpid()
         try:
             pid = os.fork()
         except OSError as e:
             for f in fds:
                 os.close(f)
-            self.conn.sendall(b"E fork: " + str(e).encode()[:200])
-            return
+            return self.send(b"E fork: " + str(e).encode()[:200])
         if pid == 0:
             code = 1
             try:
@@ -261,10 +278,9 @@ class _Zygote:
         except OSError as e:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            self.conn.sendall(b"E pidfd_open: " + str(e).encode()[:200])
-            return
+            return self.send(b"E pidfd_open: " + str(e).encode()[:200])
         self.children[pidfd] = pid
-        socket.send_fds(self.conn, [b"P %d" % pid], [pidfd])
+        return self.send(b"P %d" % pid, [pidfd])
 
     def worker(self, zygote, fds, wid, n, seed, alloc_ms, server_id):
         """In the new worker: this process's own descriptors go, the
@@ -278,6 +294,12 @@ class _Zygote:
         os.dup2(err, 2)
         os.close(out)
         os.close(err)
+        # What it prints goes where an exec'd worker's would (the
+        # DataServer's stdout and stderr), not to the objects the training
+        # process had put in sys.stdout / sys.stderr.
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False,
+                          errors="backslashreplace")
         signal.signal(signal.SIGINT, signal.default_int_handler)
         from . import _worker
         a = argparse.Namespace(fd=sock, arena_fd=arena, dataset=self.dataset,

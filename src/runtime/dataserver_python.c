@@ -780,6 +780,9 @@ static void py_drain(struct ds_exec *x)
     uint64_t now = dh__mono_ms();
     char why[160];
 
+    /* Every turn: a notice nobody waits for (a worker no longer waited
+     * for), or the fork server's EOF, must not keep the poll awake. */
+    fs_poll(py, 1);
     for (unsigned i = 0; i < py->n; i++) {
         struct ds_pyw *w = &py->w[i];
 
