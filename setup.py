@@ -2,7 +2,8 @@
 
 Builds the C library with CMake (`make build`) if it is not built yet, then
 the extension datahelix._C against it, and ships the `datahelix` program
-inside the package (datahelix/bin/) so the DataServers it starts are found
+(and `datahelix-svc`, its media-free service commands) inside the package
+(datahelix/bin/) so the DataServers it starts are found
 without a PATH entry; the `datahelix` console command runs that program
 (datahelix/_cli.py).  `make install` and `make deb` are the other ways in
 (README "Installing")."""
@@ -22,19 +23,22 @@ LIBS = ["libavformat", "libavcodec", "libavutil", "libswscale", "libzmq",
 
 def built():
     if not (os.path.exists(os.path.join(BUILD, "libdatahelix.a")) and
-            os.path.exists(os.path.join(BUILD, "datahelix"))):
+            os.path.exists(os.path.join(BUILD, "datahelix")) and
+            os.path.exists(os.path.join(BUILD, "datahelix-svc"))):
         subprocess.check_call(["make", "-C", ROOT, "build"])
     return BUILD
 
 
 class BuildPy(build_py):
-    """Also copies the `datahelix` program into the package."""
+    """Also copies the `datahelix` and `datahelix-svc` programs into the
+    package."""
 
     def run(self):
         super().run()
         dst = os.path.join(self.build_lib, "datahelix", "bin")
         os.makedirs(dst, exist_ok=True)
-        shutil.copy2(os.path.join(built(), "datahelix"), dst)
+        for prog in ("datahelix", "datahelix-svc"):
+            shutil.copy2(os.path.join(built(), prog), dst)
 
 
 def pkg_libs():

@@ -6,7 +6,7 @@
 #   make-bundle.sh BUILD OUTDIR   -> OUTDIR/datahelix-V-linux-ARCH/ and
 #                                    OUTDIR/datahelix-V-linux-ARCH.tar.gz
 #
-#   bin/datahelix                    RUNPATH $ORIGIN/../lib
+#   bin/datahelix, bin/datahelix-svc RUNPATH $ORIGIN/../lib
 #   lib/libdatahelix.so*             the C library (RUNPATH $ORIGIN)
 #   lib/lib*.so.N                    every shared library those need that is
 #                                    not in SYSTEM below (FFmpeg, ZeroMQ,
@@ -14,8 +14,8 @@
 #                                    copied from this machine, RUNPATH $ORIGIN
 #   python/datahelix/                the Python package; _C.abi3.so (stable
 #                                    ABI, CPython >= 3.11) RUNPATH
-#                                    $ORIGIN/../../lib; bin/datahelix links
-#                                    to ../../../bin/datahelix
+#                                    $ORIGIN/../../lib; bin/datahelix{,-svc}
+#                                    link to ../../../bin/datahelix{,-svc}
 #   include/datahelix/               the public C headers
 #   REQUIRES                         what the host must still give: the
 #                                    SYSTEM libraries and the newest symbol
@@ -33,7 +33,7 @@ for t in patchelf ldd strip objdump tar gzip; do
 done
 here=$(cd "$(dirname "$0")/.." && pwd)
 ext="$here/python/datahelix/_C.abi3.so"
-for f in "$build/datahelix" "$build/libdatahelix.so" "$ext"; do
+for f in "$build/datahelix" "$build/datahelix-svc" "$build/libdatahelix.so" "$ext"; do
     [ -e "$f" ] || { echo "make-bundle: $f missing (run make build first)" >&2; exit 1; }
 done
 
@@ -52,13 +52,14 @@ root="$out/$name"
 rm -rf "$root" "$root.tar" "$root.tar.gz"
 mkdir -p "$root/bin" "$root/lib" "$root/python/datahelix/bin" "$root/include"
 
-cp "$build/datahelix" "$root/bin/"
+cp "$build/datahelix" "$build/datahelix-svc" "$root/bin/"
 cp -P "$build"/libdatahelix.so* "$root/lib/"
 cp "$here"/python/datahelix/*.py "$ext" "$root/python/datahelix/"
 ln -s ../../../bin/datahelix "$root/python/datahelix/bin/datahelix"
+ln -s ../../../bin/datahelix-svc "$root/python/datahelix/bin/datahelix-svc"
 cp -R "$here/include/datahelix" "$root/include/"
 real_lib=$(readlink -f "$build/libdatahelix.so")
-strip -g "$root/bin/datahelix" "$root/lib/$(basename "$real_lib")" \
+strip -g "$root/bin/datahelix" "$root/bin/datahelix-svc" "$root/lib/$(basename "$real_lib")" \
     "$root/python/datahelix/_C.abi3.so"
 
 is_system() {
@@ -66,10 +67,10 @@ is_system() {
     return 1
 }
 
-# ldd lists the whole closure of each of our three ELF files; each
+# ldd lists the whole closure of each of our ELF files; each
 # library is copied under its soname (the name DT_NEEDED asks for).
 n=0
-for elf in "$build/datahelix" "$real_lib" "$ext"; do
+for elf in "$build/datahelix" "$build/datahelix-svc" "$real_lib" "$ext"; do
     env -u LD_LIBRARY_PATH ldd "$elf" >"$out/.ldd.$$" ||
         { echo "make-bundle: ldd $elf failed" >&2; rm -f "$out/.ldd.$$"; exit 1; }
     if grep -q 'not found' "$out/.ldd.$$"; then
@@ -96,6 +97,8 @@ rm -f "$out/.ldd.$$"
 # $ORIGIN is for the dynamic loader, not the shell:
 # shellcheck disable=SC2016
 patchelf --set-rpath '$ORIGIN/../lib' "$root/bin/datahelix"
+# shellcheck disable=SC2016
+patchelf --set-rpath '$ORIGIN/../lib' "$root/bin/datahelix-svc"
 # shellcheck disable=SC2016
 patchelf --set-rpath '$ORIGIN/../../lib' "$root/python/datahelix/_C.abi3.so"
 for f in "$root"/lib/*; do

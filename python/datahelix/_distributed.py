@@ -49,7 +49,8 @@ from ._jobkey import JobKey
 from ._log import LOGGER
 from ._services import (Closing, Coordinator, binary, claim_coordinator,
                         coordinator_address, find_coordinator, loader_ordinal,
-                        metrics_args, release_coordinator, serve_coordinator)
+                        metrics_args, release_coordinator, serve_coordinator,
+                        service_binary)
 
 _HDR = 1 << 63
 _M63 = _HDR - 1
@@ -1111,7 +1112,7 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
                         microbatches=1, timeout_ms=self._timeout_ms(),
                         workers=1, max_batch=1,
                         seed=self.seed & ((1 << 64) - 1),
-                        datahelix_bin=binary(),
+                        datahelix_bin=service_binary(),
                         arena_bytes=self.arena_mb << 20,
                         dataserver_args=args + self._fork_server(ds),
                         keyfile=self._key.path)

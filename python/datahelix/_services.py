@@ -36,6 +36,18 @@ def binary():
     return b
 
 
+def service_binary():
+    """`datahelix-svc` beside binary(), else binary() itself: the program
+    of the Coordinator and of a DistributedDataLoader's DataServer.  It has
+    the same coordinator / dataserver / keygen commands, linked without
+    FFmpeg (src/cli/main_svc.c), so that a start costs ~7 ms, not ~45
+    (docs/python.md "Start-up"); a DataServer that decodes video runs
+    binary()."""
+    b = binary()
+    svc = os.path.join(os.path.dirname(b), "datahelix-svc")
+    return svc if os.access(svc, os.X_OK) else b
+
+
 def ensure_index(manifest):
     """Path of the .dhx index for `manifest` (.dhx, or a .jsonl table that
     is compiled beside it - or in a temporary folder if that one is not
@@ -179,7 +191,7 @@ class Coordinator:
         self.shared = shared
         self.timeout = timeout
         self.restarts = 0
-        cmd = [binary(), "coordinator", "--listen", listen, "--policy",
+        cmd = [service_binary(), "coordinator", "--listen", listen, "--policy",
                policy, "--heartbeat-timeout-ms", "1000"]
         cmd += (["--exit-when-unused", "2000"] if shared
                 else ["--exit-with-parent"])

@@ -8,6 +8,7 @@
 #ifndef DH_CLI_H
 #define DH_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -17,6 +18,22 @@
 enum { DH_EXIT_OK = 0, DH_EXIT_FAIL = 1, DH_EXIT_USAGE = 2 };
 
 typedef int (*dh_cmd_fn)(int argc, char **argv);
+
+/* A program's command table (main.c, main_svc.c) and its dispatch
+ * (cli_dispatch.c): --help, --version, unknown commands. */
+struct dh_cli_entry {
+    const char *name;
+    dh_cmd_fn fn;
+    const char *summary;
+};
+struct dh_cli_program {
+    const char *name;  /* "datahelix": usage, --version, errors */
+    const char *about; /* a paragraph under the usage line, or NULL */
+    const struct dh_cli_entry *commands;
+    size_t n;
+    const char *unknown_hint; /* appended to "unknown command", or NULL */
+};
+int dh_cli_dispatch(const struct dh_cli_program *p, int argc, char **argv);
 
 /* Subcommands (one file each). argv[0] is the subcommand name. */
 int dh_cmd_gen_data(int argc, char **argv);

@@ -1,20 +1,11 @@
 /*
- * main.c - the `datahelix` binary: dispatches argv[1] through one table.
- * Subcommands that later issues deliver are listed so that `datahelix --help`
- * shows the whole tool, and answer with a clear "not implemented" error.
+ * main.c - the `datahelix` binary: dispatches argv[1] through one table
+ * (cli_dispatch.c).  main_svc.c is the media-free program of a few of
+ * these commands.
  */
-#include <stdio.h>
-#include <string.h>
-
 #include "cli/cli.h"
 
-struct dh_cmd {
-    const char *name;
-    dh_cmd_fn fn; /* NULL: not implemented yet */
-    const char *summary;
-};
-
-static const struct dh_cmd commands[] = {
+static const struct dh_cli_entry commands[] = {
     {"gen-data", dh_cmd_gen_data,
      "write a synthetic heterogeneous video set (real H.264 files)"},
     {"probe", dh_cmd_probe, "scan media files into a descriptor table (JSONL)"},
@@ -36,42 +27,14 @@ static const struct dh_cmd commands[] = {
     {"top", dh_cmd_top,
      "live view of a running job, from its Coordinator's metrics"},
 };
-#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: datahelix <command> [options]   (datahelix <command> "
-               "--help for its options)\n\ncommands:\n");
-    for (size_t i = 0; i < N_COMMANDS; i++)
-        fprintf(f, "  %-12s %s%s\n", commands[i].name, commands[i].summary,
-                commands[i].fn ? "" : " (not implemented yet)");
-}
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage(stderr);
-        return DH_EXIT_USAGE;
-    }
-    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
-        !strcmp(argv[1], "help")) {
-        usage(stdout);
-        return DH_EXIT_OK;
-    }
-    if (!strcmp(argv[1], "--version")) {
-        printf("datahelix 0.1.0\n");
-        return DH_EXIT_OK;
-    }
-    for (size_t i = 0; i < N_COMMANDS; i++) {
-        if (strcmp(argv[1], commands[i].name))
-            continue;
-        if (!commands[i].fn) {
-            dh_cli_error(commands[i].name, "not implemented yet in this "
-                                           "version of datahelix");
-            return DH_EXIT_USAGE;
-        }
-        return commands[i].fn(argc - 1, argv + 1);
-    }
-    dh_cli_error(argv[1], "unknown command (see datahelix --help)");
-    return DH_EXIT_USAGE;
+    const struct dh_cli_program p = {
+        .name = "datahelix",
+        .commands = commands,
+        .n = sizeof(commands) / sizeof(commands[0]),
+    };
+
+    return dh_cli_dispatch(&p, argc, argv);
 }

@@ -104,7 +104,7 @@ def test_the_copy_runs_version_and_decodes(bundle, clip):
 def test_ldd_resolves_inside_the_bundle_or_to_the_host_list(bundle):
     elves = _elves(bundle)
     names = {f.name for f in elves}
-    assert {"datahelix", "_C.abi3.so"} <= names
+    assert {"datahelix", "datahelix-svc", "_C.abi3.so"} <= names
     for lib in MUST_BUNDLE:
         assert any(n.startswith(lib) for n in names), (lib, sorted(names))
     bad = []
@@ -127,7 +127,8 @@ def test_ldd_resolves_inside_the_bundle_or_to_the_host_list(bundle):
 
 
 def test_runpaths_are_relative_to_the_files(bundle):
-    want = {"datahelix": "$ORIGIN/../lib", "_C.abi3.so": "$ORIGIN/../../lib"}
+    want = {"datahelix": "$ORIGIN/../lib", "datahelix-svc": "$ORIGIN/../lib",
+            "_C.abi3.so": "$ORIGIN/../../lib"}
     for f in _elves(bundle):
         p = subprocess.run(["readelf", "-d", str(f)], capture_output=True,
                            text=True, timeout=30)
@@ -274,13 +275,15 @@ def test_the_whole_package_imports_from_the_bundle(bundle):
     bundle's own."""
     code = ("import datahelix, datahelix._C as C; "
             "from datahelix import _services; "
-            "print(C.__file__); print(_services.binary())")
+            "print(C.__file__); print(_services.binary()); "
+            "print(_services.service_binary())")
     p = subprocess.run(["/usr/bin/python3", "-c", code],
                        env=_clean_env(PYTHONPATH=str(bundle / "python")),
                        capture_output=True, text=True, timeout=120,
                        cwd="/")
     assert p.returncode == 0, p.stderr
-    ext, prog = p.stdout.split()
+    ext, prog, svc = p.stdout.split()
     assert ext == str(bundle / "python" / "datahelix" / "_C.abi3.so")
     assert pathlib.Path(prog).resolve() == bundle / "bin" / "datahelix"
+    assert pathlib.Path(svc).resolve() == bundle / "bin" / "datahelix-svc"
     assert sys.version_info >= (3, 11)

@@ -749,3 +749,33 @@ def test_ten_thousand_batches_recycle_the_arena_and_keep_memory_flat():
         assert growth < 16 * 1024, f"resident memory grew {growth} KiB"
     finally:
         loader.close()
+
+
+def exe(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
+
+
+def test_the_coordinator_and_dataserver_run_datahelix_svc(ours, tmp_path,
+                                                          monkeypatch):
+    """datahelix-svc beside datahelix (no FFmpeg: ~7 ms a start, not ~45;
+    docs/python.md "Start-up") runs the Coordinator and the DataServer;
+    a `datahelix` alone in its folder runs them itself."""
+    full = os.path.realpath(os.environ.get(
+        "DATAHELIX_BIN", str(ROOT / "build" / "datahelix")))
+    svc = os.path.join(os.path.dirname(full), "datahelix-svc")
+    lone = tmp_path / "datahelix"
+    lone.symlink_to(full)
+    for prog, env in ((svc, None), (full, str(lone))):
+        if env:
+            monkeypatch.setenv("DATAHELIX_BIN", env)
+        before = set(descendants(os.getpid()))
+        loader = ours(dd.Range(8), batch_size=2)
+        assert flat(loader) == list(range(8))
+        kids = set(descendants(os.getpid())) - before
+        server = [k for k in kids if b"dataserver" in cmdline(k)]
+        assert exe(loader._coord.proc.pid) == prog
+        assert [exe(k) for k in server] == [prog], (prog, server)
+        loader.close()

@@ -1,0 +1,91 @@
+/*
+ * media_none.c - the media calls the runtime makes, for `datahelix-svc`
+ * (main_svc.c), which links no FFmpeg so that it starts in a few ms.
+ * Its commands decode nothing: a DataServer of Python workers never
+ * creates a media context.  A video DataServer started with it fails at
+ * its start with the reason, before any sample is taken.
+ */
+#include <stddef.h>
+
+#include "datahelix/media.h"
+#include "datahelix/media_stages.h"
+
+int dh_media_create(struct dh_media **out, struct dh_err *e)
+{
+    *out = NULL;
+    return dh_err_set(e, DH_EUNSUPPORTED,
+                      "datahelix-svc decodes no media (it is linked without "
+                      "FFmpeg, for the Coordinator and DataServers of "
+                      "Python workers): run `datahelix dataserver` for "
+                      "video");
+}
+
+/* Nothing below is reached without a media context. */
+void dh_media_destroy(struct dh_media *m)
+{
+    (void)m;
+}
+
+void dh_media_set_watchdog(struct dh_media *m, int ms)
+{
+    (void)m;
+    (void)ms;
+}
+
+static int no_media(struct dh_err *e)
+{
+    return dh_err_set(e, DH_EUNSUPPORTED, "datahelix-svc decodes no media");
+}
+
+int dh_media_open(struct dh_media *m, const char *path, struct dh_err *e)
+{
+    (void)m;
+    (void)path;
+    return no_media(e);
+}
+
+void dh_media_close(struct dh_media *m)
+{
+    (void)m;
+}
+
+int dh_media_info(const struct dh_media *m, struct dh_media_info *out)
+{
+    (void)m;
+    (void)out;
+    return DH_EUNSUPPORTED;
+}
+
+int dh_media_select(struct dh_media *m, const struct dh_media_plan *p,
+                    int64_t *out_frames, struct dh_err *e)
+{
+    (void)m;
+    (void)p;
+    (void)out_frames;
+    return no_media(e);
+}
+
+int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
+                    void *dst, size_t dst_len, struct dh_media_result *res,
+                    struct dh_err *e)
+{
+    (void)m;
+    (void)p;
+    (void)dst;
+    (void)dst_len;
+    (void)res;
+    return no_media(e);
+}
+
+void dh__media_stage_sink(struct dh_media *m, float *rows, uint32_t n)
+{
+    (void)m;
+    (void)rows;
+    (void)n;
+}
+
+void dh__media_stage_note(struct dh_media *m, uint32_t pos)
+{
+    (void)m;
+    (void)pos;
+}
