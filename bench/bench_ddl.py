@@ -20,9 +20,12 @@ Row "datahelix+start": loader.start() at construction, then --setup-s of
 the model's set-up (a wait), then the same measures from iter(): the
 workers' start-up hidden behind the set-up, as a training script would.
 Also: `python3 -c "import torch"` alone (what every worker of ours pays at
-start, and torch's forked workers do not).
+start, and torch's forked workers do not), and the split of a fresh
+loader's iter() by phase (--split-runs loaders, each phase timed around
+the loader's own method, medians).
 """
 import argparse
+import logging
 import os
 import statistics
 import subprocess
@@ -74,6 +77,57 @@ def one(cls, a, early=False):
             "warm_first_s": t4 - t3, "steady_sps": m / (t5 - t4)}
 
 
+# The phases of a fresh DistributedDataLoader's iter(), each the loader's
+# own method timed from outside: (label, class attribute).
+PHASES = [("pickle the dataset", "_payload"), ("write the index", "_index"),
+          ("job key, start the Coordinator, its listening line",
+           "_coordinator_address"),
+          ("fork the fork server", "_fork_server")]
+
+
+def split(a):
+    """Medians over a.split_runs fresh loaders of iter(), the first
+    next() and each phase of iter(), in ms."""
+    from datahelix import _distributed as dd
+    cls, times = dd.DistributedDataLoader, {}
+    saved = {attr: getattr(cls, attr) for _, attr in PHASES}
+    client = dd._C.Client
+
+    def timed(key, f):
+        def w(*args, **kw):
+            t = time.perf_counter()
+            try:
+                return f(*args, **kw)
+            finally:
+                times.setdefault(key, []).append(time.perf_counter() - t)
+        return w
+
+    for label, attr in PHASES:
+        setattr(cls, attr, timed(label, saved[attr]))
+    dd._C.Client = timed("the client: register, start the DataServer "
+                         "(its workers asked for, its own registration), "
+                         "take its arena", client)
+    try:
+        for _ in range(a.split_runs):
+            loader = cls(Images(a.samples, a.side, a.work_ms),
+                         batch_size=a.batch_size, num_workers=a.workers,
+                         timeout=120)
+            t0 = time.perf_counter()
+            it = iter(loader)
+            t1 = time.perf_counter()
+            next(it)
+            t2 = time.perf_counter()
+            times.setdefault("iter()", []).append(t1 - t0)
+            times.setdefault("first next()", []).append(t2 - t1)
+            loader.close()
+            del it
+    finally:
+        for _, attr in PHASES:
+            setattr(cls, attr, saved[attr])
+        dd._C.Client = client
+    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bin", default=None)
@@ -83,6 +137,8 @@ def main():
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--work-ms", type=float, default=1.0)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--split-runs", type=int, default=7,
+                   help="fresh loaders timed phase by phase (0: none)")
     p.add_argument("--setup-s", type=float, default=5.0,
                    help="the model's set-up between start() and iter() "
                    "in the 'datahelix+start' row (waiting, not CPU)")
@@ -90,6 +146,8 @@ def main():
     if a.bin:
         os.environ["DATAHELIX_BIN"] = os.path.abspath(a.bin)
     os.environ.setdefault("DATAHELIX_LOG", "warn")
+    # datahelix was imported above, its logger's level taken then
+    logging.getLogger("datahelix").setLevel(logging.WARNING)
     imp = {}
     for what, code in (("python3 alone", "pass"),
                        ("import torch", "import torch"),
@@ -126,6 +184,13 @@ def main():
         r = m['first_batch_s'] / t['first_batch_s']
         print(f"{k}: first batch {r:.2f}x torch's, steady samples/s "
               f"{m['steady_sps'] / t['steady_sps']:.2f}x torch's")
+    if a.split_runs > 0:
+        sp = split(a)
+        print(f"a fresh DistributedDataLoader, medians of {a.split_runs}: "
+              f"iter() {sp.pop('iter()'):.1f} ms, first next() "
+              f"{sp.pop('first next()'):.1f} ms; iter()'s phases:")
+        for k, v in sp.items():
+            print(f"  {v:6.1f} ms  {k}")
 
 
 if __name__ == "__main__":
