@@ -148,11 +148,13 @@ bench-handover: build
 
 # Tier-2's exchange: 64 decoded-size samples over 4 gloo ranks, one
 # all_to_all_single vs one-by-one send/recv vs loopback TCP (needs
-# python3-torch; docs/rebalance.md "The exchange").
+# python3-torch; docs/rebalance.md "The exchange"); then Tier 2 live in the
+# loader, step p50/p95 off and on, wrong and right estimates ("Live").
 .PHONY: bench-exchange
-bench-exchange:
+bench-exchange: build
 	@scripts/setup-deps.sh bench
 	@$(PY) bench/bench_exchange.py
+	@$(PY) bench/bench_tier2.py --bin build/datahelix
 
 .PHONY: bench-place
 bench-place: build

@@ -292,6 +292,12 @@ class DataLoader(Closing):
                 "load_balance= with transform=, collate_fn= or native-size "
                 "packed batches is not implemented yet (Tier 2 exchanges "
                 "fixed-size decoded clips; docs/rebalance.md)")
+        if self._lb is not None:
+            # A round is pulled at once: the next one must be in flight
+            # while this one trains, or its first step waits for a whole
+            # round of decodes (bench_tier2.py: p95 x1.9 with prefetch 2)
+            self.prefetch = min(256, prefetch + self._lb["steps"])
+            self._opts["prefetch"] = self.prefetch
         self._rb = None
         self._rb_state = None  # load_state_dict()'s Tier-2 state
 
@@ -431,7 +437,9 @@ class DataLoader(Closing):
                 "this iterator was superseded: a newer iter() of the same "
                 "DataLoader started another pass (one pass at a time per "
                 "loader; create a second loader to iterate two at once)")
-        if it.done:
+        # Tier 2 may have pulled the pass's end while batches it holds
+        # are still to come (the next round is pulled ahead)
+        if it.done and (self._rb is None or not self._rb.holds()):
             raise StopIteration
         if self._client is None:
             raise ValueError("the DataLoader is closed")
@@ -611,8 +619,9 @@ class DataLoader(Closing):
         checks them)."""
         step, tier2 = self._step, None
         if self._rb is not None:
-            if self._rb.pending():  # not yielded yet
-                step = self._rb.queue[0][0]["step"]
+            first = self._rb.pending_step()  # pulled, not yielded yet
+            if first is not None:
+                step = first
             tier2 = self._rb.state()
         return {"epoch": self._epoch, "step": step, "seed": self.seed,
                 "tier2": tier2,

@@ -129,6 +129,7 @@ class Rebalancer:
         # group's gate inputs); None for a round the gate did not decide
         self.decided = None
         self.replay = None  # load_state_dict()'s: (inputs, first step)
+        self.ahead = None  # the next round, pulled ahead (_begin)
 
     # -- the training loop's clock ----------------------------------------
 
@@ -156,11 +157,29 @@ class Rebalancer:
                 raise StopIteration
         b, tokens = self.queue.pop(0)
         self.next_step = b["step"] + 1
+        if not self.queue and self.error is None:
+            # The next round's batches are pulled and its all-gather set
+            # off now, so that the collective runs while the user trains
+            # on this last batch of the round (on a loaded 2-core host it
+            # took 7-15 ms at the round's first step: bench_tier2.py)
+            try:
+                self.ahead = self._begin(pull, overlap=True)
+            except _C.DataError as e:  # raised at the round's first step
+                self.ahead = {"raise": e}
         self.held = (time.perf_counter(), tokens)
         return b
 
-    def pending(self):
-        return bool(self.queue)
+    def holds(self):
+        """Whether batches pulled (or a round pulled ahead) are left."""
+        return bool(self.queue) or self.ahead is not None
+
+    def pending_step(self):
+        """The first step pulled but not yielded (None: none)."""
+        if self.queue:
+            return self.queue[0][0]["step"]
+        if self.ahead and self.ahead.get("batches"):
+            return self.ahead["batches"][0]["step"]
+        return None
 
     def state(self):
         """state_dict()["tier2"]: what the resumed run needs to decide as
@@ -169,7 +188,11 @@ class Rebalancer:
         running estimates."""
         busy = bool(self.queue)
         d = self.decided if busy else None
-        return {"round": self.round if busy else self.round + 1,
+        # a round pulled ahead is undecided: the resumed run forms it
+        # again from its first step, on the same estimates (they change
+        # only once the step it was pulled at has ended)
+        ahead = self.ahead is not None
+        return {"round": self.round if busy or ahead else self.round + 1,
                 "round_step": d[0] if d else None,
                 "inputs": list(d[1]) if d else None,
                 "estimates": [self.ms_per_token, self.bytes_per_ms,
@@ -187,12 +210,28 @@ class Rebalancer:
 
     def reset(self):
         """A new pass: nothing buffered, the step clock stopped."""
+        self._drop_ahead()
         self.queue, self.held, self.next_step = [], None, None
         self.error = None
+
+    def _drop_ahead(self):
+        """A round pulled ahead that will not be used (the pass ended at
+        its step count, or was left): its all-gather is waited for (every
+        rank of the group set it off), its errors dropped."""
+        a, self.ahead = self.ahead, None
+        if a is not None:  # a round never formed: not counted
+            self.round -= 1
+        if a and a.get("wait"):
+            try:
+                a["wait"]()
+            except (RuntimeError, _C.DataError):
+                pass
 
     # -- one round ----------------------------------------------------------
 
     def _pull(self, pull):
+        """The round's batches and the error that ended it early (raised
+        at its step, after them), or None."""
         out = []
         for _ in range(self.cfg["steps"]):
             try:
@@ -200,12 +239,11 @@ class Rebalancer:
             except StopIteration:
                 break
             except _C.DataError as e:  # the round ends here ("uneven")
-                self.error = e
-                break
+                return out, e
             if b["video"] is not None:  # the round buffer owns a copy
                 b["video"] = b["video"].clone()
             out.append(b)
-        return out
+        return out, None
 
     def _samples(self, batches):
         """This rank's samples of the round and their feature rows."""
@@ -229,8 +267,9 @@ class Rebalancer:
                              float(s["tokens"]), float(s["valid_frames"])])
         return samples, rows
 
-    def _gather(self, rows, steps):
-        """Every group rank's header and rows (float64 tensors)."""
+    def _gather(self, rows, steps, overlap=False):
+        """Every group rank's header and rows (float64 tensors); with
+        `overlap`, a function that waits for them."""
         cap = self.cfg["steps"] * self.loader.batch_size
         t = torch.zeros(_HEAD + cap * _COLS, dtype=torch.float64)
         t[:_HEAD] = torch.tensor([len(rows), steps, self.ms_per_token,
@@ -239,15 +278,20 @@ class Rebalancer:
         if rows:
             t[_HEAD:_HEAD + len(rows) * _COLS] = torch.tensor(
                 rows, dtype=torch.float64).reshape(-1)
-        return self._collective("all-gather of features",
-                                lambda: self.comm.gather(t))
+        what = "all-gather of features"
+        if not overlap:
+            return self._collective(what, lambda: self.comm.gather(t))
+        wait = self._collective(what, lambda: self.comm.gather_async(t))
+        rnd = self.round
+        return lambda: self._collective(what, wait, rnd)
 
-    def _collective(self, what, fn):
+    def _collective(self, what, fn, rnd=None):
         try:
             return fn()
         except (RuntimeError, _C.DataError) as e:
             raise _C.DataError(
-                f"rank {self.rank}: Tier-2 {what} of round {self.round} "
+                f"rank {self.rank}: Tier-2 {what} of round "
+                f"{self.round if rnd is None else rnd} "
                 f"(group {self.group}) failed: {e}".strip()) from None
 
     def _probe(self):
@@ -269,15 +313,37 @@ class Rebalancer:
         self.latency_ms = small
         self.bytes_per_ms = per * (n - 1) / max(big - small, 1e-3)
 
-    def _round(self, pull):
-        """Fills the queue with one round; False when every rank of the
-        group is out of batches."""
+    def _begin(self, pull, overlap=False):
+        """A round's first half: its batches pulled, its features made and
+        (more than one rank) their all-gather set off; _round ends it."""
         self.round += 1  # the round in progress, in messages
         if self.bytes_per_ms == 0 and len(self.group) > 1:
             self._probe()
-        batches = self._pull(pull)
-        self.decided = None
+        batches, error = self._pull(pull)
         samples, rows = self._samples(batches)
+        r = {"batches": batches, "error": error, "samples": samples,
+             "rows": rows, "wait": None}
+        if len(self.group) > 1:
+            got = self._gather(rows, len(batches), overlap)
+            r["wait"] = got if overlap else (lambda: got)
+        return r
+
+    def _round(self, pull):
+        """Fills the queue with one round (the one pulled ahead, if any);
+        False when every rank of the group is out of batches."""
+        r, self.ahead = self.ahead, None
+        if r is not None and "raise" in r:
+            raise r["raise"]
+        if r is None:
+            r = self._begin(pull)
+        self.decided = None
+        ok = self._decide_round(r)
+        if r["error"] is not None:  # raised once the round's are yielded
+            self.error = r["error"]
+        return ok
+
+    def _decide_round(self, r):
+        batches, samples, rows = r["batches"], r["samples"], r["rows"]
         if len(self.group) == 1:
             if not batches:
                 self.round -= 1
@@ -285,7 +351,7 @@ class Rebalancer:
             self._account({"verdict": "balanced"}, 0.0)
             self._queue(batches, rows)
             return True
-        got = self._gather(rows, len(batches))
+        got = r["wait"]()
         heads = [g[:_HEAD].tolist() for g in got]
         steps = [int(h[1]) for h in heads]
         if not any(steps):
@@ -460,6 +526,7 @@ class Rebalancer:
                      "exchange_ms": dt}
 
     def close(self):
+        self._drop_ahead()
         self.comm.close()
 
     def stats(self):
@@ -509,6 +576,17 @@ class DistComm:
         got = [torch.empty_like(t) for _ in range(self.n)]
         self.dist.all_gather(got, t, group=self.pg)
         return got
+
+    def gather_async(self, t):
+        """The all-gather set off; returns the function that waits for it
+        (within the group's timeout) and returns its tensors."""
+        got = [torch.empty_like(t) for _ in range(self.n)]
+        work = self.dist.all_gather(got, t, group=self.pg, async_op=True)
+
+        def wait():
+            work.wait()
+            return got
+        return wait
 
     def a2a(self, recv, send, in_split, out_split):
         self.dist.all_to_all_single(recv, send, in_split, out_split,
@@ -569,6 +647,10 @@ class ZmqComm:
                                         dtype=t.dtype))
             off += len(b)
         return out
+
+    def gather_async(self, t):
+        got = self.gather(t)  # rb_link's exchange is synchronous
+        return lambda: got
 
     def a2a(self, recv, send, in_split, out_split):
         data = self._exchange(send.numpy(), out_split, in_split)

@@ -327,11 +327,13 @@ def test_one_rank_without_a_process_group(dataset):
                                   size=(32, 32),
                                   load_balance={"buffer_size": 4})
     try:
-        steps, saved = [], None
+        steps, saved, after = [], None, None
         for b in loader:
             steps.append((b["step"], b["ids"].tolist()))
             if b["step"] == 0:  # mid-round: step 1 still buffered
                 saved = loader.state_dict()
+            if b["step"] == 3:  # a round's last step: steps 4, 5 pulled
+                after = loader.state_dict()  # ahead, not yielded
         t = loader.stats()["tier2"]
     finally:
         loader.close()
@@ -348,9 +350,26 @@ def test_one_rank_without_a_process_group(dataset):
     try:
         loader.load_state_dict(saved)
         rest = [(b["step"], b["ids"].tolist()) for b in loader]
+        # rounds of steps 1-2, 3-4, ..., 15: the last one pulled ahead
+        # with the pass's end behind it still comes
+        assert rest == steps[1:]
+        assert after["step"] == 4 and after["tier2"]["round"] == 3
+        loader.load_state_dict(after)
+        rest = [(b["step"], b["ids"].tolist()) for b in loader]
+        assert rest == steps[4:]
+        # a pass left at a round's last step (the next one pulled ahead)
+        # and a new one: the whole epoch again, rounds counted as formed
+        it = iter(loader)
+        first = [next(it)["step"] for _ in range(2)]
+        again = [b["step"] for b in loader]
+        log = loader.stats()["tier2"]["log"]
     finally:
         loader.close()
-    assert rest == steps[1:]
+    assert first == [0, 1] and again == list(range(N // 2))
+    # the round left unformed is not counted: the left pass's one round
+    # and the new pass's N // 4 are numbered on from each other
+    nums = [x[0] for x in log[-(N // 4 + 1):]]
+    assert nums == list(range(nums[0], nums[0] + N // 4 + 1)), nums
 
 
 def test_bad_load_balance(dataset):
