@@ -189,8 +189,10 @@ def dataset(bin_, d, clips, copies):
 
 
 def quiet_port(span=8):
-    """A port below the ephemeral range with the next `span` free (the
-    loaders' Coordinators take MASTER_PORT + 1 ...)."""
+    """A port P below the ephemeral range (32768 on) with P .. P + span
+    free: the loaders' Coordinators listen on MASTER_PORT + 1 + i, and a
+    job's own outgoing connections (gloo opens many) take ephemeral ports
+    that could be those.  (test_rebalance.py uses this one too.)"""
     import random
     for _ in range(200):
         p = random.randrange(20000, 32000 - span)
@@ -201,7 +203,7 @@ def quiet_port(span=8):
             return p
         except OSError:
             continue
-    sys.exit("bench_tier2: no free port block below 32000")
+    raise RuntimeError("no free port block below 32000")
 
 
 def summarize(ranks):
@@ -293,9 +295,13 @@ def main():
         print(f"bench_tier2: generating {a.clips} clips ...", flush=True)
         manifest = dataset(a.bin, d, a.clips, a.copies)
         env = dict(os.environ, DATAHELIX_BIN=os.path.abspath(a.bin))
+        try:
+            port = quiet_port()
+        except RuntimeError as e:
+            sys.exit(f"bench_tier2: {e}")
         cmd = [sys.executable, "-m", "torch.distributed.run",
                "--nproc_per_node", "4", "--redirects", "1", "--tee", "1",
-               "--master_port", str(quiet_port()), __file__, "--rank-main",
+               "--master_port", str(port), __file__, "--rank-main",
                "--manifest", str(manifest), "--out", tmp]
         for k in ("reps", "frames", "side", "buffer", "epochs",
                   "us_per_token", "step"):

@@ -12,8 +12,6 @@ timeout, not a hang.  Without a process group the same job runs over
 the ZeroMQ fallback (rb_link.h) with the same results.
 """
 import os
-import random
-import socket
 import subprocess
 import sys
 import textwrap
@@ -26,28 +24,13 @@ from procs import alive, descendants, torchrun
 
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "bench"))
 import datahelix  # noqa: E402
+from bench_tier2 import quiet_port  # noqa: E402  (one copy: the bench's)
 
 # the probe's est_tokens are for another sampling: what this test wants
 pytestmark = pytest.mark.filterwarnings("ignore:.*est_tokens were made")
 N = 32  # clips: 4 steps of 4 ranks x 2 per epoch
-
-
-def quiet_port(span=8):
-    """A port P below the ephemeral range (32768 on) with P .. P + span
-    free: the loaders' Coordinators listen on MASTER_PORT + 1 + i, and a
-    job's own outgoing connections (gloo opens many) take ephemeral ports
-    that could be those."""
-    for _ in range(200):
-        p = random.randrange(20000, 32000 - span)
-        try:
-            for q in range(p, p + span + 1):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", q))
-            return p
-        except OSError:
-            continue
-    pytest.skip("no free port block below 32000")
 
 
 @pytest.fixture(scope="module")
