@@ -130,6 +130,7 @@ class Rebalancer:
         self.decided = None
         self.replay = None  # load_state_dict()'s: (inputs, first step)
         self.ahead = None  # the next round, pulled ahead (_begin)
+        self.early = self._no_early()  # its batches pulled before that
 
     # -- the training loop's clock ----------------------------------------
 
@@ -157,6 +158,13 @@ class Rebalancer:
                 raise StopIteration
         b, tokens = self.queue.pop(0)
         self.next_step = b["step"] + 1
+        e = self.early
+        if self.queue and not e["end"] and e["error"] is None and \
+                len(e["batches"]) < self.cfg["steps"] - 1:
+            # one batch of the next round per step of this one (it was
+            # requested a round ahead), so that the round's last step has
+            # one pull left to pay, not a round's (bench_tier2.py)
+            self._pull_one(pull, e)
         if not self.queue and self.error is None:
             # The next round's batches are pulled and its all-gather set
             # off now, so that the collective runs while the user trains
@@ -213,6 +221,7 @@ class Rebalancer:
         self._drop_ahead()
         self.queue, self.held, self.next_step = [], None, None
         self.error = None
+        self.early = self._no_early()
 
     def _drop_ahead(self):
         """A round pulled ahead that will not be used (the pass ended at
@@ -229,21 +238,35 @@ class Rebalancer:
 
     # -- one round ----------------------------------------------------------
 
+    @staticmethod
+    def _no_early():
+        """The next round's batches pulled while this one is yielded: the
+        batches, the error that ended them, whether the pass's end did."""
+        return {"batches": [], "error": None, "end": False}
+
+    @staticmethod
+    def _pull_one(pull, into):
+        """One batch into `into` (_no_early's shape), or its end."""
+        try:
+            b = pull()
+        except StopIteration:
+            into["end"] = True
+            return
+        except _C.DataError as e:  # the round ends here ("uneven")
+            into["error"] = e
+            return
+        if b["video"] is not None:  # the round buffer owns a copy
+            b["video"] = b["video"].clone()
+        into["batches"].append(b)
+
     def _pull(self, pull):
-        """The round's batches and the error that ended it early (raised
-        at its step, after them), or None."""
-        out = []
-        for _ in range(self.cfg["steps"]):
-            try:
-                b = pull()
-            except StopIteration:
-                break
-            except _C.DataError as e:  # the round ends here ("uneven")
-                return out, e
-            if b["video"] is not None:  # the round buffer owns a copy
-                b["video"] = b["video"].clone()
-            out.append(b)
-        return out, None
+        """The round's batches (those pulled early first) and the error
+        that ended it early (raised at its step, after them), or None."""
+        e, self.early = self.early, self._no_early()
+        while not e["end"] and e["error"] is None and \
+                len(e["batches"]) < self.cfg["steps"]:
+            self._pull_one(pull, e)
+        return e["batches"], e["error"]
 
     def _samples(self, batches):
         """This rank's samples of the round and their feature rows."""
