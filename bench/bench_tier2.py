@@ -30,8 +30,8 @@ counted but a run's very first (the loader's start).
 The four runs (mix x off/on) are interleaved, --reps times, in one job;
 step times are pooled over the repeats.  Tier 2's per-round verdicts,
 bytes moved and max/mean before/after come from stats()["tier2"]; the
-cross-DS bytes are stats()["cross_ds_bytes"] summed over the ranks plus
-the group's bytes moved by Tier 2 (as `datahelix bench` counts them).
+cross-DS bytes are stats()["cross_ds_bytes"] summed over the ranks (a
+rank's counts the samples Tier 2 brought it: the group's bytes moved).
 
 Usage: bench_tier2.py [--bin build/datahelix] [--reps 2] [--json]
 """
@@ -215,11 +215,9 @@ def summarize(ranks):
         steps = [x for r in mine for x in r["step_ms"]]
         waits = [x for r in mine for x in r["wait_ms"]]
         n = sum(r["steps"] for r in mine)
-        # the loaders' own, every rank's, and the exchange's (the
-        # group's total: every rank counts the same rounds)
+        # every rank's: its loader counts the samples Tier 2 brought it
         xds = sum(r["cross_ds_bytes"] for rk in ranks for r in rk["runs"]
-                  if (r["mix"], r["tier2"]) == run) + \
-            sum(r["tier2_stats"].get("bytes_moved", 0) for r in mine)
+                  if (r["mix"], r["tier2"]) == run)
         t = {}
         for r in mine:
             for k, v in r["tier2_stats"].items():

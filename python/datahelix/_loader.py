@@ -695,6 +695,9 @@ class DataLoader(Closing):
                 s["substituted"] = self._substituted
                 s["quarantine"] = sorted(set(s["quarantine"]) |
                                          self._tx_failed)
+            if self._rb is not None:  # samples Tier 2 brought from other
+                # ranks were prepared on their DataServers
+                s["cross_ds_bytes"] += self._rb.totals["bytes_in"]
             return s
         return dict(self._meter.last or {})  # as close() left them
 

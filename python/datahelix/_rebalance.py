@@ -120,7 +120,7 @@ class Rebalancer:
         self.next_step = None  # the step after the last one yielded
         self.totals = {"rounds": 0, "move": 0, "keep": 0, "unmeasured": 0,
                        "balanced": 0, "uneven": 0, "gain_ms": 0.0,
-                       "cost_ms": 0.0, "bytes_moved": 0,
+                       "cost_ms": 0.0, "bytes_moved": 0, "bytes_in": 0,
                        "samples_moved": 0, "exchange_ms": 0.0}
         self.ratio = [0.0, 0.0]
         self.last = None
@@ -458,6 +458,7 @@ class Rebalancer:
             recv, send, [split[s * n + me] for s in range(n)],  # in
             [split[me * n + x] for x in range(n)]))  # out
         dt = (time.perf_counter() - t0) * 1e3
+        self.totals["bytes_in"] += recv.numel()  # this rank's cross-DS
         self._measured(d["max_rank_bytes"], dt)
         like = samples[0]["video"] if samples else None
         got, off = {}, 0

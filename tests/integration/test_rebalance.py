@@ -99,6 +99,7 @@ SCRIPT = textwrap.dedent("""
                               "shape": list(b["video"].shape),
                               "sums": [int(v.sum()) for v in b["video"]]})
         res[name] = {"steps": steps, "tier2": loader.stats()["tier2"],
+                     "cross_ds": loader.stats()["cross_ds_bytes"],
                      "state": loader.state_dict()}
         loader.close()
         if name != "on":
@@ -184,6 +185,11 @@ def test_four_ranks_wrong_estimates_rebalanced_or_kept(dataset, tmp_path,
     # every rank reached the same verdicts
     assert all(r["on"]["tier2"]["move"] == on["move"] for r in res)
     assert on["move"] >= 1 and on["bytes_moved"] > 0
+    # what moved is cross-DS traffic: each rank counts its arrivals
+    assert sum(r["on"]["tier2"]["bytes_in"] for r in res) == \
+        on["bytes_moved"]
+    assert all(r["on"]["cross_ds"] >= r["on"]["tier2"]["bytes_in"] and
+               r["kept"]["tier2"]["bytes_in"] == 0 for r in res)
     assert on["max_mean_after"] < on["max_mean_before"]
     assert on["gain_ms"] > on["cost_ms"] > 0
     # the margin no gain pays: measured rounds kept, nothing moved
