@@ -296,7 +296,8 @@ class DataLoader(Closing):
             # A round is pulled at once: the next one must be in flight
             # while this one trains, or its first step waits for a whole
             # round of decodes (bench_tier2.py: p95 x1.9 with prefetch 2)
-            self.prefetch = min(256, prefetch + self._lb["steps"])
+            self.prefetch = _opt.prefetch_depth(
+                prefetch + self._lb["steps"], None, threads)
             self._opts["prefetch"] = self.prefetch
         self._rb = None
         self._rb_state = None  # load_state_dict()'s Tier-2 state

@@ -171,7 +171,7 @@ class Rebalancer:
             # on this last batch of the round (on a loaded 2-core host it
             # took 7-15 ms at the round's first step: bench_tier2.py)
             try:
-                self.ahead = self._begin(pull, overlap=True)
+                self.ahead = self._begin(pull)
             except _C.DataError as e:  # raised at the round's first step
                 self.ahead = {"raise": e}
         self.held = (time.perf_counter(), tokens)
@@ -290,9 +290,9 @@ class Rebalancer:
                              float(s["tokens"]), float(s["valid_frames"])])
         return samples, rows
 
-    def _gather(self, rows, steps, overlap=False):
-        """Every group rank's header and rows (float64 tensors); with
-        `overlap`, a function that waits for them."""
+    def _gather(self, rows, steps):
+        """Sets off the all-gather of every group rank's header and rows;
+        returns the function that waits for them (float64 tensors)."""
         cap = self.cfg["steps"] * self.loader.batch_size
         t = torch.zeros(_HEAD + cap * _COLS, dtype=torch.float64)
         t[:_HEAD] = torch.tensor([len(rows), steps, self.ms_per_token,
@@ -302,8 +302,6 @@ class Rebalancer:
             t[_HEAD:_HEAD + len(rows) * _COLS] = torch.tensor(
                 rows, dtype=torch.float64).reshape(-1)
         what = "all-gather of features"
-        if not overlap:
-            return self._collective(what, lambda: self.comm.gather(t))
         wait = self._collective(what, lambda: self.comm.gather_async(t))
         rnd = self.round
         return lambda: self._collective(what, wait, rnd)
@@ -336,7 +334,7 @@ class Rebalancer:
         self.latency_ms = small
         self.bytes_per_ms = per * (n - 1) / max(big - small, 1e-3)
 
-    def _begin(self, pull, overlap=False):
+    def _begin(self, pull):
         """A round's first half: its batches pulled, its features made and
         (more than one rank) their all-gather set off; _round ends it."""
         self.round += 1  # the round in progress, in messages
@@ -347,8 +345,7 @@ class Rebalancer:
         r = {"batches": batches, "error": error, "samples": samples,
              "rows": rows, "wait": None}
         if len(self.group) > 1:
-            got = self._gather(rows, len(batches), overlap)
-            r["wait"] = got if overlap else (lambda: got)
+            r["wait"] = self._gather(rows, len(batches))
         return r
 
     def _round(self, pull):
@@ -595,11 +592,6 @@ class DistComm:
             pg = dist.new_group(sorted(g), timeout=td, backend="gloo")
             if rank in g:
                 self.pg, self.n = pg, len(g)
-
-    def gather(self, t):
-        got = [torch.empty_like(t) for _ in range(self.n)]
-        self.dist.all_gather(got, t, group=self.pg)
-        return got
 
     def gather_async(self, t):
         """The all-gather set off; returns the function that waits for it
