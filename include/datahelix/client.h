@@ -81,7 +81,8 @@ struct dh_client_opts {
                                 (`dataserver --listen`); NULL: none, so
                                 this rank is served locally only */
     size_t arena_bytes;         /* embedded: 0 = dh_arena_default_size(
-                                prefetch x microbatches, the bytes of a
+                                (prefetch + held) x microbatches, the
+                                bytes of a
                                 part of max_batch samples), at least
                                 64 MiB; 256 MiB when max_batch is 0 */
     uint32_t max_batch;         /* most samples of a step (sizes the arena;
@@ -128,6 +129,10 @@ struct dh_client_opts {
                                 says so).  NULL: none (the late-step
                                 causes of dh_client_late() are kept
                                 either way) */
+    unsigned held;              /* steps the consumer holds beyond the one
+                                it is computing (Tier 2's round buffer):
+                                the default arena has room for them as
+                                well as for prefetch (default 0) */
 };
 
 /* Most steps a trace keeps: ~0.4 KiB of memory and ~5 KiB of file each

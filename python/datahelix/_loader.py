@@ -299,6 +299,9 @@ class DataLoader(Closing):
             self.prefetch = _opt.prefetch_depth(
                 prefetch + self._lb["steps"], None, threads)
             self._opts["prefetch"] = self.prefetch
+            # the round buffer holds up to a round and a batch of arena
+            # slots (zero copy); the default arena has room for them
+            self._opts["held"] = min(self._lb["steps"] + 2, 256)
         self._rb = None
         self._rb_state = None  # load_state_dict()'s Tier-2 state
 
@@ -495,6 +498,11 @@ class DataLoader(Closing):
         if len(parts) > 1:
             return torch.cat(parts)
         return parts[0].clone() if self.transport == "copy" else parts[0]
+
+    def _arena_views(self):
+        """Whether a batch's "video" is its arena slot itself (one
+        microbatch, transport="shm": _video)."""
+        return self.transport != "copy" and self._opts["microbatches"] == 1
 
     def _to_dict(self, b):
         raw = b.sample_ids

@@ -42,6 +42,9 @@ _ARGS = {"margin", "probe_bytes", "patch", "ewma"}
 _COLS = 6
 # per rank: n samples, steps, ms_per_token, bytes_per_ms, latency_ms
 _HEAD = 5
+# an arena slot's bytes beyond its tensor's: the decoder's padding
+# (DH_MEDIA_DST_PAD) and the ring's alignment (DH_ARENA_ALIGN)
+_SLOT_PAD = 64 + 64
 
 
 def check(cfg, batch_size, world_size):
@@ -131,6 +134,9 @@ class Rebalancer:
         self.replay = None  # load_state_dict()'s: (inputs, first step)
         self.ahead = None  # the next round, pulled ahead (_begin)
         self.early = self._no_early()  # its batches pulled before that
+        # arena slots the buffer holds: bytes, per step, and how many it
+        # may (_hold)
+        self.views, self.slots, self.room = 0, {}, None
 
     # -- the training loop's clock ----------------------------------------
 
@@ -157,6 +163,7 @@ class Rebalancer:
             if not self._round(pull):
                 raise StopIteration
         b, tokens = self.queue.pop(0)
+        self._let_go(b)
         self.next_step = b["step"] + 1
         e = self.early
         if self.queue and not e["end"] and e["error"] is None and \
@@ -222,6 +229,7 @@ class Rebalancer:
         self.queue, self.held, self.next_step = [], None, None
         self.error = None
         self.early = self._no_early()
+        self.views, self.slots = 0, {}
 
     def _drop_ahead(self):
         """A round pulled ahead that will not be used (the pass ended at
@@ -244,8 +252,7 @@ class Rebalancer:
         batches, the error that ended them, whether the pass's end did."""
         return {"batches": [], "error": None, "end": False}
 
-    @staticmethod
-    def _pull_one(pull, into):
+    def _pull_one(self, pull, into):
         """One batch into `into` (_no_early's shape), or its end."""
         try:
             b = pull()
@@ -255,9 +262,35 @@ class Rebalancer:
         except _C.DataError as e:  # the round ends here ("uneven")
             into["error"] = e
             return
-        if b["video"] is not None:  # the round buffer owns a copy
-            b["video"] = b["video"].clone()
+        self._hold(b)
         into["batches"].append(b)
+
+    def _hold(self, b):
+        """Keeps the batch's arena slot (zero copy: the user gets the
+        arena's memory, moved samples written into it) while the slots
+        the buffer holds leave the DataServer room for the loader's
+        prefetch; past that, a copy (the slot goes back at once), or the
+        server would wait for room only the buffer can free
+        (ArenaExhausted).  The default arena has room for a round
+        (client option `held`); a smaller arena_mb= gets copies."""
+        v = b["video"]
+        if v is None or not self.loader._arena_views():
+            return
+        nb = v.numel() * v.element_size() + _SLOT_PAD
+        if self.room is None:  # the arena exists once a batch came
+            cap = self.loader._client.stats()["arena_bytes"]
+            # the prefetch, the user's batch and the one it holds while
+            # in next(), and a slot the ring may lose to its wrap
+            self.room = cap - (self.loader.prefetch + 3) * nb
+        if self.views + nb <= self.room:
+            self.views += nb
+            self.slots[b["step"]] = nb
+        else:
+            b["video"] = v.clone()
+
+    def _let_go(self, b):
+        """The batch left the buffer: its slot is no longer counted."""
+        self.views -= self.slots.pop(b["step"], 0)
 
     def _pull(self, pull):
         """The round's batches (those pulled early first) and the error
@@ -477,18 +510,33 @@ class Rebalancer:
         self.bytes_per_ms = (1 - a) * self.bytes_per_ms + a * bw
 
     def _rebuild(self, batches, samples, feats, to, got, first):
-        """The round's batches of this rank after the exchange: step t
-        holds the samples the gate gave it there, in the group's order."""
+        """The round's batches of this rank after the exchange, each in
+        its own memory (the arena slot, when the buffer holds it): step t
+        keeps the samples the gate left here in their positions, and its
+        arrivals, in the group's order, take the positions of the ones
+        that left (a step's count never changes: dh_rb_decide)."""
         me, out = self.me, []
         lo = self.loader
+        mine = {}  # step -> this rank's samples there, by position
+        for i in range(first, first + len(samples)):
+            mine.setdefault(int(feats[i][1][2]), []).append(i)
         for t, b in enumerate(batches):
-            idx = [i for i, (_, r) in enumerate(feats)
-                   if int(r[2]) == t and to[i] == me]
-            vids = [got[i] if i in got else samples[i - first]["video"]
-                    for i in idx]
+            own = mine.get(t, [])
+            inc = [i for i, (j, r) in enumerate(feats)
+                   if int(r[2]) == t and to[i] == me and j != me]
+            gone = [p for p, i in enumerate(own) if to[i] != me]
+            if len(gone) != len(inc):
+                raise _C.DataError(
+                    f"rank {self.rank}: Tier-2 round {self.round} step "
+                    f"{b['step']}: {len(gone)} samples left and "
+                    f"{len(inc)} arrived (a step keeps its count)")
+            idx = list(own)
+            v = b["video"]
+            for p, i in zip(gone, inc):
+                v[p].copy_(got[i])  # lands in the slot itself
+                idx[p] = i
             ids = [int(feats[i][1][3]) for i in idx]
             nb = dict(b)
-            nb["video"] = torch.stack(vids) if vids else b["video"][:0]
             nb["ids"] = torch.tensor(ids, dtype=torch.int64)
             nb["tokens"] = torch.tensor([int(feats[i][1][4]) for i in idx],
                                         dtype=torch.int64)
@@ -508,8 +556,10 @@ class Rebalancer:
         before the resume."""
         if maxes is not None:
             for t, b in enumerate(batches):
-                if skip is None or b["step"] >= skip:  # yielded before
+                if skip is None or b["step"] >= skip:
                     self.queue.append((b, maxes[t]))
+                else:  # yielded before the resume
+                    self._let_go(b)
             return
         per = {}
         for r in rows:

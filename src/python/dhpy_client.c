@@ -341,6 +341,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
                             "patch",
                             "keyfile",
                             "trace",
+                            "held",
                             NULL};
     struct dh_client_opts o;
     const char *layout = "THWC", *dtype = "uint8", *tel = NULL;
@@ -361,14 +362,14 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     }
     dh_client_opts_default(&o);
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "ss|IILiissIIiizzIIzKzipKOddIdpiLizz", names,
+            args, kw, "ss|IILiissIIiizzIIzKzipKOddIdpiLizzI", names,
             &o.coordinator, &o.index_path, &o.rank, &o.world_size, &frames, &w,
             &h, &layout, &dtype, &o.prefetch, &o.microbatches, &o.timeout_ms,
             &o.start_timeout_ms, &o.dataserver, &o.datahelix_bin, &o.ds_workers,
             &o.max_batch, &o.ds_listen, &seed, &tel, &o.max_restarts,
             &random_crop, &arena_bytes, &ds_args, &o.ddl_ms,
             &o.step_deadline_ms, &o.spares, &fps, &native, &max_side, &max_area,
-            &patch, &o.keyfile, &o.trace))
+            &patch, &o.keyfile, &o.trace, &o.held))
         return -1;
     o.arena_bytes = (size_t)arena_bytes;
     if (parse_enum(layout, "THWC", "TCHW", "layout", &lay) < 0 ||

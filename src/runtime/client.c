@@ -97,6 +97,9 @@ static int check_opts(const struct dh_client_opts *o, struct dh_err *e)
                           "workers >= 1, restarts >= 0, and the step hint, "
                           "step deadline and ddl_ms in [0, %.0f] ms",
                           DH_CLIENT_MAX_STEP_MS);
+    if (o->held > DH_CLIENT_MAX_PREFETCH)
+        return dh_err_set(e, DH_EINVAL, "client: held %u (0..%u)", o->held,
+                          DH_CLIENT_MAX_PREFETCH);
     if (o->spares > DH_CLIENT_MAX_SPARES)
         return dh_err_set(e, DH_EINVAL, "client: %u spares (at most %u)",
                           o->spares, DH_CLIENT_MAX_SPARES);
@@ -160,7 +163,8 @@ static int copy_opts(struct dh_client *c, const struct dh_client_opts *o,
         size_t b = dh_batch_bytes(&c->plan, part);
 
         c->arena_bytes = b && b != SIZE_MAX
-                             ? dh_arena_default_size(c->prefetch * c->mb,
+                             ? dh_arena_default_size((c->prefetch + o->held) *
+                                                         c->mb,
                                                      b + DH_MEDIA_DST_PAD)
                              : 0;
         if (c->arena_bytes && c->arena_bytes < MIN_ARENA)

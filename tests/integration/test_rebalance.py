@@ -11,6 +11,7 @@ that dies in a round is a DataError on every other rank within the
 timeout, not a hang.  Without a process group the same job runs over
 the ZeroMQ fallback (rb_link.h) with the same results.
 """
+import math
 import os
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import time
 import pytest
 
 from conftest import ROOT, run_dh
-from procs import alive, descendants, torchrun
+from procs import alive, arena_mapping, descendants, torchrun
 
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
@@ -58,6 +59,14 @@ SCRIPT = textwrap.dedent("""
     # the truth the manifest hides: ids divisible by 4 are 20x larger
     TRUE = lambda i: 20000 if i % 4 == 0 else 1000
     calls = []
+
+    def in_arena(t):  # zero copy: the tensor lies in the arena's memfd
+        p = t.data_ptr()
+        for line in open("/proc/self/maps"):
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo <= p < hi:
+                return "memfd:datahelix-arena" in line
+        return False
 
     def deal(feats, args):  # a user policy: per step, largest to rank 3
         calls.append(len(feats))
@@ -97,6 +106,7 @@ SCRIPT = textwrap.dedent("""
                 steps.append({"epoch": epoch, "step": b["step"], "ids": ids,
                               "tokens": [TRUE(i) for i in ids],
                               "shape": list(b["video"].shape),
+                              "arena": in_arena(b["video"]),
                               "sums": [int(v.sum()) for v in b["video"]]})
         res[name] = {"steps": steps, "tier2": loader.stats()["tier2"],
                      "cross_ds": loader.stats()["cross_ds_bytes"],
@@ -191,6 +201,9 @@ def test_four_ranks_wrong_estimates_rebalanced_or_kept(dataset, tmp_path,
     assert all(r["on"]["cross_ds"] >= r["on"]["tier2"]["bytes_in"] and
                r["kept"]["tier2"]["bytes_in"] == 0 for r in res)
     assert on["max_mean_after"] < on["max_mean_before"]
+    # zero copy: every batch, moved samples and all, is its arena slot
+    assert all(s["arena"] for r in res for k in ("on", "kept", "user")
+               for s in r[k]["steps"])
     assert on["gain_ms"] > on["cost_ms"] > 0
     # the margin no gain pays: measured rounds kept, nothing moved
     assert kept["move"] == 0 and kept["keep"] == 3
@@ -359,6 +372,55 @@ def test_one_rank_without_a_process_group(dataset):
     # and the new pass's N // 4 are numbered on from each other
     nums = [x[0] for x in log[-(N // 4 + 1):]]
     assert nums == list(range(nums[0], nums[0] + N // 4 + 1)), nums
+
+
+def test_round_buffer_holds_arena_slots_while_the_arena_has_room(dataset):
+    """The round buffer keeps its batches' arena slots (the user gets the
+    arena's memory) while they leave the DataServer room for the
+    prefetch: with the default arena every batch; in an arena_mb= with
+    room for about two, some batches are copies, and the epoch still
+    comes whole, never ArenaExhausted."""
+    lb = {"buffer_size": 16}  # rounds of 8 steps: 2 in the epoch
+    kw = dict(batch_size=2, frames=4, size=(128, 128), load_balance=lb)
+    probe = datahelix.DataLoader(dataset, **kw)
+    slot = 2 * 4 * 128 * 128 * 3 + 128
+    # whole MiB (the server's unit): room for 2-4 slots beyond the
+    # prefetch and the 3 the buffer leaves (_rebalance.Rebalancer._hold)
+    small = math.ceil((probe.prefetch + 3 + 2) * slot / (1 << 20))
+    probe.close()
+    for arena_mb in (None, small):
+        loader = datahelix.DataLoader(dataset, arena_mb=arena_mb, **kw)
+        try:
+            got = [(b["ids"].tolist(), "memfd:datahelix-arena" in
+                    arena_mapping(b["video"].data_ptr())) for b in loader]
+            st = loader.stats()
+        finally:
+            loader.close()
+        assert sorted(i for ids, _ in got for i in ids) == list(range(N))
+        views = sum(v for _, v in got)
+        if arena_mb is None:
+            assert views == len(got), got
+            assert st["held_bytes"] == 0  # every slot back to the ring
+        else:
+            assert 0 < views < len(got), got
+            assert st["arena_bytes"] == small << 20
+
+
+def test_the_default_arena_has_room_for_a_round(dataset):
+    """Batches large enough that the arena's 64 MiB floor does not hide
+    it: the default arena holds the prefetch, a round (the client's
+    `held`) and the batches the user and next() hold."""
+    kw = dict(batch_size=4, frames=16, size=(256, 256),
+              load_balance={"buffer_size": 16})  # rounds of 4 steps
+    batch = 4 * 16 * 256 * 256 * 3
+    with datahelix.DataLoader(dataset, **kw) as loader:
+        b = next(iter(loader))
+        assert "memfd:datahelix-arena" in arena_mapping(b["video"].data_ptr())
+        cap = loader.stats()["arena_bytes"]
+        assert cap >= (loader.prefetch + 4 + 2) * batch, (cap, batch)
+    with datahelix.DataLoader(dataset, **dict(kw, load_balance=None)) as p:
+        next(iter(p))  # without Tier 2: room for the prefetch alone
+        assert p.stats()["arena_bytes"] < (p.prefetch + 4 + 2) * batch
 
 
 def test_bad_load_balance(dataset):

@@ -699,6 +699,10 @@ static void bad_options_are_einval(void **state)
     o.microbatches = 0;
     assert_int_equal(dh_client_create(&o, &c, &e), DH_EINVAL);
     BASE();
+    o.held = DH_CLIENT_MAX_PREFETCH + 1;
+    assert_int_equal(dh_client_create(&o, &c, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "held 257"));
+    BASE();
     o.index_path = NULL;
     assert_int_equal(dh_client_create(&o, &c, &e), DH_EINVAL);
     BASE();
