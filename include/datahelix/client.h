@@ -179,6 +179,9 @@ struct dh_client_batch {
     double input_wait_ms;               /* time this next() blocked */
     uint32_t n_subs;                    /* samples substituted (skip policy) */
     const struct dh_client_subst *subs; /* n_subs, by position */
+    const float *sample_ms; /* n_samples: each sample's read + decode +
+                               scale ms on the server that prepared it;
+                               -1 where that server sent no times */
 };
 
 struct dh_client_stats {

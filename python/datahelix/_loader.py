@@ -511,6 +511,9 @@ class DataLoader(Closing):
             "video": None if self._native else self._video(b),
             "valid_frames": torch.frombuffer(bytearray(b.valid_frames),
                                              dtype=torch.int32),
+            # each sample's read + decode + scale on its DataServer
+            "sample_ms": torch.frombuffer(bytearray(b.sample_ms),
+                                          dtype=torch.float32),
             "ids": torch.frombuffer(bytearray(raw), dtype=torch.int64),
             "tokens": torch.tensor([self._index.tokens(i) if self._tokens
                                     is None else self._tokens[i]

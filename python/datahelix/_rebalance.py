@@ -38,8 +38,9 @@ from . import _C
 
 _KEYS = {"feature_fn", "sort_fn", "client_ranks", "buffer_size", "args"}
 _ARGS = {"margin", "probe_bytes", "patch", "ewma"}
-# per sample: tokens, bytes, step, id, estimated tokens, valid frames
-_COLS = 6
+# per sample: tokens, bytes, step, id, estimated tokens, valid frames,
+# measured prepare ms
+_COLS = 7
 # per rank: n samples, steps, ms_per_token, bytes_per_ms, latency_ms
 _HEAD = 5
 # an arena slot's bytes beyond its tensor's: the decoder's padding
@@ -310,7 +311,8 @@ class Rebalancer:
                 s = {"video": b["video"][p],
                      "valid_frames": int(b["valid_frames"][p]),
                      "id": int(b["ids"][p]), "tokens": int(b["tokens"][p]),
-                     "text": b["text"][p], "step": t}
+                     "text": b["text"][p], "step": t,
+                     "sample_ms": float(b["sample_ms"][p])}
                 f = fn(s) if fn is not None else default_features(s, patch)
                 tok = float(f["tokens"])
                 if not tok >= 0:
@@ -320,7 +322,8 @@ class Rebalancer:
                 nb = s["video"].numel() * s["video"].element_size()
                 samples.append(s)
                 rows.append([tok, float(nb), float(t), float(s["id"]),
-                             float(s["tokens"]), float(s["valid_frames"])])
+                             float(s["tokens"]), float(s["valid_frames"]),
+                             s["sample_ms"]])
         return samples, rows
 
     def _gather(self, rows, steps):
@@ -451,7 +454,8 @@ class Rebalancer:
         if self.cfg["sort_fn"] is not None:
             view = [{"rank": j, "step": int(r[2]), "tokens": r[0],
                      "bytes": int(r[1]), "id": int(r[3]),
-                     "est_tokens": int(r[4])} for j, r in feats]
+                     "est_tokens": int(r[4]), "frames": int(r[5]),
+                     "sample_ms": r[6]} for j, r in feats]
             prop = self.cfg["sort_fn"](view, self.cfg["args"])
             if prop is not None:
                 prop = list(prop)
@@ -542,6 +546,8 @@ class Rebalancer:
                                         dtype=torch.int64)
             nb["valid_frames"] = torch.tensor(
                 [int(feats[i][1][5]) for i in idx], dtype=torch.int32)
+            nb["sample_ms"] = torch.tensor([feats[i][1][6] for i in idx],
+                                           dtype=torch.float32)
             nb["text"] = [lo._index.text(i) for i in ids]
             nb["substituted"] = [x for x in b["substituted"]
                                  if x["substitute_id"] in ids]

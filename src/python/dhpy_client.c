@@ -153,6 +153,9 @@ static PyObject *batch_get(BatchObject *self, void *what)
     if (!strcmp(w, "valid_frames"))
         return PyBytes_FromStringAndSize((const char *)b->valid_frames,
                                          (Py_ssize_t)b->n_samples * 4);
+    if (!strcmp(w, "sample_ms"))
+        return PyBytes_FromStringAndSize((const char *)b->sample_ms,
+                                         (Py_ssize_t)b->n_samples * 4);
     if (!strcmp(w, "substitutions"))
         return batch_subs(b);
     if (!strcmp(w, "dtype"))
@@ -173,6 +176,9 @@ static PyGetSetDef batch_getset[] = {
      "sample_ids"},
     {"valid_frames", (getter)batch_get, NULL, "native uint32 bytes",
      "valid_frames"},
+    {"sample_ms", (getter)batch_get, NULL,
+     "native float32 bytes: read + decode + scale ms (-1: unknown)",
+     "sample_ms"},
     {"substitutions", (getter)batch_get, NULL,
      "skip policy: ((position, failed_id, substitute_id, stage, code, "
      "cause), ...)",

@@ -886,7 +886,7 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
     if (!bad) {
         size_t sz = sizeof(*b) + c->mb * sizeof(struct dh_client_part) +
                     n_subs * sizeof(struct dh_client_subst) +
-                    total * (sizeof(uint64_t) + sizeof(uint32_t));
+                    total * (sizeof(uint64_t) + 2 * sizeof(uint32_t));
 
         if (!(b = dh__calloc(1, sz)))
             bad = NULL, rc = dh_err_set(e, DH_ENOMEM, "out of memory");
@@ -911,6 +911,7 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
                                                                   c->mb);
         uint64_t *ids = (uint64_t *)(subs + n_subs);
         uint32_t *valid = (uint32_t *)(ids + total);
+        float *ms = (float *)(valid + total);
         uint64_t at = 0;
         uint32_t ns = 0;
 
@@ -924,7 +925,8 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
                                           .valid_frames = valid,
                                           .input_wait_ms = wait,
                                           .n_subs = (uint32_t)n_subs,
-                                          .subs = n_subs ? subs : NULL};
+                                          .subs = n_subs ? subs : NULL,
+                                          .sample_ms = ms};
         for (uint32_t j = 0; j < c->mb; j++) {
             struct cl_result *r = &c->pool[idx[j]];
             struct cl_arena *a = &c->arenas[r->arena];
@@ -940,6 +942,11 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
             memcpy(parts[j].dims, r->dims, sizeof(parts[j].dims));
             memcpy(ids + at, r->ids, r->n * sizeof(*ids));
             memcpy(valid + at, r->valid, r->n * sizeof(*valid));
+            for (uint32_t i = 0; i < r->n; i++)
+                ms[at + i] = r->st.rows
+                                 ? r->st.rows[i * 3] + r->st.rows[i * 3 + 1] +
+                                       r->st.rows[i * 3 + 2]
+                                 : -1.0f;
             ns = take_subs(c, r, (uint32_t)at, subs, ns);
             at += r->n;
             b->arena[j] = r->arena;

@@ -90,6 +90,10 @@ def test_epoch_follows_plan_bytes_match_decode_zero_copy(dataset, tmp_path):
             assert b["video"].shape == (2, 4, 32, 32, 3)
             assert b["video"].dtype == torch.uint8
             assert b["valid_frames"].tolist() == [4, 4]
+            # measured on the server: read + decode + scale, each sample
+            assert b["sample_ms"].dtype == torch.float32
+            assert b["sample_ms"].shape == (2,)
+            assert (b["sample_ms"] > 0).all(), b["sample_ms"]
             ids = b["ids"].tolist()
             assert ids == want[k][0]
             assert b["text"] == [table[i].get("text") for i in ids]

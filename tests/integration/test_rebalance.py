@@ -70,6 +70,8 @@ SCRIPT = textwrap.dedent("""
 
     def deal(feats, args):  # a user policy: per step, largest to rank 3
         calls.append(len(feats))
+        # the default features of every sample: frames, prepare ms
+        assert all(f["frames"] == 4 and f["sample_ms"] > 0 for f in feats)
         to = [None] * len(feats)
         for t in sorted({f["step"] for f in feats}):
             idx = sorted((i for i, f in enumerate(feats) if f["step"] == t),
@@ -107,6 +109,7 @@ SCRIPT = textwrap.dedent("""
                               "tokens": [TRUE(i) for i in ids],
                               "shape": list(b["video"].shape),
                               "arena": in_arena(b["video"]),
+                              "ms": b["sample_ms"].tolist(),
                               "sums": [int(v.sum()) for v in b["video"]]})
         res[name] = {"steps": steps, "tier2": loader.stats()["tier2"],
                      "cross_ds": loader.stats()["cross_ds_bytes"],
@@ -201,6 +204,9 @@ def test_four_ranks_wrong_estimates_rebalanced_or_kept(dataset, tmp_path,
     assert all(r["on"]["cross_ds"] >= r["on"]["tier2"]["bytes_in"] and
                r["kept"]["tier2"]["bytes_in"] == 0 for r in res)
     assert on["max_mean_after"] < on["max_mean_before"]
+    # each sample's measured prepare time travels with it
+    assert all(len(s["ms"]) == 2 and min(s["ms"]) > 0 for r in res
+               for k in ("on", "kept", "user") for s in r[k]["steps"])
     # zero copy: every batch, moved samples and all, is its arena slot
     assert all(s["arena"] for r in res for k in ("on", "kept", "user")
                for s in r[k]["steps"])
