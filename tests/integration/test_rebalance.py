@@ -261,24 +261,39 @@ DEAD = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1])
     import datahelix
     warnings.simplefilter("ignore")
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    rounds = []
+    where, zmq = sys.argv[3], sys.argv[4] == "zmq"
+    if not zmq:  # else the ZeroMQ fallback, through the agent's store
+        dist.init_process_group("gloo")
+    rank = int(os.environ["RANK"])
+    rounds, calls = [], []
+    TRUE = lambda i: 20000.0 if i % 4 == 0 else 1000.0
 
     def feat(s):
-        # rank 3 dies as its second round starts, before the all-gather
-        if rank == 3 and s["step"] == 0:
+        # "gather": rank 3 dies as its second round starts, before the
+        # all-gather
+        if where == "gather" and rank == 3 and s["step"] == 0:
             rounds.append(1)
             if len(rounds) == 3:  # 2 samples a step: the 2nd round's 1st
                 os._exit(3)
-        return {"tokens": 1000.0}
+        return {"tokens": TRUE(s["id"])}
+
+    def policy(feats, args):
+        # "exchange": rank 3 dies after the second round's all-gather,
+        # as the others enter its exchange (margin 0: a skewed round
+        # moves)
+        calls.append(1)
+        if where == "exchange" and rank == 3 and len(calls) == 2:
+            os._exit(3)
+        return None
 
     loader = datahelix.DataLoader(
         sys.argv[2], batch_size=2, frames=4, size=(32, 32), timeout=30,
-        load_balance={"feature_fn": feat, "buffer_size": 4})
+        load_balance={"feature_fn": feat, "sort_fn": policy,
+                      "buffer_size": 4, "args": {"margin": 0.0}})
     t0 = time.monotonic()
     try:
         for b in loader:
+            time.sleep(sum(TRUE(i) for i in b["ids"].tolist()) * 5e-6)
             t0 = time.monotonic()
     except datahelix.DataError as e:
         print(f"ERROR after {time.monotonic() - t0:.1f} s: {e}",
@@ -289,19 +304,33 @@ DEAD = textwrap.dedent("""
 """)
 
 
-def test_dead_rank_is_an_error_on_every_rank(dataset, tmp_path):
+@pytest.mark.parametrize("where,comm", [("gather", "gloo"),
+                                        ("exchange", "gloo"),
+                                        ("exchange", "zmq")])
+def test_dead_rank_is_an_error_on_every_rank(dataset, tmp_path, where,
+                                             comm):
+    """A rank dies before a round's all-gather, or after it as the others
+    enter the round's exchange (over gloo, and over the ZeroMQ fallback):
+    a DataError on every other rank naming the collective, within the
+    timeout."""
     script = tmp_path / "dead.py"
     script.write_text(DEAD)
     port = quiet_port()
-    procs = []
+    procs, store, extra = [], None, {}
+    if comm == "zmq":  # what torchrun's agent would host
+        from torch.distributed import TCPStore
+        store = TCPStore("127.0.0.1", port, None, True,
+                         wait_for_workers=False)
+        extra = {"TORCHELASTIC_USE_AGENT_STORE": "True"}
     try:
         for r in range(4):  # not torchrun: it would kill the survivors
             env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r),
                        WORLD_SIZE="4", LOCAL_WORLD_SIZE="4",
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       **extra)
             procs.append(subprocess.Popen(
                 [sys.executable, str(script), str(ROOT / "python"),
-                 str(dataset)], env=env, stdout=subprocess.PIPE,
+                 str(dataset), where, comm], env=env, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True))
         kids, end = set(), time.monotonic() + 120
         while time.monotonic() < end and any(p.poll() is None
@@ -321,6 +350,9 @@ def test_dead_rank_is_an_error_on_every_rank(dataset, tmp_path):
         line = outs[r][0].strip().splitlines()[-1]
         assert "Tier-2" in line and f"rank {r}:" in line, line
         assert "round 2 " in line and "failed" in line, line
+        what = "all-gather of features" if where == "gather" else \
+            "exchange"
+        assert f"Tier-2 {what} of round 2" in line, line
         assert float(line.split()[2]) < 30 + 10  # within the timeout
     end = time.monotonic() + 10
     while time.monotonic() < end and any(alive(k) for k in kids):
