@@ -30,6 +30,9 @@ Thread-safety: one iterator at a time, like the loader.
 """
 import array
 import datetime
+import json
+import math
+import os
 import time
 
 import torch
@@ -138,6 +141,7 @@ class Rebalancer:
         # arena slots the buffer holds: bytes, per step, and how many it
         # may (_hold)
         self.views, self.slots, self.room = 0, {}, None
+        self.first_step, self.round_in = None, 0  # the round's, telemetry
 
     # -- the training loop's clock ----------------------------------------
 
@@ -400,6 +404,9 @@ class Rebalancer:
 
     def _decide_round(self, r):
         batches, samples, rows = r["batches"], r["samples"], r["rows"]
+        # the round's telemetry record (_telemetry)
+        self.first_step = batches[0]["step"] if batches else None
+        self.round_in = 0
         if len(self.group) == 1:
             if not batches:
                 self.round -= 1
@@ -492,6 +499,7 @@ class Rebalancer:
             recv, send, [split[s * n + me] for s in range(n)],  # in
             [split[me * n + x] for x in range(n)]))  # out
         dt = (time.perf_counter() - t0) * 1e3
+        self.round_in = recv.numel()
         self.totals["bytes_in"] += recv.numel()  # this rank's cross-DS
         self._measured(d["max_rank_bytes"], dt)
         like = samples[0]["video"] if samples else None
@@ -601,6 +609,33 @@ class Rebalancer:
                      "max_mean_after": d.get("ratio_after", rb)
                      if v == "move" else rb,
                      "exchange_ms": dt}
+        self._telemetry(d)
+
+    def _telemetry(self, d):
+        """One record per round in the loader's telemetry file, beside
+        its per-step ones: the gate's inputs and what it decided
+        (docs/rebalance.md "Telemetry").  The file is the client's, opened
+        for append: one write per record keeps lines whole."""
+        path = self.loader.telemetry
+        if not path:
+            return
+        rec = dict(self.last, tier2_round=self.round, rank=self.rank,
+                   group=self.group, epoch=self.loader._epoch,
+                   first_step=self.first_step,
+                   samples_moved=d.get("moved", 0)
+                   if d["verdict"] == "move" else 0,
+                   bytes_in=self.round_in)
+        del rec["round"]
+        for k, v in rec.items():  # JSON has no inf / nan
+            if isinstance(v, float) and not math.isfinite(v):
+                rec[k] = None
+        line = (json.dumps(rec) + "\n").encode()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT |
+                     os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
 
     def close(self):
         self._drop_ahead()

@@ -89,7 +89,8 @@ SCRIPT = textwrap.dedent("""
             load_balance={"feature_fn": lambda s: {"tokens": TRUE(s["id"])},
                           "sort_fn": sort_fn, "buffer_size": 4,
                           "client_ranks": groups,
-                          "args": {"margin": margin}})
+                          "args": {"margin": margin}},
+            telemetry=os.path.join(out, f"{name}-{{rank}}.jsonl"))
         steps, saved = [], None
         for epoch in (0, 1):
             loader.set_epoch(epoch)
@@ -113,7 +114,10 @@ SCRIPT = textwrap.dedent("""
                               "arena": in_arena(b["video"]),
                               "ms": b["sample_ms"].tolist(),
                               "sums": [int(v.sum()) for v in b["video"]]})
+        with open(os.path.join(out, f"{name}-{rank}.jsonl")) as f:
+            tel = [json.loads(line) for line in f]
         res[name] = {"steps": steps, "tier2": loader.stats()["tier2"],
+                     "telemetry": tel,
                      "cross_ds": loader.stats()["cross_ds_bytes"],
                      "state": loader.state_dict()}
         loader.close()
@@ -210,6 +214,25 @@ def test_four_ranks_wrong_estimates_rebalanced_or_kept(dataset, tmp_path,
     assert all(r["on"]["cross_ds"] >= r["on"]["tier2"]["bytes_in"] and
                r["kept"]["tier2"]["bytes_in"] == 0 for r in res)
     assert on["max_mean_after"] < on["max_mean_before"]
+    # telemetry: a record per round beside the steps', the gate's inputs
+    # and what it did, summing to stats()
+    for k, r in enumerate(res):
+        tel = r["on"]["telemetry"]
+        rounds = [x for x in tel if "tier2_round" in x]
+        assert len([x for x in tel if "step" in x]) == 8  # 2 epochs x 4
+        assert [[x["tier2_round"], x["verdict"], x["samples_moved"]]
+                for x in rounds] == r["on"]["tier2"]["log"]
+        assert sum(x["bytes_in"] for x in rounds) == \
+            r["on"]["tier2"]["bytes_in"]
+        assert sum(x["bytes_moved"] for x in rounds) == on["bytes_moved"]
+        assert [x["first_step"] for x in rounds] == [0, 2, 0, 2]
+        assert [x["epoch"] for x in rounds] == [0, 0, 1, 1]
+        for x in rounds:
+            assert x["group"] == [0, 1, 2, 3] and x["rank"] == k
+            assert x["max_mean_after"] <= x["max_mean_before"]
+            if x["verdict"] == "move":
+                assert x["gain_ms"] > x["cost_ms"] > 0
+                assert x["bandwidth_bytes_per_ms"] > 0
     # two groups: each decides alone and moves only among its own ranks
     where = {(s["epoch"], s["step"], i): k for k, r in enumerate(res)
              for s in r["kept"]["steps"] for i in s["ids"]}
