@@ -87,7 +87,7 @@ bench: build
 	@$(PY) bench/bench_matrix.py --bin build/datahelix
 
 # Every benchmark, one after the other (well over 15 minutes).
-bench-all: bench-probe bench-verify bench-index bench-decode bench-arena bench-handover bench-python bench-ddl bench-plan bench-coschedule bench-place bench-route bench-exchange bench-live bench
+bench-all: bench-probe bench-verify bench-index bench-decode bench-arena bench-handover bench-python bench-ddl bench-plan bench-coschedule bench-place bench-route bench-exchange bench-live bench-regimes bench
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
@@ -118,6 +118,18 @@ bench-live: build
 	@scripts/setup-deps.sh bench
 	@$(LIVE) --model videomae --out bench/out/live/videomae
 	@$(LIVE) --model qwen-vl --out bench/out/live/qwen-vl
+
+# Both regimes of issue 21 on purpose, native, the pool and dh-ddl side by
+# side with each one's ceiling: every process pinned to 1 CPU (CPU-bound),
+# then 2 CPUs with every GPU window 3x as long (GPU-bound).
+REGIME := build/datahelix bench --workload mixed --ranks 4 --batch-size 2 \
+        --steps 40 --warmup 5 --model qwen-vl \
+        --systems native,dask-pool,dh-ddl
+.PHONY: bench-regimes
+bench-regimes: build
+	@scripts/setup-deps.sh bench
+	@$(REGIME) --workers 1 --out bench/out/regimes/cpu-bound
+	@$(REGIME) --workers 2 --gpu-scale 3 --out bench/out/regimes/gpu-bound
 
 # Co-scheduling live: deadline + fixed plans vs least-request + no balance,
 # DDL miss and input-wait p95 (medians of 3 rounds) beside the simulator's.
