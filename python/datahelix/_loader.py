@@ -301,7 +301,8 @@ class DataLoader(Closing):
             self._opts["prefetch"] = self.prefetch
             # the round buffer holds up to a round and a batch of arena
             # slots (zero copy); the default arena has room for them
-            self._opts["held"] = min(self._lb["steps"] + 2, 256)
+            if self._arena_views():
+                self._opts["held"] = min(self._lb["steps"] + 2, 256)
         self._rb = None
         self._rb_state = None  # load_state_dict()'s Tier-2 state
 

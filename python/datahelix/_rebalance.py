@@ -46,9 +46,10 @@ _ARGS = {"margin", "probe_bytes", "patch", "ewma"}
 _COLS = 7
 # per rank: n samples, steps, ms_per_token, bytes_per_ms, latency_ms
 _HEAD = 5
-# an arena slot's bytes beyond its tensor's: the decoder's padding
-# (DH_MEDIA_DST_PAD) and the ring's alignment (DH_ARENA_ALIGN)
-_SLOT_PAD = 64 + 64
+# an arena slot: its tensor's bytes and the decoder's padding
+# (DH_MEDIA_DST_PAD), rounded up to the ring's alignment (DH_ARENA_ALIGN),
+# as the client sizes its default arena
+_SLOT_PAD, _SLOT_ALIGN = 64, 64
 
 
 def check(cfg, batch_size, world_size):
@@ -140,7 +141,7 @@ class Rebalancer:
         self.early = self._no_early()  # its batches pulled before that
         # arena slots the buffer holds: bytes, per step, and how many it
         # may (_hold)
-        self.views, self.slots, self.room = 0, {}, None
+        self.keep = None  # whether the pass's batches stay views (_hold)
         self.first_step, self.round_in = None, 0  # the round's, telemetry
 
     # -- the training loop's clock ----------------------------------------
@@ -168,7 +169,6 @@ class Rebalancer:
             if not self._round(pull):
                 raise StopIteration
         b, tokens = self.queue.pop(0)
-        self._let_go(b)
         self.next_step = b["step"] + 1
         e = self.early
         if self.queue and not e["end"] and e["error"] is None and \
@@ -234,7 +234,7 @@ class Rebalancer:
         self.queue, self.held, self.next_step = [], None, None
         self.error = None
         self.early = self._no_early()
-        self.views, self.slots = 0, {}
+        self.keep = None
 
     def _drop_ahead(self):
         """A round pulled ahead that will not be used (the pass ended at
@@ -272,30 +272,31 @@ class Rebalancer:
 
     def _hold(self, b):
         """Keeps the batch's arena slot (zero copy: the user gets the
-        arena's memory, moved samples written into it) while the slots
-        the buffer holds leave the DataServer room for the loader's
-        prefetch; past that, a copy (the slot goes back at once), or the
-        server would wait for room only the buffer can free
-        (ArenaExhausted).  The default arena has room for a round
-        (client option `held`); a smaller arena_mb= gets copies."""
+        arena's memory, moved samples written into it) when the arena has
+        room for everything the buffer may hold beside the loader's
+        prefetch; else every batch of the pass is a copy (its slot goes
+        back at once), or the server would wait for room only the buffer
+        can free (ArenaExhausted).  All or none, decided at a pass's
+        first batch: the arena is a ring, so a slot held blocks the
+        reuse of every slot after it, copied or not.  The default arena
+        has that room (client option `held`); a smaller arena_mb= or a
+        round longer than `held` can hold gets copies."""
         v = b["video"]
-        if v is None or not self.loader._arena_views():
+        if v is None or not len(v) or not self.loader._arena_views():
             return
-        nb = v.numel() * v.element_size() + _SLOT_PAD
-        if self.room is None:  # the arena exists once a batch came
+        if self.keep is None:
+            # a full step's slot (the pass may start at a short one)
+            nb = v[0].numel() * v.element_size() * \
+                self.loader.batch_size + _SLOT_PAD
+            nb = -(-nb // _SLOT_ALIGN) * _SLOT_ALIGN
             cap = self.loader._client.stats()["arena_bytes"]
-            # the prefetch, the user's batch and the one it holds while
-            # in next(), and a slot the ring may lose to its wrap
-            self.room = cap - (self.loader.prefetch + 3) * nb
-        if self.views + nb <= self.room:
-            self.views += nb
-            self.slots[b["step"]] = nb
-        else:
+            # a round and the next round's batch pulled early, the
+            # prefetch, the user's batch and the one it holds in next(),
+            # and a slot the ring may lose to its wrap
+            need = (self.cfg["steps"] + 1 + self.loader.prefetch + 3) * nb
+            self.keep = need <= cap
+        if not self.keep:
             b["video"] = v.clone()
-
-    def _let_go(self, b):
-        """The batch left the buffer: its slot is no longer counted."""
-        self.views -= self.slots.pop(b["step"], 0)
 
     def _pull(self, pull):
         """The round's batches (those pulled early first) and the error
@@ -570,10 +571,8 @@ class Rebalancer:
         before the resume."""
         if maxes is not None:
             for t, b in enumerate(batches):
-                if skip is None or b["step"] >= skip:
+                if skip is None or b["step"] >= skip:  # yielded before
                     self.queue.append((b, maxes[t]))
-                else:  # yielded before the resume
-                    self._let_go(b)
             return
         per = {}
         for r in rows:
