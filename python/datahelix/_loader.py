@@ -299,10 +299,11 @@ class DataLoader(Closing):
             self.prefetch = _opt.prefetch_depth(
                 prefetch + self._lb["steps"], None, threads)
             self._opts["prefetch"] = self.prefetch
-            # the round buffer holds up to a round and a batch of arena
-            # slots (zero copy); the default arena has room for them
+            # the round buffer holds arena slots (zero copy); the default
+            # arena has room for them
             if self._arena_views():
-                self._opts["held"] = min(self._lb["steps"] + 2, 256)
+                self._opts["held"] = min(
+                    _rebalance.held_steps(self._lb["steps"]), 256)
         self._rb = None
         self._rb_state = None  # load_state_dict()'s Tier-2 state
 

@@ -52,6 +52,15 @@ _HEAD = 5
 _SLOT_PAD, _SLOT_ALIGN = 64, 64
 
 
+def held_steps(steps):
+    """Steps of arena slots the round buffer may hold beyond the loader's
+    prefetch, rounds of `steps`: a round, the next round's batch pulled
+    early, and a slot the ring may lose to its wrap (the client's default
+    arena adds two more: the user's batch and the one it holds while in
+    next())."""
+    return steps + 2
+
+
 def check(cfg, batch_size, world_size):
     """The load_balance= dict, checked and completed (ValueError naming
     the key)."""
@@ -139,8 +148,6 @@ class Rebalancer:
         self.replay = None  # load_state_dict()'s: (inputs, first step)
         self.ahead = None  # the next round, pulled ahead (_begin)
         self.early = self._no_early()  # its batches pulled before that
-        # arena slots the buffer holds: bytes, per step, and how many it
-        # may (_hold)
         self.keep = None  # whether the pass's batches stay views (_hold)
         self.first_step, self.round_in = None, 0  # the round's, telemetry
 
@@ -290,10 +297,9 @@ class Rebalancer:
                 self.loader.batch_size + _SLOT_PAD
             nb = -(-nb // _SLOT_ALIGN) * _SLOT_ALIGN
             cap = self.loader._client.stats()["arena_bytes"]
-            # a round and the next round's batch pulled early, the
-            # prefetch, the user's batch and the one it holds in next(),
-            # and a slot the ring may lose to its wrap
-            need = (self.cfg["steps"] + 1 + self.loader.prefetch + 3) * nb
+            # what the client's default arena makes room for
+            need = (held_steps(self.cfg["steps"]) + self.loader.prefetch +
+                    2) * nb
             self.keep = need <= cap
         if not self.keep:
             b["video"] = v.clone()

@@ -886,7 +886,8 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
     if (!bad) {
         size_t sz = sizeof(*b) + c->mb * sizeof(struct dh_client_part) +
                     n_subs * sizeof(struct dh_client_subst) +
-                    total * (sizeof(uint64_t) + 2 * sizeof(uint32_t));
+                    total *
+                        (sizeof(uint64_t) + sizeof(uint32_t) + sizeof(float));
 
         if (!(b = dh__calloc(1, sz)))
             bad = NULL, rc = dh_err_set(e, DH_ENOMEM, "out of memory");
