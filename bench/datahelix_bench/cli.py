@@ -57,6 +57,10 @@ dask-pool.
   --clips N          distinct clips generated (default 24)
   --seed S           data and plan seed (default 0)
   --gpu-scale X      multiplies every GPU window (default 1)
+  --cpu-pools on|off the dh-* rungs' Coordinator: local DataServers
+                     sharing CPUs run as many tasks at once as the
+                     CPUs can, earliest due first, under the deadline
+                     policy (default on; docs/placement.md "CPU pools")
   --timeout S        bound on one system's run (default 180 + 20
                      per step)
   --out DIR          results.json, table.md, per-rank records,
@@ -216,6 +220,7 @@ def build_parser():
     add("--seed", type=integer("--seed", 0, 2**31 - 1), default=0)
     add("--gpu-scale", type=number("--gpu-scale", 0, 1e6, "[0, 1e6]"),
         default=1.0)
+    add("--cpu-pools", choices=("on", "off"), default="on")
     add("--timeout", type=integer("--timeout", 10, 86400), default=0)
     add("--json", action="store_true")
     add("--out", default=str(ROOT / "bench" / "out" / "live"))

@@ -136,6 +136,7 @@ class Services:
         self.coord = subprocess.Popen(
             [a.bin, "coordinator", "--listen", addr, "--policy", policy,
              "--telemetry", str(telemetry), "--heartbeat-timeout-ms", "3000",
+             "--cpu-pools", getattr(a, "cpu_pools", "on"),
              "--exit-with-parent"], stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)

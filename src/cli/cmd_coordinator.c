@@ -36,6 +36,7 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: datahelix coordinator [--listen ADDR] [--policy P]\n"
+        "                             [--cpu-pools on|off]\n"
         "                             [--keyfile FILE] [--insecure]\n"
         "                             [--heartbeat-timeout-ms N]\n"
         "                             [--telemetry FILE] [--exit-with-parent]\n"
@@ -50,6 +51,11 @@ static void usage(FILE *f)
         "  --listen ADDR              ZeroMQ endpoint to bind (default %s)\n"
         "  --policy P                 round-robin, least-request (default)\n"
         "                             or deadline\n"
+        "  --cpu-pools on|off         deadline policy: the local DataServers\n"
+        "                             of a host that share CPUs run as many\n"
+        "                             tasks at once as the CPUs can, the\n"
+        "                             earliest due first (default on;\n"
+        "                             docs/placement.md \"CPU pools\")\n"
         "  --heartbeat-timeout-ms N   silence after which a DataServer is\n"
         "                             declared dead (default 3000)\n"
         "  --telemetry FILE           one JSON line per placement decision\n"
@@ -79,6 +85,7 @@ static void usage(FILE *f)
 static const struct option long_opts[] = {
     {"listen", required_argument, NULL, 'l'},
     {"policy", required_argument, NULL, 'p'},
+    {"cpu-pools", required_argument, NULL, 'C'},
     {"heartbeat-timeout-ms", required_argument, NULL, 't'},
     {"telemetry", required_argument, NULL, 'T'},
     {"exit-with-parent", no_argument, NULL, 'P'},
@@ -109,6 +116,14 @@ static int parse_opt(void *ctx, int c)
                                       "least-request or deadline, not '%s'",
                                       optarg);
         a->o.policy = optarg;
+        return 0;
+    case 'C':
+        if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+            return dh_cli_usage_error(CMD,
+                                      "--cpu-pools must be on or off, "
+                                      "not '%s'",
+                                      optarg);
+        a->o.cpu_pools = !strcmp(optarg, "on");
         return 0;
     case 't':
         if (dh_cli_parse_i64(optarg, 1, 3600000, &v))

@@ -134,9 +134,15 @@ static void sift_down(struct dh__place_heap *h, int32_t n, int32_t i)
     }
 }
 
-int dh__place_at_cap(const struct dh__place_srv *s)
+int dh__place_at_cap(const struct dh_place *p, const struct dh__place_srv *s)
 {
-    return s->queue_cap > 0 && s->tasks + s->ext_tasks >= s->queue_cap;
+    const struct dh__place_pool *pl = s->pool >= 0 ? &p->pools[s->pool] : NULL;
+
+    /* In a pool, a server takes no more than its workers can start: a
+     * task queued behind its own would hold a slot another could use. */
+    return (s->queue_cap > 0 && s->tasks + s->ext_tasks >= s->queue_cap) ||
+           (pl && pl->cap > 0 &&
+            (pl->tasks >= pl->cap || s->tasks >= s->workers));
 }
 
 /* C_net of `bytes` from server `id` to the local server owning column
@@ -159,7 +165,7 @@ static double key_of(const struct dh_place *p, int32_t hi, int32_t id)
     const struct dh__place_srv *s = &p->srv[id];
     double k;
 
-    if (dh__place_at_cap(s))
+    if (dh__place_at_cap(p, s))
         return INFINITY;
     if (p->o.policy != DH_PLACE_POLICY_DEADLINE)
         return (double)(s->tasks + s->ext_tasks);
@@ -292,12 +298,13 @@ static int alloc_arrays(struct dh_place *p)
     size_t n = (size_t)p->max_servers, nl = (size_t)p->o.max_local;
 
     p->srv = dh__calloc(n, sizeof(*p->srv));
+    p->pools = dh__calloc(n, sizeof(*p->pools));
     p->links = dh__malloc(n * nl * sizeof(*p->links));
     p->lslot_owner = dh__malloc(nl * sizeof(int32_t));
     p->remotes = dh__malloc(n * sizeof(int32_t));
     p->rpos = dh__malloc(n * sizeof(int32_t));
-    if (!p->srv || !p->links || !p->lslot_owner || !p->remotes || !p->rpos ||
-        alloc_heaps(p) < 0)
+    if (!p->srv || !p->pools || !p->links || !p->lslot_owner || !p->remotes ||
+        !p->rpos || alloc_heaps(p) < 0)
         return DH_ENOMEM;
     for (size_t i = 0; i < n * nl; i++)
         p->links[i] = (struct dh__place_link){.bw = 0, .lat_ms = -1};
@@ -354,6 +361,7 @@ void dh_place_destroy(struct dh_place *p)
     if (!p)
         return;
     dh__free(p->srv);
+    dh__free(p->pools);
     dh__free(p->links);
     dh__free(p->lslot_owner);
     dh__free(p->remotes);
@@ -417,6 +425,7 @@ int dh_place_add_server(struct dh_place *p, int32_t id, enum dh_place_role role,
     s->workers = workers;
     s->queue_cap = queue_cap;
     s->ratio = 1.0;
+    s->pool = -1;
     for (int32_t t = 0; t < p->o.max_local; t++)
         p->links[(size_t)id * p->o.max_local + t] = (struct dh__place_link){
             .bw = 0, .lat_ms = -1};
@@ -447,6 +456,8 @@ int dh_place_remove_server(struct dh_place *p, int32_t id, struct dh_err *e)
     if (id < 0 || id >= p->max_servers || !p->srv[id].used)
         return dh_err_set(e, DH_ENOTFOUND, "server %d not registered", (int)id);
     s = &p->srv[id];
+    if (s->pool >= 0)
+        p->pools[s->pool].tasks -= s->tasks;
     if (s->role == DH_PLACE_ROLE_REMOTE)
         drop_remote(p, id);
     if (s->lslot >= 0) {
@@ -457,6 +468,45 @@ int dh_place_remove_server(struct dh_place *p, int32_t id, struct dh_err *e)
         p->heaps[s->lslot].active = 0;
     }
     s->used = 0;
+    return 0;
+}
+
+int dh_place_set_pool(struct dh_place *p, int32_t server, int32_t pool,
+                      struct dh_err *e)
+{
+    struct dh__place_srv *s;
+
+    if (server < 0 || server >= p->max_servers || !p->srv[server].used)
+        return dh_err_set(e, DH_ENOTFOUND, "server %d not registered",
+                          (int)server);
+    s = &p->srv[server];
+    if (pool < -1 || pool >= p->max_servers ||
+        (pool >= 0 && s->role != DH_PLACE_ROLE_LOCAL))
+        return dh_err_set(e, DH_EINVAL,
+                          "server %d: pool %d (a local server, a pool in "
+                          "-1..%d)",
+                          (int)server, (int)pool, (int)p->max_servers - 1);
+    if (s->pool >= 0)
+        p->pools[s->pool].tasks -= s->tasks;
+    s->pool = pool;
+    if (pool >= 0)
+        p->pools[pool].tasks += s->tasks;
+    return 0;
+}
+
+int dh_place_pool_cap(struct dh_place *p, int32_t pool, int32_t cap)
+{
+    if (pool < 0 || pool >= p->max_servers || cap < 0)
+        return DH_EINVAL;
+    p->pools[pool].cap = cap;
+    return 0;
+}
+
+int dh_place_pool_tasks(const struct dh_place *p, int32_t pool, int64_t *tasks)
+{
+    if (pool < 0 || pool >= p->max_servers)
+        return DH_EINVAL;
+    *tasks = p->pools[pool].tasks;
     return 0;
 }
 
@@ -502,7 +552,7 @@ static void predict(const struct dh_place *p, int32_t id,
     t->net_ms = net_ms(p, id, r);
     t->t_ms = t->cpu_ms + t->io_ms + t->queue_ms + t->net_ms;
     t->miss_ms = t->t_ms > r->deadline_ms ? t->t_ms - r->deadline_ms : 0;
-    t->at_cap = dh__place_at_cap(s);
+    t->at_cap = dh__place_at_cap(p, s);
 }
 
 /* Bounded inputs keep every sum finite: no NaN can "meet" a deadline. */
@@ -743,7 +793,7 @@ static int32_t pick_indexed(struct dh_place *p, const struct dh_place_req *r,
 
     for (int32_t i = 0; i < p->o.k_random && p->nremote > 0; i++) {
         int32_t id = p->remotes[rng_next(p) % (uint64_t)p->nremote];
-        if (!seen(ids, n, id) && !dh__place_at_cap(&p->srv[id]))
+        if (!seen(ids, n, id) && !dh__place_at_cap(p, &p->srv[id]))
             ids[n++] = id;
     }
     return n;
@@ -802,7 +852,7 @@ static void decide_rr(struct dh_place *p, const struct dh_place_req *r,
         int32_t pos = (int32_t)(p->rr++ % (uint32_t)n);
         int32_t c = (hl && pos == 0) ? r->local_server : p->remotes[pos - hl];
         tries++;
-        if (!dh__place_at_cap(&p->srv[c])) {
+        if (!dh__place_at_cap(p, &p->srv[c])) {
             id = c;
             break;
         }
@@ -822,7 +872,7 @@ static void decide_lr(struct dh_place *p, const struct dh_place_req *r,
     int32_t id = -1, scored = 0;
     int64_t best = INT64_MAX;
 
-    if (local_ok(p, r) && !dh__place_at_cap(&p->srv[r->local_server])) {
+    if (local_ok(p, r) && !dh__place_at_cap(p, &p->srv[r->local_server])) {
         id = r->local_server;
         best = load_of(&p->srv[id]);
         scored++;
@@ -830,7 +880,7 @@ static void decide_lr(struct dh_place *p, const struct dh_place_req *r,
     if (full) {
         for (int32_t i = 0; i < p->nremote; i++) {
             const struct dh__place_srv *s = &p->srv[p->remotes[i]];
-            if (dh__place_at_cap(s))
+            if (dh__place_at_cap(p, s))
                 continue;
             scored++;
             if (load_of(s) < best) {

@@ -32,6 +32,8 @@ int dh_place_assign(struct dh_place *p, int32_t server, double work_ms)
     if (!(work_ms >= 0) || !(work_ms <= DH_PLACE_MAX_MS))
         return DH_EINVAL;
     s->tasks++;
+    if (s->pool >= 0)
+        p->pools[s->pool].tasks++;
     s->inflight_ms += work_ms;
     dh__place_rekey(p, server);
     return 0;
@@ -53,8 +55,11 @@ int dh_place_complete(struct dh_place *p, int32_t server, double predicted_ms,
     if (!(predicted_ms >= 0) || !(predicted_ms <= DH_PLACE_MAX_MS) ||
         !(actual_ms >= 0) || !(actual_ms <= DH_PLACE_MAX_MS))
         return DH_EINVAL;
-    if (s->tasks > 0)
+    if (s->tasks > 0) {
         s->tasks--;
+        if (s->pool >= 0)
+            p->pools[s->pool].tasks--;
+    }
     s->inflight_ms -= predicted_ms;
     /* Float drift (and completions of tasks from before a restart) must
      * never leave negative work, or an idle server would look faster. */

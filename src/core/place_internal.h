@@ -20,6 +20,14 @@ struct dh__place_srv {
     double inflight_ms; /* predicted work of `tasks` */
     double ext_ms;      /* work of ext_tasks */
     double ratio;       /* EWMA actual / predicted, starts at 1 */
+    int32_t pool;       /* CPU pool, or -1 */
+};
+
+/* A CPU pool: servers whose workers share CPUs; `tasks` in flight on all
+ * of them together, at most `cap` (0 = none). */
+struct dh__place_pool {
+    int64_t tasks;
+    int32_t cap;
 };
 
 struct dh__place_link {
@@ -40,6 +48,7 @@ struct dh_place {
     struct dh_place_opts o;
     int32_t max_servers;
     struct dh__place_srv *srv;    /* [max_servers] */
+    struct dh__place_pool *pools; /* [max_servers] */
     struct dh__place_link *links; /* [max_servers * o.max_local] */
     int32_t *lslot_owner;         /* [max_local]: server id or -1 */
     /* Remote servers: a dense list (round-robin, random samples, full
@@ -55,8 +64,9 @@ struct dh_place {
     uint64_t rng; /* xorshift64 state */
 };
 
-/* Capacity check: tasks + ext_tasks >= queue_cap (cap 0 = none). */
-int dh__place_at_cap(const struct dh__place_srv *s);
+/* Capacity check: tasks + ext_tasks >= queue_cap (cap 0 = none), or the
+ * server's CPU pool at its cap. */
+int dh__place_at_cap(const struct dh_place *p, const struct dh__place_srv *s);
 /* Recomputes a remote's keys and restores every active heap; no-op for a
  * local server.  O(active heaps x log n). */
 void dh__place_rekey(struct dh_place *p, int32_t id);

@@ -147,6 +147,7 @@ static int ck_register_server(const struct dh__wire_ck *c,
         (rc = ck_enum(c, "role", (unsigned)r->role, DH_WIRE_ROLE_LOCAL,
                       DH_WIRE_ROLE_REMOTE)) < 0 ||
         (rc = ck_u64(c, "workers", r->workers, 1, DH_WIRE_MAX_WORKERS)) < 0 ||
+        (rc = ck_u64(c, "cpus", r->cpus, 0, DH_WIRE_MAX_WORKERS)) < 0 ||
         (rc = ck_u64(c, "rank", r->rank, 0,
                      local ? DH_WIRE_MAX_RANKS - 1 : 0)) < 0)
         return rc;
@@ -170,7 +171,10 @@ static int ck_heartbeat(const struct dh__wire_ck *c,
         (rc = ck_u64(c, "busy_workers", h->busy_workers, 0,
                      DH_WIRE_MAX_WORKERS)) < 0 ||
         (rc = ck_real(c, "latency_ms", h->latency_ms, 0,
-                      DH_WIRE_MAX_LATENCY_MS)) < 0)
+                      DH_WIRE_MAX_LATENCY_MS)) < 0 ||
+        (rc = ck_real(c, "cpu_fraction", h->cpu_fraction, 0, 1)) < 0 ||
+        (rc = ck_u64(c, "slot_waiting", h->slot_waiting, 0,
+                     DH_WIRE_MAX_WORKERS)) < 0)
         return rc;
     if ((rc = ck_count(c, "links", h->links, h->n_links, DH_WIRE_MAX_PEERS)) <
         0)

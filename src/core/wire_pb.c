@@ -124,6 +124,8 @@ static void register_server_pb(struct dh__wire_pb_out *o,
     pb->arena_bytes = r->arena_bytes;
     pb->host = text_pb(r->host);
     pb->token = text_pb(r->token);
+    pb->cpus = r->cpus;
+    pb->cpu_set = r->cpu_set;
     o->env.register_server = pb;
 }
 
@@ -158,6 +160,8 @@ static int heartbeat_pb(struct dh__wire_pb_out *o,
     pb->links = o->link_ptrs;
     pb->leaving = h->leaving != 0;
     pb->unknown = h->unknown != 0;
+    pb->cpu_fraction = h->cpu_fraction;
+    pb->slot_waiting = h->slot_waiting;
     o->env.heartbeat = pb;
     return 0;
 }
@@ -465,6 +469,8 @@ static int register_server_from_pb(const struct dh__wire_ck *c,
     r->rank = pb->rank;
     r->workers = pb->workers;
     r->arena_bytes = pb->arena_bytes;
+    r->cpus = pb->cpus;
+    r->cpu_set = pb->cpu_set;
     if ((rc = text_from_pb(c, "address", r->addr, DH_WIRE_MAX_ADDR,
                            &pb->address)) < 0)
         return rc;
@@ -497,6 +503,8 @@ static int heartbeat_from_pb(const struct dh__wire_ck *c,
     h->latency_ms = pb->latency_ms;
     h->leaving = pb->leaving != 0;
     h->unknown = pb->unknown != 0;
+    h->cpu_fraction = pb->cpu_fraction;
+    h->slot_waiting = pb->slot_waiting;
     return 0;
 }
 

@@ -50,6 +50,7 @@ void dh_coordinator_opts_default(struct dh_coordinator_opts *o)
     o->max_inflight = 65536;
     o->max_pending = 4096;
     o->queue_per_worker = 4;
+    o->cpu_pools = 1;
     o->claim_timeout_ms = DEF_CLAIM_MS;
     o->pending_timeout_ms = DEF_PENDING_MS;
     o->peer_msgs_per_s = DEF_PEER_RATE;
@@ -266,6 +267,7 @@ added:
                                           .last_seen_ms = now};
     snprintf(c->servers[slot].addr, sizeof(c->servers[slot].addr), "%s",
              r->addr);
+    dh__co_pool_join(c, slot, r);
     if (local)
         c->rank_local[r->rank] = slot;
     dh__co_mx_server_up(c, slot, r->workers);
@@ -424,6 +426,7 @@ static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
                            (int32_t)h->busy_workers, h->latency_ms) < 0)
         dh__co_malformed(c, from, "heartbeat of server %u out of range",
                          h->server_id);
+    dh__co_pool_heartbeat(c, slot, h->cpu_fraction, h->slot_waiting);
     dh__co_mx_heartbeat(c, slot, h);
     for (uint32_t i = 0; i < h->n_links; i++) {
         int to = find_server(c, h->links[i].peer_server_id);
@@ -461,6 +464,7 @@ static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
                 "%llu ms: declared dead, re-routing its tasks",
                 s->wire_id, s->addr,
                 (unsigned long long)(now - s->last_seen_ms));
+    dh__co_pool_leave(c, slot);
     if (dh_place_remove_server(c->place, slot, NULL) < 0)
         dh__log(DH_LOG_ERROR,
                 "coordinator: server %u was not in "
@@ -753,8 +757,9 @@ static int alloc_tables(struct dh_coordinator *c,
         (rc = dh_inflight_create(o->max_inflight, &c->inflight, e)) < 0)
         return rc;
     c->servers = dh__calloc((size_t)o->max_servers, sizeof(*c->servers));
+    c->pools = dh__calloc((size_t)o->max_servers, sizeof(*c->pools));
     c->rank_local = dh__malloc(DH_WIRE_MAX_RANKS * sizeof(*c->rank_local));
-    if (!c->servers || !c->rank_local)
+    if (!c->servers || !c->pools || !c->rank_local)
         return dh_err_set(e, DH_ENOMEM, "coordinator: out of memory");
     if ((rc = dh__co_guard_init(c, e)) < 0)
         return rc;
@@ -799,6 +804,8 @@ int dh_coordinator_create(const struct dh_coordinator_opts *o,
     c->telemetry = o->telemetry;
     c->hb_timeout_ms = o->heartbeat_timeout_ms;
     c->queue_per_worker = o->queue_per_worker;
+    c->cpu_pools = o->cpu_pools && pol == DH_PLACE_POLICY_DEADLINE;
+    c->edf = pol == DH_PLACE_POLICY_DEADLINE;
     c->exit_unused_ms = o->exit_when_unused_ms;
     c->max_servers = o->max_servers;
     c->max_clients = o->max_clients;
@@ -863,6 +870,7 @@ void dh_coordinator_destroy(struct dh_coordinator *c)
     dh_inflight_destroy(c->inflight);
     dh_place_destroy(c->place);
     dh__free(c->servers);
+    dh__free(c->pools);
     dh__co_guard_fini(c);
     dh__co_mx_fini(c);
     dh__free(c->rank_local);

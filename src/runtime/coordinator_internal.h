@@ -36,6 +36,21 @@ struct co_server {
     uint32_t rank;
     uint64_t last_seen_ms;
     char addr[DH_WIRE_MAX_ADDR + 1];
+    int32_t pool;          /* CPU pool (coordinator_pools.c), or -1 */
+    double cpu_fraction;   /* last measured (heartbeat), 0 = none yet */
+    uint32_t slot_waiting; /* workers waiting for arena room (heartbeat) */
+};
+
+/* A CPU pool (coordinator_pools.c): the local servers of one host name
+ * whose workers share the same CPUs (RegisterServer.cpus / cpu_set). */
+struct co_pool {
+    uint32_t members, known; /* servers; of them with a cpu_fraction */
+    uint32_t cpus;           /* the fewest any member reported */
+    uint64_t cpu_set;
+    double frac_sum;       /* of the known members' cpu_fraction */
+    uint32_t slot_waiting; /* the members' workers waiting for arena room */
+    int32_t cap;           /* as set in placement */
+    char host[DH_WIRE_MAX_HOST + 1];
 };
 
 /* Who speaks for a rank (coordinator_guard.c): the claim's token, proved
@@ -93,6 +108,9 @@ struct dh_coordinator {
     FILE *telemetry;
     int tel_dirty; /* lines buffered since the loop turn's flush */
     int hb_timeout_ms, queue_per_worker;
+    int cpu_pools;            /* 1: gate local servers by CPU pool */
+    int edf;                  /* 1: new requests wait in deadline order */
+    struct co_pool *pools;    /* [max_servers], by pool id */
     int exit_unused_ms;       /* see dh_coordinator_opts */
     int had_local;            /* a local server registered at some time */
     uint64_t unused_since_ms; /* no local server since then (0: some) */
@@ -150,6 +168,21 @@ struct dh_coordinator {
     atomic_fetch_add_explicit(&(c)->st_##n, 1, memory_order_relaxed)
 #define CO_SET(c, n, v)                                                        \
     atomic_store_explicit(&(c)->st_##n, (uint64_t)(v), memory_order_relaxed)
+
+/* ---- coordinator_pools.c (docs/placement.md "CPU pools") ---- */
+/* Puts the local server just added at `slot` in the pool of its host and
+ * CPUs (a new one if none), when pools are on and it named its CPUs. */
+void dh__co_pool_join(struct dh_coordinator *c, int slot,
+                      const struct dh_wire_register_server *r);
+/* The server at `slot` heartbeat: its tasks' `cpu_fraction` (0: nothing
+ * new) and its workers waiting for arena room now. */
+void dh__co_pool_heartbeat(struct dh_coordinator *c, int slot,
+                           double cpu_fraction, uint32_t slot_waiting);
+/* The server at `slot` is leaving (before its slot is freed). */
+void dh__co_pool_leave(struct dh_coordinator *c, int slot);
+/* A pool's cap: its CPUs over the CPU share of its tasks' runnable time,
+ * rounded, at least cpus (pure; tested). */
+int32_t dh__co_pool_cap(uint32_t cpus, double cpu_fraction);
 
 /* ---- coordinator.c ---- */
 /* The event loop's two steps without the socket, for the stateful fuzzer

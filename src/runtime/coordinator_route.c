@@ -127,6 +127,53 @@ static int fifo_push(struct dh_coordinator *c, struct co_task *t, int front)
     return 0;
 }
 
+/* When the task must be done by, on this clock (DESIGN 3 "Clocks"). */
+static int64_t due_ms(const struct co_task *t)
+{
+    return (int64_t)t->arrived_ms + t->req.slack_ms;
+}
+
+/* Which of two tasks is due first: the earlier step of the epoch, then the
+ * earlier deadline.  In a synchronous job every rank's step s is due at
+ * the same moment, which each rank's own estimate (its slack, from the
+ * EWMA of its periods) says only roughly: in a CPU-bound run the ranks'
+ * slacks for one step differed by up to 3 s, the rank that had just
+ * waited estimating the longest, so by deadline alone its next steps
+ * went behind later steps of the others and it waited again
+ * (docs/placement.md "CPU pools"). */
+static int due_before(const struct co_task *a, const struct co_task *b)
+{
+    if (a->req.task.epoch != b->req.task.epoch)
+        return a->req.task.epoch < b->req.task.epoch;
+    if (a->req.task.step != b->req.task.step)
+        return a->req.task.step < b->req.task.step;
+    return due_ms(a) < due_ms(b);
+}
+
+/* A new task into the FIFO by due order (the deadline policy): behind
+ * every waiting task due no later, so across ranks the earliest-due task
+ * is tried first and each rank's own order is kept.  Re-routes in front
+ * are not passed.  O(tasks passed); a new request is usually due last,
+ * so O(1). */
+static int fifo_insert_due(struct dh_coordinator *c, struct co_task *t)
+{
+    size_t i;
+
+    if (fifo_push(c, t, 0) < 0)
+        return -1;
+    for (i = c->fifo_len - 1; i > 0; i--) {
+        size_t at = (c->fifo_head + i) % c->fifo_cap,
+               prev = (c->fifo_head + i - 1) % c->fifo_cap;
+        struct co_task *p = c->fifo[prev];
+
+        if (p->state != CO_PENDING_NEW || p->cancelled || !due_before(t, p))
+            break;
+        c->fifo[at] = p;
+        c->fifo[prev] = t;
+    }
+    return 0;
+}
+
 static void fifo_pop(struct dh_coordinator *c)
 {
     struct co_task *t = c->fifo[c->fifo_head];
@@ -480,7 +527,7 @@ static int admit(struct dh_coordinator *c, struct co_task *t)
         dh__idmap_put(&c->tasks, t->req.task.id, &v) < 0)
         return DH_ETOOBIG;
     *(struct co_task **)v = t;
-    if (fifo_push(c, t, 0) < 0) {
+    if ((c->edf ? fifo_insert_due(c, t) : fifo_push(c, t, 0)) < 0) {
         task_remove(c, t->req.task.id);
         return DH_ETOOBIG;
     }

@@ -63,6 +63,7 @@ struct dh_dataserver {
     struct ds_slots slots;
     struct ds_quarantines quar;
     double latency_ms;
+    uint64_t cpu_last[3]; /* the executor's task / cpu / wait ns, last sent */
     uint64_t next_hb_ms;
     int shutdown;
 };
@@ -313,15 +314,39 @@ static int recv_ctl(struct dh_dataserver *s, struct dh_err *e)
 
 /* ---- the loop ---- */
 
+/* The CPU the jobs since the last heartbeat took over their time not
+ * spent waiting for a CPU (cpu_pool.h), or 0: not measured, or under 10 ms
+ * of such time (too little to say). */
+static double cpu_fraction(struct dh_dataserver *s, uint32_t *slot_waiting)
+{
+    uint64_t now[3], d[3];
+    double f;
+
+    *slot_waiting = 0;
+    if (!s->exec->ops->cpu)
+        return 0;
+    s->exec->ops->cpu(s->exec, &now[0], &now[1], &now[2], slot_waiting);
+    for (int i = 0; i < 3; i++)
+        d[i] = now[i] - s->cpu_last[i];
+    if (d[0] <= d[2] || d[0] - d[2] < 10000000ull)
+        return 0; /* kept for the next heartbeat */
+    memcpy(s->cpu_last, now, sizeof(now));
+    f = (double)d[1] / (double)(d[0] - d[2]);
+    return f > 1 ? 1 : f < 1e-3 ? 1e-3 : f;
+}
+
 static void heartbeat(struct dh_dataserver *s)
 {
     struct dh_wire_link links[DS_MAX_PEERS];
     const struct ds_exec_ops *ops = s->exec->ops;
     uint64_t queued = 0, busy = 0;
     uint32_t n = ops->links ? ops->links(s->exec, links, DS_MAX_PEERS) : 0;
+    uint32_t waiting;
+    double f = cpu_fraction(s, &waiting);
 
     ops->load(s->exec, &queued, &busy);
-    dh__ds_ctl_heartbeat(s->ctl, queued, busy, s->latency_ms, links, n);
+    dh__ds_ctl_heartbeat(s->ctl, queued, busy, s->latency_ms, f, waiting, links,
+                         n);
 }
 
 static int serve_once(struct dh_dataserver *s, struct dh_err *e)

@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "runtime/cpu_pool.h"
 #include "runtime/dataserver_internal.h"
 #include "runtime/transport.h"
 
@@ -212,8 +213,9 @@ void dh__ds_ctl_error(struct ds_ctl *c, const struct dh_wire_task *t,
 }
 
 void dh__ds_ctl_heartbeat(struct ds_ctl *c, uint64_t queued, uint64_t busy,
-                          double latency_ms, const struct dh_wire_link *links,
-                          uint32_t n_links)
+                          double latency_ms, double cpu_fraction,
+                          uint32_t slot_waiting,
+                          const struct dh_wire_link *links, uint32_t n_links)
 {
     struct dh_wire_heartbeat *h;
     uint64_t depth = queued + busy;
@@ -229,6 +231,8 @@ void dh__ds_ctl_heartbeat(struct ds_ctl *c, uint64_t queued, uint64_t busy,
     h->busy_workers = (uint32_t)busy;
     h->latency_ms = latency_ms > DH_WIRE_MAX_LATENCY_MS ? DH_WIRE_MAX_LATENCY_MS
                                                         : latency_ms;
+    h->cpu_fraction = cpu_fraction;
+    h->slot_waiting = slot_waiting;
     if (n_links > 0 && dh_wire_set_links(h, links, n_links, &e) < 0)
         dh__log(DH_LOG_WARN, "dataserver %u: heartbeat links: %s",
                 c->env->server_id, e.msg); /* sent without them */
@@ -394,6 +398,13 @@ static void fill_register(struct ds_ctl *c, const struct dh_dataserver_opts *o,
         memcpy(r->token, c->env->token, sizeof(r->token));
     if (gethostname(r->host, sizeof(r->host) - 1) < 0)
         r->host[0] = 0;
+    /* Only the C decode pool measures its tasks' CPU (the heartbeat's
+     * cpu_fraction); Python workers' tasks may wait on anything, so their
+     * server names no CPUs and joins no pool. */
+    if (!o->python_dataset)
+        dh__cpu_pool_probe(&r->cpus, &r->cpu_set);
+    if (r->cpus > DH_WIRE_MAX_WORKERS)
+        r->cpus = DH_WIRE_MAX_WORKERS;
 }
 
 /* 1: the ack, 0: keep waiting, < 0: refused. */

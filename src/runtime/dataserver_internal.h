@@ -215,6 +215,11 @@ struct ds_exec_ops {
     int (*pollitems)(struct ds_exec *x, zmq_pollitem_t *it, int cap);
     /* Jobs waiting and jobs running, for the heartbeat. */
     void (*load)(struct ds_exec *x, uint64_t *queued, uint64_t *busy);
+    /* Jobs' wall, on-CPU and waiting-for-CPU ns in total (the heartbeat's
+     * cpu_fraction), and the workers waiting for an arena slot now;
+     * NULL: not measured. */
+    void (*cpu)(struct ds_exec *x, uint64_t *task_ns, uint64_t *cpu_ns,
+                uint64_t *wait_ns, uint32_t *slot_waiting);
     /* Heartbeat links (bytes/s per delivery target); NULL: none. */
     uint32_t (*links)(struct ds_exec *x, struct dh_wire_link *out,
                       uint32_t cap);
@@ -278,8 +283,9 @@ void dh__ds_ctl_resend(struct ds_ctl *c, const uint8_t *buf, size_t len);
 void dh__ds_ctl_error(struct ds_ctl *c, const struct dh_wire_task *t,
                       uint64_t sample, int cause, const char *msg);
 void dh__ds_ctl_heartbeat(struct ds_ctl *c, uint64_t queued, uint64_t busy,
-                          double latency_ms, const struct dh_wire_link *links,
-                          uint32_t n_links);
+                          double latency_ms, double cpu_fraction,
+                          uint32_t slot_waiting,
+                          const struct dh_wire_link *links, uint32_t n_links);
 /* Fills m with a ResultNotice for task t from `server_id` (also the
  * payload header a remote sends). */
 int dh__ds_notice_fill(struct dh_wire_msg *m, uint32_t server_id,

@@ -239,6 +239,19 @@ static void pool_load(struct ds_exec *x, uint64_t *queued, uint64_t *busy)
     *busy = ws.running;
 }
 
+static void pool_cpu(struct ds_exec *x, uint64_t *task_ns, uint64_t *cpu_ns,
+                     uint64_t *wait_ns, uint32_t *slot_waiting)
+{
+    struct ds_pool *p = (struct ds_pool *)x;
+    struct dh_workers_stats ws;
+
+    dh_workers_stats(p->w, &ws);
+    *task_ns = ws.task_ns;
+    *cpu_ns = ws.cpu_ns;
+    *wait_ns = ws.wait_ns;
+    *slot_waiting = ws.slot_waiting;
+}
+
 static void pool_destroy(struct ds_exec *x)
 {
     struct ds_pool *p = (struct ds_pool *)x;
@@ -257,6 +270,7 @@ static const struct ds_exec_ops pool_ops = {
     .drain = pool_drain,
     .pollitems = pool_pollitems,
     .load = pool_load,
+    .cpu = pool_cpu,
     .destroy = pool_destroy,
 };
 

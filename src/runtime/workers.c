@@ -26,6 +26,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +40,7 @@
 #include "datahelix/batch_packed.h"
 #include "datahelix/media_stages.h"
 #include "datahelix/workers.h"
+#include "runtime/cpu_pool.h"
 
 /* Workers wake this often to re-check `stopping` even without a signal. */
 #define IDLE_WAKE_MS 500
@@ -90,6 +92,10 @@ struct dh_workers {
     int stopping;
     unsigned alive; /* threads not yet returned from their loop */
     uint64_t running, done, failed;
+    /* Tasks' wall, on-CPU and waiting-for-CPU time (schedstat), where the
+     * kernel keeps it: the Coordinator's CPU pools (cpu_pool.h). */
+    uint64_t task_ns, cpu_ns, wait_ns;
+    _Atomic uint32_t slot_waiting; /* threads in dh_arena_alloc now */
     const struct dh_index *ix;
     struct dh_arena *arena;
     unsigned nthreads;
@@ -209,7 +215,9 @@ static void run_job(struct dh_workers *w, struct dh_media *m, struct job *j)
     dh_err_clear(&e);
     j->queue_ms = t0 - j->submit_ms;
     j->failed_at = DH_WORK_NO_SAMPLE;
+    atomic_fetch_add(&w->slot_waiting, 1);
     j->code = dh_arena_alloc(w->arena, need, j->alloc_timeout_ms, &ref, &e);
+    atomic_fetch_sub(&w->slot_waiting, 1);
     j->alloc_ms = dh__mono_msf() - t0;
     if (j->code)
         goto out;
@@ -254,6 +262,9 @@ static void *worker_main(void *arg)
     struct thread *t = arg;
     struct dh_workers *w = t->w;
     struct job *j;
+    uint64_t cpu0 = 0, wait0 = 0, cpu1 = 0, wait1 = 0;
+    double t0, t1;
+    int sched0, sched1;
 
     pthread_mutex_lock(&w->mu);
     while ((j = next_job(w))) {
@@ -261,8 +272,17 @@ static void *worker_main(void *arg)
         pthread_cond_signal(&w->space_cv);
         pthread_mutex_unlock(&w->mu);
         j->worker = t->index;
+        sched0 = dh__thread_sched(&cpu0, &wait0) == 0;
+        t0 = dh__mono_msf();
         run_job(w, t->media, j); /* no lock held: DESIGN 6 */
+        t1 = dh__mono_msf();
+        sched1 = sched0 && dh__thread_sched(&cpu1, &wait1) == 0;
         pthread_mutex_lock(&w->mu);
+        if (sched1 && cpu1 >= cpu0 && wait1 >= wait0 && t1 > t0) {
+            w->task_ns += (uint64_t)((t1 - t0) * 1e6);
+            w->cpu_ns += cpu1 - cpu0;
+            w->wait_ns += wait1 - wait0;
+        }
         w->running--;
         if (j->code)
             w->failed++;
@@ -629,6 +649,10 @@ void dh_workers_stats(struct dh_workers *w, struct dh_workers_stats *out)
     out->pending = w->dones.count;
     out->done = w->done;
     out->failed = w->failed;
+    out->task_ns = w->task_ns;
+    out->cpu_ns = w->cpu_ns;
+    out->wait_ns = w->wait_ns;
+    out->slot_waiting = atomic_load(&w->slot_waiting);
     pthread_mutex_unlock(&w->mu);
 }
 

@@ -89,6 +89,10 @@ struct dh_coordinator_opts {
     size_t max_pending;   /* requests waiting for capacity (default 4096) */
     int queue_per_worker; /* queue cap of a server: this x its workers
                              tasks in flight (default 4; 0 = no cap) */
+    int cpu_pools;        /* 1 (default): under the deadline policy, the
+                             local servers of a host that share CPUs take
+                             as many tasks at once as the CPUs can run
+                             (docs/placement.md "CPU pools"); 0: off */
     int exit_when_unused_ms; /* > 0: run() returns once no LOCAL server has
                                 been registered for this long, after the
                                 first one registered (the embedded

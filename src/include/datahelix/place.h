@@ -129,6 +129,27 @@ int dh_place_add_server(struct dh_place *p, int32_t id, enum dh_place_role role,
 int dh_place_remove_server(struct dh_place *p, int32_t id,
                            struct dh_err *e) DH_MUST_CHECK;
 
+/*
+ * CPU pools (docs/placement.md "CPU pools"): local servers whose workers
+ * share the same CPUs.  A pool's cap bounds the tasks in flight on all its
+ * servers together: a server whose pool is at its cap counts as at its
+ * queue cap (the decisions skip it, or return BACKPRESSURE), so the
+ * caller's queue, not the CPUs' time-sharing, says which task runs next.
+ * Pool ids are the caller's, 0..max_servers - 1; a pool starts with cap 0
+ * (none).  Only local servers take a pool (remotes stay in the index's
+ * heaps, whose keys a pool's state does not enter).
+ */
+/* Moves `server` (a local one) to `pool`, or out of any with -1; its
+ * tasks in flight move with it.  DH_ENOTFOUND, DH_EINVAL.  O(1). */
+int dh_place_set_pool(struct dh_place *p, int32_t server, int32_t pool,
+                      struct dh_err *e) DH_MUST_CHECK;
+/* Sets pool `pool`'s cap (0 = none).  DH_EINVAL.  O(1). */
+int dh_place_pool_cap(struct dh_place *p, int32_t pool,
+                      int32_t cap) DH_MUST_CHECK;
+/* The tasks in flight on pool `pool`'s servers.  DH_EINVAL. */
+int dh_place_pool_tasks(const struct dh_place *p, int32_t pool,
+                        int64_t *tasks) DH_MUST_CHECK;
+
 /* ---- feedback: each O(L log n), L = local servers (deadline policy;
  * L = 1 otherwise); dh_place_link O(log n) ---- */
 

@@ -162,6 +162,9 @@ struct dh_wire_register_server {
                              bytes, 0..DH_WIRE_MAX_BYTES */
     char host[DH_WIRE_MAX_HOST + 1];
     char token[DH_WIRE_TOKEN_LEN + 1]; /* LOCAL: the rank's token; REMOTE: "" */
+    uint32_t cpus;    /* CPUs its workers may run on, <= DH_WIRE_MAX_WORKERS;
+                         0 = unknown */
+    uint64_t cpu_set; /* which: hash of boot id + affinity mask; 0 = unknown */
 };
 
 struct dh_wire_link {
@@ -179,6 +182,10 @@ struct dh_wire_heartbeat {
     uint32_t n_links;
     int leaving; /* 0 or 1: the server is stopping, drop it now */
     int unknown; /* 0 or 1, Coordinator -> server: not registered here */
+    double cpu_fraction;   /* CPU / (task time not waiting for a CPU), 0..1;
+                            0 = not measured */
+    uint32_t slot_waiting; /* workers waiting for an arena slot now,
+                              <= DH_WIRE_MAX_WORKERS */
 };
 
 /* A media plan as it travels: struct dh_media_plan with owned indices. */

@@ -100,6 +100,10 @@ struct dh_workers_stats {
     uint64_t pending; /* completions not yet collected by dh_workers_wait */
     uint64_t done;    /* jobs completed successfully, in total */
     uint64_t failed;  /* jobs completed with an error, in total */
+    /* Over the jobs whose thread the kernel's schedstat covers, in total:
+     * wall time, time on a CPU, time waiting for one (ns). */
+    uint64_t task_ns, cpu_ns, wait_ns;
+    uint32_t slot_waiting; /* threads waiting for an arena slot now */
 };
 
 /*
