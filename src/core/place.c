@@ -457,7 +457,7 @@ int dh_place_remove_server(struct dh_place *p, int32_t id, struct dh_err *e)
         return dh_err_set(e, DH_ENOTFOUND, "server %d not registered", (int)id);
     s = &p->srv[id];
     if (s->pool >= 0)
-        p->pools[s->pool].tasks -= s->tasks;
+        p->pools[s->pool].tasks -= s->tasks - s->released;
     if (s->role == DH_PLACE_ROLE_REMOTE)
         drop_remote(p, id);
     if (s->lslot >= 0) {
@@ -487,10 +487,39 @@ int dh_place_set_pool(struct dh_place *p, int32_t server, int32_t pool,
                           "-1..%d)",
                           (int)server, (int)pool, (int)p->max_servers - 1);
     if (s->pool >= 0)
-        p->pools[s->pool].tasks -= s->tasks;
+        p->pools[s->pool].tasks -= s->tasks - s->released;
     s->pool = pool;
     if (pool >= 0)
-        p->pools[pool].tasks += s->tasks;
+        p->pools[pool].tasks += s->tasks - s->released;
+    return 0;
+}
+
+int dh_place_pool_release(struct dh_place *p, int32_t server)
+{
+    struct dh__place_srv *s;
+
+    if (server < 0 || server >= p->max_servers || !p->srv[server].used)
+        return DH_ENOTFOUND;
+    s = &p->srv[server];
+    if (s->pool < 0 || s->released >= s->tasks)
+        return DH_EINVAL;
+    s->released++;
+    p->pools[s->pool].tasks--;
+    return 0;
+}
+
+int dh_place_pool_rehold(struct dh_place *p, int32_t server)
+{
+    struct dh__place_srv *s;
+
+    if (server < 0 || server >= p->max_servers || !p->srv[server].used)
+        return DH_ENOTFOUND;
+    s = &p->srv[server];
+    if (s->released <= 0)
+        return DH_EINVAL;
+    s->released--;
+    if (s->pool >= 0)
+        p->pools[s->pool].tasks++;
     return 0;
 }
 

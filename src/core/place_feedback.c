@@ -59,6 +59,8 @@ int dh_place_complete(struct dh_place *p, int32_t server, double predicted_ms,
         s->tasks--;
         if (s->pool >= 0)
             p->pools[s->pool].tasks--;
+        if (s->released > s->tasks) /* cannot happen: the caller reholds */
+            s->released = s->tasks;
     }
     s->inflight_ms -= predicted_ms;
     /* Float drift (and completions of tasks from before a restart) must

@@ -21,6 +21,7 @@ struct dh__place_srv {
     double ext_ms;      /* work of ext_tasks */
     double ratio;       /* EWMA actual / predicted, starts at 1 */
     int32_t pool;       /* CPU pool, or -1 */
+    int64_t released;   /* of `tasks`, those its pool no longer counts */
 };
 
 /* A CPU pool: servers whose workers share CPUs; `tasks` in flight on all

@@ -611,6 +611,7 @@ void dh__co_tick(struct dh_coordinator *c, uint64_t now)
 {
     check_heartbeats(c, now);
     dh__co_expire(c, now);
+    dh__co_pool_tick(c, now);
 }
 
 static void broadcast_shutdown(struct dh_coordinator *c)
@@ -675,6 +676,7 @@ int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
         }
         check_heartbeats(c, dh__mono_ms());
         dh__co_expire(c, dh__mono_ms());
+        dh__co_pool_tick(c, dh__mono_ms());
         if (c->drain_again) /* ranks a drain could not reach go first */
             dh__co_drain(c, dh__mono_ms());
         dh__co_mx_tick(c, dh__mono_ms());
@@ -805,7 +807,7 @@ int dh_coordinator_create(const struct dh_coordinator_opts *o,
     c->hb_timeout_ms = o->heartbeat_timeout_ms;
     c->queue_per_worker = o->queue_per_worker;
     c->cpu_pools = o->cpu_pools && pol == DH_PLACE_POLICY_DEADLINE;
-    c->edf = pol == DH_PLACE_POLICY_DEADLINE;
+    c->edf = c->cpu_pools; /* the pools' queue: --cpu-pools off is as before */
     c->exit_unused_ms = o->exit_when_unused_ms;
     c->max_servers = o->max_servers;
     c->max_clients = o->max_clients;

@@ -36,9 +36,10 @@ struct co_server {
     uint32_t rank;
     uint64_t last_seen_ms;
     char addr[DH_WIRE_MAX_ADDR + 1];
-    int32_t pool;          /* CPU pool (coordinator_pools.c), or -1 */
-    double cpu_fraction;   /* last measured (heartbeat), 0 = none yet */
-    uint32_t slot_waiting; /* workers waiting for arena room (heartbeat) */
+    int32_t pool;           /* CPU pool (coordinator_pools.c), or -1 */
+    double cpu_fraction;    /* last measured (heartbeat), 0 = none yet */
+    uint32_t slot_waiting;  /* workers waiting for arena room (heartbeat) */
+    uint32_t cpus, workers; /* as registered */
 };
 
 /* A CPU pool (coordinator_pools.c): the local servers of one host name
@@ -80,11 +81,13 @@ struct co_task {
     struct dh_wire_request req; /* owns its arrays */
     struct co_peer client;
     enum co_state state;
-    int cancelled;    /* completed while in the FIFO: the FIFO frees it */
-    int bp_logged;    /* a BACKPRESSURE decision was already in telemetry */
-    int counted_new;  /* counted in pending_new while in the FIFO */
-    int counted_rank; /* counted in its co_rank's tasks / ids */
-    int32_t server;   /* placement slot while running, else -1 */
+    int cancelled;     /* completed while in the FIFO: the FIFO frees it */
+    int bp_logged;     /* a BACKPRESSURE decision was already in telemetry */
+    int counted_new;   /* counted in pending_new while in the FIFO */
+    int counted_rank;  /* counted in its co_rank's tasks / ids */
+    int pool_released; /* running past its bound: its CPU pool no longer
+                          counts it (coordinator_pools.c) */
+    int32_t server;    /* placement slot while running, else -1 */
     uint64_t server_gen;
     double work_ms;
     uint64_t arrived_ms, since_ms;
@@ -108,8 +111,9 @@ struct dh_coordinator {
     FILE *telemetry;
     int tel_dirty; /* lines buffered since the loop turn's flush */
     int hb_timeout_ms, queue_per_worker;
-    int cpu_pools;            /* 1: gate local servers by CPU pool */
-    int edf;                  /* 1: new requests wait in deadline order */
+    int cpu_pools; /* 1: gate local servers by CPU pool */
+    int edf;       /* 1: new requests wait in due order */
+    uint64_t next_pool_tick_ms;
     struct co_pool *pools;    /* [max_servers], by pool id */
     int exit_unused_ms;       /* see dh_coordinator_opts */
     int had_local;            /* a local server registered at some time */
@@ -180,6 +184,11 @@ void dh__co_pool_heartbeat(struct dh_coordinator *c, int slot,
                            double cpu_fraction, uint32_t slot_waiting);
 /* The server at `slot` is leaving (before its slot is freed). */
 void dh__co_pool_leave(struct dh_coordinator *c, int slot);
+/* Once a second: a running task far past its prediction stops counting
+ * against its pool, so one stuck task cannot hold other ranks' CPUs. */
+void dh__co_pool_tick(struct dh_coordinator *c, uint64_t now);
+/* Before a running task leaves its server's count (dh_place_complete). */
+void dh__co_pool_unrelease(struct dh_coordinator *c, struct co_task *t);
 /* A pool's cap: its CPUs over the CPU share of its tasks' runnable time,
  * rounded, at least cpus (pure; tested). */
 int32_t dh__co_pool_cap(uint32_t cpus, double cpu_fraction);

@@ -26,6 +26,10 @@
 
 /* The most slots a pool gets however little CPU its tasks take. */
 #define POOL_CAP_MAX 65536
+/* A running task stops counting against its pool after this many times
+ * its predicted work (learned ratio included), and at least HOLD_MIN_MS. */
+#define HOLD_FACTOR 10.0
+#define HOLD_MIN_MS 2000.0
 
 int32_t dh__co_pool_cap(uint32_t cpus, double cpu_fraction)
 {
@@ -74,6 +78,8 @@ void dh__co_pool_join(struct dh_coordinator *c, int slot,
     c->servers[slot].pool = -1;
     c->servers[slot].cpu_fraction = 0;
     c->servers[slot].slot_waiting = 0;
+    c->servers[slot].cpus = r->cpus;
+    c->servers[slot].workers = r->workers;
     if (!c->cpu_pools || r->role != DH_WIRE_ROLE_LOCAL || r->cpus == 0 ||
         r->cpu_set == 0)
         return;
@@ -111,6 +117,9 @@ void dh__co_pool_heartbeat(struct dh_coordinator *c, int slot,
     if (s->pool < 0)
         return;
     p = &c->pools[s->pool];
+    /* A server's waiting workers are at most its workers. */
+    if (slot_waiting > s->workers)
+        slot_waiting = s->workers;
     p->slot_waiting += slot_waiting - s->slot_waiting;
     s->slot_waiting = slot_waiting;
     if (cpu_fraction > 0) {
@@ -138,8 +147,66 @@ void dh__co_pool_leave(struct dh_coordinator *c, int slot)
     }
     p->slot_waiting -= s->slot_waiting;
     p->members--;
-    pool_apply(c, s->pool);
     s->pool = -1;
+    if (p->members) { /* the fewest CPUs of those left */
+        p->cpus = UINT32_MAX;
+        for (int i = 0; i < c->max_servers; i++)
+            if (c->servers[i].used && i != slot &&
+                c->servers[i].pool == (int32_t)(p - c->pools) &&
+                c->servers[i].cpus < p->cpus)
+                p->cpus = c->servers[i].cpus;
+    }
+    pool_apply(c, (int32_t)(p - c->pools));
     s->cpu_fraction = 0;
     s->slot_waiting = 0;
+}
+
+void dh__co_pool_unrelease(struct dh_coordinator *c, struct co_task *t)
+{
+    if (!t->pool_released)
+        return;
+    t->pool_released = 0;
+    if (dh_place_pool_rehold(c->place, t->server) < 0)
+        dh__log(DH_LOG_ERROR, "coordinator: CPU pool of slot %d lost a task",
+                (int)t->server); /* cannot happen: it holds that task */
+}
+
+void dh__co_pool_tick(struct dh_coordinator *c, uint64_t now)
+{
+    struct co_task **pt;
+    struct dh_place_server_info si;
+    size_t pos = 0;
+    int any = 0;
+
+    if (!c->cpu_pools || now < c->next_pool_tick_ms)
+        return;
+    c->next_pool_tick_ms = now + 1000;
+    while ((pt = dh__idmap_next(&c->tasks, &pos, NULL))) {
+        struct co_task *t = *pt;
+        const struct co_server *s;
+        double bound;
+
+        if (t->state != CO_RUNNING || t->pool_released || t->server < 0)
+            continue;
+        s = &c->servers[t->server];
+        if (!s->used || s->gen != t->server_gen || s->pool < 0 ||
+            dh_place_server_info(c->place, t->server, &si) < 0)
+            continue;
+        bound = HOLD_FACTOR * t->work_ms * si.ratio;
+        if (bound < HOLD_MIN_MS)
+            bound = HOLD_MIN_MS;
+        if ((double)(now - t->since_ms) <= bound ||
+            dh_place_pool_release(c->place, t->server) < 0)
+            continue;
+        t->pool_released = 1;
+        any = 1;
+        dh__log(DH_LOG_INFO,
+                "coordinator: task %llu of rank %u has run %llu ms on server "
+                "%u (predicted %.0f ms): its CPU pool no longer counts it",
+                (unsigned long long)t->req.task.id, t->req.requester_rank,
+                (unsigned long long)(now - t->since_ms), s->wire_id,
+                t->work_ms * si.ratio);
+    }
+    if (any)
+        dh__co_drain(c, now); /* a slot freed */
 }

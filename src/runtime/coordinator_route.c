@@ -166,7 +166,7 @@ static int fifo_insert_due(struct dh_coordinator *c, struct co_task *t)
                prev = (c->fifo_head + i - 1) % c->fifo_cap;
         struct co_task *p = c->fifo[prev];
 
-        if (p->state != CO_PENDING_NEW || p->cancelled || !due_before(t, p))
+        if (p->state != CO_PENDING_NEW || (!p->cancelled && !due_before(t, p)))
             break;
         c->fifo[at] = p;
         c->fifo[prev] = t;
@@ -383,6 +383,7 @@ static int place_task(struct dh_coordinator *c, struct co_task *t, uint64_t now)
             t->state == CO_PENDING_REROUTE ? "re-routed to" : "routed to",
             c->servers[d.server].wire_id, dh_place_reason_name(d.reason));
     t->state = CO_RUNNING;
+    t->pool_released = 0;
     t->server = d.server;
     t->server_gen = c->servers[d.server].gen;
     t->work_ms = d.work_ms;
@@ -637,6 +638,8 @@ static void complete_task(struct dh_coordinator *c, struct co_task *t,
 
     /* A completion from the server the task runs on, still the same
      * registration: its work leaves the queue and the EWMA learns. */
+    if (s && s->used && s->gen == t->server_gen)
+        dh__co_pool_unrelease(c, t);
     if (s && s->used && s->gen == t->server_gen &&
         dh_place_complete(c->place, t->server, t->work_ms,
                           service_ms > 0 ? service_ms
@@ -661,6 +664,8 @@ static void to_local(struct dh_coordinator *c, struct co_task *t, uint64_t now)
 {
     const struct co_server *s = &c->servers[t->server];
 
+    if (s->used && s->gen == t->server_gen)
+        dh__co_pool_unrelease(c, t);
     if (s->used && s->gen == t->server_gen &&
         dh_place_complete(c->place, t->server, t->work_ms,
                           (double)(now - t->since_ms)) < 0)

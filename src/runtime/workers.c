@@ -278,6 +278,9 @@ static void *worker_main(void *arg)
         t1 = dh__mono_msf();
         sched1 = sched0 && dh__thread_sched(&cpu1, &wait1) == 0;
         pthread_mutex_lock(&w->mu);
+        /* Less the wait for an arena slot: the rank holds its batches,
+         * which says nothing of what the task itself waits on. */
+        t1 -= j->alloc_ms;
         if (sched1 && cpu1 >= cpu0 && wait1 >= wait0 && t1 > t0) {
             w->task_ns += (uint64_t)((t1 - t0) * 1e6);
             w->cpu_ns += cpu1 - cpu0;

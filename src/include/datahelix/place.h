@@ -146,6 +146,13 @@ int dh_place_set_pool(struct dh_place *p, int32_t server, int32_t pool,
 /* Sets pool `pool`'s cap (0 = none).  DH_EINVAL.  O(1). */
 int dh_place_pool_cap(struct dh_place *p, int32_t pool,
                       int32_t cap) DH_MUST_CHECK;
+/* One of `server`'s tasks in flight stops counting against its pool (it
+ * ran far past its prediction: a stuck read, a lost message; the caller
+ * decides), or counts again (before its dh_place_complete(), which takes
+ * it off the pool's count as any other).  DH_ENOTFOUND; DH_EINVAL when the
+ * server has no such task (or no pool, for a release).  O(1). */
+int dh_place_pool_release(struct dh_place *p, int32_t server) DH_MUST_CHECK;
+int dh_place_pool_rehold(struct dh_place *p, int32_t server) DH_MUST_CHECK;
 /* The tasks in flight on pool `pool`'s servers.  DH_EINVAL. */
 int dh_place_pool_tasks(const struct dh_place *p, int32_t pool,
                         int64_t *tasks) DH_MUST_CHECK;
