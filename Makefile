@@ -87,7 +87,7 @@ bench: build
 	@$(PY) bench/bench_matrix.py --bin build/datahelix
 
 # Every benchmark, one after the other (well over 15 minutes).
-bench-all: bench-probe bench-verify bench-index bench-decode bench-arena bench-handover bench-python bench-ddl bench-plan bench-coschedule bench-place bench-route bench-exchange bench-live bench-regimes bench
+bench-all: bench-probe bench-verify bench-index bench-decode bench-arena bench-handover bench-python bench-ddl bench-plan bench-coschedule bench-place bench-route bench-exchange bench-live bench-regimes bench-tails bench
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
@@ -130,6 +130,13 @@ bench-regimes: build
 	@scripts/setup-deps.sh bench
 	@$(REGIME) --workers 1 --out bench/out/regimes/cpu-bound
 	@$(REGIME) --workers 2 --gpu-scale 3 --out bench/out/regimes/gpu-bound
+
+# Tails when the CPUs are short (issue 21 item 3): dh-ddl with the CPU
+# pools on / off and the plan's steps alternating / sorted, on 1 and 2 CPUs.
+.PHONY: bench-tails
+bench-tails: build
+	@scripts/setup-deps.sh bench
+	@$(PY) bench/bench_tails.py --bin build/datahelix
 
 # Co-scheduling live: deadline + fixed plans vs least-request + no balance,
 # DDL miss and input-wait p95 (medians of 3 rounds) beside the simulator's.

@@ -57,6 +57,8 @@ dask-pool.
   --clips N          distinct clips generated (default 24)
   --seed S           data and plan seed (default 0)
   --gpu-scale X      multiplies every GPU window (default 1)
+  --step-order O     the dh-* rungs' plan: alternate (default) or
+                     sorted (docs/planner.md "Step order")
   --cpu-pools on|off the dh-* rungs' Coordinator: local DataServers
                      sharing CPUs run as many tasks at once as the
                      CPUs can, earliest due first, under the deadline
@@ -221,6 +223,7 @@ def build_parser():
     add("--gpu-scale", type=number("--gpu-scale", 0, 1e6, "[0, 1e6]"),
         default=1.0)
     add("--cpu-pools", choices=("on", "off"), default="on")
+    add("--step-order", choices=("alternate", "sorted"), default="alternate")
     add("--timeout", type=integer("--timeout", 10, 86400), default=0)
     add("--json", action="store_true")
     add("--out", default=str(ROOT / "bench" / "out" / "live"))

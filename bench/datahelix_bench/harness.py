@@ -78,7 +78,7 @@ def config_doc(a, split, cpus, distinct, need):
             "prefetch": a.prefetch, "clips": distinct,
             "samples_in_manifest": need, "seed": a.seed,
             "ddl_ms": a.ddl_ms, "gpu_scale": a.gpu_scale,
-            "cpu_pools": a.cpu_pools,
+            "cpu_pools": a.cpu_pools, "step_order": a.step_order,
             "gpu_model": gpu_model_doc(a.model),
             "gpu_device": a.gpu_device if a.gpu else None}
 

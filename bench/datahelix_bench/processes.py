@@ -193,6 +193,7 @@ def run_system(name, a, data, sysdir, split):
                "prefetch": a.prefetch, "seed": a.seed,
                "warmup": a.warmup, "steps": a.steps, "model": a.model,
                "gpu_scale": a.gpu_scale, "workers_per_rank": split,
+               "step_order": getattr(a, "step_order", "alternate"),
                "gpu": a.gpu_device if a.gpu else None,
                "batch_timeout": 120.0, "dist_timeout": 120,
                "result": str(sysdir / "rank{rank}.json"),

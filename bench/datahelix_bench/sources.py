@@ -267,7 +267,8 @@ class DatahelixSource:
             seed=cfg["seed"], workers=cfg["workers_rank"],
             timeout=cfg["batch_timeout"], telemetry=cfg["telemetry"],
             trace=cfg.get("trace"), ablation=ablation_of(cfg["system"]),
-            load_balance=tier2)
+            load_balance=tier2,
+            step_order=cfg.get("step_order", "alternate"))
         self.it = iter(self.loader)
 
     def next(self):

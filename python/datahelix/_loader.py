@@ -18,6 +18,8 @@ from ._services import (Closing, binary, claim_coordinator,
 
 _BALANCE = {"fixed": _C.BALANCE_FIXED, "free": _C.BALANCE_FREE,
             "none": _C.BALANCE_NONE}
+# The order of a planning window's steps (docs/planner.md "Step order").
+_STEP_ORDER = {"alternate": 0, "sorted": 1}
 _POLICIES = ("deadline", "least-request", "round-robin")
 _DTYPES = {"uint8": torch.uint8, "float32": torch.float32}
 
@@ -109,6 +111,13 @@ class DataLoader(Closing):
     rank's plan, so every rank yields the same number of full-size steps;
     batch["substituted"] says which, stats()["substituted"] counts them; a
     step whose spares all fail is dropped, stats()["skipped"]).
+    step_order: how the plan orders a window's steps of similar samples:
+    "alternate" (heavy, light, heavy, ...: a light step's spare decode
+    time covers the heavy one after it, when the GPU step does not follow
+    tokens; the default) or "sorted" (heaviest to lightest, then back up:
+    when the GPU step follows tokens, as a VLM's does, and the CPUs are
+    short, a heavy step right after a light one waits longest;
+    docs/planner.md "Step order").
     arena_mb: the local DataServer's arena (None: (prefetch + 2) batches,
     at least 64 MiB).  Holding more batches than it has raises
     ArenaExhausted at once, the step still next.
@@ -140,7 +149,7 @@ class DataLoader(Closing):
                  step_deadline_ms=0.0, arena_mb=None, max_side=None,
                  max_pixels=None, patch=None, max_frames=None, keyfile=None,
                  metrics_listen=None, metrics_token_file=None,
-                 trace=None, load_balance=None):
+                 trace=None, load_balance=None, step_order="alternate"):
         _opt.check_manifest(manifest)
         for name, v in (("sampler", sampler), ("batch_sampler",
                                                batch_sampler),
@@ -177,6 +186,9 @@ class DataLoader(Closing):
                              "or 'copy'")
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error={on_error!r}: 'raise' or 'skip'")
+        if step_order not in _STEP_ORDER:
+            raise ValueError(f"step_order={step_order!r}: one of "
+                             f"{list(_STEP_ORDER)}")
         if balance not in _BALANCE:
             raise ValueError(f"balance={balance!r}: one of {list(_BALANCE)}")
         if policy not in _POLICIES:
@@ -209,6 +221,7 @@ class DataLoader(Closing):
         self._native, self._patch = samp["native"], samp.get("patch", 0)
         self.rank, self.world_size = rank, world_size
         self.prefetch, self.policy, self.balance = prefetch, policy, balance
+        self.step_order = step_order
         self.seed, self.drop_last, self.on_error = seed, drop_last, on_error
         self.shuffle, self.num_workers = shuffle, threads
         self.persistent_workers = bool(persistent_workers)
@@ -345,7 +358,8 @@ class DataLoader(Closing):
         if self._tokens is not None:  # this sampling's tokens
             kw["tokens"] = self._tokens.tobytes()
         return _C.schedule(self.index_path, world, batch, rank, epoch,
-                           self.seed, _BALANCE[self.balance], drop, **kw)
+                           self.seed, _BALANCE[self.balance], drop,
+                           order=_STEP_ORDER[self.step_order], **kw)
 
     def __len__(self):
         if self._len is None:
@@ -606,7 +620,7 @@ class DataLoader(Closing):
         tasks that name other samples, _services.claim_coordinator)."""
         o = self._opts
         return (self._manifest_id()["digest"], self.seed, self.shuffle,
-                self.balance, self.batch_size, o["frames"],
+                self.balance, self.step_order, self.batch_size, o["frames"],
                 o["width"], o["height"], o["layout"], o["dtype"],
                 o["random_crop"], o["microbatches"], o["fps"], o["native"],
                 o.get("max_side"), o.get("max_area"), o.get("patch"))
@@ -681,7 +695,7 @@ class DataLoader(Closing):
             epoch, step, chain = epoch + 1, 0, []
         else:
             if plan is not None and (step > 0 or chain):
-                for key in ("balance", "drop_last"):
+                for key in ("balance", "drop_last", "step_order"):
                     self._check_plan(plan, key, "the rest of its epoch "
                                      "would repeat some samples and skip "
                                      "others")
@@ -785,7 +799,7 @@ class DataLoader(Closing):
                     "random_crop": bool(self._opts.get("random_crop"))}
         sampling.update(_packed.plan_keys(self._opts))  # fps / native only
         return {"balance": self.balance, "drop_last": bool(self.drop_last),
-                "sampling": sampling}
+                "step_order": self.step_order, "sampling": sampling}
 
     def _check_plan(self, saved, key, why):
         now = self._plan_id()
@@ -810,6 +824,8 @@ class DataLoader(Closing):
         saved = state.get("plan") or {}
         balance = _BALANCE.get(saved.get("balance"), _BALANCE[self.balance])
         drop = saved.get("drop_last", self.drop_last)
+        order = _STEP_ORDER.get(saved.get("step_order"),
+                                _STEP_ORDER[self.step_order])
 
         def plan(world, batch, rank, subset):
             kw = {} if subset is None else {"subset": subset}
@@ -817,7 +833,8 @@ class DataLoader(Closing):
                 kw["tokens"] = self._tokens.tobytes()
             return _C.schedule(self.index_path, world, batch, rank, epoch,
                                self.seed, balance,
-                               drop if subset is None else False, **kw)
+                               drop if subset is None else False,
+                               order=order, **kw)
 
         subset, first = None, 0
         for cw, cb, reached in chain:

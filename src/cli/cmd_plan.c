@@ -48,7 +48,8 @@ static void usage(FILE *f)
         f,
         "usage: datahelix plan --manifest M --world-size W --batch-size B\n"
         "                      [--seed S] [--epoch E] [--balance MODE]\n"
-        "                      [--window N] [--no-drop-last] [--json]\n"
+        "                      [--window N] [--step-order ORDER]\n"
+        "                      [--no-drop-last] [--json]\n"
         "                      [--renumber]\n\n"
         "Prints the Tier-1 plan of an epoch (docs/planner.md): per global\n"
         "step and rank the sample ids and their estimated tokens, and the\n"
@@ -62,6 +63,9 @@ static void usage(FILE *f)
         "                    (counts may differ), none (random split)\n"
         "  --window N        steps balanced together (default %u; 1 =\n"
         "                    per-step greedy, Algorithm 1)\n"
+        "  --step-order ORDER alternate (heavy, light, ...; default) or\n"
+        "                    sorted (heaviest to lightest, then back up;\n"
+        "                    for a GPU step that follows tokens)\n"
         "  --no-drop-last    plan a partial last step instead of dropping\n"
         "                    the remainder\n"
         "  --json            one JSON object per step, then a summary line\n"
@@ -80,6 +84,7 @@ static const struct option long_opts[] = {
     {"epoch", required_argument, NULL, 'e'},
     {"balance", required_argument, NULL, 'B'},
     {"window", required_argument, NULL, 'W'},
+    {"step-order", required_argument, NULL, 'O'},
     {"no-drop-last", no_argument, NULL, 'D'},
     {"json", no_argument, NULL, 'j'},
     {"renumber", no_argument, NULL, 'R'},
@@ -138,6 +143,16 @@ static int parse_opt(void *ctx, int c)
         break;
     case 'B':
         r = parse_balance(optarg, &a->o.balance);
+        break;
+    case 'O':
+        if (!strcmp(optarg, "alternate") || !strcmp(optarg, "sorted"))
+            a->o.order = !strcmp(optarg, "sorted") ? DH_ORDER_SORTED
+                                                   : DH_ORDER_ALTERNATE;
+        else
+            r = dh_cli_usage_error(CMD,
+                                   "--step-order must be alternate or "
+                                   "sorted, not '%s'",
+                                   optarg);
         break;
     case 'D':
         a->o.drop_last = 0;

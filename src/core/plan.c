@@ -111,6 +111,8 @@ static int check_opts(const struct dh_plan_opts *o, uint64_t n,
                           (unsigned long long)step, DH_PLAN_STEP_MAX);
     if (o->balance < DH_BALANCE_FIXED || o->balance > DH_BALANCE_NONE)
         return dh_err_set(e, DH_EINVAL, "unknown balance mode %d", o->balance);
+    if (o->order < DH_ORDER_ALTERNATE || o->order > DH_ORDER_SORTED)
+        return dh_err_set(e, DH_EINVAL, "unknown step order %d", o->order);
     if (o->window > DH_PLAN_WINDOW_MAX)
         return dh_err_set(e, DH_EINVAL, "window %u is over %u", o->window,
                           DH_PLAN_WINDOW_MAX);
@@ -284,7 +286,8 @@ int dh_plan_create(const uint32_t *tokens, const uint16_t *profile, uint64_t n,
                    struct dh_err *e)
 {
     struct dh_plan *p = NULL;
-    struct dh__plan_input in = {tokens, profile, NULL, o->seed, o->epoch};
+    struct dh__plan_input in = {tokens,  profile,  NULL,
+                                o->seed, o->epoch, o->order};
     uint16_t *grank = NULL;
     int rc = check_opts(o, n, e);
 

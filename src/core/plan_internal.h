@@ -50,6 +50,7 @@ struct dh__plan_input {
     const uint16_t *profile;
     const uint16_t *grank;
     uint64_t seed, epoch;
+    int order; /* enum dh_step_order */
 };
 
 /*

@@ -226,6 +226,21 @@ static void interleave_steps(uint32_t *seq, uint32_t nsteps,
 }
 
 /*
+ * DH_ORDER_SORTED: seq[pos] = pos (heaviest first), or the reverse in
+ * every other window, so that a window ends with steps like those the next
+ * begins with.  Why (docs/planner.md "Step order"): a step's decode
+ * overlaps the GPU step before it, so with the CPUs short a step waits
+ * about its decode time less the previous step's window; when windows
+ * follow tokens, a heavy step after a light one waits the longest, and
+ * alternating puts one there every other step.
+ */
+static void sort_steps(uint32_t *seq, uint32_t nsteps, uint64_t window_no)
+{
+    for (uint32_t q = 0; q < nsteps; q++)
+        seq[q] = window_no % 2 ? nsteps - 1 - q : q;
+}
+
+/*
  * s->order[nbins + (pos x world + rank)] = the bin that rank `rank` of the
  * window's step at position `pos` gets.
  */
@@ -242,7 +257,10 @@ static void form_steps(struct dh_plan *p, struct dh__plan_scratch *s,
         return;
     }
     order_bins_by_load(s, nbins);
-    interleave_steps(s->step_seq, nsteps, in, first_step);
+    if (in->order == DH_ORDER_SORTED)
+        sort_steps(s->step_seq, nsteps, first_step / p->window);
+    else
+        interleave_steps(s->step_seq, nsteps, in, first_step);
     for (uint32_t pos = 0; pos < nsteps; pos++) {
         uint32_t k = s->step_seq[pos];
         uint64_t g = first_step + pos;

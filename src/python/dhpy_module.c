@@ -99,11 +99,11 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"index",  "world_size", "batch_size", "rank",
                             "epoch",  "seed",       "balance",    "drop_last",
-                            "subset", "tokens",     NULL};
+                            "subset", "tokens",     "order",      NULL};
     const char *path;
     unsigned world, batch, rank;
     unsigned long long epoch = 0, seed = 0;
-    int balance = DH_BALANCE_FIXED, drop_last = 1, rc;
+    int balance = DH_BALANCE_FIXED, drop_last = 1, order = 0, rc;
     struct dh_index *ix = NULL;
     struct dh_plan_schedule sc = {0};
     struct dh_plan_opts po;
@@ -114,9 +114,9 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
     const uint32_t *tokens = NULL;
 
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sIII|KKipy*y*", names, &path,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sIII|KKipy*y*i", names, &path,
                                      &world, &batch, &rank, &epoch, &seed,
-                                     &balance, &drop_last, &sub, &tok))
+                                     &balance, &drop_last, &sub, &tok, &order))
         return NULL;
     if (tok.buf && tok.len % 4) {
         PyBuffer_Release(&sub);
@@ -136,6 +136,7 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
     po.seed = seed;
     po.balance = balance;
     po.drop_last = drop_last;
+    po.order = order;
     Py_BEGIN_ALLOW_THREADS rc = dh_index_open(path, 0, &ix, &e);
     if (rc == 0) {
         dh_index_columns(ix, &col);
@@ -491,7 +492,8 @@ static PyMethodDef module_methods[] = {
     {"schedule", (PyCFunction)(void (*)(void))py_schedule,
      METH_VARARGS | METH_KEYWORDS,
      "schedule(index, world_size, batch_size, rank, epoch=0, seed=0, "
-     "balance=0, drop_last=True, subset=None) -> (ids, offsets): rank's "
+     "balance=0, drop_last=True, subset=None, tokens=None, order=0) -> "
+     "(ids, offsets): rank's "
      "sample ids of the epoch's plan, step k = ids[offsets[k]:offsets[k+1]] "
      "(both bytes of native uint64); subset: plan only these ids"},
     {"decode", (PyCFunction)(void (*)(void))py_decode,

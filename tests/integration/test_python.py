@@ -133,6 +133,16 @@ def test_len_iterate_twice_set_epoch_float_ablation(dataset, tmp_path):
             b["video"].data_ptr())
         rec = json.loads((tmp_path / "t.jsonl").read_text().splitlines()[0])
         assert rec["deadline_ms"] == 300
+    # step_order="sorted": the plan `datahelix plan --step-order sorted`
+    # prints (one window of 6 steps: heaviest first), not the default's.
+    p = run_dh("plan", "--manifest", m, "--world-size", 1, "--batch-size", 2,
+               "--step-order", "sorted", "--json", check=True)
+    steps = [json.loads(x) for x in p.stdout.splitlines() if '"ranks"' in x]
+    tokens = [s["tokens"][0] for s in steps]
+    assert tokens == sorted(tokens, reverse=True) and tokens[0] > tokens[-1]
+    with datahelix.DataLoader(m, step_order="sorted", **SMALL) as loader:
+        got = [b["ids"].tolist() for b in loader]
+        assert got == [s["ranks"][0] for s in steps] != first
     with datahelix.DataLoader(m, dtype="float32", layout="TCHW",
                               **SMALL) as loader:
         b = next(iter(loader))
@@ -238,6 +248,7 @@ def test_resume_refuses_another_manifest_seed_or_sampling(dataset,
         next(it)
         state = a.state_dict()
     assert state["plan"] == {"balance": "fixed", "drop_last": True,
+                             "step_order": "alternate",
                              "sampling": {"frames": 4, "size": [32, 32],
                                           "random_crop": False}}
     json.dumps(state)  # plain data: any checkpoint format holds it
@@ -274,6 +285,10 @@ def test_resume_refuses_another_manifest_seed_or_sampling(dataset,
                        r"this loader has drop_last=False"):
         datahelix.DataLoader(m, drop_last=False, **SMALL).load_state_dict(
             state)
+    with pytest.raises(ValueError, match=r"saved with step_order='alternate'"
+                       r", this loader has step_order='sorted'"):
+        datahelix.DataLoader(m, step_order="sorted", **SMALL
+                             ).load_state_dict(state)
     # ... but not before the first step (nothing consumed yet).
     with datahelix.DataLoader(m, **SMALL) as fresh:
         start = fresh.state_dict()
@@ -561,6 +576,9 @@ def test_bad_arguments(dataset, tmp_path):
         datahelix.DataLoader(m, on_error="ignore")
     with pytest.raises(ValueError):
         datahelix.DataLoader(m, rank=2, world_size=2)
+    with pytest.raises(ValueError, match=r"step_order='random': one of "
+                       r"\['alternate', 'sorted'\]"):
+        datahelix.DataLoader(m, step_order="random")
     with pytest.raises(FileNotFoundError):
         datahelix.DataLoader(tmp_path / "missing.jsonl")
 

@@ -108,6 +108,7 @@ static void random_opts(uint64_t *s, struct dh_plan_opts *o)
     o->balance = (int)(heavy_mix_rnd(s) % 3);
     o->window = (uint32_t)(heavy_mix_rnd(s) % 6); /* 0 = default */
     o->drop_last = (int)(heavy_mix_rnd(s) % 2);
+    o->order = (int)(heavy_mix_rnd(s) % 2);
 }
 
 static void properties_hold_over_random_inputs(void **state)
@@ -282,6 +283,10 @@ static void bad_options_are_errors(void **state)
     assert_int_equal(dh_plan_create(tok, NULL, 0, &o, &p, &e), DH_EINVAL);
     o.balance = 9;
     assert_int_equal(dh_plan_create(tok, NULL, 10, &o, &p, &e), DH_EINVAL);
+    o.balance = DH_BALANCE_FIXED;
+    o.order = 2;
+    assert_int_equal(dh_plan_create(tok, NULL, 10, &o, &p, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "step order"));
     assert_ptr_equal(p, (struct dh_plan *)&o);
 }
 
@@ -463,6 +468,63 @@ static void steps_alternate_heavy_and_light(void **state)
     }
 }
 
+/* The same bins in a window, sorted (DH_ORDER_SORTED): heaviest first in
+ * even windows, lightest first in odd ones, so a window ends with steps
+ * like those the next begins with; the steps are those of the alternating
+ * order (the same multiset of step token sums per window). */
+static void sorted_steps_ramp_down_then_up(void **state)
+{
+    enum { N = 6000 };
+    static uint32_t tok[N];
+    static uint16_t prof[N];
+    static const uint32_t windows[] = {16, 5};
+    struct dh_plan_opts o;
+
+    (void)state;
+    assert_int_equal(heavy_mix(23, N, tok, prof), 0);
+    dh_plan_opts_init(&o);
+    o.world_size = MIX_WORLD;
+    o.batch_size = MIX_BATCH;
+    for (size_t k = 0; k < sizeof(windows) / sizeof(windows[0]); k++) {
+        struct dh_plan *alt, *srt;
+        uint64_t full;
+
+        o.window = windows[k];
+        o.order = DH_ORDER_ALTERNATE;
+        alt = make(tok, prof, N, &o);
+        o.order = DH_ORDER_SORTED;
+        srt = make(tok, prof, N, &o);
+        check_exactly_once(srt, tok, N, &o);
+        full = dh_plan_steps(srt) / o.window;
+        assert_true(full > 4);
+        for (uint64_t wi = 0; wi < full; wi++) {
+            uint64_t sum_a = 0, sum_s = 0, sq_a = 0, sq_s = 0, prev = 0;
+
+            for (uint32_t pos = 0; pos < o.window; pos++) {
+                uint64_t g = wi * o.window + pos, ta = 0, ts = 0;
+
+                for (uint32_t r = 0; r < MIX_WORLD; r++) {
+                    ta += dh_plan_rank_tokens(alt, g, r);
+                    ts += dh_plan_rank_tokens(srt, g, r);
+                }
+                if (pos > 0) {
+                    if (wi % 2 == 0)
+                        assert_true(ts <= prev);
+                    else
+                        assert_true(ts >= prev);
+                }
+                prev = ts;
+                sum_a += ta, sum_s += ts;
+                sq_a += ta * ta, sq_s += ts * ts;
+            }
+            assert_int_equal(sum_a, sum_s);
+            assert_int_equal(sq_a, sq_s);
+        }
+        dh_plan_destroy(alt);
+        dh_plan_destroy(srt);
+    }
+}
+
 /*
  * A large epoch is planned completely: every id once, every rank's count
  * and token sum right, with the default window.  (How long planning takes
@@ -505,6 +567,7 @@ int main(void)
         cmocka_unit_test(heavy_tailed_mix_is_balanced),
         cmocka_unit_test(heaviest_rank_rotates),
         cmocka_unit_test(steps_alternate_heavy_and_light),
+        cmocka_unit_test(sorted_steps_ramp_down_then_up),
         cmocka_unit_test(large_epoch_is_exactly_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

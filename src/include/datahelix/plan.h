@@ -39,6 +39,18 @@ enum dh_balance {
                              contiguous chunks (the baseline) */
 };
 
+/* The order of a planning window's steps (docs/planner.md "Step order"). */
+enum dh_step_order {
+    DH_ORDER_ALTERNATE = 0, /* heavy, light, heavy, light: for a GPU step
+                               whose time does not follow tokens (a light
+                               step's spare decode time covers the next
+                               heavy one); the default */
+    DH_ORDER_SORTED = 1,    /* heaviest to lightest, the next window back
+                               up: for a GPU step whose time follows tokens
+                               (VLMs), where a heavy step after a light one
+                               finds no time banked when the CPUs are short */
+};
+
 #define DH_PLAN_WINDOW_DEFAULT 16u /* chosen by measurement: docs/planner.md */
 #define DH_PLAN_WINDOW_MAX 4096u
 #define DH_PLAN_WORLD_MAX (1u << 20)
@@ -59,6 +71,8 @@ struct dh_plan_opts {
     int drop_last;   /* 1 (default): floor(n / (world x batch)) steps,
                             the remainder is not delivered this epoch.
                             0: one more, partial, last step (see below) */
+    int order;       /* enum dh_step_order (default DH_ORDER_ALTERNATE);
+                            with DH_BALANCE_FIXED and a window > 1 */
 };
 
 /*
