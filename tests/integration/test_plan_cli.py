@@ -96,6 +96,9 @@ def test_window_beats_random_split(tmp_path):
     s0, _ = plan_json(table, *base)
     s1, _ = plan_json(table, *base, "--epoch", 1)
     assert s0 != s1
+    # --step-order sorted: the same balance, the steps in another order.
+    s2, srt = plan_json(table, *base, "--step-order", "sorted")
+    assert srt["max_mean_avg"] == win["max_mean_avg"] and s2 != s0
 
 
 def test_human_output_compares(tmp_path):
@@ -116,6 +119,8 @@ def test_human_output_compares(tmp_path):
     (["--manifest", "M", "--world-size", 2], 2),
     (["--manifest", "M", "--world-size", 2, "--batch-size", 2,
       "--balance", "best"], 2),
+    (["--manifest", "M", "--world-size", 2, "--batch-size", 2,
+      "--step-order", "random"], 2),
     (["--bogus"], 2),
 ])
 def test_errors_are_one_line(tmp_path, args, code):

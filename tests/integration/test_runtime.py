@@ -320,6 +320,9 @@ def test_usage_errors(dataset):
                "--index", dataset / "m.dhx", "--client-pid", 5)
     assert p.returncode == 2 and \
         "--client-pid needs --client-socket" in p.stderr, p.stderr
+    p = run_dh("coordinator", "--listen", "ipc:///x", "--cpu-pools", "maybe")
+    assert p.returncode == 2 and \
+        "--cpu-pools must be on or off, not 'maybe'" in p.stderr, p.stderr
 
 
 # ---- failures of the local DataServer ----------------------------------
