@@ -494,33 +494,31 @@ int dh_place_set_pool(struct dh_place *p, int32_t server, int32_t pool,
     return 0;
 }
 
-int dh_place_pool_release(struct dh_place *p, int32_t server)
+/* One of `server`'s tasks leaves its pool's count (release 1) or comes
+ * back to it (release 0). */
+static int pool_move(struct dh_place *p, int32_t server, int release)
 {
     struct dh__place_srv *s;
 
     if (server < 0 || server >= p->max_servers || !p->srv[server].used)
         return DH_ENOTFOUND;
     s = &p->srv[server];
-    if (s->pool < 0 || s->released >= s->tasks)
+    if (release ? s->pool < 0 || s->released >= s->tasks : s->released <= 0)
         return DH_EINVAL;
-    s->released++;
-    p->pools[s->pool].tasks--;
+    s->released += release ? 1 : -1;
+    if (s->pool >= 0)
+        p->pools[s->pool].tasks += release ? -1 : 1;
     return 0;
+}
+
+int dh_place_pool_release(struct dh_place *p, int32_t server)
+{
+    return pool_move(p, server, 1);
 }
 
 int dh_place_pool_rehold(struct dh_place *p, int32_t server)
 {
-    struct dh__place_srv *s;
-
-    if (server < 0 || server >= p->max_servers || !p->srv[server].used)
-        return DH_ENOTFOUND;
-    s = &p->srv[server];
-    if (s->released <= 0)
-        return DH_EINVAL;
-    s->released--;
-    if (s->pool >= 0)
-        p->pools[s->pool].tasks++;
-    return 0;
+    return pool_move(p, server, 0);
 }
 
 int dh_place_pool_cap(struct dh_place *p, int32_t pool, int32_t cap)

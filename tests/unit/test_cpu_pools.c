@@ -7,6 +7,7 @@
 #include "co_fixture.h"
 
 #include <math.h>
+#include <stdarg.h>
 
 #include "datahelix/place.h"
 #include "runtime/coordinator_internal.h"
@@ -154,6 +155,17 @@ static void place_gates_a_pool(void **state)
 }
 
 /* ---- the Coordinator ---- */
+
+/* Closes the sockets given, up to a NULL. */
+static void close_all(void *s, ...)
+{
+    va_list ap;
+
+    va_start(ap, s);
+    for (; s; s = va_arg(ap, void *))
+        zmq_close(s);
+    va_end(ap);
+}
 
 static void *pool_server_w(struct fx *f, uint32_t id, uint32_t rank,
                            uint64_t cpu_set, uint32_t workers)
@@ -307,12 +319,7 @@ static void a_shared_cpu_runs_the_earliest_due_first(void **state)
     rank_result(c3, 2, 0, 3);
     ASSERT_STAT(f, results, 8);
     ASSERT_STAT(f, pending, 0);
-    zmq_close(a);
-    zmq_close(b);
-    zmq_close(c3);
-    zmq_close(k0);
-    zmq_close(k1);
-    zmq_close(k2);
+    close_all(a, b, c3, k0, k1, k2, NULL);
     stop_and_free(f);
 }
 
@@ -352,10 +359,7 @@ static void waiting_workers_and_busy_servers_free_the_cpu(void **state)
     expect_rank_route(b, 1, 1);
     rank_result(b, 1, 1, 2);
     ASSERT_STAT(f, results, 5);
-    zmq_close(a);
-    zmq_close(b);
-    zmq_close(k0);
-    zmq_close(k1);
+    close_all(a, b, k0, k1, NULL);
     stop_and_free(f);
 }
 
@@ -397,10 +401,7 @@ static void a_stuck_task_frees_its_pool_slot(void **state)
     expect_rank_route(b, 1, 1);
     rank_result(b, 1, 1, 2);
     ASSERT_STAT(f, results, 4);
-    zmq_close(a);
-    zmq_close(b);
-    zmq_close(k0);
-    zmq_close(k1);
+    close_all(a, b, k0, k1, NULL);
     stop_and_free(f);
 }
 
@@ -431,10 +432,7 @@ static void pools_off_hold_nothing(void **state)
         expect_rank_route(a, 0, 0);
         expect_rank_route(a, 0, 1);
         expect_rank_route(b, 1, 0);
-        zmq_close(a);
-        zmq_close(b);
-        zmq_close(k0);
-        zmq_close(k1);
+        close_all(a, b, k0, k1, NULL);
         stop_and_free(f);
     }
 }
