@@ -19,7 +19,7 @@ from ._services import (Closing, binary, claim_coordinator,
 _BALANCE = {"fixed": _C.BALANCE_FIXED, "free": _C.BALANCE_FREE,
             "none": _C.BALANCE_NONE}
 # The order of a planning window's steps (docs/planner.md "Step order").
-_STEP_ORDER = {"alternate": 0, "sorted": 1}
+_STEP_ORDER = {"alternate": _C.ORDER_ALTERNATE, "sorted": _C.ORDER_SORTED}
 _POLICIES = ("deadline", "least-request", "round-robin")
 _DTYPES = {"uint8": torch.uint8, "float32": torch.float32}
 

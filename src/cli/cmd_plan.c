@@ -145,9 +145,10 @@ static int parse_opt(void *ctx, int c)
         r = parse_balance(optarg, &a->o.balance);
         break;
     case 'O':
-        if (!strcmp(optarg, "alternate") || !strcmp(optarg, "sorted"))
-            a->o.order = !strcmp(optarg, "sorted") ? DH_ORDER_SORTED
-                                                   : DH_ORDER_ALTERNATE;
+        if (!strcmp(optarg, "alternate"))
+            a->o.order = DH_ORDER_ALTERNATE;
+        else if (!strcmp(optarg, "sorted"))
+            a->o.order = DH_ORDER_SORTED;
         else
             r = dh_cli_usage_error(CMD,
                                    "--step-order must be alternate or "

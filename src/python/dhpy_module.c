@@ -103,7 +103,8 @@ static PyObject *py_schedule(PyObject *self, PyObject *args, PyObject *kw)
     const char *path;
     unsigned world, batch, rank;
     unsigned long long epoch = 0, seed = 0;
-    int balance = DH_BALANCE_FIXED, drop_last = 1, order = 0, rc;
+    int balance = DH_BALANCE_FIXED, drop_last = 1, rc;
+    int order = DH_ORDER_ALTERNATE;
     struct dh_index *ix = NULL;
     struct dh_plan_schedule sc = {0};
     struct dh_plan_opts po;
@@ -593,6 +594,8 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddIntConstant(m, "BALANCE_FIXED", DH_BALANCE_FIXED) < 0 ||
         PyModule_AddIntConstant(m, "BALANCE_FREE", DH_BALANCE_FREE) < 0 ||
         PyModule_AddIntConstant(m, "BALANCE_NONE", DH_BALANCE_NONE) < 0 ||
+        PyModule_AddIntConstant(m, "ORDER_ALTERNATE", DH_ORDER_ALTERNATE) < 0 ||
+        PyModule_AddIntConstant(m, "ORDER_SORTED", DH_ORDER_SORTED) < 0 ||
         dhpy_client_init(m) < 0 || dhpy_pyds_init(m) < 0 ||
         dhpy_sample_init(m) < 0 || dhpy_rebalance_init(m) < 0 ||
         dhpy_rblink_init(m) < 0)

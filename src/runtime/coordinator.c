@@ -674,9 +674,7 @@ int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
                 break;
             }
         }
-        check_heartbeats(c, dh__mono_ms());
-        dh__co_expire(c, dh__mono_ms());
-        dh__co_pool_tick(c, dh__mono_ms());
+        dh__co_tick(c, dh__mono_ms());
         if (c->drain_again) /* ranks a drain could not reach go first */
             dh__co_drain(c, dh__mono_ms());
         dh__co_mx_tick(c, dh__mono_ms());

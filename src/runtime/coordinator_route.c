@@ -629,25 +629,30 @@ static int may_complete(const struct dh_coordinator *c, const struct co_task *t,
     return t->state != CO_PENDING_NEW && c->rank_local[r] == slot;
 }
 
+/* Running task t's work leaves the queue of the server it runs on (its
+ * CPU pool's count too), which learns from `actual_ms` - if that is still
+ * the same registration; a server that died took its counts with it. */
+static void off_server(struct dh_coordinator *c, struct co_task *t,
+                       double actual_ms)
+{
+    const struct co_server *s = t->server >= 0 ? &c->servers[t->server] : NULL;
+
+    if (!s || !s->used || s->gen != t->server_gen)
+        return;
+    dh__co_pool_unrelease(c, t);
+    if (dh_place_complete(c->place, t->server, t->work_ms, actual_ms) < 0)
+        dh__log(DH_LOG_ERROR,
+                "coordinator: placement lost server "
+                "slot %d",
+                (int)t->server); /* cannot happen */
+}
+
 /* service_ms: the server's own time on the task (0: unknown, then the
  * time since routing, which includes its time queued there). */
 static void complete_task(struct dh_coordinator *c, struct co_task *t,
                           uint64_t now, double service_ms)
 {
-    const struct co_server *s = t->server >= 0 ? &c->servers[t->server] : NULL;
-
-    /* A completion from the server the task runs on, still the same
-     * registration: its work leaves the queue and the EWMA learns. */
-    if (s && s->used && s->gen == t->server_gen)
-        dh__co_pool_unrelease(c, t);
-    if (s && s->used && s->gen == t->server_gen &&
-        dh_place_complete(c->place, t->server, t->work_ms,
-                          service_ms > 0 ? service_ms
-                                         : (double)(now - t->since_ms)) < 0)
-        dh__log(DH_LOG_ERROR,
-                "coordinator: placement lost server "
-                "slot %d",
-                (int)t->server); /* cannot happen */
+    off_server(c, t, service_ms > 0 ? service_ms : (double)(now - t->since_ms));
     task_remove(c, t->req.task.id);
     if (t->state == CO_RUNNING)
         task_free(c, t);
@@ -662,17 +667,7 @@ static void complete_task(struct dh_coordinator *c, struct co_task *t,
  * first, that completion is kept as any other. */
 static void to_local(struct dh_coordinator *c, struct co_task *t, uint64_t now)
 {
-    const struct co_server *s = &c->servers[t->server];
-
-    if (s->used && s->gen == t->server_gen)
-        dh__co_pool_unrelease(c, t);
-    if (s->used && s->gen == t->server_gen &&
-        dh_place_complete(c->place, t->server, t->work_ms,
-                          (double)(now - t->since_ms)) < 0)
-        dh__log(DH_LOG_ERROR,
-                "coordinator: placement lost server "
-                "slot %d",
-                (int)t->server); /* cannot happen */
+    off_server(c, t, (double)(now - t->since_ms));
     t->req.hints.local_only = 1;
     t->state = CO_PENDING_REROUTE;
     t->server = -1;

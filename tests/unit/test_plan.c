@@ -326,15 +326,21 @@ static void allocation_failures_are_clean(void **state)
 #define MIX_WORLD 8
 #define MIX_BATCH 4
 
+/* Default options for the heavy mix's world and batch size. */
+static void mix_opts(struct dh_plan_opts *o)
+{
+    dh_plan_opts_init(o);
+    o->world_size = MIX_WORLD;
+    o->batch_size = MIX_BATCH;
+}
+
 static double mix_balance(const uint32_t *tok, const uint16_t *prof,
                           int balance, uint32_t window, double *worst)
 {
     struct dh_plan_opts o;
     double mean;
 
-    dh_plan_opts_init(&o);
-    o.world_size = MIX_WORLD;
-    o.batch_size = MIX_BATCH;
+    mix_opts(&o);
     o.seed = 2024;
     o.balance = balance;
     o.window = window;
@@ -390,9 +396,7 @@ static void heaviest_rank_rotates(void **state)
 
     (void)state;
     assert_int_equal(heavy_mix(17, N, tok, prof), 0);
-    dh_plan_opts_init(&o);
-    o.world_size = MIX_WORLD;
-    o.batch_size = MIX_BATCH;
+    mix_opts(&o);
     for (uint32_t w = 1; w <= 8; w *= 8) {
         o.window = w;
         struct dh_plan *p = make(tok, prof, N, &o);
@@ -420,6 +424,16 @@ static void heaviest_rank_rotates(void **state)
     }
 }
 
+/* A step's tokens over all ranks. */
+static uint64_t step_tokens(const struct dh_plan *p, uint64_t g)
+{
+    uint64_t t = 0;
+
+    for (uint32_t r = 0; r < MIX_WORLD; r++)
+        t += dh_plan_rank_tokens(p, g, r);
+    return t;
+}
+
 /*
  * Within a window the steps run heavy, light, heavy, light: every step at
  * an even position carries at least the tokens of every step at an odd
@@ -435,9 +449,7 @@ static void steps_alternate_heavy_and_light(void **state)
 
     (void)state;
     assert_int_equal(heavy_mix(23, N, tok, prof), 0);
-    dh_plan_opts_init(&o);
-    o.world_size = MIX_WORLD;
-    o.batch_size = MIX_BATCH;
+    mix_opts(&o);
     for (size_t k = 0; k < sizeof(windows) / sizeof(windows[0]); k++) {
         o.window = windows[k];
         struct dh_plan *p = make(tok, prof, N, &o);
@@ -448,10 +460,8 @@ static void steps_alternate_heavy_and_light(void **state)
             uint64_t min_even = UINT64_MAX, max_odd = 0;
 
             for (uint32_t pos = 0; pos < o.window; pos++) {
-                uint64_t g = wi * o.window + pos, t = 0;
+                uint64_t t = step_tokens(p, wi * o.window + pos);
 
-                for (uint32_t r = 0; r < MIX_WORLD; r++)
-                    t += dh_plan_rank_tokens(p, g, r);
                 if (pos % 2 == 0)
                     min_even = t < min_even ? t : min_even;
                 else
@@ -482,9 +492,7 @@ static void sorted_steps_ramp_down_then_up(void **state)
 
     (void)state;
     assert_int_equal(heavy_mix(23, N, tok, prof), 0);
-    dh_plan_opts_init(&o);
-    o.world_size = MIX_WORLD;
-    o.batch_size = MIX_BATCH;
+    mix_opts(&o);
     for (size_t k = 0; k < sizeof(windows) / sizeof(windows[0]); k++) {
         struct dh_plan *alt, *srt;
         uint64_t full;
@@ -501,12 +509,9 @@ static void sorted_steps_ramp_down_then_up(void **state)
             uint64_t sum_a = 0, sum_s = 0, sq_a = 0, sq_s = 0, prev = 0;
 
             for (uint32_t pos = 0; pos < o.window; pos++) {
-                uint64_t g = wi * o.window + pos, ta = 0, ts = 0;
+                uint64_t g = wi * o.window + pos;
+                uint64_t ta = step_tokens(alt, g), ts = step_tokens(srt, g);
 
-                for (uint32_t r = 0; r < MIX_WORLD; r++) {
-                    ta += dh_plan_rank_tokens(alt, g, r);
-                    ts += dh_plan_rank_tokens(srt, g, r);
-                }
                 if (pos > 0) {
                     if (wi % 2 == 0)
                         assert_true(ts <= prev);
@@ -541,9 +546,7 @@ static void large_epoch_is_exactly_once(void **state)
     assert_non_null(tok);
     assert_non_null(prof);
     assert_int_equal(heavy_mix(5, N, tok, prof), 0);
-    dh_plan_opts_init(&o);
-    o.world_size = MIX_WORLD;
-    o.batch_size = MIX_BATCH;
+    mix_opts(&o);
     o.drop_last = 0;
     struct dh_plan *p = make(tok, prof, N, &o);
 
