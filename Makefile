@@ -121,14 +121,15 @@ bench-live: build
 
 # Both regimes of issue 21 on purpose, native, the pool and dh-ddl side by
 # side with each one's ceiling: every process pinned to 1 CPU (CPU-bound),
-# then 2 CPUs with every GPU window 3x as long (GPU-bound).
+# then 2 CPUs with every GPU window 3x as long (GPU-bound).  The 1-CPU run
+# also checks the simulator against live there (issue 21 item 4).
 REGIME := build/datahelix bench --workload mixed --ranks 4 --batch-size 2 \
         --steps 40 --warmup 5 --model qwen-vl \
         --systems native,dask-pool,dh-ddl
 .PHONY: bench-regimes
 bench-regimes: build
 	@scripts/setup-deps.sh bench
-	@$(REGIME) --workers 1 --out bench/out/regimes/cpu-bound
+	@$(REGIME) --workers 1 --validate --out bench/out/regimes/cpu-bound
 	@$(REGIME) --workers 2 --gpu-scale 3 --out bench/out/regimes/gpu-bound
 
 # Tails when the CPUs are short (issue 21 item 3): dh-ddl with the CPU

@@ -76,23 +76,27 @@ def measured_manifest(header, rows, ms, order, f):
     return f
 
 
-def calibrate_handover(a, names, man, index, split, max_ms):
+def calibrate_handover(a, names, man, index, split, ms, out):
     """Each live system's hand-over, measured apart from the run by
-    calibrate_handover.py (null decode, same sources, the other ranks'
-    decode load from the run's clips): {name: {"cpu_ms", "next_ms",
-    ...}}."""
+    calibrate_handover.py (the same sources; the CPU beyond decode with
+    the run's clips decoded by the run's ranks, each clip's decode alone
+    taken from `ms`; next() on a ready batch under the other ranks'
+    decode load): {name: {"cpu_ms", "next_ms", ...}}."""
+    msf = out / "decode_ms.json"
+    msf.write_text(json.dumps(ms))
+    max_ms = max(ms.values())
     cmd = [sys.executable, str(HERE / "calibrate_handover.py"), "--json",
            "--frames", str(a.frames), "--size", f"{a.size[0]}x{a.size[1]}",
            "--batch-size", str(a.batch_size), "--workers-per-rank",
            str(max(split)), "--workers-total", str(sum(split)),
            "--prefetch", str(a.prefetch), "--systems", ",".join(names),
            "--index", str(index), "--load-clips", str(man), "--bin", a.bin,
-           "--ranks", str(a.ranks),
+           "--ranks", str(a.ranks), "--decode-ms", str(msf),
            # long enough for a prefetched dh batch of the longest clips
            # to be ready
            "--dh-ready-sleep-ms",
            f"{min(2000, 100 + 2 * a.batch_size * max_ms):.0f}"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         raise RuntimeError(f"calibrate_handover: {r.stderr.strip()[-300:]}")
     return json.loads(r.stdout)
@@ -129,8 +133,7 @@ def validate(a, systems, man, index, split, cpus, out, live_dir):
                 if '"datahelix_header"' not in x]
     ms = clip_decode_ms(a, sorted({r["path"] for r in rows_all}))
     mean_ms = sum(ms[r["path"]] for r in rows_all) / len(rows_all)
-    cal = calibrate_handover(a, list(live), man, index, split,
-                             max(ms.values()))
+    cal = calibrate_handover(a, list(live), man, index, split, ms, out)
     # CPUs shared by more workers than there are CPUs: each worker runs at
     # CPUs / workers of full speed when all are busy (the model's servers
     # own their cores).

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import run_dh
+from conftest import probed_set, run_dh
 
 
 def test_help_lists_the_systems_and_metrics_options():
@@ -212,7 +212,17 @@ def test_tiny_run_reports_the_paper_metrics_and_leaves_nothing(tmp_path):
             v["commands"][name]
     assert set(v["handover"]) == {"native", "dh-ddl"}
     assert v["handover"]["native"]["samples"] > 0
-    assert v["handover"]["dh-ddl"]["cpu_ms"] == 0  # not measured: in place
+    # The CPU beside decode, with the clips decoded by the run's ranks:
+    # every process counted (the loader workers', the DataServers' decode
+    # is in the whole), then each sample's decode alone taken off.
+    for name, h in v["handover"].items():
+        assert h["loaded_samples"] > 0, (name, h)
+        assert h["loaded_cpu_ms_per_sample"] >= \
+            0.8 * h["decode_alone_ms_per_sample"], (name, h)
+        assert math.isclose(h["cpu_ms"], max(
+            0.0, h["loaded_cpu_ms_per_sample"] -
+            h["decode_alone_ms_per_sample"]), abs_tol=1e-6), (name, h)
+    assert v["handover"]["dh-ddl"]["cpu_null_ms"] == 0  # decodes in place
     assert "Simulated" in (out / "table.md").read_text()
     # Every rank, DataLoader worker, DataServer and Coordinator is gone.
     end = time.monotonic() + 10
@@ -331,6 +341,56 @@ def test_handover_calibration_measures_the_payload_work():
                         "--prefetch", "2", "--systems", "dh-ddl"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "needs --index" in p.stderr
+
+
+def test_loaded_handover_is_all_the_cpu_less_the_decode_alone(tmp_path,
+                                                               dh_bin):
+    """calibrate_handover.py with the run's clips (--load-clips): cpu_ms is
+    the CPU per sample of every process of the system - the ranks and
+    their loader workers, decoding for real - less each sample's decode
+    alone (--decode-ms).  With the decode alone given as 0 what is left is
+    the whole CPU, which holds the workers' decode (it is not less than
+    the clips' decode measured alone); with it given as more than any CPU,
+    nothing is left."""
+    d = probed_set(tmp_path, "S", 4, 11)
+    clips = sorted(str(c) for c in (d / "videos").glob("*.mp4"))
+    dec = run_dh("decode", "--json", "--repeat", 3, "--frames", 8, "--size",
+                 "112x112", *clips, check=True)
+    alone = [json.loads(x)["decode_ms"] for x in dec.stdout.splitlines()
+             if "decode_ms" in x]
+    assert len(alone) == len(clips)
+
+    def calibrate(ms):
+        f = tmp_path / "ms.json"
+        f.write_text(json.dumps({c: ms for c in clips}))
+        p = subprocess.run(
+            [sys.executable, str(BENCH / "calibrate_handover.py"), "--json",
+             "--systems", "native", "--frames", "8", "--size", "112x112",
+             "--batch-size", "2", "--workers-per-rank", "1",
+             "--workers-total", "2", "--prefetch", "2", "--ranks", "2",
+             "--load-clips", str(d / "m.jsonl"), "--decode-ms", str(f),
+             "--loaded-batches", "4", "--ready-sleep-ms", "100",
+             "--bin", str(dh_bin)],
+            capture_output=True, text=True, timeout=180)
+        assert p.returncode == 0, p.stderr[-2000:]
+        return json.loads(p.stdout)["native"]
+
+    whole = calibrate(0.0)
+    assert whole["loaded_samples"] >= 8, whole  # rank 0's 4 batches at least
+    assert whole["cpu_ms"] == pytest.approx(
+        whole["loaded_cpu_ms_per_sample"])
+    assert whole["cpu_ms"] >= 0.8 * min(alone), (whole, alone)
+    assert whole["cpu_null_ms"] < whole["cpu_ms"], whole
+    assert calibrate(1e6)["cpu_ms"] == 0
+    (tmp_path / "ms.json").write_text(json.dumps({clips[0]: 1.0}))
+    bad = subprocess.run(
+        [sys.executable, str(BENCH / "calibrate_handover.py"), "--systems",
+         "native", "--frames", "8", "--size", "112x112", "--batch-size",
+         "2", "--workers-per-rank", "1", "--workers-total", "2",
+         "--prefetch", "2", "--load-clips", str(d / "m.jsonl"), "--decode-ms",
+         str(tmp_path / "ms.json")], capture_output=True, text=True,
+        timeout=60)
+    assert bad.returncode == 2 and f"no time for {clips[1]}" in bad.stderr
 
 
 def test_paper_handover_fit_is_the_line_through_two_sizes():

@@ -907,6 +907,21 @@ def test_snap_ref_repeated_decodes_agree(tmp_path, stamped):
     assert a["mean_abs_shift"] == b["mean_abs_shift"]
 
 
+def test_decode_reports_the_open_part_of_each_file(tmp_path, stamped):
+    """open_ms: what a file costs before its first frame (container, frame
+    table, decoder), the part reuse across files could save; inside
+    decode_ms, which also selects and decodes the frames."""
+    paths = [stamped[k].path for k in ("S", "M")]
+    p = run_dh("decode", "--json", "--repeat", "3", "--frames", "16",
+               *paths, check=True)
+    objs = [json.loads(x) for x in p.stdout.splitlines()[:-1]]
+    assert len(objs) == 2
+    for o in objs:
+        assert 0 < o["open_ms"] < o["decode_ms"], o
+    text = run_dh("decode", "--frames", "4", paths[0], check=True)
+    assert "(open " in text.stderr, text.stderr
+
+
 def test_snap_ref_out_of_order_slots_are_clean(tmp_path, stamped):
     """Targets no reference frame reaches are decoded afterwards into
     earlier slots: their bytes must equal a plain decode of those frames."""
