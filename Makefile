@@ -87,7 +87,7 @@ bench: build
 	@$(PY) bench/bench_matrix.py --bin build/datahelix
 
 # Every benchmark, one after the other (well over 15 minutes).
-bench-all: bench-probe bench-verify bench-index bench-decode bench-arena bench-handover bench-python bench-ddl bench-plan bench-coschedule bench-place bench-route bench-exchange bench-live bench-regimes bench-tails bench
+bench-all: bench-probe bench-verify bench-index bench-decode bench-decoder-reuse bench-arena bench-handover bench-python bench-ddl bench-plan bench-coschedule bench-place bench-route bench-exchange bench-live bench-regimes bench-tails bench
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
@@ -99,6 +99,11 @@ bench-verify: build
 bench-decode: build
 	@scripts/setup-deps.sh bench
 	@$(PY) bench/bench_decode.py --bin build/datahelix
+
+# Decoders taken over across files vs one per file (issue 21 item 2).
+.PHONY: bench-decoder-reuse
+bench-decoder-reuse: build
+	@$(PY) bench/bench_decoder_reuse.py --bin build/datahelix
 
 # The Python DataLoader: next() overhead, samples/s vs torch's DataLoader.
 bench-python: build

@@ -23,6 +23,7 @@
 #include "cli/cli.h"
 #include "core/alloc.h"
 #include "datahelix/media.h"
+#include "datahelix/media_reuse.h"
 
 #define MAX_REPEAT 1000
 
@@ -35,7 +36,8 @@ struct decode_opts {
     int64_t repeat;
     const char *out;
     int json;
-    int native; /* --size native: DH_GEOM_NATIVE after all options */
+    int no_reuse; /* --no-decoder-reuse */
+    int native;   /* --size native: DH_GEOM_NATIVE after all options */
 };
 
 /* Per-run state: the reused pipeline, buffer and output stream. */
@@ -50,6 +52,7 @@ struct decode_run {
     double *open_ms;          /* ... and of its open part */
     int64_t files, failed, frames;
     double seconds;
+    int64_t reused; /* decoders taken over by the current file's repeats */
 };
 
 static void usage(FILE *f)
@@ -86,6 +89,9 @@ static void usage(FILE *f)
         "  -r, --repeat R        decode each file R times, report the median ms   [1]\n"
         "  -o, --out FILE        write the raw tensors, one after another, to FILE\n"
         "                        (- for stdout; exactly the tensor bytes, no header)\n"
+        "      --no-decoder-reuse  open a decoder for every file (by default a file\n"
+        "                        takes over the previous file's decoder when their\n"
+        "                        codec parameters are the same; docs/media.md)\n"
         "      --json            one JSON object per file and a total, on stdout\n"
         "  -h, --help            this text\n"
         "\n"
@@ -102,6 +108,7 @@ enum {
     OPT_SNAP,
     OPT_SNAPTOL,
     OPT_JSON,
+    OPT_NOREUSE,
     OPT_MAXPX,
     OPT_MAXSIDE,
     OPT_MAXAREA,
@@ -127,6 +134,7 @@ static const struct option longopts[] = {
     {"repeat", required_argument, NULL, 'r'},
     {"out", required_argument, NULL, 'o'},
     {"json", no_argument, NULL, OPT_JSON},
+    {"no-decoder-reuse", no_argument, NULL, OPT_NOREUSE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -329,6 +337,9 @@ static int parse_opt(void *ctx, int c)
     case OPT_JSON:
         o->json = 1;
         return 0;
+    case OPT_NOREUSE:
+        o->no_reuse = 1;
+        return 0;
     case OPT_GEOM:
         if (!(rc = parse_enum(geometries, "geometry",
                               "crop, stretch or random-crop", &v)))
@@ -522,9 +533,10 @@ static void report_file(struct decode_run *r, const char *path,
         fprintf(stderr,
                 "decode: %s: %" PRId64 " frames %dx%d (%" PRId64
                 " valid), %.2f ms (open %.2f), %" PRId64 " decoded, %" PRId64
-                " seeks",
+                " seeks, decoder reused %" PRId64 "/%" PRId64,
                 path, res->frames, p->width, p->height, res->valid_frames, ms,
-                open_ms, res->decoded_frames, res->seeks);
+                open_ms, res->decoded_frames, res->seeks, r->reused,
+                r->o->repeat);
         if (p->snap != DH_SNAP_EXACT)
             fprintf(stderr, ", mean shift %.2f", res->mean_abs_shift);
         if (res->seek_fallbacks)
@@ -541,6 +553,8 @@ static void report_file(struct decode_run *r, const char *path,
                   (json_int_t)res->seeks, "seek_fallbacks",
                   (json_int_t)res->seek_fallbacks, "indices",
                   indices_json(r->m, res->frames));
+    if (o)
+        json_object_set_new(o, "decoder_reused", json_integer(r->reused));
     if (o && p->snap != DH_SNAP_EXACT)
         json_object_set_new(o, "mean_abs_shift",
                             json_real(res->mean_abs_shift));
@@ -550,18 +564,23 @@ static void report_file(struct decode_run *r, const char *path,
 static void report_total(const struct decode_run *r)
 {
     double fps = r->seconds > 0 ? (double)r->frames / r->seconds : 0;
+    int64_t opens, reuses;
 
+    dh__media_decoder_counts(r->m, &opens, &reuses);
     if (r->o->json) {
-        print_json(json_pack(
-            "{s:I, s:I, s:I, s:f, s:f}", "files", (json_int_t)r->files,
-            "failed", (json_int_t)r->failed, "frames", (json_int_t)r->frames,
-            "seconds", r->seconds, "frames_per_s", fps));
+        print_json(
+            json_pack("{s:I, s:I, s:I, s:f, s:f, s:I, s:I}", "files",
+                      (json_int_t)r->files, "failed", (json_int_t)r->failed,
+                      "frames", (json_int_t)r->frames, "seconds", r->seconds,
+                      "frames_per_s", fps, "decoder_opens", (json_int_t)opens,
+                      "decoder_reuses", (json_int_t)reuses));
         return;
     }
     fprintf(stderr,
             "decode: %" PRId64 " files, %" PRId64 " failed, %" PRId64
-            " frames in %.3f s (%.0f frames/s)\n",
-            r->files, r->failed, r->frames, r->seconds, fps);
+            " frames in %.3f s (%.0f frames/s); %" PRId64
+            " decoders opened, %" PRId64 " taken over\n",
+            r->files, r->failed, r->frames, r->seconds, fps, opens, reuses);
 }
 
 /* ---- per file ---- */
@@ -584,9 +603,11 @@ static int decode_file(struct decode_run *r, const char *path)
 {
     struct dh_media_result res;
     struct dh_err e;
+    int64_t opens, reuses0, reuses;
     double ms;
     int rc = 0;
 
+    dh__media_decoder_counts(r->m, &opens, &reuses0);
     for (int64_t i = 0; i < r->o->repeat; i++) {
         dh_err_clear(&e);
         memset(&res, 0, sizeof(res));
@@ -597,6 +618,8 @@ static int decode_file(struct decode_run *r, const char *path)
         }
     }
     ms = median(r->ms, r->o->repeat);
+    dh__media_decoder_counts(r->m, &opens, &reuses);
+    r->reused = reuses - reuses0;
     report_file(r, path, &res, ms, median(r->open_ms, r->o->repeat));
     r->files++;
     r->frames += res.frames;
@@ -656,6 +679,7 @@ static int run(struct decode_run *r, int npaths, char **paths)
         return -1;
     }
     dh_media_set_threads(r->m, (int)r->o->threads);
+    dh__media_set_decoder_reuse(r->m, !r->o->no_reuse);
     for (int i = 0; i < npaths && !rc; i++)
         rc = decode_file(r, paths[i]);
     if (!rc)

@@ -230,6 +230,7 @@ int dh__media_av_fail(struct dh_media *m, int rc, const char *what,
     char buf[128];
     int64_t at = m->last_index + 1;
 
+    m->cc_tainted = 1;        /* not carried to the next file (media_open.c) */
     if (dh__media_overdue(m)) /* the interrupt callback cut a read */
         return dh__media_watchdog_error(m, e);
     return dh_err_set(e, DH_EMEDIA, "%s: %s%sframe %lld (%.3f s): %s", m->name,
@@ -245,6 +246,10 @@ static int drain(struct dh_media *m, const char *what, dh__media_picture_fn pic,
 
     while ((rc = avcodec_receive_frame(m->cc, m->frame)) >= 0) {
         m->decoded++;
+        /* A picture the decoder concealed errors in: its state is suspect. */
+        if (m->frame->decode_error_flags ||
+            (m->frame->flags & AV_FRAME_FLAG_CORRUPT))
+            m->cc_tainted = 1;
         rc = dh__media_trustworthy(m, m->frame) ? pic(ctx, m->frame, e) : 0;
         av_frame_unref(m->frame);
         if (rc)
@@ -625,6 +630,8 @@ int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
     double t0 = dh__mono_msf();
     int rc = decode_frames(m, p, dst, dst_len, res, e);
 
+    if (rc)
+        m->cc_tainted = 1;
     m->stage_ms[DH_MS_DECODE] += dh__mono_msf() - t0;
     return rc;
 }

@@ -27,6 +27,7 @@
 #include <libswscale/swscale.h>
 
 #include "datahelix/media.h"
+#include "datahelix/media_reuse.h"
 
 struct dh__mem_src {
     const uint8_t *data;
@@ -82,6 +83,17 @@ struct dh_media {
     struct dh__mem_src mem;
     AVCodecContext *cc;
     int stream;
+
+    /* decoder reuse (media_open.c, "Decoder reuse"): a closed file's
+     * decoder waits in `spare` for the next file opened with the same
+     * codec parameters (cc_par) and thread count; one that met an error or
+     * a concealed picture (cc_tainted) is freed instead */
+    AVCodecContext *spare;
+    AVCodecParameters *cc_par; /* what cc, or spare, was opened with */
+    int cc_threads;
+    int cc_tainted;
+    int no_reuse; /* dh__media_set_decoder_reuse(m, 0) */
+    int64_t decoder_opens, decoder_reuses; /* since dh_media_create */
     struct dh_media_info info;
     int image;
 

@@ -77,6 +77,8 @@ void dh_media_destroy(struct dh_media *m)
     if (!m)
         return;
     dh_media_close(m);
+    avcodec_free_context(&m->spare);
+    avcodec_parameters_free(&m->cc_par);
     av_packet_free(&m->pkt);
     av_frame_free(&m->frame);
     av_frame_free(&m->hold);
@@ -97,13 +99,91 @@ static void close_input(struct dh_media *m)
     }
 }
 
+/* ---- decoder reuse ----
+ *
+ * Opening a decoder per file costs an allocation of its context and
+ * tables (and, with frame threads, starting its threads).  So a closed
+ * file's decoder is kept, and the next file takes it over, flushed, when
+ * it was opened with the same codec parameters and thread count: the
+ * decoder then holds exactly the state a fresh open would give it (the
+ * extradata it parsed at open is byte-identical, and a flush is what a
+ * seek within one file does anyway).  A decoder that returned an error or
+ * output a picture it flagged corrupt or concealed is not kept: whatever
+ * state a bad file left it in goes with it.  Only the decoder: a demuxer's
+ * context is per input (FFmpeg opens one per avformat_open_input). */
+
+static int same_params(const AVCodecParameters *a, const AVCodecParameters *b)
+{
+    return a->codec_type == b->codec_type && a->codec_id == b->codec_id &&
+           a->codec_tag == b->codec_tag && a->format == b->format &&
+           a->profile == b->profile && a->level == b->level &&
+           a->width == b->width && a->height == b->height &&
+           a->bits_per_coded_sample == b->bits_per_coded_sample &&
+           a->bits_per_raw_sample == b->bits_per_raw_sample &&
+           a->field_order == b->field_order &&
+           a->color_range == b->color_range &&
+           a->color_primaries == b->color_primaries &&
+           a->color_trc == b->color_trc && a->color_space == b->color_space &&
+           a->chroma_location == b->chroma_location &&
+           a->sample_aspect_ratio.num == b->sample_aspect_ratio.num &&
+           a->sample_aspect_ratio.den == b->sample_aspect_ratio.den &&
+           a->video_delay == b->video_delay &&
+           a->extradata_size == b->extradata_size &&
+           (a->extradata_size <= 0 ||
+            !memcmp(a->extradata, b->extradata, (size_t)a->extradata_size));
+}
+
+/* The open file's decoder becomes the spare, or is freed. */
+static void keep_decoder(struct dh_media *m)
+{
+    if (!m->cc)
+        return;
+    avcodec_free_context(&m->spare);
+    if (m->cc_tainted || m->no_reuse)
+        avcodec_free_context(&m->cc);
+    m->spare = m->cc;
+    m->cc = NULL;
+}
+
+/* 1 when the spare was taken over as the decoder of `par`; else the spare
+ * is freed and 0. */
+static int reuse_decoder(struct dh_media *m, const AVCodecParameters *par)
+{
+    if (!m->spare || !m->cc_par || m->cc_threads != m->threads ||
+        !same_params(m->cc_par, par)) {
+        avcodec_free_context(&m->spare);
+        return 0;
+    }
+    m->cc = m->spare;
+    m->spare = NULL;
+    avcodec_flush_buffers(m->cc);
+    m->cc->skip_frame = AVDISCARD_DEFAULT;
+    m->cc_tainted = 0;
+    m->decoder_reuses++;
+    return 1;
+}
+
+void dh__media_decoder_counts(const struct dh_media *m, int64_t *opens,
+                              int64_t *reuses)
+{
+    *opens = m->decoder_opens;
+    *reuses = m->decoder_reuses;
+}
+
+void dh__media_set_decoder_reuse(struct dh_media *m, int on)
+{
+    m->no_reuse = !on;
+    if (!on)
+        avcodec_free_context(&m->spare);
+}
+
 void dh_media_close(struct dh_media *m)
 {
     if (!m)
         return;
     if (m->hold)
         av_frame_unref(m->hold);
-    avcodec_free_context(&m->cc);
+    keep_decoder(m);
     close_input(m);
     m->name = NULL; /* name_buf stays for the next file */
     m->stream = -1;
@@ -448,6 +528,9 @@ static int open_decoder(struct dh_media *m, struct dh_err *e)
     if (!dec)
         return dh_err_set(e, DH_EMEDIA, "%s: no decoder for codec %s", m->name,
                           avcodec_get_name(par->codec_id));
+    if (reuse_decoder(m, par))
+        return 0;
+    m->cc_tainted = 1; /* until it is open and its parameters recorded */
     m->cc = avcodec_alloc_context3(dec);
     if (!m->cc)
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
@@ -460,6 +543,14 @@ static int open_decoder(struct dh_media *m, struct dh_err *e)
         return dh_err_set(e, DH_EMEDIA, "%s: opening the %s decoder: %s",
                           m->name, dec->name,
                           dh__av_errstr(rc, buf, sizeof(buf)));
+    m->decoder_opens++;
+    /* Without a record of its parameters the decoder is simply not kept. */
+    if (!m->cc_par)
+        m->cc_par = avcodec_parameters_alloc();
+    if (m->cc_par && avcodec_parameters_copy(m->cc_par, par) >= 0) {
+        m->cc_threads = m->threads;
+        m->cc_tainted = 0;
+    }
     return 0;
 }
 
@@ -469,7 +560,11 @@ static void fill_info(struct dh_media *m)
     struct dh_media_info *i = &m->info;
     AVRational r = st->avg_frame_rate.num ? st->avg_frame_rate
                                           : st->r_frame_rate;
-    const char *pf = av_get_pix_fmt_name(m->cc->pix_fmt);
+    /* The stream's format, as a fresh decoder starts with: a decoder taken
+     * over from the previous file holds what that file decoded to. */
+    const char *pf = av_get_pix_fmt_name(
+        st->codecpar->format >= 0 ? (enum AVPixelFormat)st->codecpar->format
+                                  : m->cc->pix_fmt);
 
     i->kind = m->image ? DH_KIND_IMAGE : DH_KIND_VIDEO;
     i->frames = m->n;

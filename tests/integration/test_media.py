@@ -922,6 +922,77 @@ def test_decode_reports_the_open_part_of_each_file(tmp_path, stamped):
     assert "(open " in text.stderr, text.stderr
 
 
+def _decodable(videos):
+    """shared/data's clips that decode (the corrupted one is tested on its
+    own), derived/ included, in a fixed order."""
+    bad = {"decord__corrupted.mp4"}
+    return sorted(p for p in videos.rglob("*")
+                  if p.is_file() and p.suffix != ".tsv" and p.name not in bad)
+
+
+def test_decoder_reuse_gives_a_fresh_decoders_bytes(tmp_path, shared_videos,
+                                                    gen_set):
+    """Issue 21 item 2: a file takes over the previous file's decoder when
+    their codec parameters match.  Every clip of shared/data (H.264, HEVC
+    8/10-bit, VP9, AV1, MPEG-4 with B-frames, MJPEG; MP4, MKV, WebM, AVI,
+    MOV), each twice in a row, then gen-data's clips (same-profile files
+    share their parameters): the tensors must be byte-identical to those of
+    a decoder opened per file, and most files must have taken one over."""
+    clips = _decodable(shared_videos)
+    assert len(clips) >= 20, clips
+    paths = [p for c in clips for p in (c, c)]
+    paths += sorted(gen_set.glob("*_S.mp4")) + sorted(gen_set.glob("*.mp4"))
+    args = ("--frames", "6", "--size", "48x40")
+    reused, on = decode(tmp_path, paths, *args)
+    fresh, off = decode(tmp_path, paths, *args, "--no-decoder-reuse")
+    for a, b in zip(reused, fresh):
+        assert a.obj["indices"] == b.obj["indices"], a.obj["path"]
+        assert np.array_equal(a.arr, b.arr), a.obj["path"]
+    assert off["decoder_reuses"] == 0 and off["decoder_opens"] == len(paths)
+    # The second of each pair at least; a file only ever opens or reuses.
+    assert on["decoder_reuses"] >= len(clips), on
+    assert on["decoder_opens"] + on["decoder_reuses"] == len(paths), on
+    assert sum(o.obj["decoder_reused"] for o in reused) == \
+        on["decoder_reuses"]
+    # Different parameters never share: S then M then L each open one.
+    mixed = sorted(gen_set.glob("*.mp4"))[:3]
+    _, t = decode(tmp_path, mixed, *args)
+    assert (t["decoder_opens"], t["decoder_reuses"]) == (3, 0), t
+
+
+def _damaged(src, dst, how):
+    data = bytearray(src.read_bytes())
+    if how == "cut":  # the index intact, the samples cut short
+        data = data[:len(data) * 2 // 3]
+    else:  # bytes flipped in the samples: the decoder conceals
+        r = random.Random(1)
+        for _ in range(40):
+            data[r.randrange(len(data) // 3, len(data) - 100)] ^= 0xFF
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+@pytest.mark.parametrize("how", ["cut", "flipped"])
+def test_a_bad_files_decoder_is_not_carried_over(tmp_path, gen_set, how):
+    """A decoder that failed (a cut file) or concealed damage (flipped
+    bytes: no error, pictures flagged) goes with its file: the next file of
+    the same parameters opens its own, and decodes as a fresh one would."""
+    s = sorted(gen_set.glob("*_S.mp4"))
+    assert len(s) >= 2, s
+    bad = _damaged(s[0], tmp_path / f"{how}.mp4", how)
+    args = ["--json", "--plan", "all", "--size", "48x40"]
+    p = run_dh("decode", *args, "--out", tmp_path / "a.raw", s[0], bad, s[1])
+    assert p.returncode == (1 if how == "cut" else 0), p.stderr
+    total = json.loads(p.stdout.splitlines()[-1])
+    # s[0] opens, the bad file takes it over, s[1] must open its own.
+    assert (total["decoder_opens"], total["decoder_reuses"]) == (2, 1), total
+    after = json.loads(p.stdout.splitlines()[-2])
+    assert after["path"] == str(s[1]) and after["decoder_reused"] == 0
+    alone = decode1(tmp_path, s[1], "--plan", "all", "--size", "48x40")
+    n = alone.arr.nbytes
+    assert (tmp_path / "a.raw").read_bytes()[-n:] == alone.arr.tobytes()
+
+
 def test_snap_ref_out_of_order_slots_are_clean(tmp_path, stamped):
     """Targets no reference frame reaches are decoded afterwards into
     earlier slots: their bytes must equal a plain decode of those frames."""
