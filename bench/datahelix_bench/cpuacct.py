@@ -27,7 +27,7 @@ import os
 import pathlib
 import resource
 
-from .processes import cmdline
+from .processes import cmdline, read_proc
 
 SAMPLE_S = 0.5
 KINDS = ("decode", "dataserver_loop", "coordinator", "client", "harness",
@@ -44,7 +44,7 @@ def thread_ticks(pid):
         return out
     for t in tids:
         try:
-            st = pathlib.Path(f"/proc/{pid}/task/{t}/stat").read_text()
+            st = read_proc(f"/proc/{pid}/task/{t}/stat")
         except OSError:
             continue
         f = st[st.rindex(")") + 2:].split()
@@ -55,7 +55,7 @@ def thread_ticks(pid):
 
 def parent_of(pid):
     try:
-        st = pathlib.Path(f"/proc/{pid}/stat").read_text()
+        st = read_proc(f"/proc/{pid}/stat")
     except OSError:
         return None
     return int(st[st.rindex(")") + 2:].split()[1])

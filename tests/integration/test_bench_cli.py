@@ -317,6 +317,34 @@ def test_cpu_account_names_each_thread_kind(tmp_path):
     assert r["usage_total_s"] >= r["client"]
 
 
+def test_one_proc_walk_serves_every_lookup_of_a_reading():
+    """wait_ranks walks /proc once per reading (process_tree) and hands the
+    tree to both lookups: the descendants found in it are those a walk of
+    its own finds, and note_descendants records a live child's command
+    line from it."""
+    procs = bench_live("processes")
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time; time.sleep(30)"])
+    try:
+        tree = procs.process_tree()
+        assert child.pid in procs.descendants(os.getpid(), tree)
+        assert sorted(procs.descendants(os.getpid(), tree)) == \
+            sorted(procs.descendants(os.getpid()))
+
+        class Rank:
+            pid = os.getpid()
+        seen = {}
+        procs.note_descendants([Rank], seen, tree)
+        assert b"time.sleep(30)" in seen[child.pid]
+        assert procs.proc_stat(child.pid)[1] == str(os.getpid())
+        assert procs.read_proc(f"/proc/{child.pid}/stat").startswith(
+            f"{child.pid} (")
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    assert procs.proc_stat(child.pid) is None
+
+
 def test_handover_calibration_measures_the_payload_work():
     """calibrate_handover.py: a DataLoader's own work per sample (copies,
     shared memory, pickling) grows with the sample: 200x the bytes costs
