@@ -76,7 +76,18 @@ def measured_manifest(header, rows, ms, order, f):
     return f
 
 
-def calibrate_handover(a, names, man, index, split, ms, out):
+def dh_ready_sleep_ms(a, split, cpus, max_ms):
+    """How long a datahelix rank sleeps before timing next() so that its
+    batch is ready: two of its batches' decode of the longest clips, on
+    the CPU share its decode gets beside the calibration's load streams
+    (one per worker of the run), 10 s at most.  Without the share (a flat
+    2 s cap), on 1 CPU a batch of two L clips took ~2.8 s among five
+    decoders and next() measured the decode: 190 ms "on a ready batch"."""
+    share = max(1.0, (sum(split) + 1) / max(1, len(cpus)))
+    return min(10000.0, 100 + 2 * a.batch_size * max_ms * share)
+
+
+def calibrate_handover(a, names, man, index, split, ms, out, cpus):
     """Each live system's hand-over, measured apart from the run by
     calibrate_handover.py (the same sources; the CPU beyond decode with
     the run's clips decoded by the run's ranks, each clip's decode alone
@@ -92,10 +103,8 @@ def calibrate_handover(a, names, man, index, split, ms, out):
            "--prefetch", str(a.prefetch), "--systems", ",".join(names),
            "--index", str(index), "--load-clips", str(man), "--bin", a.bin,
            "--ranks", str(a.ranks), "--decode-ms", str(msf),
-           # long enough for a prefetched dh batch of the longest clips
-           # to be ready
            "--dh-ready-sleep-ms",
-           f"{min(2000, 100 + 2 * a.batch_size * max_ms):.0f}"]
+           f"{dh_ready_sleep_ms(a, split, cpus, max_ms):.0f}"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         raise RuntimeError(f"calibrate_handover: {r.stderr.strip()[-300:]}")
@@ -133,7 +142,8 @@ def validate(a, systems, man, index, split, cpus, out, live_dir):
                 if '"datahelix_header"' not in x]
     ms = clip_decode_ms(a, sorted({r["path"] for r in rows_all}))
     mean_ms = sum(ms[r["path"]] for r in rows_all) / len(rows_all)
-    cal = calibrate_handover(a, list(live), man, index, split, ms, out)
+    cal = calibrate_handover(a, list(live), man, index, split, ms, out,
+                             cpus)
     # CPUs shared by more workers than there are CPUs: each worker runs at
     # CPUs / workers of full speed when all are busy (the model's servers
     # own their cores).

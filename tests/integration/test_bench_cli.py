@@ -345,6 +345,23 @@ def test_one_proc_walk_serves_every_lookup_of_a_reading():
     assert procs.proc_stat(child.pid) is None
 
 
+def test_dh_ready_sleep_follows_the_cpu_share():
+    """--validate's datahelix next() is timed after a sleep long enough for
+    two batches of the longest clips to decode on the share of the CPUs
+    its decode gets beside the load streams (on 1 CPU among 5 decoders a
+    flat 2 s left the batch unready: next() measured 190 ms of decode)."""
+    from types import SimpleNamespace
+    v = bench_live("validate")
+    a = SimpleNamespace(batch_size=2)
+    one = v.dh_ready_sleep_ms(a, [1, 1, 1, 1], [0], 280)
+    two = v.dh_ready_sleep_ms(a, [1, 1, 1, 1], [0, 1], 280)
+    assert one == pytest.approx(100 + 2 * 2 * 280 * 5)
+    assert two == pytest.approx(100 + 2 * 2 * 280 * 2.5)
+    assert v.dh_ready_sleep_ms(a, [1], [0, 1, 2, 3], 100) == \
+        pytest.approx(100 + 2 * 2 * 100)  # never under one decoder a CPU
+    assert v.dh_ready_sleep_ms(a, [8] * 8, [0], 900) == 10000
+
+
 def test_handover_calibration_measures_the_payload_work():
     """calibrate_handover.py: a DataLoader's own work per sample (copies,
     shared memory, pickling) grows with the sample: 200x the bytes costs
