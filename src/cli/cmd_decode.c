@@ -52,7 +52,6 @@ struct decode_run {
     double *open_ms;          /* ... and of its open part */
     int64_t files, failed, frames;
     double seconds;
-    int64_t reused; /* decoders taken over by the current file's repeats */
 };
 
 static void usage(FILE *f)
@@ -522,9 +521,10 @@ static void print_json(json_t *o)
     json_decref(o);
 }
 
+/* reused: decoders the file's repeats took over from a previous file. */
 static void report_file(struct decode_run *r, const char *path,
                         const struct dh_media_result *res, double ms,
-                        double open_ms)
+                        double open_ms, int64_t reused)
 {
     const struct dh_media_plan *p = &r->cur;
     json_t *o;
@@ -535,8 +535,7 @@ static void report_file(struct decode_run *r, const char *path,
                 " valid), %.2f ms (open %.2f), %" PRId64 " decoded, %" PRId64
                 " seeks, decoder reused %" PRId64 "/%" PRId64,
                 path, res->frames, p->width, p->height, res->valid_frames, ms,
-                open_ms, res->decoded_frames, res->seeks, r->reused,
-                r->o->repeat);
+                open_ms, res->decoded_frames, res->seeks, reused, r->o->repeat);
         if (p->snap != DH_SNAP_EXACT)
             fprintf(stderr, ", mean shift %.2f", res->mean_abs_shift);
         if (res->seek_fallbacks)
@@ -554,7 +553,7 @@ static void report_file(struct decode_run *r, const char *path,
                   (json_int_t)res->seek_fallbacks, "indices",
                   indices_json(r->m, res->frames));
     if (o)
-        json_object_set_new(o, "decoder_reused", json_integer(r->reused));
+        json_object_set_new(o, "decoder_reused", json_integer(reused));
     if (o && p->snap != DH_SNAP_EXACT)
         json_object_set_new(o, "mean_abs_shift",
                             json_real(res->mean_abs_shift));
@@ -619,8 +618,8 @@ static int decode_file(struct decode_run *r, const char *path)
     }
     ms = median(r->ms, r->o->repeat);
     dh__media_decoder_counts(r->m, &opens, &reuses);
-    r->reused = reuses - reuses0;
-    report_file(r, path, &res, ms, median(r->open_ms, r->o->repeat));
+    report_file(r, path, &res, ms, median(r->open_ms, r->o->repeat),
+                reuses - reuses0);
     r->files++;
     r->frames += res.frames;
     r->seconds += ms / 1e3;

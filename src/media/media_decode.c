@@ -230,7 +230,6 @@ int dh__media_av_fail(struct dh_media *m, int rc, const char *what,
     char buf[128];
     int64_t at = m->last_index + 1;
 
-    m->cc_tainted = 1;        /* not carried to the next file (media_open.c) */
     if (dh__media_overdue(m)) /* the interrupt callback cut a read */
         return dh__media_watchdog_error(m, e);
     return dh_err_set(e, DH_EMEDIA, "%s: %s%sframe %lld (%.3f s): %s", m->name,
@@ -630,7 +629,7 @@ int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
     double t0 = dh__mono_msf();
     int rc = decode_frames(m, p, dst, dst_len, res, e);
 
-    if (rc)
+    if (rc) /* any error: the decoder is not carried to the next file */
         m->cc_tainted = 1;
     m->stage_ms[DH_MS_DECODE] += dh__mono_msf() - t0;
     return rc;

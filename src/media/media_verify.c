@@ -116,19 +116,18 @@ int dh_media_verify(struct dh_media *m, struct dh_media_verify *res,
     avcodec_flush_buffers(m->cc);
     dh__media_repositioned(m, m->counting ? 0 : -1);
     m->eof = 1; /* so that a counting-mode decode starts over */
-    if (rc) {
-        m->cc_tainted = 1; /* not carried to the next file (media_open.c) */
-        return rc;
+    if (!rc) {
+        res->frames = v.next;
+        res->media_s = m->info.duration_s;
     }
-    res->frames = v.next;
-    res->media_s = m->info.duration_s;
-    if (v.next < m->n) {
+    if (!rc && v.next < m->n) {
         snprintf(why, sizeof(why),
                  "decoding ended after %lld of the %lld frames its packets "
                  "promise",
                  (long long)v.next, (long long)m->n);
-        m->cc_tainted = 1;
-        return fail(m, v.next, why, e);
+        rc = fail(m, v.next, why, e);
     }
-    return 0;
+    if (rc) /* any error: the decoder is not carried to the next file */
+        m->cc_tainted = 1;
+    return rc;
 }
