@@ -41,7 +41,7 @@
 #include "datahelix/error.h"
 #include "datahelix/table.h"
 
-#define DH_INDEX_FORMAT_VERSION 1u
+#define DH_INDEX_FORMAT_VERSION 2u
 #define DH_INDEX_PROFILE_MAX 65535u /* distinct profile names per index */
 
 /* ---- building ---- */
@@ -160,6 +160,13 @@ DH_API void dh_index_columns(const struct dh_index *ix,
  */
 DH_API const char *dh_index_path(const struct dh_index *ix, uint64_t id);
 DH_API const char *dh_index_text(const struct dh_index *ix, uint64_t id);
+/* Where sample `id`'s bytes are: its file, or a member of the shard
+ * dh_index_path() names (strings borrowed).  0, or DH_EINVAL for an id out
+ * of range or a sample without a path, DH_EFORMAT for a corrupt offset. */
+DH_API int dh_index_source(const struct dh_index *ix, uint64_t id,
+                           struct dh_source_ref *out) DH_MUST_CHECK;
+/* The file's (member's) size the table recorded, 0 when not known. */
+DH_API uint64_t dh_index_bytes(const struct dh_index *ix, uint64_t id);
 
 DH_API unsigned dh_index_profile_count(const struct dh_index *ix);
 /* Profile name `p` ("" allowed), NULL if p is out of range. */

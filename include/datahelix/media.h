@@ -198,6 +198,14 @@ DH_API int dh_media_open_mem(struct dh_media *m, const void *data, size_t len,
                              const char *name, struct dh_err *e) DH_MUST_CHECK;
 DH_API void dh_media_close(struct dh_media *m);
 
+/* dh_media_open() of a file or a shard member (see dh_source_ref): the
+ * member is read in place, through the shard's file kept open by this
+ * worker for its next member; a member that lies past the shard's end is
+ * DH_EMEDIA saying the shard changed since probe. */
+DH_API int dh_media_open_ref(struct dh_media *m,
+                             const struct dh_source_ref *ref,
+                             struct dh_err *e) DH_MUST_CHECK;
+
 struct dh_media_info {
     enum dh_kind kind; /* video or image */
     int64_t frames;    /* presentation frames */

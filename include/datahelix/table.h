@@ -37,10 +37,14 @@ DH_API int dh_kind_parse(const char *s, enum dh_kind *out) DH_MUST_CHECK;
 #define DH_TABLE_ID_MAX ((int64_t)1 << 32) /* ids must be below this */
 
 struct dh_desc {
-    int64_t id; /* dense from 0 (see renumbering) */
-    char *path; /* owned; NULL only for inline text */
+    int64_t id;     /* dense from 0 (see renumbering) */
+    char *path;     /* owned; NULL only for inline text; a shard's path
+                   when `member` is set */
+    char *member;   /* owned; the media member's name in the tar shard
+                       `path`, NULL when path is the file itself */
+    int64_t offset; /* the member's data offset in the shard (bytes) */
     enum dh_kind kind;
-    int64_t bytes;            /* file size */
+    int64_t bytes;            /* file size (a member's size) */
     char codec[DH_CODEC_MAX]; /* FFmpeg codec name, "" for text */
     int32_t width, height;    /* coded size, as ffprobe reports it */
     int32_t rotation;         /* display rotation in degrees, 0 if none */
@@ -55,6 +59,19 @@ struct dh_desc {
     char *extra_json; /* owned JSON object text of unknown fields,
                                      NULL if none */
 };
+
+/* Where a sample's bytes are: a whole local file, or a member of a tar
+ * shard (WebDataset), `size` bytes of its data at byte `offset` of the
+ * shard.  Messages name a member "SHARD:MEMBER". */
+struct dh_source_ref {
+    const char *path;   /* the file, or the shard */
+    const char *member; /* the member's name; NULL: the whole file */
+    int64_t offset;     /* a member's data offset in the shard */
+    int64_t size;       /* a member's size in bytes */
+};
+
+/* The source of descriptor `d` (strings borrowed from it). */
+DH_API void dh_desc_source(const struct dh_desc *d, struct dh_source_ref *out);
 
 DH_API void dh_desc_init(struct dh_desc *d);
 /* Frees what `d` owns and re-inits it.  Accepts NULL. */

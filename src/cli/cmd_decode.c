@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <jansson.h>
 
@@ -24,6 +25,8 @@
 #include "core/alloc.h"
 #include "datahelix/media.h"
 #include "datahelix/media_reuse.h"
+#include "datahelix/probe.h"
+#include "media/shard_walk.h"
 
 #define MAX_REPEAT 1000
 
@@ -445,9 +448,9 @@ static int ensure_buf(struct decode_run *r, size_t need, const char *path,
  * *ms is its wall time, *open_ms the open's part of it (container, frame
  * table, decoder: what reusing them across files could save).  The file
  * stays open for the report. */
-static int decode_once(struct decode_run *r, const char *path,
-                       struct dh_media_result *res, double *ms, double *open_ms,
-                       struct dh_err *e)
+static int decode_once(struct decode_run *r, const struct dh_source_ref *ref,
+                       const char *path, struct dh_media_result *res,
+                       double *ms, double *open_ms, struct dh_err *e)
 {
     const struct dh_media_plan *p = &r->cur;
     struct dh_media_info info;
@@ -456,7 +459,7 @@ static int decode_once(struct decode_run *r, const char *path,
     size_t bytes;
     int rc;
 
-    if ((rc = dh_media_open(r->m, path, e)))
+    if ((rc = dh_media_open_ref(r->m, ref, e)))
         return rc;
     *open_ms = (dh_cli_now() - t0) * 1e3;
     if ((rc = dh_media_info(r->m, &info)))
@@ -598,7 +601,8 @@ static int write_tensor(struct decode_run *r, int64_t frames)
 
 /* Decodes one file --repeat times.  Returns -1 only for a fatal error;
  * a file that fails to decode is reported and counted. */
-static int decode_file(struct decode_run *r, const char *path)
+static int decode_file(struct decode_run *r, const struct dh_source_ref *ref,
+                       const char *path)
 {
     struct dh_media_result res;
     struct dh_err e;
@@ -610,7 +614,7 @@ static int decode_file(struct decode_run *r, const char *path)
     for (int64_t i = 0; i < r->o->repeat; i++) {
         dh_err_clear(&e);
         memset(&res, 0, sizeof(res));
-        if (decode_once(r, path, &res, &r->ms[i], &r->open_ms[i], &e)) {
+        if (decode_once(r, ref, path, &res, &r->ms[i], &r->open_ms[i], &e)) {
             dh_cli_error("decode", "%s", e.msg[0] ? e.msg : path);
             r->failed++;
             goto out_close;
@@ -626,6 +630,40 @@ static int decode_file(struct decode_run *r, const char *path)
     rc = write_tensor(r, res.frames);
 out_close:
     dh_media_close(r->m);
+    return rc;
+}
+
+/* A tar shard or a table (.jsonl: its rows' files and shard members) is
+ * decoded item by item; any other PATH as one file. */
+static int decode_input(struct decode_run *r, const char *path)
+{
+    struct dh_source_ref one = {.path = path};
+    struct dh_probe_list l;
+    struct dh_err e;
+    size_t n = strlen(path);
+    int rc = 0;
+
+    if (!(n > 4 && !strcasecmp(path + n - 4, ".tar")) &&
+        !(n > 6 && !strcasecmp(path + n - 6, ".jsonl")) &&
+        !dh__shard_sniff(path))
+        return decode_file(r, &one, path);
+    dh_probe_list_init(&l);
+    dh_err_clear(&e);
+    if (dh_probe_list_add_input(&l, path, &e)) {
+        dh_cli_error("decode", "%s", e.msg);
+        r->failed++;
+    }
+    for (size_t i = 0; i < l.nproblems; i++) {
+        dh_cli_error("decode", "%s", l.problems[i]);
+        r->failed++;
+    }
+    for (size_t i = 0; i < l.count && !rc; i++) {
+        const struct dh_probe_item *it = &l.items[i];
+        struct dh_source_ref ref = {it->path, it->member, it->offset, it->size};
+
+        rc = decode_file(r, &ref, dh_probe_item_name(it));
+    }
+    dh_probe_list_fini(&l);
     return rc;
 }
 
@@ -680,7 +718,7 @@ static int run(struct decode_run *r, int npaths, char **paths)
     dh_media_set_threads(r->m, (int)r->o->threads);
     dh__media_set_decoder_reuse(r->m, !r->o->no_reuse);
     for (int i = 0; i < npaths && !rc; i++)
-        rc = decode_file(r, paths[i]);
+        rc = decode_input(r, paths[i]);
     if (!rc)
         report_total(r);
     return rc;

@@ -268,11 +268,12 @@ static void *probe_worker(void *arg)
 
     while (!atomic_load(&r->stop) &&
            (i = atomic_fetch_add(&r->next, 1)) < r->list.count) {
+        const struct dh_probe_item *it = &r->list.items[i];
+        struct dh_source_ref ref = {it->path, it->member, it->offset, it->size};
         struct dh_probe_notes notes;
 
         dh_err_clear(&e);
-        if (dh_probe_file_notes(r->list.items[i].path, &r->descs[i], &notes,
-                                &e) == 0) {
+        if (dh_probe_ref_notes(&ref, &r->descs[i], &notes, &e) == 0) {
             r->ok[i] = 1;
             if (notes.unchecked)
                 atomic_fetch_add(&r->unchecked, 1);
@@ -522,8 +523,20 @@ static int expand_inputs(struct probe_run *r, int argc, char **argv)
             return DH_EXIT_FAIL;
         }
     }
+    /* What shards held that is not a sample, or where one is damaged:
+     * reported as failures, as a file that cannot be probed is. */
+    for (size_t i = 0; i < r->list.nproblems; i++)
+        dh_cli_error_line("probe", "%s", r->list.problems[i]);
+    atomic_fetch_add(&r->failed, r->list.nproblems);
     if (r->list.count == 0) {
-        dh_cli_error("probe", "no input files");
+        dh_cli_error("probe", r->list.nproblems ? "no sample could be read "
+                                                  "from the inputs"
+                                                : "no input files");
+        return DH_EXIT_FAIL;
+    }
+    if (r->list.nproblems && !r->o->keep_going) {
+        dh_cli_error("probe", "%zu problems in the shards; no table written",
+                     r->list.nproblems);
         return DH_EXIT_FAIL;
     }
     return 0;
@@ -582,12 +595,12 @@ static int probe_all(struct probe_run *r, struct probe_opts *o)
         return DH_EXIT_FAIL;
     }
     run_workers(r);
-    if (atomic_load(&r->failed) == n ||
+    if (atomic_load(&r->failed) == n + r->list.nproblems ||
         (!o->keep_going && atomic_load(&r->failed))) {
         dh_cli_error("probe",
                      "%zu of %zu files could not be probed; no "
                      "table written",
-                     (size_t)atomic_load(&r->failed), n);
+                     (size_t)atomic_load(&r->failed), n + r->list.nproblems);
         return DH_EXIT_FAIL;
     }
     if (o->verify && (rc = verify_all(r)))

@@ -90,14 +90,15 @@ static int is_verdict(int rc)
 static void decode(struct vpass *p, struct dh_media *m, size_t i,
                    struct vitem *it)
 {
-    const char *path = p->list->items[i].path;
+    const struct dh_probe_item *in = &p->list->items[i];
+    struct dh_source_ref ref = {in->path, in->member, in->offset, in->size};
     struct dh_media_verify r;
     struct dh_err e;
     int rc;
 
     memset(&r, 0, sizeof(r));
     dh_err_clear(&e);
-    rc = dh_media_open(m, path, &e);
+    rc = dh_media_open_ref(m, &ref, &e);
     if (rc == 0)
         rc = dh_media_verify(m, &r, &e);
     dh_media_close(m);
@@ -106,7 +107,7 @@ static void decode(struct vpass *p, struct dh_media *m, size_t i,
     it->v.media_s = r.media_s;
     it->keep = rc == 0 || is_verdict(rc);
     if (rc) /* checksrc: ok alloc - say() reports NULL as "out of memory" */
-        it->v.reason = dh__strdup(reason_of(path, e.msg));
+        it->v.reason = dh__strdup(reason_of(dh_probe_item_name(in), e.msg));
     else if (r.media_s > 0 && p->descs[i].kind == DH_KIND_VIDEO)
         atomic_fetch_add(&p->media_us, (uint64_t)(r.media_s * 1e6));
     atomic_fetch_add(&p->decoded, 1);
@@ -142,11 +143,13 @@ static int reuse(struct vpass *p, const char *path, struct vitem *it)
 
 static void verify_one(struct vpass *p, struct dh_media *m, size_t i)
 {
-    const char *path = p->list->items[i].path;
+    const char *file = p->list->items[i].path;
+    const char *path = dh_probe_item_name(&p->list->items[i]);
     struct vitem *it = &p->res[i];
     struct stat st;
 
-    if (stat(path, &st) != 0) {
+    /* A shard member is checked against its shard's size and mtime. */
+    if (stat(file, &st) != 0) {
         it->v.ok = 0;
         it->v.reason = dh__strdup(strerror(errno));
     } else {
@@ -238,7 +241,7 @@ static const struct dh_verify_entry *kept_item(void *arg, size_t i,
 {
     const struct vpass *p = arg;
 
-    *path = p->list->items[i].path;
+    *path = dh_probe_item_name(&p->list->items[i]);
     return p->res[i].have && p->res[i].keep ? &p->res[i].v : NULL;
 }
 

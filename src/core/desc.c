@@ -38,6 +38,8 @@ struct field {
 static const struct field fields[] = {
     {"id", F_INT, DESC_OFF(id), 8, 0, (double)(DH_TABLE_ID_MAX - 1)},
     {"path", F_STR, DESC_OFF(path), 0, 0, 0},
+    {"member", F_STR, DESC_OFF(member), 0, 0, 0},
+    {"offset", F_INT, DESC_OFF(offset), 8, 0, I64MAX},
     {"kind", F_KIND, DESC_OFF(kind), 0, 0, 0},
     {"bytes", F_INT, DESC_OFF(bytes), 8, 0, I64MAX},
     {"codec", F_BUF, DESC_OFF(codec), DH_CODEC_MAX, 0, 0},
@@ -76,6 +78,14 @@ int dh_kind_parse(const char *s, enum dh_kind *out)
     return DH_EINVAL;
 }
 
+void dh_desc_source(const struct dh_desc *d, struct dh_source_ref *out)
+{
+    out->path = d->path;
+    out->member = d->member;
+    out->offset = d->member ? d->offset : 0;
+    out->size = d->member ? d->bytes : 0;
+}
+
 void dh_desc_init(struct dh_desc *d)
 {
     memset(d, 0, sizeof(*d));
@@ -86,6 +96,7 @@ void dh_desc_fini(struct dh_desc *d)
     if (!d)
         return;
     dh__free(d->path);
+    dh__free(d->member);
     dh__free(d->text);
     dh__free(d->extra_json);
     dh_desc_init(d);
@@ -173,8 +184,9 @@ static int parse_str(const struct field *f, const json_t *v, char *slot,
 
     if (!json_is_string(v))
         return type_error(f, "string", v, e);
-    if (f->off == DESC_OFF(path) && json_string_length(v) == 0)
-        return dh_err_set(e, DH_EFORMAT, "field 'path': empty string");
+    if ((f->off == DESC_OFF(path) || f->off == DESC_OFF(member)) &&
+        json_string_length(v) == 0)
+        return dh_err_set(e, DH_EFORMAT, "field '%s': empty string", f->name);
     s = dh__strndup(json_string_value(v), json_string_length(v));
     if (!s)
         return dh_err_set(e, DH_ENOMEM, "field '%s': out of memory", f->name);
@@ -237,6 +249,16 @@ static int check_required(const struct dh_desc *d, unsigned seen,
         return dh_err_set(e, DH_EFORMAT, "missing field 'kind'");
     if (!d->path && !(d->kind == DH_KIND_TEXT && d->text))
         return dh_err_set(e, DH_EFORMAT, "missing field 'path'");
+    if (d->member && !d->path)
+        return dh_err_set(e, DH_EFORMAT,
+                          "field 'member' without the shard's 'path'");
+    if (d->member && d->bytes <= 0)
+        return dh_err_set(e, DH_EFORMAT,
+                          "field 'member' needs the member's size in "
+                          "'bytes' (re-run `datahelix probe` on the shard)");
+    if (!d->member && d->offset)
+        return dh_err_set(e, DH_EFORMAT,
+                          "field 'offset' without a shard 'member'");
     return 0;
 }
 
@@ -389,6 +411,8 @@ static int skip_field(const struct field *f, const struct dh_desc *d)
         return d->text == NULL;
     if (f->off == DESC_OFF(path))
         return d->path == NULL;
+    if (f->off == DESC_OFF(member) || f->off == DESC_OFF(offset))
+        return d->member == NULL;
     return 0;
 }
 
@@ -399,6 +423,8 @@ static int validate_out(const struct dh_desc *d)
     if (!d->path && !(d->kind == DH_KIND_TEXT && d->text))
         return DH_EINVAL;
     if (d->path && !d->path[0])
+        return DH_EINVAL;
+    if (d->member && (!d->member[0] || !d->path || d->offset < 0))
         return DH_EINVAL;
     if (!memchr(d->codec, 0, sizeof(d->codec)) ||
         !memchr(d->profile, 0, sizeof(d->profile)))

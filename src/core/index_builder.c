@@ -28,7 +28,7 @@
 #include "core/index_format.h"
 #include "datahelix/index.h"
 
-#define NCOLS (DHX_S_TEXT_OFF + 1) /* per-sample sections */
+#define NCOLS (DHX_S_BYTES + 1) /* per-sample sections */
 
 struct dh_index_builder {
     unsigned char *col[NCOLS];
@@ -42,6 +42,10 @@ struct dh_index_builder {
     uint32_t *slots; /* profile index + 1, 0 = empty */
     uint32_t nslots;
     uint64_t header_off;
+    /* shard paths, each stored once: open addressing over their string
+     * offsets (0 = empty; offset 0 is the table's leading "") */
+    uint64_t *shard_slots;
+    uint64_t nshard_slots, nshards;
 };
 
 int dh_index_builder_create(struct dh_index_builder **out, struct dh_err *e)
@@ -76,6 +80,7 @@ void dh_index_builder_destroy(struct dh_index_builder *b)
     dh__free(b->strs);
     dh__free(b->prof_off);
     dh__free(b->slots);
+    dh__free(b->shard_slots);
     dh__free(b);
 }
 
@@ -186,6 +191,54 @@ static int intern_profile(struct dh_index_builder *b, const char *name,
     return 0;
 }
 
+/* ---- shard paths ---- */
+
+static uint64_t *find_shard(const struct dh_index_builder *b, const char *path)
+{
+    uint64_t mask = b->nshard_slots - 1;
+    uint64_t i = dh__hash64(path, strlen(path), 1) & mask;
+
+    while (b->shard_slots[i] && strcmp(b->strs + b->shard_slots[i], path))
+        i = (i + 1) & mask;
+    return &b->shard_slots[i];
+}
+
+static int grow_shards(struct dh_index_builder *b)
+{
+    uint64_t *old = b->shard_slots, oldn = b->nshard_slots;
+    uint64_t n = oldn ? oldn * 2 : 64;
+
+    if (!(b->shard_slots = dh__calloc(n, sizeof(*old)))) {
+        b->shard_slots = old;
+        return DH_ENOMEM;
+    }
+    b->nshard_slots = n;
+    for (uint64_t i = 0; i < oldn; i++)
+        if (old[i])
+            *find_shard(b, b->strs + old[i]) = old[i];
+    dh__free(old);
+    return 0;
+}
+
+/* The string offset of shard path `path`, added on its first row. */
+static int intern_shard(struct dh_index_builder *b, const char *path,
+                        uint64_t *off)
+{
+    uint64_t *slot;
+
+    if (2 * (b->nshards + 1) > b->nshard_slots && grow_shards(b))
+        return DH_ENOMEM;
+    slot = find_shard(b, path);
+    if (!*slot) {
+        if (add_string(b, path, off))
+            return DH_ENOMEM;
+        *slot = *off;
+        b->nshards++;
+    }
+    *off = *slot;
+    return 0;
+}
+
 /* ---- adding rows ---- */
 
 static uint32_t sat_u32(int64_t v)
@@ -204,7 +257,8 @@ static float to_f32(double v)
 }
 
 static void store_row(struct dh_index_builder *b, const struct dh_desc *d,
-                      uint16_t prof, uint64_t poff, uint64_t toff)
+                      uint16_t prof, uint64_t poff, uint64_t toff,
+                      uint64_t moff)
 {
     uint64_t i = (uint64_t)d->id;
     uint64_t outb = d->est_out_bytes < 0 ? 0 : (uint64_t)d->est_out_bytes;
@@ -219,6 +273,12 @@ static void store_row(struct dh_index_builder *b, const struct dh_desc *d,
     b->col[DHX_S_KIND][i] = (uint8_t)d->kind;
     ((uint64_t *)b->col[DHX_S_PATH_OFF])[i] = poff;
     ((uint64_t *)b->col[DHX_S_TEXT_OFF])[i] = toff;
+    ((uint64_t *)b->col[DHX_S_MEMBER_OFF])[i] = moff;
+    ((uint64_t *)b->col[DHX_S_DATA_OFF])[i] = d->member && d->offset > 0
+                                                  ? (uint64_t)d->offset
+                                                  : 0;
+    ((uint64_t *)b->col[DHX_S_BYTES])[i] = d->bytes > 0 ? (uint64_t)d->bytes
+                                                        : 0;
     b->present[i / 64] |= (uint64_t)1 << (i % 64);
     b->count++;
     if (d->id > b->max_id)
@@ -273,13 +333,24 @@ static int check_row(struct dh_index_builder *b, const struct dh_desc *d,
 int dh_index_builder_add(struct dh_index_builder *b, const struct dh_desc *d,
                          struct dh_err *e)
 {
-    uint64_t poff = DHX_NONE, toff = DHX_NONE, saved = b->slen;
+    uint64_t poff = DHX_NONE, toff = DHX_NONE, moff = DHX_NONE;
+    uint64_t saved = b->slen;
     uint16_t prof = 0;
     int rc;
 
     if ((rc = check_row(b, d, e)) != 0)
         return rc;
-    if ((d->path && add_string(b, d->path, &poff) != 0) ||
+    if (d->member && !d->path)
+        return dh_err_set(e, DH_EINVAL,
+                          "index: sample %lld: a member without its shard",
+                          (long long)d->id);
+    /* A shard's path once for all its members (kept even if the row
+     * fails below: other rows may share it); a file's as it comes. */
+    if (d->member && intern_shard(b, d->path, &poff) != 0)
+        return dh_err_set(e, DH_ENOMEM, "index builder: out of memory");
+    saved = b->slen;
+    if ((d->path && !d->member && add_string(b, d->path, &poff) != 0) ||
+        (d->member && add_string(b, d->member, &moff) != 0) ||
         (d->text && add_string(b, d->text, &toff) != 0)) {
         b->slen = saved;
         return dh_err_set(e, DH_ENOMEM, "index builder: out of memory");
@@ -288,7 +359,7 @@ int dh_index_builder_add(struct dh_index_builder *b, const struct dh_desc *d,
         b->slen = saved;
         return rc;
     }
-    store_row(b, d, prof, poff, toff);
+    store_row(b, d, prof, poff, toff, moff);
     return 0;
 }
 

@@ -47,6 +47,10 @@ enum dhx_section {
     DHX_S_KIND,          /* u8[count] */
     DHX_S_PATH_OFF,      /* u64[count] into STRINGS, DHX_NONE if none */
     DHX_S_TEXT_OFF,      /* u64[count] into STRINGS, DHX_NONE if none */
+    DHX_S_MEMBER_OFF,    /* u64[count] into STRINGS: a shard member's
+                            name, DHX_NONE for a whole file */
+    DHX_S_DATA_OFF,      /* u64[count]: the member's offset in its shard */
+    DHX_S_BYTES,         /* u64[count]: the file's (member's) size */
     DHX_S_PROFILE_NAMES, /* u64[profile_count] into STRINGS */
     DHX_S_STRINGS,       /* NUL-terminated strings; last byte is NUL */
     DHX_NSECTIONS
@@ -55,8 +59,8 @@ enum dhx_section {
 /* Element size of a per-sample section, 0 for the others. */
 static inline unsigned dhx_elem_size(unsigned s)
 {
-    static const unsigned char sz[DHX_NSECTIONS] = {4, 4, 8, 2, 4, 2,
-                                                    2, 1, 8, 8, 0, 0};
+    static const unsigned char sz[DHX_NSECTIONS] = {4, 4, 8, 2, 4, 2, 2, 1,
+                                                    8, 8, 8, 8, 8, 0, 0};
     return s < DHX_NSECTIONS ? sz[s] : 0;
 }
 

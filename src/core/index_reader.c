@@ -300,6 +300,30 @@ const char *dh_index_text(const struct dh_index *ix, uint64_t id)
     return string_at(ix, DHX_S_TEXT_OFF, id);
 }
 
+int dh_index_source(const struct dh_index *ix, uint64_t id,
+                    struct dh_source_ref *out)
+{
+    uint64_t moff;
+
+    memset(out, 0, sizeof(*out));
+    if (id >= ix->count || !(out->path = dh_index_path(ix, id)))
+        return DH_EINVAL;
+    moff = ((const uint64_t *)ix->sec[DHX_S_MEMBER_OFF])[id];
+    if (moff == DHX_NONE)
+        return 0;
+    if (!(out->member = string_at(ix, DHX_S_MEMBER_OFF, id)))
+        return DH_EFORMAT;
+    out->offset = (int64_t)(((const uint64_t *)ix->sec[DHX_S_DATA_OFF])[id] &
+                            INT64_MAX);
+    out->size = (int64_t)(dh_index_bytes(ix, id) & INT64_MAX);
+    return 0;
+}
+
+uint64_t dh_index_bytes(const struct dh_index *ix, uint64_t id)
+{
+    return id < ix->count ? ((const uint64_t *)ix->sec[DHX_S_BYTES])[id] : 0;
+}
+
 unsigned dh_index_profile_count(const struct dh_index *ix)
 {
     return ix->nprof;
@@ -334,6 +358,15 @@ uint64_t dh_index_digest(const struct dh_index *ix)
 
         h = name ? dh__hash64(name, strlen(name) + 1, h) : dh__mix64(h ^ 2);
         h = path ? dh__hash64(path, strlen(path) + 1, h) : dh__mix64(h ^ 1);
+        if (((const uint64_t *)ix->sec[DHX_S_MEMBER_OFF])[i] != DHX_NONE) {
+            /* a shard member: which member, and where (a whole file's
+             * digest is as it was before shards) */
+            const char *mem = string_at(ix, DHX_S_MEMBER_OFF, i);
+            uint64_t at = ((const uint64_t *)ix->sec[DHX_S_DATA_OFF])[i];
+
+            h = mem ? dh__hash64(mem, strlen(mem) + 1, h) : dh__mix64(h ^ 3);
+            h = dh__hash64(&at, sizeof(at), h);
+        }
     }
     return h;
 }
@@ -345,14 +378,22 @@ static int row_strings(const struct dh_index *ix, uint64_t id,
 {
     uint64_t poff = ((const uint64_t *)ix->sec[DHX_S_PATH_OFF])[id];
     uint64_t toff = ((const uint64_t *)ix->sec[DHX_S_TEXT_OFF])[id];
+    uint64_t moff = ((const uint64_t *)ix->sec[DHX_S_MEMBER_OFF])[id];
     const char *path = dh_index_path(ix, id), *text = dh_index_text(ix, id);
+    const char *member = string_at(ix, DHX_S_MEMBER_OFF, id);
 
-    if ((poff != DHX_NONE && !path) || (toff != DHX_NONE && !text))
+    if ((poff != DHX_NONE && !path) || (toff != DHX_NONE && !text) ||
+        (moff != DHX_NONE && (!member || !path)))
         return FAIL(DH_EFORMAT, "%s: sample %llu: string out of bounds",
                     ix->name, (unsigned long long)id);
     if ((path && !(d->path = dh__strdup(path))) ||
-        (text && !(d->text = dh__strdup(text))))
+        (text && !(d->text = dh__strdup(text))) ||
+        (member && !(d->member = dh__strdup(member))))
         return FAIL(DH_ENOMEM, "%s: out of memory", ix->name);
+    if (member)
+        d->offset = (int64_t)(((const uint64_t *)ix->sec[DHX_S_DATA_OFF])[id] &
+                              INT64_MAX);
+    d->bytes = (int64_t)(dh_index_bytes(ix, id) & INT64_MAX);
     return 0;
 }
 

@@ -136,6 +136,20 @@ int dh__av_open_file(AVFormatContext **fc, const char *path)
     return rc;
 }
 
+int dh__av_open_io(AVFormatContext **fc, const char *url)
+{
+    AVDictionary *opts = NULL;
+    int rc;
+
+    /* Only a whole file may name others beside it (a playlist's segments);
+     * a shard member or a buffer names none: no protocol at all is open to
+     * what it names. */
+    av_dict_set(&opts, "protocol_whitelist", url ? "file" : "none", 0);
+    rc = avformat_open_input(fc, url ? url : "", NULL, &opts);
+    av_dict_free(&opts);
+    return rc;
+}
+
 int dh__av_counts_as_frame(const AVPacket *pkt, int *seen_key)
 {
     if (pkt->flags & AV_PKT_FLAG_KEY)

@@ -34,6 +34,12 @@ int dh__av_find_video(AVFormatContext *fc, const char *path,
  * holds, with only the file protocol allowed.  Returns an AVERROR code. */
 int dh__av_open_file(AVFormatContext **fc, const char *path);
 
+/* avformat_open_input() of a context whose pb the caller set (a source's
+ * AVIOContext): `url` "file:PATH" for a whole local file (what nested
+ * inputs resolve against, with only the file protocol allowed), NULL for
+ * a shard member or a buffer (nothing nested allowed).  An AVERROR code. */
+int dh__av_open_io(AVFormatContext **fc, const char *url);
+
 /* After a packet scan of stream `st`: fails with a message naming `path`
  * when fewer packets than the header promises arrived, or when they stop
  * (end_s, seconds from the stream start) more than 2.5 frames short of the

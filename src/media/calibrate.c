@@ -59,6 +59,7 @@ int dh_calibrate_decode(const struct dh_desc *d,
                         struct dh_err *e)
 {
     struct dh_media *m = NULL;
+    struct dh_source_ref ref;
     struct dh_media_plan mp;
     uint8_t *buf = NULL;
     int64_t frames;
@@ -70,7 +71,8 @@ int dh_calibrate_decode(const struct dh_desc *d,
     if ((rc = dh_media_create(&m, e)))
         return rc;
     t0 = thread_cpu_ms();
-    rc = dh_media_open(m, d->path, e);
+    dh_desc_source(d, &ref);
+    rc = dh_media_open_ref(m, &ref, e);
     if (!rc)
         rc = dh_media_select(m, &mp, &frames, e);
     if (!rc) {

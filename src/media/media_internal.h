@@ -28,12 +28,7 @@
 
 #include "datahelix/media.h"
 #include "datahelix/media_reuse.h"
-
-struct dh__mem_src {
-    const uint8_t *data;
-    size_t len;
-    size_t pos;
-};
+#include "media/source.h"
 
 struct dh_media {
     /* reused across files */
@@ -80,7 +75,10 @@ struct dh_media {
     size_t name_cap;
     AVFormatContext *fc;
     AVIOContext *avio;
-    struct dh__mem_src mem;
+    struct dh_source src; /* every input is read through it (source.h) */
+    const char *url;      /* what FFmpeg is told the input is: "file:PATH"
+                              for a whole file (relative names resolve
+                              beside it), NULL for a member or a buffer */
     AVCodecContext *cc;
     int stream;
 
@@ -140,6 +138,10 @@ int dh__media_trustworthy(struct dh_media *m, const AVFrame *f);
 void dh__media_note_packet(struct dh_media *m, const AVPacket *pkt);
 int64_t dh__media_key_at_or_before(const struct dh_media *m, int64_t index);
 const char *dh__media_errstr(int averr, char *buf, size_t len);
+/* The error of a failed FFmpeg call on the open input, as "NAME: [what: ]
+ * reason", or the source's own message when one of its reads failed. */
+int dh__media_input_error(struct dh_media *m, int averr, const char *what,
+                          struct dh_err *e);
 
 /* media_decode.c: the one decode loop.  Sends `pkt` (NULL: end of stream,
  * drain) and hands every picture that can be a frame of the clip

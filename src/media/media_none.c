@@ -44,6 +44,14 @@ int dh_media_open(struct dh_media *m, const char *path, struct dh_err *e)
     return no_media(e);
 }
 
+int dh_media_open_ref(struct dh_media *m, const struct dh_source_ref *ref,
+                      struct dh_err *e)
+{
+    (void)m;
+    (void)ref;
+    return no_media(e);
+}
+
 void dh_media_close(struct dh_media *m)
 {
     (void)m;

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/stat.h>
 
 #include <libavutil/pixdesc.h>
 
@@ -30,6 +29,7 @@ int dh_media_create(struct dh_media **out, struct dh_err *e)
     dh__av_quiet();
     if (!m)
         return dh_err_set(e, DH_ENOMEM, "media: out of memory");
+    dh__source_init(&m->src); /* before any destroy: fd -1, not 0 */
     m->pkt = av_packet_alloc();
     m->frame = av_frame_alloc();
     m->hold = av_frame_alloc();
@@ -87,16 +87,14 @@ void dh_media_destroy(struct dh_media *m)
     dh__free(m->key_idx);
     dh__free(m->key_seek);
     dh__free(m->name_buf);
+    dh__source_fini(&m->src);
     dh__free(m);
 }
 
 static void close_input(struct dh_media *m)
 {
     avformat_close_input(&m->fc);
-    if (m->avio) {
-        av_freep(&m->avio->buffer);
-        avio_context_free(&m->avio);
-    }
+    dh__source_avio_free(&m->avio);
 }
 
 /* ---- decoder reuse ----
@@ -185,7 +183,9 @@ void dh_media_close(struct dh_media *m)
         av_frame_unref(m->hold);
     keep_decoder(m);
     close_input(m);
-    m->name = NULL; /* name_buf stays for the next file */
+    dh__source_close(&m->src); /* its per-worker cache stays */
+    m->name = NULL;            /* name_buf stays for the next file */
+    m->url = NULL;
     m->stream = -1;
     m->selected = 0;
     m->n = m->nkey = 0;
@@ -197,80 +197,48 @@ const char *dh__media_errstr(int averr, char *buf, size_t len)
     return dh__av_errstr(averr, buf, len);
 }
 
-/* ---- input from memory ---- */
-
-static int mem_read(void *opaque, uint8_t *buf, int size)
-{
-    struct dh__mem_src *s = opaque;
-    size_t left = s->len - s->pos;
-    size_t n = (size_t)size < left ? (size_t)size : left;
-
-    if (n == 0)
-        return AVERROR_EOF;
-    memcpy(buf, s->data + s->pos, n);
-    s->pos += n;
-    return (int)n;
-}
-
-static int64_t mem_seek(void *opaque, int64_t off, int whence)
-{
-    struct dh__mem_src *s = opaque;
-    int64_t base;
-
-    whence &= ~AVSEEK_FORCE;
-    if (whence == AVSEEK_SIZE)
-        return (int64_t)s->len;
-    base = whence == SEEK_CUR   ? (int64_t)s->pos
-           : whence == SEEK_END ? (int64_t)s->len
-                                : 0;
-    if (whence != SEEK_SET && whence != SEEK_CUR && whence != SEEK_END)
-        return AVERROR(EINVAL);
-    if (off > (int64_t)s->len - base || base + off < 0)
-        return AVERROR(EINVAL);
-    s->pos = (size_t)(base + off);
-    return (int64_t)s->pos;
-}
-
 /* ---- opening ---- */
+
+/* An FFmpeg error of the open input, or the source's own where a read of
+ * it failed. */
+int dh__media_input_error(struct dh_media *m, int averr, const char *what,
+                          struct dh_err *e)
+{
+    char buf[128];
+
+    if (m->src.failed) {
+        m->src.failed = 0;
+        return dh_err_set(e, m->src.err.code ? m->src.err.code : DH_EIO, "%s",
+                          m->src.err.msg);
+    }
+    if (what)
+        return dh_err_set(e, DH_EMEDIA, "%s: %s: %s", m->name, what,
+                          dh__av_errstr(averr, buf, sizeof(buf)));
+    return dh_err_set(e, DH_EMEDIA, "%s: %s", m->name,
+                      dh__av_errstr(averr, buf, sizeof(buf)));
+}
 
 static int open_input(struct dh_media *m, struct dh_err *e)
 {
-    char buf[128];
-    uint8_t *iobuf;
     int rc;
 
     m->deadline_ms = m->watchdog_ms ? dh__mono_ms() + (uint64_t)m->watchdog_ms
                                     : 0;
-    if (!m->mem.data) {
-        if (!(m->fc = avformat_alloc_context()))
-            return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
+    m->src.overdue = interrupt_cb;
+    m->src.overdue_arg = m;
+    m->fc = avformat_alloc_context();
+    if (m->fc)
         m->fc->interrupt_callback = (AVIOInterruptCB){.callback = interrupt_cb,
                                                       .opaque = m};
-    }
-    if (m->mem.data) {
-        m->mem.pos = 0;
-        m->fc = avformat_alloc_context();
-        if (m->fc)
-            m->fc->interrupt_callback = (AVIOInterruptCB){
-                .callback = interrupt_cb, .opaque = m};
-        iobuf = av_malloc(AVIO_BUF);
-        if (iobuf)
-            m->avio = avio_alloc_context(iobuf, AVIO_BUF, 0, &m->mem, mem_read,
-                                         NULL, mem_seek);
-        if (!m->fc || !m->avio) {
-            if (!m->avio)
-                av_free(iobuf);
-            return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
-        }
-        m->fc->pb = m->avio;
-    }
-    rc = m->mem.data ? avformat_open_input(&m->fc, "", NULL, NULL)
-                     : dh__av_open_file(&m->fc, m->name);
+    m->avio = dh__source_avio(&m->src, AVIO_BUF);
+    if (!m->fc || !m->avio)
+        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
+    m->fc->pb = m->avio;
+    rc = dh__av_open_io(&m->fc, m->url);
     if (rc < 0 && dh__media_overdue(m))
         return dh__media_watchdog_error(m, e);
     if (rc < 0)
-        return dh_err_set(e, DH_EMEDIA, "%s: %s", m->name,
-                          dh__av_errstr(rc, buf, sizeof(buf)));
+        return dh__media_input_error(m, rc, NULL, e);
     rc = dh__av_find_video(m->fc, m->name, e);
     if (rc < 0)
         return rc;
@@ -605,62 +573,88 @@ static int open_common(struct dh_media *m, struct dh_err *e)
     return 0;
 }
 
-/* m->name = a copy of s in the kept buffer; DH_ENOMEM. */
-static int set_name(struct dh_media *m, const char *s)
+/* m->name = a copy of s in the kept buffer, and for a whole file m->url
+ * = "file:" s after it ("file:" keeps a ':' in a name from being read as
+ * a protocol); DH_ENOMEM. */
+static int set_name(struct dh_media *m, const char *s, int whole_file)
 {
-    size_t n = strlen(s) + 1;
+    size_t n = strlen(s) + 1, need = whole_file ? 2 * n + 5 : n;
 
-    if (n > m->name_cap) {
-        char *p = dh__realloc(m->name_buf, n);
+    if (need > m->name_cap) {
+        char *p = dh__realloc(m->name_buf, need);
 
         if (!p)
             return DH_ENOMEM;
         m->name_buf = p;
-        m->name_cap = n;
+        m->name_cap = need;
     }
-    memmove(m->name_buf, s, n); /* s may be the old name */
+    memmove(m->name_buf, s, n);
     m->name = m->name_buf;
+    m->url = NULL;
+    if (whole_file) {
+        memcpy(m->name_buf + n, "file:", 5);
+        memcpy(m->name_buf + n + 5, s, n);
+        m->url = m->name_buf + n;
+    }
     return 0;
 }
 
-static int open_path(struct dh_media *m, const char *path, struct dh_err *e)
+/* The source is open: FFmpeg's input over it, the frame table, the
+ * decoder.  `url` as in struct dh_media (copied into the name buffer's
+ * tail is not needed: it lives as long as the open input). */
+static int open_source(struct dh_media *m, int whole_file, struct dh_err *e)
 {
-    struct stat st;
-
-    dh_media_close(m);
-    memset(&m->mem, 0, sizeof(m->mem));
-    if (stat(path, &st))
-        return dh_err_set(e, DH_EIO, "%s: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return dh_err_set(e, DH_EINVAL, "%s: not a regular file", path);
-    if (st.st_size == 0)
-        return dh_err_set(e, DH_EMEDIA, "%s: empty file", path);
-    if (set_name(m, path))
-        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", path);
+    if (set_name(m, m->src.name, whole_file))
+        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->src.name);
     return open_common(m, e);
 }
 
-/* The public entry, timed as the DH_MS_READ stage (media_stages.h). */
-int dh_media_open(struct dh_media *m, const char *path, struct dh_err *e)
+static int open_ref(struct dh_media *m, const struct dh_source_ref *ref,
+                    struct dh_err *e)
+{
+    int rc;
+
+    dh_media_close(m);
+    if (!ref || !ref->path)
+        return dh_err_set(e, DH_EINVAL, "media: no input named");
+    rc = dh__source_open(&m->src, ref, e);
+    if (rc) {
+        dh__source_close(&m->src);
+        return rc;
+    }
+    return open_source(m, ref->member == NULL, e);
+}
+
+/* The public entries, timed as the DH_MS_READ stage (media_stages.h). */
+int dh_media_open_ref(struct dh_media *m, const struct dh_source_ref *ref,
+                      struct dh_err *e)
 {
     double t0 = dh__mono_msf();
-    int rc = open_path(m, path, e);
+    int rc = open_ref(m, ref, e);
 
     m->stage_ms[DH_MS_READ] += dh__mono_msf() - t0;
     return rc;
 }
 
+int dh_media_open(struct dh_media *m, const char *path, struct dh_err *e)
+{
+    struct dh_source_ref ref = {.path = path};
+
+    return dh_media_open_ref(m, &ref, e);
+}
+
 int dh_media_open_mem(struct dh_media *m, const void *data, size_t len,
                       const char *name, struct dh_err *e)
 {
+    int rc;
+
     dh_media_close(m);
-    if (!data || len == 0)
-        return dh_err_set(e, DH_EMEDIA, "%s: empty input", name);
-    m->mem.data = data;
-    m->mem.len = len;
-    if (set_name(m, name))
-        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", name);
-    return open_common(m, e);
+    rc = dh__source_open_mem(&m->src, data, len, name, e);
+    if (rc) {
+        dh__source_close(&m->src);
+        return rc;
+    }
+    return open_source(m, 0, e);
 }
 
 int dh_media_info(const struct dh_media *m, struct dh_media_info *out)

@@ -25,6 +25,7 @@
 #include "core/utf8.h"
 #include "datahelix/probe.h"
 #include "media/av_util.h"
+#include "media/source.h"
 
 static int has_suffix(const char *s, const char *suffix)
 {
@@ -247,6 +248,71 @@ static int open_media(const char *path, AVFormatContext **out, struct dh_err *e)
                           dh__av_errstr(rc, buf, sizeof(buf)));
     *out = fc;
     return 0;
+}
+
+/* A shard member, read in place through a source (source.h). */
+static int probe_member(const struct dh_source_ref *ref, struct dh_desc *d,
+                        struct dh_probe_notes *notes, struct dh_err *e)
+{
+    struct dh_source src;
+    AVFormatContext *fc = NULL;
+    AVIOContext *pb = NULL;
+    char buf[128];
+    int idx, rc;
+
+    dh__source_init(&src);
+    if (!(d->path = dh__strdup(ref->path)) ||
+        !(d->member = dh__strdup(ref->member)))
+        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", ref->path);
+    d->offset = ref->offset;
+    d->bytes = ref->size;
+    if (!dh__utf8_valid(ref->path) || !dh__utf8_valid(ref->member))
+        return dh_err_set(e, DH_EINVAL,
+                          "%s:%s: the name is not valid UTF-8, which a JSON "
+                          "table cannot hold",
+                          ref->path, ref->member);
+    if ((rc = dh__source_open(&src, ref, e)))
+        goto out;
+    if (!(fc = avformat_alloc_context()) ||
+        !(pb = dh__source_avio(&src, 65536))) {
+        rc = dh_err_set(e, DH_ENOMEM, "%s: out of memory", src.name);
+        goto out;
+    }
+    fc->pb = pb;
+    rc = dh__av_open_io(&fc, NULL);
+    if (rc < 0) {
+        rc = src.failed ? dh_err_set(e, src.err.code, "%s", src.err.msg)
+                        : dh_err_set(e, DH_EMEDIA, "%s: %s", src.name,
+                                     dh__av_errstr(rc, buf, sizeof(buf)));
+        goto out; /* avformat_open_input freed fc */
+    }
+    idx = dh__av_find_video(fc, src.name, e);
+    rc = idx < 0 ? idx
+                 : fill_video(fc, idx, d, notes ? &notes->unchecked : NULL,
+                              src.name, e);
+out:
+    avformat_close_input(&fc);
+    avformat_free_context(fc);
+    dh__source_avio_free(&pb);
+    dh__source_fini(&src);
+    return rc;
+}
+
+int dh_probe_ref_notes(const struct dh_source_ref *ref, struct dh_desc *d,
+                       struct dh_probe_notes *notes, struct dh_err *e)
+{
+    int rc;
+
+    if (!ref->member)
+        return dh_probe_file_notes(ref->path, d, notes, e);
+    dh_desc_fini(d);
+    if (notes)
+        memset(notes, 0, sizeof(*notes));
+    dh__av_quiet();
+    rc = probe_member(ref, d, notes, e);
+    if (rc)
+        dh_desc_fini(d);
+    return rc;
 }
 
 int dh_probe_file(const char *path, struct dh_desc *d, struct dh_err *e)

@@ -18,15 +18,26 @@
 #include <jansson.h>
 
 #include "core/alloc.h"
+#include "core/tar.h"
+#include "core/utf8.h"
 #include "datahelix/probe.h"
+#include "media/shard_walk.h"
 
 #define WALK_MAX_DEPTH 64
 
 static const char *const media_exts[] = {
-    "mp4",  "m4v",  "mov", "mkv",  "webm", "avi", "ts",   "mts",
-    "m2ts", "flv",  "mpg", "mpeg", "wmv",  "3gp", "ogv",  "gif",
-    "jpg",  "jpeg", "png", "webp", "bmp",  "tif", "tiff", "txt",
+    "mp4", "m4v",  "mov",  "mkv", "webm", "avi", "ts",  "mts", "m2ts",
+    "flv", "mpg",  "mpeg", "wmv", "3gp",  "ogv", "gif", "jpg", "jpeg",
+    "png", "webp", "bmp",  "tif", "tiff", "txt", "tar",
 };
+
+/* Members of a shard kept for audio (not decoded yet: a key with only one
+ * of these is reported, not probed). */
+static const char *const audio_exts[] = {"wav", "flac", "mp3", "m4a",
+                                         "ogg", "opus", "aac"};
+
+/* Largest caption or metadata member read from a shard. */
+#define CAPTION_MAX ((int64_t)DH_TABLE_LINE_MAX)
 
 void dh_probe_list_init(struct dh_probe_list *l)
 {
@@ -38,7 +49,12 @@ void dh_probe_list_fini(struct dh_probe_list *l)
     for (size_t i = 0; i < l->count; i++) {
         dh__free(l->items[i].path);
         dh__free(l->items[i].text);
+        dh__free(l->items[i].member);
+        dh__free(l->items[i].name);
     }
+    for (size_t i = 0; i < l->nproblems; i++)
+        dh__free(l->problems[i]);
+    dh__free(l->problems);
     dh__free(l->items);
     dh_probe_list_init(l);
 }
@@ -94,8 +110,7 @@ static int push(struct dh_probe_list *l, char *path, char *text,
         l->items = p;
         l->cap = cap;
     }
-    l->items[l->count].path = path;
-    l->items[l->count].text = text;
+    l->items[l->count] = (struct dh_probe_item){.path = path, .text = text};
     l->count++;
     return 0;
 }
@@ -144,6 +159,225 @@ static char *join(const char *dir, const char *name)
     return s;
 }
 
+/* ---- tar shards ---- */
+
+static int problem(struct dh_probe_list *l, const char *msg)
+{
+    char *m = dh__strdup(msg);
+
+    if (m && l->nproblems == l->problems_cap) {
+        size_t cap = l->problems_cap ? l->problems_cap * 2 : 16;
+        char **p = dh__realloc(l->problems, cap * sizeof(*p));
+
+        if (!p) {
+            dh__free(m);
+            m = NULL;
+        } else {
+            l->problems = p;
+            l->problems_cap = cap;
+        }
+    }
+    if (!m)
+        return DH_ENOMEM;
+    l->problems[l->nproblems++] = m;
+    return 0;
+}
+
+static int ext_in(const char *ext, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcasecmp(ext, list[i]))
+            return 1;
+    return 0;
+}
+
+/* One WebDataset sample being gathered: the members of one key. */
+struct group {
+    struct dh_probe_list *l;
+    const char *shard; /* absolute */
+    char key[DH_TAR_NAME_MAX];
+    int open;
+    char media[DH_TAR_NAME_MAX];
+    int64_t moff, msize;
+    int has_media, has_audio;
+    char *text;      /* from KEY.txt, else KEY.json's caption / text */
+    int text_is_txt; /* a .txt caption wins over the JSON's */
+    char *bad;       /* why this key is not a sample (a message) */
+};
+
+static void group_reset(struct group *g)
+{
+    dh__free(g->text);
+    dh__free(g->bad);
+    g->text = g->bad = NULL;
+    g->open = g->has_media = g->has_audio = g->text_is_txt = 0;
+}
+
+static int group_flush(struct group *g, struct dh_err *e)
+{
+    struct dh_probe_list *l = g->l;
+    char msg[DH_TAR_NAME_MAX + 4200];
+    char *path = NULL, *member = NULL;
+    int rc = 0;
+
+    if (!g->open)
+        return 0;
+    if (g->bad || !g->has_media) {
+        snprintf(msg, sizeof(msg), "%s: sample '%s': %s", g->shard, g->key,
+                 g->bad         ? g->bad
+                 : g->has_audio ? "an audio-only sample (audio is not "
+                                  "decoded yet): left out"
+                                : "no video or image member: left out");
+        rc = problem(l, msg);
+    } else if (!(path = dh__strdup(g->shard))) {
+        rc = DH_ENOMEM;
+    } else if (!(member = dh__strdup(g->media))) {
+        dh__free(path);
+        rc = DH_ENOMEM;
+    } else if (!(rc = push(l, path, g->text, e))) {
+        struct dh_probe_item *it = &l->items[l->count - 1];
+
+        g->text = NULL; /* taken by push */
+        it->member = member;
+        it->offset = g->moff;
+        it->size = g->msize;
+        member = NULL;
+        snprintf(msg, sizeof(msg), "%s:%s", it->path, it->member);
+        if (!(it->name = dh__strdup(msg)))
+            rc = DH_ENOMEM;
+    } else {
+        g->text = NULL; /* push freed it */
+    }
+    dh__free(member);
+    group_reset(g);
+    if (rc == DH_ENOMEM)
+        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", g->shard);
+    return rc;
+}
+
+static void group_bad(struct group *g, const char *fmt, const char *name,
+                      const char *why)
+{
+    char msg[DH_TAR_NAME_MAX + 512];
+
+    if (g->bad)
+        return; /* the first reason is the one reported */
+    snprintf(msg, sizeof(msg), fmt, name, why);
+    /* NULL when out of memory: the key is then kept as a sample */
+    g->bad = dh__strdup(msg); /* checksrc: ok alloc */
+}
+
+/* A caption: KEY.txt's text, or KEY.json's "caption" / "text". */
+static void group_caption(struct group *g, const char *name, int64_t off,
+                          int64_t size, int json)
+{
+    struct dh_err sub;
+    char *buf = NULL;
+    json_t *o, *c;
+
+    if ((json && g->text) || (!json && g->text_is_txt))
+        return;
+    if (dh__shard_read_member(g->shard, name, off, size, CAPTION_MAX, &buf,
+                              &sub)) {
+        group_bad(g, "member '%s': %s", name, sub.msg);
+        return;
+    }
+    if (!json) {
+        if (!dh__utf8_valid(buf)) {
+            group_bad(g, "member '%s': %s", name, "not valid UTF-8");
+            dh__free(buf);
+            return;
+        }
+        dh__free(g->text);
+        g->text = buf;
+        g->text_is_txt = 1;
+        return;
+    }
+    o = json_loads(buf, 0, NULL);
+    dh__free(buf);
+    c = json_object_get(o, "caption");
+    if (!json_is_string(c))
+        c = json_object_get(o, "text");
+    if (!o)
+        group_bad(g, "member '%s': %s", name, "not valid JSON");
+    else if (json_is_string(c) && !(g->text = dh__strdup(json_string_value(c))))
+        group_bad(g, "member '%s': %s", name, "out of memory");
+    json_decref(o);
+}
+
+static int on_member(void *arg, const char *name, int64_t off, int64_t size,
+                     struct dh_err *e)
+{
+    struct group *g = arg;
+    char key[DH_TAR_NAME_MAX];
+    const char *ext, *last;
+    int rc;
+
+    dh__tar_split_key(name, key, &ext);
+    if (g->open && strcmp(key, g->key) && (rc = group_flush(g, e)))
+        return rc;
+    if (!g->open) {
+        memcpy(g->key, key, strlen(key) + 1);
+        g->open = 1;
+    }
+    last = strrchr(ext, '.') ? strrchr(ext, '.') + 1 : ext;
+    if (!strcasecmp(last, "txt") || !strcasecmp(last, "json")) {
+        group_caption(g, name, off, size, !strcasecmp(last, "json"));
+    } else if (ext_in(last, audio_exts,
+                      sizeof(audio_exts) / sizeof(audio_exts[0]))) {
+        g->has_audio = 1;
+    } else if (strcasecmp(last, "tar") &&
+               ext_in(last, media_exts,
+                      sizeof(media_exts) / sizeof(media_exts[0]))) {
+        if (size == 0)
+            group_bad(g, "member '%s': %s", name, "empty");
+        else if (!g->has_media) {
+            memcpy(g->media, name, strlen(name) + 1);
+            g->moff = off;
+            g->msize = size;
+            g->has_media = 1;
+        }
+    }
+    return 0; /* .cls and other metadata: not part of the row */
+}
+
+static int expand_shard(struct dh_probe_list *l, const char *path,
+                        struct dh_err *e)
+{
+    struct group g = {.l = l};
+    char *abs = dh__strdup(path);
+    struct dh_err sub;
+    int rc;
+
+    if (!abs || !(abs = absolute(abs)))
+        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", path);
+    g.shard = abs;
+    l->shards++;
+    dh_err_clear(&sub);
+    rc = dh__shard_walk(abs, on_member, &g, &sub);
+    if (rc == DH_ENOMEM) {
+        dh_err_set(e, rc, "%s", sub.msg);
+    } else {
+        /* A damaged shard: the members before the damage are samples,
+         * the damage is a problem; a shard that cannot be opened too. */
+        int frc = group_flush(&g, e);
+
+        if (rc && !frc)
+            frc = problem(l, sub.msg)
+                      ? dh_err_set(e, DH_ENOMEM, "%s: out of memory", path)
+                      : 0;
+        rc = frc;
+    }
+    group_reset(&g);
+    dh__free(abs);
+    return rc;
+}
+
+static int is_shard(const char *path)
+{
+    return ext_is(path, "tar") || dh__shard_sniff(path);
+}
+
 static int not_hidden(const struct dirent *d)
 {
     return d->d_name[0] != '.';
@@ -174,6 +408,8 @@ static int walk_entry(struct dh_probe_list *l, const char *dir,
         }
     } else if (S_ISDIR(st.st_mode)) {
         rc = walk(l, path, depth + 1, e);
+    } else if (wanted && ext_is(name, "tar")) {
+        rc = expand_shard(l, path, e);
     } else if (wanted) {
         rc = push(l, path, NULL, e);
         path = NULL; /* taken */
@@ -213,6 +449,53 @@ static char *dirname_of(const char *path)
     return dh__strndup(path, slash == path ? 1 : (size_t)(slash - path));
 }
 
+/* A table row naming a shard member: {"path": SHARD, "member", "offset",
+ * "bytes"} (what probe wrote), kept as that member. */
+static int list_member(struct dh_probe_list *l, const char *list,
+                       const char *base, json_t *o, long lineno,
+                       struct dh_err *e)
+{
+    json_t *jp = json_object_get(o, "path"), *jm = json_object_get(o, "member");
+    json_t *jo = json_object_get(o, "offset"),
+           *jb = json_object_get(o, "bytes");
+    json_t *jt = json_object_get(o, "text");
+    char *path, *member = NULL, *text = NULL, *name = NULL;
+    struct dh_probe_item *it;
+    size_t n;
+    int rc;
+
+    if (!json_is_string(jp) || !json_is_string(jm) || !json_is_integer(jo) ||
+        !json_is_integer(jb) || json_integer_value(jo) < 0 ||
+        json_integer_value(jb) <= 0 || !json_string_length(jm))
+        return dh_err_set(e, DH_EFORMAT,
+                          "%s:%ld: a shard member needs \"path\", "
+                          "\"member\", \"offset\" >= 0 and \"bytes\" > 0 "
+                          "(as `datahelix probe` writes them)",
+                          list, lineno);
+    path = json_string_value(jp)[0] == '/' ? dh__strdup(json_string_value(jp))
+                                           : join(base, json_string_value(jp));
+    if (!path || !(member = dh__strdup(json_string_value(jm))) ||
+        (json_is_string(jt) && !(text = dh__strdup(json_string_value(jt))))) {
+        dh__free(path);
+        dh__free(member);
+        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", list);
+    }
+    if ((rc = push(l, path, text, e))) {
+        dh__free(member);
+        return rc;
+    }
+    it = &l->items[l->count - 1];
+    it->member = member;
+    it->offset = (int64_t)json_integer_value(jo);
+    it->size = (int64_t)json_integer_value(jb);
+    n = strlen(it->path) + strlen(member) + 2;
+    if (!(name = dh__malloc(n)))
+        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", list);
+    snprintf(name, n, "%s:%s", it->path, member);
+    it->name = name;
+    return 0;
+}
+
 static int list_line(struct dh_probe_list *l, const char *list,
                      const char *base, const char *line, size_t len,
                      long lineno, struct dh_err *e)
@@ -228,8 +511,16 @@ static int list_line(struct dh_probe_list *l, const char *list,
                         o ? "expected a JSON object" : jerr.text);
         goto out;
     }
+    if (json_object_get(o, "datahelix_header")) {
+        rc = 0; /* a table's header record is not an input */
+        goto out;
+    }
     jp = json_object_get(o, "path");
     jt = json_object_get(o, "text");
+    if (json_object_get(o, "member")) {
+        rc = list_member(l, list, base, o, lineno, e);
+        goto out;
+    }
     if (!json_is_string(jp) ||
         (jt && !json_is_string(jt) && !json_is_null(jt))) {
         rc = dh_err_set(e, DH_EFORMAT,
@@ -244,8 +535,11 @@ static int list_line(struct dh_probe_list *l, const char *list,
         rc = dh_err_set(e, DH_ENOMEM, "%s: out of memory", list);
         goto out;
     }
-    rc = push_copy(l, path, json_is_string(jt) ? json_string_value(jt) : NULL,
-                   e);
+    if (is_shard(path))
+        rc = expand_shard(l, path, e); /* captions come from the shard */
+    else
+        rc = push_copy(l, path,
+                       json_is_string(jt) ? json_string_value(jt) : NULL, e);
 out:
     dh__free(path);
     json_decref(o);
@@ -309,5 +603,7 @@ int dh_probe_list_add_input(struct dh_probe_list *l, const char *input,
     }
     if (ext_is(input, "jsonl"))
         return read_list(l, input, e);
+    if (S_ISREG(st.st_mode) && is_shard(input))
+        return expand_shard(l, input, e);
     return push_copy(l, input, NULL, e);
 }

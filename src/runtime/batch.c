@@ -84,6 +84,18 @@ int dh__batch_check_room(size_t need, size_t dst_len, uint32_t n,
     return 0;
 }
 
+int dh__batch_open(struct dh_media *m, const struct dh_index *ix, uint64_t id,
+                   struct dh_err *e)
+{
+    struct dh_source_ref ref;
+
+    if (dh_index_source(ix, id, &ref))
+        return dh_err_set(e, DH_EFORMAT,
+                          "no path or a bad member in the "
+                          "index");
+    return dh_media_open_ref(m, &ref, e);
+}
+
 static int check_args(const struct dh_index *ix, const uint64_t *ids,
                       uint32_t n, const struct dh_media_plan *p, size_t dst_len,
                       struct dh_err *e)
@@ -96,10 +108,10 @@ static int check_args(const struct dh_index *ix, const uint64_t *ids,
 }
 
 /* One sample into its slice; zero the frames it does not fill. */
-static int one_sample(struct dh_media *m, const char *path, uint64_t epoch,
-                      uint64_t id, const struct dh_media_plan *p,
-                      uint8_t *slice, size_t slice_len, int32_t *valid,
-                      struct dh_err *e)
+static int one_sample(struct dh_media *m, const struct dh_index *ix,
+                      const char *path, uint64_t epoch, uint64_t id,
+                      const struct dh_media_plan *p, uint8_t *slice,
+                      size_t slice_len, int32_t *valid, struct dh_err *e)
 {
     struct dh_media_plan sp;
     struct dh_media_result res;
@@ -108,7 +120,7 @@ static int one_sample(struct dh_media *m, const char *path, uint64_t epoch,
     int rc;
 
     dh_batch_sample_plan(p, epoch, id, &sp);
-    rc = dh_media_open(m, path, e);
+    rc = dh__batch_open(m, ix, id, e);
     if (!rc)
         rc = dh_media_select(m, &sp, &frames, e);
     if (!rc && frames > dh_batch_frames(p))
@@ -140,7 +152,7 @@ static int decode_at(struct dh_media *m, const struct dh_index *ix,
                           (unsigned long long)dh_index_count(ix));
     if (!(path = dh_index_path(ix, id)))
         return dh_err_set(e, DH_EFORMAT, "no path in the index");
-    return one_sample(m, path, epoch, id, p, dst + (size_t)i * one,
+    return one_sample(m, ix, path, epoch, id, p, dst + (size_t)i * one,
                       dst_len - (size_t)i * one, valid, e);
 }
 

@@ -140,8 +140,9 @@ static int check_args(const struct dh_index *ix, const uint64_t *ids,
 }
 
 /* One sample at dst + off, resolved against its own file; fills `en`. */
-static int one_sample(struct dh_media *m, const char *path, uint64_t epoch,
-                      uint64_t id, const struct dh_media_plan *p, uint8_t *dst,
+static int one_sample(struct dh_media *m, const struct dh_index *ix,
+                      const char *path, uint64_t epoch, uint64_t id,
+                      const struct dh_media_plan *p, uint8_t *dst,
                       size_t dst_len, size_t off, struct dh_packed_entry *en,
                       struct dh_err *e)
 {
@@ -153,7 +154,7 @@ static int one_sample(struct dh_media *m, const char *path, uint64_t epoch,
     int rc;
 
     dh_batch_sample_plan(p, epoch, id, &sp);
-    rc = dh_media_open(m, path, e);
+    rc = dh__batch_open(m, ix, id, e);
     if (!rc && (rc = dh_media_info(m, &info)))
         dh_err_set(e, rc, "%s: no stream information", path);
     if (!rc)
@@ -203,7 +204,7 @@ int dh_batch_packed_decode(struct dh_media *m, const struct dh_index *ix,
         const char *path = dh_index_path(ix, ids[i]);
 
         dh_err_clear(&sub);
-        rc = path ? one_sample(m, path, epoch, ids[i], p, dst, dst_len, off,
+        rc = path ? one_sample(m, ix, path, epoch, ids[i], p, dst, dst_len, off,
                                &en, &sub)
                   : dh_err_set(&sub, DH_EFORMAT, "no path in the index");
         dh__media_stage_note(m, i);

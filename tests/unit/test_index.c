@@ -303,7 +303,7 @@ static void corrupt_body_and_header(void **state)
     buf[0] = 'X';
     assert_int_equal(open_bytes(buf, n, 0), DH_EFORMAT);
     buf[0] = 'D';
-    buf[DHX_OFF_VERSION] = 2;
+    buf[DHX_OFF_VERSION] = DH_INDEX_FORMAT_VERSION + 1;
     assert_int_equal(open_bytes(buf, n, 0), DH_EVERSION);
     free(buf);
 }

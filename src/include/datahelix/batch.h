@@ -103,6 +103,9 @@ int dh_batch_decode_subs(struct dh_media *m, const struct dh_index *ix,
 int dh__batch_check_ids(const struct dh_index *ix, const uint64_t *ids,
                         uint32_t n, const struct dh_media_plan *p,
                         struct dh_err *e);
+/* dh_media_open_ref() of sample `id`'s file or shard member. */
+int dh__batch_open(struct dh_media *m, const struct dh_index *ix, uint64_t id,
+                   struct dh_err *e) DH_MUST_CHECK;
 int dh__batch_check_room(size_t need, size_t dst_len, uint32_t n,
                          const char *what, struct dh_err *e);
 

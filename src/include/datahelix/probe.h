@@ -39,17 +39,40 @@ int dh_probe_file_notes(const char *path, struct dh_desc *d,
                         struct dh_probe_notes *notes,
                         struct dh_err *e) DH_MUST_CHECK;
 
-/* One input sample: a path and an optional caption. */
+/* dh_probe_file_notes() of a file or a tar shard's member (read in place:
+ * the row gets path = the shard, member, offset and bytes = its size). */
+int dh_probe_ref_notes(const struct dh_source_ref *ref, struct dh_desc *d,
+                       struct dh_probe_notes *notes,
+                       struct dh_err *e) DH_MUST_CHECK;
+
+/* One input sample: a path (or a shard and its member) and an optional
+ * caption. */
 struct dh_probe_item {
     char *path;
     char *text;
+    char *member; /* NULL: path is the file */
+    int64_t offset, size;
+    char *name; /* "SHARD:MEMBER" for a member (messages, caches); NULL
+                   for a file: its path is its name */
 };
+
+/* The name of an item in messages and caches. */
+static inline const char *dh_probe_item_name(const struct dh_probe_item *it)
+{
+    return it->name ? it->name : it->path;
+}
 
 /* The expanded input list; owns its strings. */
 struct dh_probe_list {
     struct dh_probe_item *items;
     size_t count;
     size_t cap;
+    /* What a shard held that is not a sample, or where it was damaged:
+     * one message each, for the caller to report as failures (the good
+     * members are in items). */
+    char **problems;
+    size_t nproblems, problems_cap;
+    size_t shards; /* tar shards expanded */
 };
 
 void dh_probe_list_init(struct dh_probe_list *l);
@@ -60,7 +83,12 @@ void dh_probe_list_fini(struct dh_probe_list *l);
  * extension, except `.jsonl`, read as a list of {"path", "text"} objects
  * with paths relative to the list's folder), or a folder, walked
  * recursively in sorted order, keeping files with a media or text
- * extension and skipping hidden entries and `.jsonl` files.
+ * extension and skipping hidden entries and `.jsonl` files.  A tar shard
+ * (a `.tar` name, or a file that starts with a tar header) anywhere among
+ * them is expanded in place into one item per WebDataset key (docs/shards.md):
+ * its video or image member, its caption from `KEY.txt` or the `caption` /
+ * `text` of `KEY.json`; a damaged shard keeps its good members and adds
+ * a problem naming the shard and the member.
  * A missing input or an unreadable list is an error naming it; a folder
  * with no media gives DH_EEMPTY.
  */

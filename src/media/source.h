@@ -1,0 +1,104 @@
+/*
+ * source.h - where a sample's bytes come from (internal): one small table
+ * of operations (open, read at an offset, close) under the media layer,
+ * as nng does for its transports.  FFmpeg reads every input through one
+ * AVIOContext over a dh_source (media_open.c, probe.c), so a demuxer
+ * touches only the bytes it asks for.
+ *
+ * Backends: a local file, a member of a tar shard (a byte range of a local
+ * file: the same backend with a window), and a buffer in memory.  What a
+ * backend caches per worker lives in the dh_source, which a media worker
+ * keeps across files: the file backend keeps the shard it read last open,
+ * so the members of one shard cost one open(2) between them.
+ *
+ * Designed for sources whose reads cost 20-100 ms (the object-storage
+ * backends plug in here): read_at() takes any offset, so a backend can
+ * serve the AVIO buffer's reads from a read-ahead window of its own and
+ * answer an MP4's tail read (moov at the end) with one ranged request.
+ * Every read is bounded by the sample's watchdog: read_at() is given the
+ * deadline and a backend that can block must give up by then.
+ *
+ * Thread-safety: one dh_source per media worker (thread).
+ */
+#ifndef DH_MEDIA_SOURCE_H
+#define DH_MEDIA_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <libavformat/avio.h>
+
+#include "datahelix/error.h"
+#include "datahelix/media.h"
+
+struct dh_source;
+
+struct dh_source_ops {
+    const char *kind; /* "file", "memory": in docs and stats */
+    /* Opens `ref` (the previous input is closed).  Sets s->size.  DH_E*
+     * with `e` naming the input and the cause. */
+    int (*open)(struct dh_source *s, const struct dh_source_ref *ref,
+                struct dh_err *e);
+    /* Up to len bytes at off (0 <= off <= s->size) into buf: the count,
+     * 0 at the end, or a negative DH_E* with `e` set. */
+    int64_t (*read_at)(struct dh_source *s, int64_t off, void *buf, size_t len,
+                       struct dh_err *e);
+    /* Ends the input; what the backend caches per worker may stay. */
+    void (*close)(struct dh_source *s);
+    /* Frees the per-worker cache too. */
+    void (*fini)(struct dh_source *s);
+};
+
+struct dh_source {
+    const struct dh_source_ops *ops; /* NULL: nothing open */
+    char *name;                      /* "path" or "shard.tar:member" */
+    size_t name_cap;
+    int64_t size; /* bytes of the open input */
+    int64_t pos;  /* the AVIO read position */
+    /* file backend: the file (or shard) kept open */
+    int fd;        /* -1: none */
+    char *fd_path; /* "" when no fd is kept; its buffer stays */
+    size_t fd_path_cap;
+    dev_t dev;
+    ino_t ino;
+    int64_t base; /* a member's data offset in its shard */
+    int keep_fd;  /* a shard: keep the fd for its next member */
+    /* memory backend */
+    const uint8_t *data;
+    /* counters, added up since the source was made */
+    int64_t bytes, reads;
+    double read_ms;
+    /* reads through AVIO (dh__source_avio) */
+    int (*overdue)(void *arg); /* non-zero: the watchdog fired; may be NULL */
+    void *overdue_arg;
+    struct dh_err err; /* why a read failed (FFmpeg only hears EIO) */
+    int failed;
+};
+
+void dh__source_init(struct dh_source *s);
+void dh__source_fini(struct dh_source *s);
+
+/* Opens `ref` through the backend its path names (a local file or a shard
+ * member today); mem != NULL opens that buffer instead (len bytes, `name`
+ * in messages). */
+int dh__source_open(struct dh_source *s, const struct dh_source_ref *ref,
+                    struct dh_err *e) DH_MUST_CHECK;
+int dh__source_open_mem(struct dh_source *s, const void *data, size_t len,
+                        const char *name, struct dh_err *e) DH_MUST_CHECK;
+void dh__source_close(struct dh_source *s);
+
+/* read_at() with the counters kept.  Same returns. */
+int64_t dh__source_read(struct dh_source *s, int64_t off, void *buf, size_t len,
+                        struct dh_err *e);
+
+/* An AVIOContext over `s` reading from position 0 (s->pos), seekable,
+ * with a buffer of `buf` bytes; NULL when out of memory.  Free it with
+ * dh__source_avio_free(). */
+AVIOContext *dh__source_avio(struct dh_source *s, int buf);
+void dh__source_avio_free(AVIOContext **pb);
+
+/* The display name of `ref` into buf: "path", or "path:member". */
+void dh__source_name(const struct dh_source_ref *ref, char *buf, size_t len);
+
+#endif

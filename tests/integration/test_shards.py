@@ -1,0 +1,279 @@
+"""WebDataset tar shards read in place (issue 35): shards written with GNU
+tar and with Python's tarfile (ustar, GNU long names, pax) holding video,
+image, caption, JSON metadata and audio members.  Each sample decodes to
+the bytes the same file gives unpacked, captions are kept, the loader's
+epoch and resume are those of the unpacked set, and a damaged shard keeps
+its good members and names the bad one.
+"""
+import io
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from conftest import ROOT, SHARED_DATA, run_dh, _binary
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(ROOT / "python"))
+import datahelix  # noqa: E402
+
+SMALL = dict(batch_size=2, frames=4, size=(32, 32), timeout=60,
+             world_size=1, rank=0)
+DECODE = ("--frames", 5, "--size", "48x40")
+
+
+@pytest.fixture(autouse=True)
+def binary_env(monkeypatch):
+    monkeypatch.setenv("DATAHELIX_BIN", _binary())
+    monkeypatch.delenv("DATAHELIX_COORDINATOR", raising=False)
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    """Six generated clips and two images of shared/data (when present),
+    each with a caption: the unpacked folder the shards are made from."""
+    d = tmp_path_factory.mktemp("clips")
+    run_dh("gen-data", "--out", d / "gen", "--profiles", "S", "--count", 6,
+           "--seed", 11, check=True, timeout=300)
+    files = sorted((d / "gen").glob("*.mp4"))
+    imgs = SHARED_DATA / "images"
+    if imgs.is_dir():
+        files += [imgs / "mmaction2__img_00001.jpg",
+                  imgs / "moviepy__afterimage.png"]
+    return files
+
+
+def caption(i):
+    return f"clip number {i} \u00e9t\u00e9"
+
+
+def key_of(i, long=False):
+    k = f"{i:06d}"
+    # a name over ustar's 100 bytes in a folder over its 155-byte prefix:
+    # GNU writes a long-name record, pax a path record
+    return ("d" * 160 + "/" + "k" * 110 + k) if long else k
+
+
+def make_pytar(path, files, fmt, long=False, meta_json=False, audio=False):
+    """A shard by tarfile; the caption as KEY.txt or in KEY.json."""
+    with tarfile.open(path, "w", format=fmt) as t:
+        for i, f in enumerate(files):
+            k = key_of(i, long)
+            t.add(str(f), arcname=k + pathlib.Path(f).suffix)
+            if meta_json:
+                b = json.dumps({"caption": caption(i), "n": i}).encode()
+                ext = ".json"
+            else:
+                b = caption(i).encode()
+                ext = ".txt"
+            ti = tarfile.TarInfo(k + ext)
+            ti.size = len(b)
+            t.addfile(ti, io.BytesIO(b))
+            if audio:
+                ti = tarfile.TarInfo(k + ".cls")
+                ti.size = 1
+                t.addfile(ti, io.BytesIO(b"7"))
+        if audio:  # a key with only a soundtrack: reported, not a sample
+            ti = tarfile.TarInfo("speech.wav")
+            ti.size = 44
+            t.addfile(ti, io.BytesIO(b"RIFF" + bytes(40)))
+
+
+def make_gnutar(path, files, tmp):
+    """A shard by GNU tar (its default format) from a staged folder."""
+    stage = tmp / "stage"
+    stage.mkdir()
+    names = []
+    for i, f in enumerate(files):
+        k = key_of(i)
+        shutil.copy(f, stage / (k + pathlib.Path(f).suffix))
+        (stage / (k + ".txt")).write_text(caption(i))
+        names += [k + pathlib.Path(f).suffix, k + ".txt"]
+    subprocess.run(["tar", "-cf", str(path), "-C", str(stage), *names],
+                   check=True, timeout=60)
+
+
+def rows(table):
+    return [json.loads(x) for x in pathlib.Path(table).read_text()
+            .splitlines() if '"datahelix_header"' not in x]
+
+
+def decoded(*inputs):
+    """`datahelix decode -o` of INPUTS: the raw tensors, one per item."""
+    out = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"dec-{os.getpid()}"
+    try:
+        run_dh("decode", *DECODE, "-o", out, *inputs, check=True)
+        return out.read_bytes()
+    finally:
+        out.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("kind", ["gnutar", "ustar", "gnu-long", "pax-long",
+                                  "pax-json"])
+def test_shard_rows_and_tensors_equal_the_unpacked_files(clips, tmp_path,
+                                                         kind):
+    shard = tmp_path / "s-000.tar"
+    if kind == "gnutar":
+        make_gnutar(shard, clips, tmp_path)
+    else:
+        fmt = {"ustar": tarfile.USTAR_FORMAT, "gnu-long": tarfile.GNU_FORMAT,
+               "pax-long": tarfile.PAX_FORMAT,
+               "pax-json": tarfile.PAX_FORMAT}[kind]
+        make_pytar(shard, clips, fmt, long=kind.endswith("long"),
+                   meta_json=kind == "pax-json")
+    p = run_dh("probe", "--out", tmp_path / "s.jsonl", shard, check=True)
+    got = rows(tmp_path / "s.jsonl")
+    assert len(got) == len(clips), p.stderr
+    with tarfile.open(shard) as t:  # offsets and sizes are tarfile's
+        members = {m.name: m for m in t.getmembers()}
+    for i, (r, f) in enumerate(zip(got, clips)):
+        m = members[r["member"]]
+        assert r["path"] == str(shard) and r["id"] == i
+        assert pathlib.Path(r["member"]).name.startswith(
+            pathlib.Path(key_of(i, kind.endswith("long"))).name)
+        assert (r["offset"], r["bytes"]) == (m.offset_data, m.size)
+        assert r["text"] == caption(i)
+        assert r["kind"] == ("image" if f.suffix in (".jpg", ".png")
+                             else "video")
+    # the same rows, frame for frame, as the files themselves
+    unpacked = run_dh("probe", "--out", tmp_path / "f.jsonl", *clips,
+                      check=True)
+    assert unpacked.returncode == 0
+    for a, b in zip(got, rows(tmp_path / "f.jsonl")):
+        for k in ("kind", "codec", "width", "height", "frames", "fps",
+                  "duration_s", "est_cpu_ms"):
+            assert a[k] == b[k], (k, a, b)
+    want = decoded(*clips)
+    assert decoded(shard) == want
+    assert decoded(tmp_path / "s.jsonl") == want
+
+
+def test_index_keeps_each_shard_path_once(clips, tmp_path):
+    shard = tmp_path / "a-shard-with-a-rather-long-name-000000.tar"
+    make_pytar(shard, clips * 4, tarfile.GNU_FORMAT)
+    run_dh("probe", "--out", tmp_path / "s.jsonl", "--index",
+           tmp_path / "s.dhx", shard, check=True)
+    blob = (tmp_path / "s.dhx").read_bytes()
+    assert blob.count(str(shard).encode() + b"\0") == 1
+    assert len(rows(tmp_path / "s.jsonl")) == 4 * len(clips)
+    ix = datahelix._C.Index(str(tmp_path / "s.dhx"))
+    assert ix.path(5) == str(shard)
+
+
+def test_folder_of_shards_and_audio_and_metadata(clips, tmp_path):
+    d = tmp_path / "shards"
+    d.mkdir()
+    make_pytar(d / "b-001.tar", clips[3:], tarfile.PAX_FORMAT, audio=True)
+    make_pytar(d / "a-000.tar", clips[:3], tarfile.GNU_FORMAT)
+    p = run_dh("probe", "--out", tmp_path / "m.jsonl", d)
+    # the audio-only key is named, the rest is a table (exit 0: keep-going)
+    assert p.returncode == 0, p.stderr
+    assert "b-001.tar: sample 'speech': an audio-only sample" in p.stderr
+    got = rows(tmp_path / "m.jsonl")
+    assert [pathlib.Path(r["path"]).name for r in got] == \
+        ["a-000.tar"] * 3 + ["b-001.tar"] * (len(clips) - 3)
+    assert [r["text"] for r in got] == [caption(i) for i in range(3)] + \
+        [caption(i) for i in range(len(clips) - 3)]
+    p = run_dh("probe", "--fail-fast", "--out", tmp_path / "n.jsonl", d)
+    assert p.returncode != 0 and not (tmp_path / "n.jsonl").exists()
+
+
+def test_a_cut_shard_keeps_its_good_members(clips, tmp_path):
+    shard = tmp_path / "cut.tar"
+    make_pytar(shard, clips, tarfile.GNU_FORMAT)
+    with tarfile.open(shard) as t:
+        victim = [m for m in t.getmembers() if m.name.endswith(".mp4")][3]
+    data = shard.read_bytes()
+    shard.write_bytes(data[:victim.offset_data + victim.size // 2])
+    p = run_dh("probe", "--out", tmp_path / "m.jsonl", shard, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert f"member '{victim.name}'" in p.stderr and "cut off" in p.stderr
+    assert str(shard) in p.stderr
+    assert [r["member"] for r in rows(tmp_path / "m.jsonl")] == \
+        [f"{key_of(i)}.mp4" for i in range(3)]
+
+
+def test_a_corrupt_header_is_named_and_ends_the_walk(clips, tmp_path):
+    shard = tmp_path / "bad.tar"
+    make_pytar(shard, clips, tarfile.USTAR_FORMAT)
+    with tarfile.open(shard) as t:
+        victim = [m for m in t.getmembers()][4]  # key 2's video header
+    data = bytearray(shard.read_bytes())
+    data[victim.offset + 10] ^= 0xFF  # its name: the checksum breaks
+    shard.write_bytes(bytes(data))
+    p = run_dh("probe", "--out", tmp_path / "m.jsonl", shard, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert f"byte {victim.offset}" in p.stderr
+    assert "checksum" in p.stderr and "after member '000001.txt'" in p.stderr
+    assert len(rows(tmp_path / "m.jsonl")) == 2
+    # an MPEG-TS-looking payload never passes for a tar member: a file of
+    # junk named .tar is a problem, not a clip
+    junk = tmp_path / "junk.tar"
+    junk.write_bytes(b"G" + bytes(187) * 40)
+    p = run_dh("probe", "--out", tmp_path / "j.jsonl", junk, timeout=60)
+    assert p.returncode != 0 and "junk.tar" in p.stderr
+
+
+def loader_run(table, **kw):
+    with datahelix.DataLoader(str(table), **{**SMALL, **kw}) as loader:
+        return [(b["ids"].tolist(), b["video"].clone(), list(b["text"]))
+                for b in loader]
+
+
+def test_loader_epoch_and_resume_from_shards(clips, tmp_path):
+    make_pytar(tmp_path / "s.tar", clips, tarfile.GNU_FORMAT)
+    run_dh("probe", "--out", tmp_path / "s.jsonl", tmp_path / "s.tar",
+           check=True)
+    folder = tmp_path / "files"
+    folder.mkdir()
+    lst = []
+    for i, f in enumerate(clips):  # the same clips and captions, unpacked
+        shutil.copy(f, folder / (key_of(i) + f.suffix))
+        lst.append(json.dumps({"path": key_of(i) + f.suffix,
+                               "text": caption(i)}))
+    (folder / "list.jsonl").write_text("\n".join(lst) + "\n")
+    run_dh("probe", "--out", tmp_path / "f.jsonl", folder / "list.jsonl",
+           check=True)
+    a = loader_run(tmp_path / "s.jsonl", seed=4)
+    b = loader_run(tmp_path / "f.jsonl", seed=4)
+    assert [x[0] for x in a] == [x[0] for x in b]  # the plan's order
+    ids = sorted(i for x in a for i in x[0])
+    assert ids == sorted(set(ids))  # each sample once
+    for (ia, va, ta), (ib, vb, tb) in zip(a, b):
+        assert torch.equal(va, vb) and ta == tb
+    assert a[0][2][0] == caption(a[0][0][0])
+    # resume mid-epoch gives the rest of the same epoch
+    with datahelix.DataLoader(str(tmp_path / "s.jsonl"), seed=4,
+                              **SMALL) as loader:
+        it = iter(loader)
+        next(it)
+        state = loader.state_dict()
+    with datahelix.DataLoader(str(tmp_path / "s.jsonl"), seed=4,
+                              **SMALL) as loader:
+        loader.load_state_dict(state)
+        rest = [b["ids"].tolist() for b in loader]
+    assert rest == [x[0] for x in a[1:]]
+
+
+def test_a_shard_cut_after_probe_is_a_sample_error(clips, tmp_path):
+    """Members past the cut name the shard, the member and the cause;
+    under skip the epoch still comes whole, substituted."""
+    shard = tmp_path / "s.tar"
+    make_pytar(shard, clips[:6], tarfile.GNU_FORMAT)
+    run_dh("probe", "--out", tmp_path / "s.jsonl", shard, check=True)
+    last = rows(tmp_path / "s.jsonl")[-1]
+    shard.write_bytes(shard.read_bytes()[:last["offset"] + 100])
+    p = run_dh("decode", *DECODE, tmp_path / "s.jsonl")
+    assert p.returncode == 1
+    assert f"{shard}:{last['member']}" in p.stderr
+    assert "changed since probe" in p.stderr
+    with pytest.raises(datahelix.SampleError) as ex:
+        loader_run(tmp_path / "s.jsonl", batch_size=6)
+    assert last["member"] in str(ex.value)
+    got = loader_run(tmp_path / "s.jsonl", on_error="skip")
+    assert sum(len(x[0]) for x in got) == 6
