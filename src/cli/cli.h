@@ -39,6 +39,7 @@ int dh_cli_dispatch(const struct dh_cli_program *p, int argc, char **argv);
 int dh_cmd_gen_data(int argc, char **argv);
 int dh_cmd_probe(int argc, char **argv);
 int dh_cmd_index(int argc, char **argv);
+int dh_cmd_shard(int argc, char **argv);
 int dh_cmd_decode(int argc, char **argv);
 int dh_cmd_plan(int argc, char **argv);
 int dh_cmd_sim(int argc, char **argv);

@@ -9,6 +9,8 @@ static const struct dh_cli_entry commands[] = {
     {"gen-data", dh_cmd_gen_data,
      "write a synthetic heterogeneous video set (real H.264 files)"},
     {"probe", dh_cmd_probe, "scan media files into a descriptor table (JSONL)"},
+    {"shard", dh_cmd_shard,
+     "write WebDataset tar shards (and their table) from files or a table"},
     {"index", dh_cmd_index,
      "compile a descriptor table into a compact mmap-able index (.dhx)"},
     {"decode", dh_cmd_decode,

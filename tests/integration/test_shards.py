@@ -277,3 +277,88 @@ def test_a_shard_cut_after_probe_is_a_sample_error(clips, tmp_path):
     assert last["member"] in str(ex.value)
     got = loader_run(tmp_path / "s.jsonl", on_error="skip")
     assert sum(len(x[0]) for x in got) == 6
+
+
+def test_shard_command_round_trip_and_resume(clips, tmp_path):
+    """folder -> shards -> table -> loader gives the folder's tensors; the
+    shards list with GNU tar and read with tarfile; a second run writes
+    only the shard that is missing, the same bytes as the first."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    lst = []
+    for i, f in enumerate(clips):
+        shutil.copy(f, folder / f"c{i}{f.suffix}")
+        lst.append(json.dumps({"path": f"c{i}{f.suffix}",
+                               "text": caption(i)}))
+    (folder / "list.jsonl").write_text("\n".join(lst) + "\n")
+    run_dh("probe", "--out", tmp_path / "f.jsonl", folder / "list.jsonl",
+           check=True)
+    out = tmp_path / "shards"
+    size = sum(f.stat().st_size for f in clips) // 3
+    p = run_dh("shard", "--out", out, "--shard-bytes", size, "--table",
+               tmp_path / "s.jsonl", tmp_path / "f.jsonl", check=True)
+    shards = sorted(out.glob("*.tar"))
+    assert [s.name for s in shards] == \
+        [f"shard-{k:06d}.tar" for k in range(len(shards))]
+    assert len(shards) >= 3, p.stderr
+    assert not list(out.glob(".*"))  # no temporary left
+    names = []
+    for s in shards:
+        listed = subprocess.run(["tar", "-tf", str(s)], check=True,
+                                capture_output=True, text=True,
+                                timeout=60).stdout.split()
+        with tarfile.open(s) as t:
+            assert t.getnames() == listed
+            for m in t.getmembers():
+                if m.name.endswith(".txt"):
+                    i = int(m.name.split(".")[0])
+                    assert t.extractfile(m).read().decode() == caption(i)
+                if m.name.endswith(".json"):
+                    src = json.loads(t.extractfile(m).read())["source"]
+                    assert src.startswith(str(folder))
+        names += listed
+    assert [n for n in names if n.split(".")[1] not in ("txt", "json")] == \
+        [f"{i:09d}{f.suffix}" for i, f in enumerate(clips)]
+    a = loader_run(tmp_path / "s.jsonl", seed=2)
+    b = loader_run(tmp_path / "f.jsonl", seed=2)
+    assert [x[0] for x in a] == [x[0] for x in b]
+    for (ia, va, ta), (ib, vb, tb) in zip(a, b):
+        assert torch.equal(va, vb) and ta == tb
+    assert decoded(tmp_path / "s.jsonl") == decoded(tmp_path / "f.jsonl")
+    # resume: one shard gone, a stale partial file beside it
+    first = {s.name: s.read_bytes() for s in shards}
+    shards[1].unlink()
+    (out / ".shard-000001.tar.part").write_bytes(b"half")
+    p = run_dh("shard", "--out", out, "--shard-bytes", size,
+               tmp_path / "f.jsonl", check=True)
+    assert f"1 written, {len(shards) - 1} already whole" in p.stderr
+    assert {s.name: s.read_bytes() for s in sorted(out.glob("*.tar"))} == \
+        first
+    # a shard of the wrong size is written again
+    shards[0].write_bytes(first[shards[0].name][:1000])
+    p = run_dh("shard", "--out", out, "--shard-bytes", size,
+               tmp_path / "f.jsonl", check=True)
+    assert "1 written" in p.stderr
+    assert shards[0].read_bytes() == first[shards[0].name]
+
+
+def test_shard_command_errors(clips, tmp_path):
+    p = run_dh("shard", "--out", tmp_path / "o", tmp_path / "missing.mp4")
+    assert p.returncode == 1 and "missing.mp4" in p.stderr
+    p = run_dh("shard", tmp_path)
+    assert p.returncode == 2 and "--out" in p.stderr
+    p = run_dh("shard", "--out", tmp_path / "o", "--shard-bytes", "12",
+               clips[0])
+    assert p.returncode == 2 and "--shard-bytes" in p.stderr
+    noext = tmp_path / "noext"
+    shutil.copy(clips[0], noext)
+    p = run_dh("shard", "--out", tmp_path / "o", noext)
+    assert p.returncode == 1 and "no file extension" in p.stderr
+    # a shard cut since probe: named, and no shard of it is left behind
+    make_pytar(tmp_path / "s.tar", clips[:3], tarfile.GNU_FORMAT)
+    run_dh("probe", "--out", tmp_path / "s.jsonl", tmp_path / "s.tar",
+           check=True)
+    (tmp_path / "s.tar").write_bytes((tmp_path / "s.tar").read_bytes()[:2000])
+    p = run_dh("shard", "--out", tmp_path / "o2", tmp_path / "s.jsonl")
+    assert p.returncode == 1 and "changed since probe" in p.stderr
+    assert not list((tmp_path / "o2").iterdir())
