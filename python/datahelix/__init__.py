@@ -12,9 +12,11 @@ view of the local DataServer's arena, whose slot returns when the last
 tensor made from it dies.  See docs/python.md.
 """
 from ._loader import DataLoader, DistributedDataLoader  # noqa: F401
+from ._decode import Decoder, Source, Table, decode, open  # noqa: F401,A004
 from ._C import (ArenaExhausted, DataError, SampleError,  # noqa: F401
                  TimeoutError)
 
 __all__ = ["DataLoader", "DistributedDataLoader", "DataError", "SampleError",
-           "TimeoutError", "ArenaExhausted"]
+           "TimeoutError", "ArenaExhausted", "decode", "open", "Source",
+           "Table", "Decoder"]
 __version__ = "0.1.0"

@@ -61,6 +61,8 @@ int dhpy_pyds_init(PyObject *m);
  * DataLoader's transform= runs on the DataServer's Python workers); -1 on
  * error. */
 int dhpy_sample_init(PyObject *m);
+/* Registers Decoder (dhpy_decode.c); 0 or -1 with an exception. */
+int dhpy_decode_init(PyObject *m);
 
 /* Adds rebalance() (dhpy_rebalance.c: Tier-2's gate and planner for
  * _rebalance.py); -1 on error. */

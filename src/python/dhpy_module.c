@@ -293,6 +293,26 @@ static PyObject *index_path(IndexObject *self, PyObject *arg)
                : str_or_none(dh_index_path(self->ix, id));
 }
 
+/* source(id) -> (path, member, offset, size): where the sample's bytes
+ * are (member None for a whole file). */
+static PyObject *index_source(IndexObject *self, PyObject *arg)
+{
+    struct dh_source_ref ref;
+    uint64_t id;
+
+    if (index_id(self, arg, &id) < 0)
+        return NULL;
+    if (dh_index_source(self->ix, id, &ref))
+        return PyErr_Format(PyExc_ValueError,
+                            "sample %llu: no path or a bad member in the "
+                            "index",
+                            (unsigned long long)id);
+    return Py_BuildValue("(NNLL)", PyUnicode_DecodeFSDefault(ref.path),
+                         ref.member ? PyUnicode_DecodeFSDefault(ref.member)
+                                    : Py_NewRef(Py_None),
+                         (long long)ref.offset, (long long)ref.size);
+}
+
 static PyObject *index_text(IndexObject *self, PyObject *arg)
 {
     uint64_t id;
@@ -327,6 +347,9 @@ static PyObject *index_digest(IndexObject *self, PyObject *noargs)
 
 static PyMethodDef index_methods[] = {
     {"path", (PyCFunction)index_path, METH_O, "path(id): the sample's file"},
+    {"source", (PyCFunction)index_source, METH_O,
+     "source(id) -> (path, member, offset, size): the sample's file, or its "
+     "shard and member"},
     {"text", (PyCFunction)index_text, METH_O,
      "text(id): the sample's caption, or None"},
     {"tokens", (PyCFunction)index_tokens, METH_O,
@@ -597,8 +620,8 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddIntConstant(m, "ORDER_ALTERNATE", DH_ORDER_ALTERNATE) < 0 ||
         PyModule_AddIntConstant(m, "ORDER_SORTED", DH_ORDER_SORTED) < 0 ||
         dhpy_client_init(m) < 0 || dhpy_pyds_init(m) < 0 ||
-        dhpy_sample_init(m) < 0 || dhpy_rebalance_init(m) < 0 ||
-        dhpy_rblink_init(m) < 0)
+        dhpy_sample_init(m) < 0 || dhpy_decode_init(m) < 0 ||
+        dhpy_rebalance_init(m) < 0 || dhpy_rblink_init(m) < 0)
         goto fail;
     return m;
 fail:

@@ -224,3 +224,32 @@ class HostileSlots:
         def plan(obj):
             return RawPlan(queue.pop(0)) if queue else real(obj)
         _slot.plan_batch = plan
+
+
+class TableClips(Dataset):
+    """Each sample of a datahelix table (files or shard members) as
+    (frames, caption), decoded by datahelix.decode in the worker: a user's
+    own Dataset on the C pipeline (issue 35 item 5)."""
+
+    def __init__(self, table, frames, size):
+        self.table, self.frames, self.size = table, frames, size
+        self._t = None
+
+    def _open(self):
+        import datahelix
+        if self._t is None:
+            self._t = datahelix.Table(self.table)
+        return self._t
+
+    def __len__(self):
+        return len(self._open())
+
+    def __getitem__(self, i):
+        import datahelix
+        t = self._open()
+        return (datahelix.decode(t.source(i), frames=self.frames,
+                                 size=self.size), t.text(i))
+
+    def __getstate__(self):
+        return {"table": self.table, "frames": self.frames,
+                "size": self.size, "_t": None}

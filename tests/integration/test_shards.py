@@ -362,3 +362,83 @@ def test_shard_command_errors(clips, tmp_path):
     p = run_dh("shard", "--out", tmp_path / "o2", tmp_path / "s.jsonl")
     assert p.returncode == 1 and "changed since probe" in p.stderr
     assert not list((tmp_path / "o2").iterdir())
+
+
+def test_python_decode_api(clips, tmp_path):
+    """datahelix.decode / open / Table / Source on files, shard members,
+    table rows and bytes: the tensors `datahelix decode` writes, the bytes
+    tarfile extracts; errors name the shard and the member."""
+    make_pytar(tmp_path / "s.tar", clips, tarfile.PAX_FORMAT)
+    run_dh("probe", "--out", tmp_path / "s.jsonl", tmp_path / "s.tar",
+           check=True)
+    table = datahelix.Table(tmp_path / "s.jsonl")
+    assert len(table) == len(clips)
+    want = decoded(tmp_path / "s.jsonl")
+    each = [datahelix.decode(table.source(i), frames=5, size=(40, 48))
+            for i in range(len(table))]
+    assert b"".join(v.numpy().tobytes() for v in each) == want
+    rows_ = rows(tmp_path / "s.jsonl")
+    with tarfile.open(tmp_path / "s.tar") as t:
+        for i, r in enumerate(rows_):
+            src = datahelix.Source.of(r)
+            assert src == table.source(i) and table.text(i) == caption(i)
+            member = t.extractfile(r["member"]).read()
+            with datahelix.open(src) as f:
+                assert f.read() == member
+                f.seek(-10, 2)
+                assert f.read() == member[-10:]
+            v = datahelix.decode(member, frames=5, size=(40, 48))
+            assert torch.equal(v, each[i])
+    # a file path and a fps plan at native size, with the facts
+    v, info = datahelix.decode(clips[0], frames="fps:4", size=None,
+                               info=True)
+    assert v.shape[0] == info["frames"] == len(info["indices"])
+    assert v.shape[1:] == (info["clip"]["height"], info["clip"]["width"], 3)
+    assert info["clip"]["kind"] == "video" and info["valid_frames"] >= 1
+    f32 = datahelix.decode(clips[0], frames=2, size=(8, 8), dtype="float32",
+                           layout="tchw")
+    assert f32.dtype == torch.float32 and f32.shape == (2, 3, 8, 8)
+    idx = datahelix.decode(clips[0], indices=[3, 0], size=(8, 8))
+    assert torch.equal(idx[1], datahelix.decode(clips[0], indices=[0],
+                                                size=(8, 8))[0])
+    # errors
+    with pytest.raises(OSError) as ex:  # as open() would
+        datahelix.decode(tmp_path / "nope.mp4")
+    assert "nope.mp4" in str(ex.value)
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes((tmp_path / "s.tar").read_bytes()[:rows_[2]["offset"]])
+    bad = datahelix.Source(cut, rows_[2]["member"], rows_[2]["offset"],
+                           rows_[2]["bytes"])
+    with pytest.raises(datahelix.DataError) as ex:
+        datahelix.decode(bad)
+    assert f"{cut}:{rows_[2]['member']}" in str(ex.value)
+    with pytest.raises(OSError, match="changed since probe"):
+        datahelix.open(bad)
+    with pytest.raises(ValueError):
+        datahelix.Source(cut, "m.mp4", 0, 0)
+    with pytest.raises(ValueError):
+        datahelix.decode(clips[0], frames="sometimes")
+    with pytest.raises(IndexError):
+        table.source(len(table))
+
+
+def test_distributed_loader_dataset_decodes_shards(clips, tmp_path):
+    """The issue's case: a custom DistributedDataLoader dataset (frames +
+    caption) reads shard members through datahelix.decode."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    import dist_datasets as dd
+    make_pytar(tmp_path / "s.tar", clips, tarfile.GNU_FORMAT)
+    run_dh("probe", "--out", tmp_path / "s.jsonl", tmp_path / "s.tar",
+           check=True)
+    ds = dd.TableClips(str(tmp_path / "s.jsonl"), 3, (16, 16))
+    with datahelix.DistributedDataLoader(ds, batch_size=2, num_workers=2,
+                                         timeout=60) as loader:
+        got = [(v.clone(), list(t)) for v, t in loader]
+    assert sum(len(t) for _, t in got) == len(clips)
+    k = 0
+    for v, texts in got:
+        for j, text in enumerate(texts):
+            assert text == caption(k)
+            assert torch.equal(v[j], datahelix.decode(
+                clips[k], frames=3, size=(16, 16)))
+            k += 1
