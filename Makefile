@@ -87,10 +87,16 @@ bench: build
 	@$(PY) bench/bench_matrix.py --bin build/datahelix
 
 # Every benchmark, one after the other (well over 15 minutes).
-bench-all: bench-probe bench-verify bench-index bench-decode bench-decoder-reuse bench-arena bench-handover bench-python bench-ddl bench-plan bench-coschedule bench-place bench-route bench-exchange bench-live bench-regimes bench-tails bench
+bench-all: bench-probe bench-shards bench-verify bench-index bench-decode bench-decoder-reuse bench-arena bench-handover bench-python bench-ddl bench-plan bench-coschedule bench-place bench-route bench-exchange bench-live bench-regimes bench-tails bench
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
+
+# Issue 35: the bench-live cell (dh-ddl) from a folder of files and from
+# 1 GiB shards of the same clips, alternated; probe files/s of both.
+.PHONY: bench-shards
+bench-shards: build
+	@$(PY) bench/bench_shards.py --bin build/datahelix
 
 # probe --verify: files/s and x real time, beside ffmpeg -f null per file.
 bench-verify: build

@@ -67,6 +67,10 @@ dask-pool.
                      per step)
   --out DIR          results.json, table.md, per-rank records,
                      telemetry, plots (default bench/out/live)
+  --shards BYTES     read the clips from WebDataset shards of at most
+                     BYTES each (datahelix shard) instead of the
+                     files, in place (dh-* systems only; 0: files,
+                     the default; docs/shards.md)
   --data-dir DIR     where generated clips are cached
                      (default bench/out/live-data)
   --json             print the results as one JSON object
@@ -228,6 +232,7 @@ def build_parser():
     add("--json", action="store_true")
     add("--out", default=str(ROOT / "bench" / "out" / "live"))
     add("--data-dir", default=None)
+    add("--shards", type=integer("--shards", 0, 2**50), default=0)
     add("--plots", action="store_true")
     add("--trace", action="store_true")
     add("--validate", action="store_true")
@@ -252,6 +257,9 @@ def parse_args(argv=None):
     if a.gpu and a.validate:
         raise UsageError("--validate simulates the emulated GPU window; it "
                          "does not take --gpu")
+    if a.shards and any(not s.startswith("dh-") for s in a.systems):
+        raise UsageError("--shards: the dh-* systems only (the peers read "
+                         "files by path); e.g. --systems dh-ddl")
     if a.batch_size * a.ranks > 4096:
         raise UsageError("--ranks x --batch-size must be at most 4096")
     return a

@@ -57,6 +57,23 @@ def decodable(a, rows):
     return [r for r in rows if r["path"] not in bad]
 
 
+def shard_table(a, d, probed):
+    """The clips of `probed` written as shards of at most a.shards bytes
+    (cached beside them), probed with the same tokens: the same rows in
+    the same order, read in place from the shards."""
+    out = d / f"shards-{a.shards}"
+    table = d / f"probe-{a.model}-shards-{a.shards}.jsonl"
+    if not table.exists():
+        log(f"writing shards of {a.shards} bytes into {out}")
+        run_quiet([a.bin, "shard", "--quiet", "--shard-bytes", a.shards,
+                   "--out", out, probed], "shard")
+        tmp = d / f"{table.name}.tmp{os.getpid()}"
+        run_quiet([a.bin, "probe", "--quiet", "--tokens", a.model, "--out",
+                   tmp, *sorted(out.glob("*.tar"))], "probe of the shards")
+        os.replace(tmp, table)
+    return table
+
+
 def prepare_data(a, need):
     """The manifest (JSONL, `need` samples: the probed clips repeated with
     new ids) and its .dhx index.  Generated clips are cached per
@@ -88,6 +105,8 @@ def prepare_data(a, need):
         run_quiet([a.bin, "probe", "--quiet", "--tokens", a.model,
                    "--out", tmp, videos], "probe")
         os.replace(tmp, probed)
+    if a.shards:
+        probed = shard_table(a, d, probed)
     lines = probed.read_text().splitlines()
     header = [x for x in lines if '"datahelix_header"' in x]
     rows = [json.loads(x) for x in lines if '"datahelix_header"' not in x]
@@ -97,7 +116,8 @@ def prepare_data(a, need):
         raise RuntimeError(f"{probed}: no samples")
     # Named by the clips it repeats: which shared clips are kept depends on
     # the frames, the size and the systems of the run.
-    kept = hashlib.sha1("\n".join(r["path"] for r in rows).encode())
+    kept = hashlib.sha1("\n".join(r["path"] + ":" + r.get("member", "")
+                                  for r in rows).encode())
     stem = f"m-{a.model}-n{need}-{kept.hexdigest()[:12]}"
     m = d / f"{stem}.jsonl"
     dhx = m.with_suffix(".dhx")

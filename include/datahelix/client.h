@@ -215,6 +215,12 @@ struct dh_client_stats {
                                  holds already or no live slot */
     uint64_t coordinator_restarts; /* restarted Coordinators this client
                                       refilled (docs/exactly-once.md) */
+    /* The read stage of the samples delivered (their servers' measures):
+     * bytes taken from their sources (files, shard members), the stage's
+     * time in ms, and the samples whose server reported it. */
+    uint64_t read_bytes;
+    double read_ms;
+    uint64_t read_samples;
 };
 
 /* The default miss threshold: a ready batch's next() costs 0.05-0.3 ms

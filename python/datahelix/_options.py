@@ -268,7 +268,8 @@ class Pinner:
 
 # The client's counters that a pass's figures are differences of.
 COUNTERS = ("steps", "errors", "misses", "requests", "reissued", "restarts",
-            "late_released", "quarantined", "cross_ds_bytes", "batch_bytes")
+            "late_released", "quarantined", "cross_ds_bytes", "batch_bytes",
+            "read_bytes", "read_ms", "read_samples")
 HISTORY = 100  # finished passes kept in stats()["epochs"]
 
 

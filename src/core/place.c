@@ -574,7 +574,7 @@ static void predict(const struct dh_place *p, int32_t id,
     const struct dh__place_srv *s = &p->srv[id];
 
     t->cpu_ms = r->cpu_ms * s->ratio;
-    t->io_ms = r->io_ms;
+    t->io_ms = r->io_ms + r->in_bytes / 1e6 * s->read_ms_per_mb;
     t->queue_ms = s->ratio * (s->inflight_ms + s->ext_ms) / s->workers;
     t->net_ms = net_ms(p, id, r);
     t->t_ms = t->cpu_ms + t->io_ms + t->queue_ms + t->net_ms;
@@ -586,8 +586,9 @@ static void predict(const struct dh_place *p, int32_t id,
 static int req_ok(const struct dh_place_req *r)
 {
     return r && r->cpu_ms >= 0 && r->io_ms >= 0 && r->out_bytes >= 0 &&
-           r->cpu_ms <= DH_PLACE_MAX_MS && r->io_ms <= DH_PLACE_MAX_MS &&
-           r->out_bytes <= DH_PLACE_MAX_BYTES && !isnan(r->deadline_ms);
+           r->in_bytes >= 0 && r->cpu_ms <= DH_PLACE_MAX_MS &&
+           r->io_ms <= DH_PLACE_MAX_MS && r->out_bytes <= DH_PLACE_MAX_BYTES &&
+           r->in_bytes <= DH_PLACE_MAX_BYTES && !isnan(r->deadline_ms);
 }
 
 int dh_cost_predict(const struct dh_place *p, int32_t server,
@@ -943,6 +944,10 @@ static int decide(struct dh_place *p, const struct dh_place_req *req, int full,
         decide_deadline(p, req, full, out);
         break;
     }
+    /* the work the chosen server will do: its own read term included */
+    if (out->server >= 0)
+        out->work_ms = req->cpu_ms + req->io_ms +
+                       req->in_bytes / 1e6 * p->srv[out->server].read_ms_per_mb;
     return 0;
 }
 

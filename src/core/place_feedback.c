@@ -102,6 +102,19 @@ int dh_place_link(struct dh_place *p, int32_t from, int32_t to, double bytes,
     return 0;
 }
 
+int dh_place_read_rate(struct dh_place *p, int32_t server, double ms_per_mb)
+{
+    struct dh__place_srv *s = srv_of(p, server);
+
+    if (!s)
+        return DH_ENOTFOUND;
+    if (!(ms_per_mb >= 0) || !(ms_per_mb <= DH_PLACE_MAX_MS))
+        return DH_EINVAL;
+    s->read_ms_per_mb = ms_per_mb;
+    dh__place_rekey(p, server);
+    return 0;
+}
+
 int dh_place_heartbeat(struct dh_place *p, int32_t server, int32_t queue_depth,
                        int32_t busy_workers, double recent_latency_ms)
 {

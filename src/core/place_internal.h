@@ -14,14 +14,15 @@ struct dh__place_srv {
     int used;
     enum dh_place_role role;
     int32_t local_rank, workers, queue_cap;
-    int32_t lslot;      /* column in the link table (local servers), or -1 */
-    int64_t tasks;      /* assigned through the table, not completed */
-    int64_t ext_tasks;  /* reported by heartbeat beyond `tasks` */
-    double inflight_ms; /* predicted work of `tasks` */
-    double ext_ms;      /* work of ext_tasks */
-    double ratio;       /* EWMA actual / predicted, starts at 1 */
-    int32_t pool;       /* CPU pool, or -1 */
-    int64_t released;   /* of `tasks`, those its pool no longer counts */
+    int32_t lslot;         /* column in the link table (local servers), or -1 */
+    int64_t tasks;         /* assigned through the table, not completed */
+    int64_t ext_tasks;     /* reported by heartbeat beyond `tasks` */
+    double inflight_ms;    /* predicted work of `tasks` */
+    double ext_ms;         /* work of ext_tasks */
+    double ratio;          /* EWMA actual / predicted, starts at 1 */
+    double read_ms_per_mb; /* measured read cost; 0: none */
+    int32_t pool;          /* CPU pool, or -1 */
+    int64_t released;      /* of `tasks`, those its pool no longer counts */
 };
 
 /* A CPU pool: servers whose workers share CPUs; `tasks` in flight on all

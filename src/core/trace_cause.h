@@ -23,7 +23,8 @@ struct dh__tr_part {
 
 struct dh__tr_sample {
     uint64_t id;
-    float ms[3]; /* read, decode, scale */
+    float ms[3];    /* read, decode, scale */
+    uint64_t bytes; /* the read stage's bytes; 0: not reported */
 };
 
 /* Where the part's spans lie, and the gaps no server measured. */

@@ -172,6 +172,7 @@ static void result_fini(struct dh_wire_result *r)
     dh__free(r->stages.read_ms);
     dh__free(r->stages.decode_ms);
     dh__free(r->stages.scale_ms);
+    dh__free(r->stages.read_bytes);
 }
 
 void dh_wire_msg_init(struct dh_wire_msg *m, enum dh_wire_type type)
@@ -351,6 +352,28 @@ int dh_wire_set_result_stages(struct dh_wire_result *r, const float *rows,
     r->stages.decode_ms = v[1];
     r->stages.scale_ms = v[2];
     r->stages.n_sample_times = (uint32_t)n;
+    return 0;
+}
+
+int dh_wire_set_result_read_bytes(struct dh_wire_result *r,
+                                  const uint64_t *bytes, size_t n,
+                                  struct dh_err *e)
+{
+    uint64_t *v = NULL;
+
+    if (!bytes)
+        n = 0;
+    if (n && n != r->stages.n_sample_times)
+        return dh_err_set(e, DH_EINVAL,
+                          "result_notice.stages: %zu read sizes for %u "
+                          "sample times",
+                          n, r->stages.n_sample_times);
+    if (n && !(v = dh__malloc(n * sizeof(*v))))
+        return dh_err_set(e, DH_ENOMEM, "result_notice.stages: out of memory");
+    if (n)
+        memcpy(v, bytes, n * sizeof(*v));
+    dh__free(r->stages.read_bytes);
+    r->stages.read_bytes = v;
     return 0;
 }
 

@@ -174,7 +174,8 @@ static int ck_heartbeat(const struct dh__wire_ck *c,
                       DH_WIRE_MAX_LATENCY_MS)) < 0 ||
         (rc = ck_real(c, "cpu_fraction", h->cpu_fraction, 0, 1)) < 0 ||
         (rc = ck_u64(c, "slot_waiting", h->slot_waiting, 0,
-                     DH_WIRE_MAX_WORKERS)) < 0)
+                     DH_WIRE_MAX_WORKERS)) < 0 ||
+        (rc = ck_real(c, "read_ms", h->read_ms, 0, DH_WIRE_MAX_TOTAL_MS)) < 0)
         return rc;
     if ((rc = ck_count(c, "links", h->links, h->n_links, DH_WIRE_MAX_PEERS)) <
         0)
@@ -480,6 +481,9 @@ static int ck_stages(const struct dh__wire_ck *c,
                        DH_WIRE_MAX_SAMPLES)) < 0 ||
         (rc = ck_count(c, "stages.scale_ms", s->scale_ms, n,
                        DH_WIRE_MAX_SAMPLES)) < 0)
+        return rc;
+    if (s->read_bytes && (rc = ck_count(c, "stages.read_bytes", s->read_bytes,
+                                        n, DH_WIRE_MAX_SAMPLES)) < 0)
         return rc;
     if ((rc = ck_times(c, "read_ms", s->read_ms, n)) < 0 ||
         (rc = ck_times(c, "decode_ms", s->decode_ms, n)) < 0)

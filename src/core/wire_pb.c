@@ -162,6 +162,9 @@ static int heartbeat_pb(struct dh__wire_pb_out *o,
     pb->unknown = h->unknown != 0;
     pb->cpu_fraction = h->cpu_fraction;
     pb->slot_waiting = h->slot_waiting;
+    pb->read_bytes = h->read_bytes;
+    pb->reads = h->reads;
+    pb->read_ms = h->read_ms;
     o->env.heartbeat = pb;
     return 0;
 }
@@ -197,6 +200,8 @@ static Datahelix__Wire__StageTimes *stages_pb(struct dh__wire_pb_out *o,
     pb->read_ms = s->read_ms;
     pb->decode_ms = s->decode_ms;
     pb->scale_ms = s->scale_ms;
+    pb->n_read_bytes = s->read_bytes ? s->n_sample_times : 0;
+    pb->read_bytes = s->read_bytes;
     return pb;
 }
 
@@ -505,6 +510,9 @@ static int heartbeat_from_pb(const struct dh__wire_ck *c,
     h->unknown = pb->unknown != 0;
     h->cpu_fraction = pb->cpu_fraction;
     h->slot_waiting = pb->slot_waiting;
+    h->read_bytes = pb->read_bytes;
+    h->reads = pb->reads;
+    h->read_ms = pb->read_ms;
     return 0;
 }
 
@@ -585,6 +593,16 @@ static int stages_from_pb(const struct dh__wire_ck *c, struct dh_wire_stages *s,
                             DH_WIRE_MAX_SAMPLES)) < 0)
         return rc;
     s->scale_ms = p;
+    if (pb->n_read_bytes && pb->n_read_bytes != pb->n_read_ms)
+        return WIRE_BAD(c, "stages: read_bytes has %zu entries, read_ms %zu",
+                        pb->n_read_bytes, pb->n_read_ms);
+    if (pb->n_read_bytes) {
+        if ((rc = array_from_pb(c, "stages.read_bytes", &p, pb->read_bytes,
+                                pb->n_read_bytes, sizeof(uint64_t),
+                                DH_WIRE_MAX_SAMPLES)) < 0)
+            return rc;
+        s->read_bytes = p;
+    }
     s->n_sample_times = (uint32_t)pb->n_read_ms;
     s->queue_ms = pb->queue_ms;
     s->alloc_ms = pb->alloc_ms;

@@ -116,7 +116,10 @@ struct dh_media {
     /* stage sums since the last dh__media_stage_note (media_stages.h), ms:
      * read, decode (scale included until the note subtracts it), scale */
     double stage_ms[3];
-    float *stage_rows; /* the caller's sink, stage_n rows; NULL: none */
+    float *stage_rows;     /* the caller's sink, stage_n rows; NULL: none */
+    uint64_t *stage_bytes; /* its read bytes per position; NULL: none */
+    uint32_t bytes_n;
+    int64_t bytes_mark; /* src.bytes at the last note */
     uint32_t stage_n;
 };
 

@@ -92,6 +92,21 @@ void dh__media_stage_sink(struct dh_media *m, float *rows, uint32_t n)
     (void)n;
 }
 
+void dh__media_bytes_sink(struct dh_media *m, uint64_t *bytes, uint32_t n)
+{
+    (void)m;
+    (void)bytes;
+    (void)n;
+}
+
+void dh__media_read_totals(const struct dh_media *m, uint64_t *bytes,
+                           uint64_t *reads, double *ms)
+{
+    (void)m;
+    *bytes = *reads = 0;
+    *ms = 0;
+}
+
 void dh__media_stage_note(struct dh_media *m, uint32_t pos)
 {
     (void)m;

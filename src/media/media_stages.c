@@ -16,8 +16,26 @@ void dh__media_stage_sink(struct dh_media *m, float *rows, uint32_t n)
     memset(m->stage_ms, 0, sizeof(m->stage_ms));
 }
 
+void dh__media_bytes_sink(struct dh_media *m, uint64_t *bytes, uint32_t n)
+{
+    m->stage_bytes = bytes;
+    m->bytes_n = bytes ? n : 0;
+    m->bytes_mark = m->src.bytes;
+}
+
+void dh__media_read_totals(const struct dh_media *m, uint64_t *bytes,
+                           uint64_t *reads, double *ms)
+{
+    *bytes = (uint64_t)m->src.bytes;
+    *reads = (uint64_t)m->src.reads;
+    *ms = m->src.read_ms;
+}
+
 void dh__media_stage_note(struct dh_media *m, uint32_t pos)
 {
+    if (m->stage_bytes && pos < m->bytes_n)
+        m->stage_bytes[pos] += (uint64_t)(m->src.bytes - m->bytes_mark);
+    m->bytes_mark = m->src.bytes;
     /* decode was timed around the whole call, conversion included */
     double dec = m->stage_ms[DH_MS_DECODE] - m->stage_ms[DH_MS_SCALE];
 

@@ -346,6 +346,17 @@ int dh_probe_file_notes(const char *path, struct dh_desc *d,
                         path);
         goto out_fini;
     }
+    if (has_suffix(path, ".tar.gz") || has_suffix(path, ".tgz") ||
+        has_suffix(path, ".tar.zst") || has_suffix(path, ".tar.xz") ||
+        has_suffix(path, ".tar.bz2")) {
+        rc = dh_err_set(e, DH_EUNSUPPORTED,
+                        "%s: a compressed tar shard is not read in place (a "
+                        "member cannot be reached without decompressing "
+                        "everything before it): decompress it to a .tar "
+                        "first",
+                        path);
+        goto out_fini;
+    }
     if (has_suffix(path, ".txt")) {
         rc = probe_text(path, &st, d, e);
         goto out_fini;

@@ -4,8 +4,11 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -326,11 +329,41 @@ void dh__source_avio_free(AVIOContext **pb)
     }
 }
 
+/* DATAHELIX_READ_DELAY_MS=N: every read of a file source sleeps N ms
+ * first (0..10000), as a store with that latency would; read once per
+ * process.  For tests and benchmarks of read-bound runs (docs/shards.md):
+ * the sleep is inside the read, so the read stage, stats and placement's
+ * read term all see it. */
+static int read_delay_ms(void)
+{
+    static _Atomic int cached = -1;
+    int v = atomic_load(&cached);
+
+    if (v < 0) {
+        const char *s = getenv("DATAHELIX_READ_DELAY_MS");
+        char *end = NULL;
+        long n = s ? strtol(s, &end, 10) : 0;
+
+        v = s && end != s && !*end && n > 0 && n <= 10000 ? (int)n : 0;
+        atomic_store(&cached, v);
+    }
+    return v;
+}
+
 int64_t dh__source_read(struct dh_source *s, int64_t off, void *buf, size_t len,
                         struct dh_err *e)
 {
     double t0 = dh__mono_msf();
-    int64_t n = s->ops->read_at(s, off, buf, len, e);
+    int delay = s->ops == &file_ops ? read_delay_ms() : 0;
+    int64_t n;
+
+    if (delay) {
+        struct timespec ts = {delay / 1000, (long)(delay % 1000) * 1000000};
+
+        while (nanosleep(&ts, &ts) && errno == EINTR)
+            ;
+    }
+    n = s->ops->read_at(s, off, buf, len, e);
 
     s->read_ms += dh__mono_msf() - t0;
     s->reads++;

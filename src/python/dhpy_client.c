@@ -759,6 +759,12 @@ static PyObject *client_stats(ClientObject *self, PyObject *unused)
         Py_XDECREF(v);
         if (rc < 0)
             goto fail;
+        v = Py_BuildValue("{sKsdsK}", "read_bytes", s.read_bytes, "read_ms",
+                          s.read_ms, "read_samples", s.read_samples);
+        rc = v ? PyDict_Update(d, v) : -1;
+        Py_XDECREF(v);
+        if (rc < 0)
+            goto fail;
     }
     n = dh_client_server_load(self->c, ids, parts, 256);
     for (size_t i = 0; i < n && i < 256; i++) {

@@ -698,7 +698,8 @@ static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
 {
     uint64_t ready = 0;
     int64_t slack = 0;
-    uint64_t cross = 0, samples = 0;
+    uint64_t cross = 0, samples = 0, rbytes = 0;
+    double rms = 0;
     char servers[256], late[160], sample[24];
     size_t off = 0;
 
@@ -729,6 +730,10 @@ static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
             ready = r->arrived_ms - s->sent_ms;
         slack = s->slack_ms;
         samples += r->n;
+        for (uint32_t n = 0; r->st.rows && n < r->n; n++) {
+            rms += r->st.rows[n * 3];
+            rbytes += r->st.bytes ? r->st.bytes[n] : 0;
+        }
         if (part_crossed(c, s, r))
             cross += r->ref.len;
         if (off < sizeof(servers) - 16)
@@ -739,12 +744,12 @@ static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
             "{\"rank\":%u,\"epoch\":%u,\"step\":%llu,\"input_wait_ms\":%.3f,"
             "\"window_ms\":%.3f,\"deadline_ms\":%lld,\"miss\":%s,"
             "\"ready_latency_ms\":%llu,\"samples\":%llu,\"servers\":[%s],"
-            "\"cross_ds_bytes\":%llu%s}\n",
+            "\"cross_ds_bytes\":%llu,\"read_ms\":%.3f,\"read_bytes\":%llu%s}\n",
             c->rank, c->epoch, (unsigned long long)(c->first_step + k), wait,
             window, (long long)slack,
             dh_window_is_miss(wait, c->ddl_ms) ? "true" : "false",
             (unsigned long long)ready, (unsigned long long)samples, servers,
-            (unsigned long long)cross, late);
+            (unsigned long long)cross, rms, (unsigned long long)rbytes, late);
     fflush(c->telemetry);
 }
 
@@ -760,6 +765,11 @@ static void count_load(struct dh_client *c, const size_t *idx)
         size_t i;
 
         c->st.batch_bytes += r->ref.len;
+        for (uint32_t n = 0; r->st.rows && n < r->n; n++) {
+            c->st.read_ms += r->st.rows[n * 3];
+            c->st.read_bytes += r->st.bytes ? r->st.bytes[n] : 0;
+            c->st.read_samples++;
+        }
         if (part_crossed(c, s, r))
             c->st.cross_ds_bytes += r->ref.len;
         for (i = 0; i < c->n_load && c->load[i].id != who; i++)

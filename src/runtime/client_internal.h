@@ -49,6 +49,7 @@ struct cl_stages {
     double queue_ms, alloc_ms, collate_ms, place_ms, notify_ms, service_ms;
     double ready_ms; /* this host's CLOCK_MONOTONIC; 0: unknown */
     float *rows;
+    uint64_t *bytes; /* per sample, read from its source; NULL: not sent */
 };
 
 struct cl_trace; /* client_trace.c */

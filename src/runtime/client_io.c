@@ -118,20 +118,23 @@ static int send_request(struct dh_client *c, uint64_t k, uint32_t j,
     struct dh_wire_msg m;
     struct dh_wire_request *r;
     struct dh_index_columns col;
-    uint64_t lo, hi;
+    uint64_t lo, hi, in = 0;
     double cpu = 0;
     int rc;
 
     part_range(c, k, j, &lo, &hi);
     dh_index_columns(c->ix, &col);
-    for (uint64_t i = lo; i < hi; i++)
+    for (uint64_t i = lo; i < hi; i++) {
         cpu += c->ids[i] < col.count ? col.est_cpu_ms[c->ids[i]] : 0;
+        in += dh_index_bytes(c->ix, c->ids[i]);
+    }
     dh_wire_msg_init(&m, DH_WIRE_DESCRIPTOR_REQUEST);
     r = &m.u.request;
     r->requester_rank = c->rank;
     r->slack_ms = slack_ms;
     r->hints.est_cpu_ms = cpu > 0 && cpu < DH_WIRE_MAX_LATENCY_MS ? cpu : 0;
     r->hints.est_out_bytes = dh_batch_bytes(&c->plan, (uint32_t)(hi - lo));
+    r->hints.est_in_bytes = in < DH_WIRE_MAX_BYTES ? in : DH_WIRE_MAX_BYTES;
     r->hints.steps_ahead = (uint32_t)(k - c->next_consume);
     /* A packed batch (native size) is not forwarded between servers yet:
      * the payload check wants a [B, ...] tensor (batch_packed.h). */
@@ -391,7 +394,9 @@ void dh__cl_result_free(struct cl_result *r)
     dh__free(r->fail);
     dh__free(r->subs);
     dh__free(r->st.rows);
+    dh__free(r->st.bytes);
     r->st.rows = NULL;
+    r->st.bytes = NULL;
     r->ids = NULL;
     r->valid = NULL;
     r->fail = NULL;
@@ -442,6 +447,8 @@ static void take_stages(struct cl_result *r, const struct dh_wire_result *w)
         r->st.rows[i * 3 + 1] = s->decode_ms[i];
         r->st.rows[i * 3 + 2] = s->scale_ms[i];
     }
+    if (s->read_bytes && (r->st.bytes = dh__malloc((size_t)n * 8)))
+        memcpy(r->st.bytes, s->read_bytes, (size_t)n * 8);
 }
 
 /* NULL if result `w` matches this client's own request for its task, or

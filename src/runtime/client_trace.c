@@ -137,6 +137,7 @@ static void samples_of(const struct cl_result *r, struct dh__tr_sample *out)
     for (uint32_t i = 0; r->st.rows && i < r->n; i++) {
         out[i].id = r->ids[i];
         memcpy(out[i].ms, r->st.rows + (size_t)i * 3, sizeof(out[i].ms));
+        out[i].bytes = r->st.bytes ? r->st.bytes[i] : 0;
     }
 }
 
@@ -407,9 +408,11 @@ static void write_part(FILE *f, const struct cl_trace *t,
             snprintf(nm, sizeof(nm), "%s %" PRIu64, dh__tr_sample_stages[k],
                      s[i].id);
             span(f, pid, tid, dh__tr_sample_stages[k], at, s[i].ms[k], nm);
-            fprintf(f,
-                    ",\"args\":{\"sample\":%" PRIu64 ",\"step\":%" PRIu64 "}}",
+            fprintf(f, ",\"args\":{\"sample\":%" PRIu64 ",\"step\":%" PRIu64,
                     s[i].id, p->step);
+            if (k == 0) /* the read stage: what it read */
+                fprintf(f, ",\"bytes\":%" PRIu64, s[i].bytes);
+            fputs("}}", f);
             at += s[i].ms[k];
         }
     snprintf(nm, sizeof(nm), "collate step %" PRIu64, p->step);

@@ -382,6 +382,39 @@ static void send_unknown(struct dh_coordinator *c, const struct co_peer *from,
     (void)dh__co_send(c, from, &c->out);
 }
 
+/* The server's read cost from its heartbeats' totals: a sample once at
+ * least 1 MB was read since the last one, into an EWMA (alpha 0.3) that
+ * placement adds as C_io (dh_place_read_rate).  Totals that went down (a
+ * restarted server under the same id) start the count again. */
+#define READ_RATE_MIN_BYTES 1000000u
+#define READ_RATE_ALPHA 0.3
+
+static void read_rate(struct dh_coordinator *c, int32_t slot,
+                      const struct dh_wire_heartbeat *h)
+{
+    struct co_server *s = &c->servers[slot];
+    double mb, ms, v;
+
+    if (h->read_bytes < s->read_bytes || h->read_ms < s->read_ms) {
+        s->read_bytes = h->read_bytes;
+        s->read_ms = h->read_ms;
+        return;
+    }
+    if (h->read_bytes - s->read_bytes < READ_RATE_MIN_BYTES)
+        return;
+    mb = (double)(h->read_bytes - s->read_bytes) / 1e6;
+    ms = h->read_ms - s->read_ms;
+    s->read_bytes = h->read_bytes;
+    s->read_ms = h->read_ms;
+    v = ms / mb;
+    s->read_ms_per_mb = s->read_ms_per_mb > 0
+                            ? s->read_ms_per_mb +
+                                  READ_RATE_ALPHA * (v - s->read_ms_per_mb)
+                            : v;
+    if (dh_place_read_rate(c->place, slot, s->read_ms_per_mb) < 0)
+        s->read_ms_per_mb = 0; /* out of range: not used */
+}
+
 static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
                          const struct dh_wire_msg *m, uint64_t now)
 {
@@ -427,6 +460,7 @@ static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
         dh__co_malformed(c, from, "heartbeat of server %u out of range",
                          h->server_id);
     dh__co_pool_heartbeat(c, slot, h->cpu_fraction, h->slot_waiting);
+    read_rate(c, slot, h);
     dh__co_mx_heartbeat(c, slot, h);
     for (uint32_t i = 0; i < h->n_links; i++) {
         int to = find_server(c, h->links[i].peer_server_id);

@@ -40,6 +40,10 @@ struct co_server {
     double cpu_fraction;    /* last measured (heartbeat), 0 = none yet */
     uint32_t slot_waiting;  /* workers waiting for arena room (heartbeat) */
     uint32_t cpus, workers; /* as registered */
+    /* its workers' reads at the last rate sample (heartbeat totals), and
+     * the measured read cost, ms per MB (EWMA; 0 = none yet) */
+    uint64_t read_bytes;
+    double read_ms, read_ms_per_mb;
 };
 
 /* A CPU pool (coordinator_pools.c): the local servers of one host name

@@ -186,6 +186,9 @@ void dh__co_mx_heartbeat(struct dh_coordinator *c, int32_t slot,
     v->busy_workers = h->busy_workers;
     v->latency_ms = h->latency_ms;
     v->heartbeats++;
+    v->read_bytes = h->read_bytes;
+    v->reads = h->reads;
+    v->read_s = h->read_ms / 1e3;
     dh__mx_observe(&c->mx->live.queue_depth, DH_MX_B_DEPTH,
                    (double)h->queue_depth);
 }

@@ -297,6 +297,7 @@ static void fill_req(const struct dh_coordinator *c, const struct co_task *t,
     q->local_server = rank < DH_WIRE_MAX_RANKS ? c->rank_local[rank] : -1;
     q->cpu_ms = t->req.hints.est_cpu_ms;
     q->io_ms = 0;
+    q->in_bytes = (double)t->req.hints.est_in_bytes;
     q->out_bytes = (double)t->req.hints.est_out_bytes;
     /* Slack is relative to the request's arrival (DESIGN 3 "Clocks"); the
      * time it waited here is already spent. */
@@ -334,6 +335,7 @@ static int decide_local(struct dh_coordinator *c, const struct dh_place_req *q,
     if ((rc = dh_cost_predict(c->place, q->local_server, q, &ct)) < 0)
         return rc;
     d->scored = 1;
+    d->work_ms = q->cpu_ms + ct.io_ms;
     if (ct.at_cap)
         return 0;
     d->server = q->local_server;

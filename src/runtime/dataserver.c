@@ -341,12 +341,15 @@ static void heartbeat(struct dh_dataserver *s)
     const struct ds_exec_ops *ops = s->exec->ops;
     uint64_t queued = 0, busy = 0;
     uint32_t n = ops->links ? ops->links(s->exec, links, DS_MAX_PEERS) : 0;
+    struct ds_reads rd = {0};
     uint32_t waiting;
     double f = cpu_fraction(s, &waiting);
 
     ops->load(s->exec, &queued, &busy);
-    dh__ds_ctl_heartbeat(s->ctl, queued, busy, s->latency_ms, f, waiting, links,
-                         n);
+    if (ops->reads)
+        ops->reads(s->exec, &rd.bytes, &rd.reads, &rd.ms);
+    dh__ds_ctl_heartbeat(s->ctl, queued, busy, s->latency_ms, f, waiting, &rd,
+                         links, n);
 }
 
 static int serve_once(struct dh_dataserver *s, struct dh_err *e)

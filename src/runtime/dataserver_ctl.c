@@ -101,8 +101,11 @@ static int stages_fill(struct dh_wire_result *n, const struct ds_result *r,
     n->stages.place_ms = ms_ok(s->place_ms);
     n->stages.worker = s->worker < DH_WIRE_MAX_WORKERS ? s->worker : 0;
     n->stages.server_id = s->server_id;
-    if (r->stage_rows)
-        return dh_wire_set_result_stages(n, r->stage_rows, r->n, e);
+    if (r->stage_rows) {
+        rc = dh_wire_set_result_stages(n, r->stage_rows, r->n, e);
+        return rc ? rc
+                  : dh_wire_set_result_read_bytes(n, r->read_bytes, r->n, e);
+    }
     if (!s->n_sample_times || s->n_sample_times != r->n)
         return 0;
     if (!(rows = dh__malloc((size_t)r->n * 3 * sizeof(*rows))))
@@ -113,6 +116,8 @@ static int stages_fill(struct dh_wire_result *n, const struct ds_result *r,
         rows[i * 3 + 2] = s->scale_ms[i];
     }
     rc = dh_wire_set_result_stages(n, rows, r->n, e);
+    if (!rc)
+        rc = dh_wire_set_result_read_bytes(n, s->read_bytes, r->n, e);
     dh__free(rows);
     return rc;
 }
@@ -214,7 +219,7 @@ void dh__ds_ctl_error(struct ds_ctl *c, const struct dh_wire_task *t,
 
 void dh__ds_ctl_heartbeat(struct ds_ctl *c, uint64_t queued, uint64_t busy,
                           double latency_ms, double cpu_fraction,
-                          uint32_t slot_waiting,
+                          uint32_t slot_waiting, const struct ds_reads *rd,
                           const struct dh_wire_link *links, uint32_t n_links)
 {
     struct dh_wire_heartbeat *h;
@@ -233,6 +238,11 @@ void dh__ds_ctl_heartbeat(struct ds_ctl *c, uint64_t queued, uint64_t busy,
                                                         : latency_ms;
     h->cpu_fraction = cpu_fraction;
     h->slot_waiting = slot_waiting;
+    h->read_bytes = rd->bytes;
+    h->reads = rd->reads;
+    h->read_ms = rd->ms < 0                      ? 0
+                 : rd->ms > DH_WIRE_MAX_TOTAL_MS ? DH_WIRE_MAX_TOTAL_MS
+                                                 : rd->ms;
     if (n_links > 0 && dh_wire_set_links(h, links, n_links, &e) < 0)
         dh__log(DH_LOG_WARN, "dataserver %u: heartbeat links: %s",
                 c->env->server_id, e.msg); /* sent without them */

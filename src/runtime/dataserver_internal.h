@@ -160,6 +160,7 @@ struct ds_result {
      * stages.present 0: none. */
     struct dh_wire_stages stages;
     const float *stage_rows;
+    const uint64_t *read_bytes; /* with stage_rows: n entries, or NULL */
     double done_ms; /* this host's CLOCK_MONOTONIC (ms) when the batch was
                        complete here; 0: unknown */
 };
@@ -218,6 +219,9 @@ struct ds_exec_ops {
     /* Jobs' wall, on-CPU and waiting-for-CPU ns in total (the heartbeat's
      * cpu_fraction), and the workers waiting for an arena slot now;
      * NULL: not measured. */
+    /* What its workers read from their sources, in total (NULL: none). */
+    void (*reads)(struct ds_exec *x, uint64_t *bytes, uint64_t *reads,
+                  double *ms);
     void (*cpu)(struct ds_exec *x, uint64_t *task_ns, uint64_t *cpu_ns,
                 uint64_t *wait_ns, uint32_t *slot_waiting);
     /* Heartbeat links (bytes/s per delivery target); NULL: none. */
@@ -282,9 +286,14 @@ void dh__ds_ctl_resend(struct ds_ctl *c, const uint8_t *buf, size_t len);
 /* An ErrorNotice from this server (counted); a send failure is logged. */
 void dh__ds_ctl_error(struct ds_ctl *c, const struct dh_wire_task *t,
                       uint64_t sample, int cause, const char *msg);
+/* What the workers read, in total (ds_exec_ops.reads). */
+struct ds_reads {
+    uint64_t bytes, reads;
+    double ms;
+};
 void dh__ds_ctl_heartbeat(struct ds_ctl *c, uint64_t queued, uint64_t busy,
                           double latency_ms, double cpu_fraction,
-                          uint32_t slot_waiting,
+                          uint32_t slot_waiting, const struct ds_reads *rd,
                           const struct dh_wire_link *links, uint32_t n_links);
 /* Fills m with a ResultNotice for task t from `server_id` (also the
  * payload header a remote sends). */

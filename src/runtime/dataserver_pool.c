@@ -149,6 +149,7 @@ static void stage_times(const struct ds_job *j, const struct dh_work_done *d,
         .collate_ms = rest > 0 ? rest : 0,
         .worker = d->worker};
     r->stage_rows = d->stage_ms;
+    r->read_bytes = d->read_bytes;
     r->done_ms = d->done_ms;
 }
 
@@ -252,6 +253,18 @@ static void pool_cpu(struct ds_exec *x, uint64_t *task_ns, uint64_t *cpu_ns,
     *slot_waiting = ws.slot_waiting;
 }
 
+static void pool_reads(struct ds_exec *x, uint64_t *bytes, uint64_t *reads,
+                       double *ms)
+{
+    struct ds_pool *p = (struct ds_pool *)x;
+    struct dh_workers_stats ws;
+
+    dh_workers_stats(p->w, &ws);
+    *bytes = ws.read_bytes;
+    *reads = ws.reads;
+    *ms = ws.read_ms;
+}
+
 static void pool_destroy(struct ds_exec *x)
 {
     struct ds_pool *p = (struct ds_pool *)x;
@@ -271,6 +284,7 @@ static const struct ds_exec_ops pool_ops = {
     .pollitems = pool_pollitems,
     .load = pool_load,
     .cpu = pool_cpu,
+    .reads = pool_reads,
     .destroy = pool_destroy,
 };
 

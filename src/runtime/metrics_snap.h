@@ -54,6 +54,8 @@ struct dh_mx_server {
     double out_bps, in_bps;             /* over the last second or so */
     uint64_t routed;                    /* tasks routed to it */
     uint64_t heartbeats;
+    uint64_t read_bytes, reads; /* its workers' reads, last heartbeat */
+    double read_s;
 };
 
 struct dh_mx_rank {

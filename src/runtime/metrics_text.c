@@ -331,6 +331,9 @@ SG_(bytes_in)
 SG_(routed)
 SG_(heartbeats)
 SG_(dead)
+SG_(read_bytes)
+SG_(reads)
+SG_(read_s)
 #undef SG_
 
 static void server_labels(const struct dh_mx_server *v, char *lb, size_t cap)
@@ -383,6 +386,13 @@ static void servers(struct out *o, const struct dh_mx_snap *s)
          "Tasks routed to it (re-routes included).", sg_routed},
         {"datahelix_server_heartbeats_total", "counter", "Heartbeats applied.",
          sg_heartbeats},
+        {"datahelix_server_read_bytes_total", "counter",
+         "Bytes its workers read from their sources (files, shard members).",
+         sg_read_bytes},
+        {"datahelix_server_reads_total", "counter",
+         "Reads its workers made from their sources.", sg_reads},
+        {"datahelix_server_read_seconds_total", "counter",
+         "Time its workers spent in those reads, seconds.", sg_read_s},
     };
     char lb[3 * DH_MX_ADDR_LEN + 128];
 

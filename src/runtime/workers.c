@@ -63,6 +63,7 @@ struct job {
      * waiting for the slot, per-sample rows (media_stages.h), worker. */
     double submit_ms, queue_ms, alloc_ms, done_ms;
     float *stage;
+    uint64_t *read_bytes; /* per sample position */
     uint32_t worker;
     char msg[DH_ERR_MSG_MAX];
     /* Skip policy: spares and known failures (owned), substitutions. */
@@ -96,6 +97,9 @@ struct dh_workers {
      * kernel keeps it: the Coordinator's CPU pools (cpu_pool.h). */
     uint64_t task_ns, cpu_ns, wait_ns;
     _Atomic uint32_t slot_waiting; /* threads in dh_arena_alloc now */
+    /* the jobs' reads (under mu) */
+    uint64_t read_bytes, reads;
+    double read_ms;
     const struct dh_index *ix;
     struct dh_arena *arena;
     unsigned nthreads;
@@ -161,6 +165,7 @@ static void job_free(struct job *j)
     dh__free(j->known);
     dh__free(j->subs);
     dh__free(j->stage);
+    dh__free(j->read_bytes);
     dh__free(j);
 }
 
@@ -203,10 +208,36 @@ static int decode_into(struct dh_workers *w, struct dh_media *m, struct job *j,
                                 need, j->valid, j->subs, &j->failed_at, e);
 }
 
+/* The media worker's read totals before a job, to add the job's to the
+ * pool's (dh_workers_stats) after it. */
+struct read_mark {
+    uint64_t bytes, reads;
+    double ms;
+};
+
+static void read_mark(const struct dh_media *m, struct read_mark *rm)
+{
+    dh__media_read_totals(m, &rm->bytes, &rm->reads, &rm->ms);
+}
+
+static void read_count(struct dh_workers *w, const struct dh_media *m,
+                       const struct read_mark *rm)
+{
+    struct read_mark now;
+
+    read_mark(m, &now);
+    pthread_mutex_lock(&w->mu);
+    w->read_bytes += now.bytes - rm->bytes;
+    w->reads += now.reads - rm->reads;
+    w->read_ms += now.ms - rm->ms;
+    pthread_mutex_unlock(&w->mu);
+}
+
 /* Allocates the slot, decodes into it; on error the slot is released. */
 static void run_job(struct dh_workers *w, struct dh_media *m, struct job *j)
 {
     size_t need = slot_bytes(w, j);
+    struct read_mark rm;
     struct dh_err e;
     struct dh_slot_ref ref;
     uint8_t *dst;
@@ -230,8 +261,12 @@ static void run_job(struct dh_workers *w, struct dh_media *m, struct job *j)
     t0 = dh__mono_msf();
     dh_media_set_watchdog(m, j->sample_timeout_ms);
     dh__media_stage_sink(m, j->stage, j->stage ? j->n : 0);
+    dh__media_bytes_sink(m, j->read_bytes, j->read_bytes ? j->n : 0);
+    read_mark(m, &rm);
     j->code = decode_into(w, m, j, dst, need, &e);
+    read_count(w, m, &rm);
     dh__media_stage_sink(m, NULL, 0);
+    dh__media_bytes_sink(m, NULL, 0);
     j->decode_ms = dh__mono_msf() - t0;
     j->done_ms = dh__mono_msf();
     if (j->code)
@@ -520,7 +555,8 @@ static struct job *job_copy(const struct dh_work *job)
     j->valid = dh__calloc(job->n, sizeof(*j->valid));
     /* allocated with the job, as ids are: the worker allocates nothing */
     j->stage = dh__calloc((size_t)job->n * DH_MS_COUNT, sizeof(*j->stage));
-    if (!j->ids || !j->valid || !j->stage) {
+    j->read_bytes = dh__calloc(job->n, sizeof(*j->read_bytes));
+    if (!j->ids || !j->valid || !j->stage || !j->read_bytes) {
         job_free(j);
         return NULL;
     }
@@ -606,6 +642,8 @@ static void fill_done(struct job *j, struct dh_work_done *out)
     out->worker = j->worker;
     out->stage_ms = j->stage; /* handed over */
     j->stage = NULL;
+    out->read_bytes = j->read_bytes; /* handed over */
+    j->read_bytes = NULL;
     out->subs = j->subs; /* handed over */
     if (out->subs) {     /* its inputs stay with the job */
         out->subs->spares = NULL;
@@ -656,6 +694,9 @@ void dh_workers_stats(struct dh_workers *w, struct dh_workers_stats *out)
     out->cpu_ns = w->cpu_ns;
     out->wait_ns = w->wait_ns;
     out->slot_waiting = atomic_load(&w->slot_waiting);
+    out->read_bytes = w->read_bytes;
+    out->reads = w->reads;
+    out->read_ms = w->read_ms;
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -666,5 +707,6 @@ void dh_work_done_fini(struct dh_work_done *d)
     dh__free(d->valid_frames);
     dh__free(d->subs);
     dh__free(d->stage_ms);
+    dh__free(d->read_bytes);
     memset(d, 0, sizeof(*d));
 }

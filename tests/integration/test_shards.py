@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 
@@ -217,6 +218,12 @@ def test_a_corrupt_header_is_named_and_ends_the_walk(clips, tmp_path):
     junk.write_bytes(b"G" + bytes(187) * 40)
     p = run_dh("probe", "--out", tmp_path / "j.jsonl", junk, timeout=60)
     assert p.returncode != 0 and "junk.tar" in p.stderr
+    # a compressed shard cannot be read in place: said so
+    gz = tmp_path / "c.tar.gz"
+    with tarfile.open(gz, "w:gz") as t:
+        t.add(str(clips[0]), arcname="000000.mp4")
+    p = run_dh("probe", "--out", tmp_path / "g.jsonl", gz, timeout=60)
+    assert p.returncode != 0 and "decompress it to a .tar" in p.stderr
 
 
 def loader_run(table, **kw):
@@ -442,3 +449,69 @@ def test_distributed_loader_dataset_decodes_shards(clips, tmp_path):
             assert torch.equal(v[j], datahelix.decode(
                 clips[k], frames=3, size=(16, 16)))
             k += 1
+
+
+def metric_sum(addr, name):
+    """The sum over servers of sample `name` at a loader's metrics."""
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(s.value for f in text_string_to_metric_families(text)
+               for s in f.samples if s.name == name)
+
+
+def test_read_stage_in_stats_trace_telemetry_and_metrics(clips, tmp_path):
+    """Issue 35 item 4: each sample's read (bytes, ms) reaches the trace,
+    stats(), the step telemetry and the Coordinator's metrics, and they
+    agree with one another."""
+    make_pytar(tmp_path / "s.tar", clips, tarfile.GNU_FORMAT)
+    run_dh("probe", "--out", tmp_path / "s.jsonl", tmp_path / "s.tar",
+           check=True)
+    tel, trace = tmp_path / "tel.jsonl", tmp_path / "trace.json"
+    with datahelix.DataLoader(str(tmp_path / "s.jsonl"), telemetry=str(tel),
+                              trace=str(trace), metrics_listen="127.0.0.1:0",
+                              **SMALL) as loader:
+        steps = sum(1 for _ in loader)
+        st = loader.stats()
+        # the servers' totals arrive with their heartbeats
+        deadline = time.monotonic() + 15
+        mbytes = 0
+        while time.monotonic() < deadline and mbytes < st["read_bytes"]:
+            mbytes = metric_sum(loader.metrics_address,
+                                "datahelix_server_read_bytes_total")
+            time.sleep(0.2)
+        reads = metric_sum(loader.metrics_address,
+                           "datahelix_server_reads_total")
+        secs = metric_sum(loader.metrics_address,
+                          "datahelix_server_read_seconds_total")
+    assert st["read_samples"] == steps * SMALL["batch_size"]
+    assert st["read_bytes"] > 0 and st["read_ms"] > 0
+    assert st["epoch"]["read_bytes"] == st["read_bytes"]
+    spans = [e for e in json.loads(trace.read_text())["traceEvents"]
+             if e.get("ph") == "X" and e.get("name", "").startswith("read ")]
+    assert len(spans) == st["read_samples"]
+    assert sum(e["args"]["bytes"] for e in spans) == st["read_bytes"]
+    recs = [json.loads(x) for x in tel.read_text().splitlines()]
+    assert sum(r["read_bytes"] for r in recs) == st["read_bytes"]
+    # the server read at least what the delivered samples did (the local
+    # server's totals also count a prefetched step nobody consumed)
+    assert mbytes >= st["read_bytes"] and reads > 0 and secs > 0
+
+
+def test_a_slow_source_is_named_as_the_cause_of_late_steps(clips, tmp_path,
+                                                           monkeypatch):
+    """Every read of the shard sleeps 40 ms (DATAHELIX_READ_DELAY_MS, a
+    store with that latency): the late steps' stage is read, not decode."""
+    make_pytar(tmp_path / "s.tar", clips, tarfile.GNU_FORMAT)
+    run_dh("probe", "--out", tmp_path / "s.jsonl", tmp_path / "s.tar",
+           check=True)
+    monkeypatch.setenv("DATAHELIX_READ_DELAY_MS", "40")
+    with datahelix.DataLoader(str(tmp_path / "s.jsonl"), **SMALL) as loader:
+        for _ in loader:
+            pass
+        st = loader.stats()
+    by = st["late_by_stage"]
+    assert by and max(by, key=by.get) == "read", by
+    # each sample's reads took at least the delay
+    assert st["read_ms"] >= 40 * st["read_samples"]

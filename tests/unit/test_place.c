@@ -215,6 +215,48 @@ static void slowdown_feedback_moves_work(void **state)
     dh_place_destroy(p);
 }
 
+/* Issue 35 item 6: a server whose bytes are slow to reach predicts late
+ * for a task that reads many bytes, and the work it is charged includes
+ * its read term; a task that reads nothing is not moved. */
+static void read_rate_is_part_of_the_cost(void **state)
+{
+    struct dh_place *p = mk(DH_PLACE_POLICY_DEADLINE, 1, 0, 5);
+    struct dh_place_req r = req_of(10, 60);
+    struct dh_place_decision d;
+    struct dh_cost_terms t;
+
+    (void)state;
+    r.in_bytes = 50 * MB;
+    assert_int_equal(decide(p, &r).server, 0); /* nothing measured yet */
+    /* the local server's store: 2 ms per MB, 100 ms for this task */
+    assert_int_equal(dh_place_read_rate(p, 0, 2.0), 0);
+    assert_int_equal(dh_cost_predict(p, 0, &r, &t), 0);
+    assert_true(fabs(t.io_ms - 100) < 1e-9);
+    assert_true(fabs(t.t_ms - 110) < 1e-9);
+    /* the remote (near the data): 0.1 ms per MB, 5 ms: it meets */
+    assert_int_equal(dh_place_read_rate(p, 1, 0.1), 0);
+    d = decide(p, &r);
+    assert_int_equal(d.server, 1);
+    assert_true(d.miss_ms == 0);
+    assert_true(fabs(d.work_ms - (10 + 5)) < 1e-9);
+    /* the same task reading nothing stays local */
+    r.in_bytes = 0;
+    d = decide(p, &r);
+    assert_int_equal(d.server, 0);
+    assert_true(d.work_ms == 10);
+    /* forgetting the rate, and refusals */
+    assert_int_equal(dh_place_read_rate(p, 0, 0), 0);
+    r.in_bytes = 50 * MB;
+    assert_int_equal(dh_cost_predict(p, 0, &r, &t), 0);
+    assert_true(t.io_ms == 0);
+    assert_int_equal(dh_place_read_rate(p, 0, -1), DH_EINVAL);
+    assert_int_equal(dh_place_read_rate(p, 0, NAN), DH_EINVAL);
+    assert_int_equal(dh_place_read_rate(p, 9, 1), DH_ENOTFOUND);
+    r.in_bytes = -1;
+    assert_int_equal(dh_place_decide(p, &r, &d), DH_EINVAL);
+    dh_place_destroy(p);
+}
+
 static void heartbeat_adds_external_work(void **state)
 {
     struct dh_place *p = mk(DH_PLACE_POLICY_DEADLINE, 2, 4, 5);
@@ -607,6 +649,7 @@ int main(void)
         cmocka_unit_test(slow_link_pushes_back_to_local),
         cmocka_unit_test(slowdown_feedback_moves_work),
         cmocka_unit_test(heartbeat_adds_external_work),
+        cmocka_unit_test(read_rate_is_part_of_the_cost),
         cmocka_unit_test(remote_gain_threshold),
         cmocka_unit_test(round_robin_cycles),
         cmocka_unit_test(least_request_picks_least_loaded),

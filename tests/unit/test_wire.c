@@ -96,6 +96,9 @@ static void fill_heartbeat(struct dh_wire_heartbeat *h)
     }
     h->server_id = UINT32_MAX;
     h->seq = UINT64_MAX;
+    h->read_bytes = UINT64_MAX;
+    h->reads = 12345;
+    h->read_ms = DH_WIRE_MAX_TOTAL_MS;
     h->queue_depth = DH_WIRE_MAX_QUEUE;
     h->busy_workers = DH_WIRE_MAX_WORKERS;
     h->latency_ms = DH_WIRE_MAX_LATENCY_MS;
@@ -147,6 +150,13 @@ static void fill_result(struct dh_wire_result *r)
                                             .server_id = UINT32_MAX,
                                             .ready_us = UINT64_MAX};
         assert_int_equal(dh_wire_set_result_stages(r, rows, 3, NULL), 0);
+        {
+            const uint64_t rb[3] = {0, 1, UINT64_MAX};
+
+            assert_int_equal(dh_wire_set_result_read_bytes(r, rb, 2, NULL),
+                             DH_EINVAL); /* not the times' count */
+            assert_int_equal(dh_wire_set_result_read_bytes(r, rb, 3, NULL), 0);
+        }
     }
 }
 
@@ -289,6 +299,9 @@ static void assert_heartbeat_eq(const struct dh_wire_heartbeat *a,
     assert_int_equal(a->busy_workers, b->busy_workers);
     assert_true(a->latency_ms == b->latency_ms);
     assert_int_equal(a->leaving, b->leaving);
+    assert_int_equal(a->read_bytes, b->read_bytes);
+    assert_int_equal(a->reads, b->reads);
+    assert_true(a->read_ms == b->read_ms);
     assert_int_equal(a->n_links, b->n_links);
     for (uint32_t i = 0; i < a->n_links; i++) {
         assert_int_equal(a->links[i].peer_server_id,
@@ -331,6 +344,10 @@ static void assert_result_eq(const struct dh_wire_result *a,
         assert_memory_equal(a->stages.read_ms, b->stages.read_ms, n);
         assert_memory_equal(a->stages.decode_ms, b->stages.decode_ms, n);
         assert_memory_equal(a->stages.scale_ms, b->stages.scale_ms, n);
+        assert_true(!a->stages.read_bytes == !b->stages.read_bytes);
+        if (a->stages.read_bytes)
+            assert_memory_equal(a->stages.read_bytes, b->stages.read_bytes,
+                                a->stages.n_sample_times * sizeof(uint64_t));
     }
     assert_int_equal(a->n_subs, b->n_subs);
     if (a->n_subs) {
@@ -1026,6 +1043,17 @@ static void mutate(struct pb *p, int id)
         stages_pb(p, 2);
         p->st.notify_ms = 2e9;
         break;
+    case 146: /* read sizes for a sample count other than the times' */
+        stages_pb(p, 2);
+        p->st.n_read_bytes = 1;
+        p->st.read_bytes = p->spares;
+        break;
+    case 147:
+        p->hb.read_ms = -1;
+        break;
+    case 148:
+        p->hb.read_ms = NAN;
+        break;
     case 137:
         p->req.n_spare_ids = DH_WIRE_MAX_SPARES + 1;
         p->req.spare_ids = p->spares;
@@ -1181,6 +1209,9 @@ static const struct rule rules[] = {
     {DH_WIRE_RESULT_NOTICE, 143, DH_EFORMAT, "stages.queue_ms -1"},
     {DH_WIRE_RESULT_NOTICE, 144, DH_EFORMAT, "stages.worker 4096"},
     {DH_WIRE_RESULT_NOTICE, 145, DH_EFORMAT, "stages.notify_ms 2e+09"},
+    {DH_WIRE_RESULT_NOTICE, 146, DH_EFORMAT, "read_bytes has 1 entries"},
+    {DH_WIRE_HEARTBEAT, 147, DH_EFORMAT, "heartbeat.read_ms -1"},
+    {DH_WIRE_HEARTBEAT, 148, DH_EFORMAT, "heartbeat.read_ms nan"},
     {DH_WIRE_DESCRIPTOR_REQUEST, 137, DH_ETOOBIG,
      "descriptor_request.spare_ids: 65"},
     {DH_WIRE_ERROR_NOTICE, 100, DH_ETOOBIG, "error_notice.path: 4097"},

@@ -24,8 +24,16 @@ enum { DH_MS_READ = 0, DH_MS_DECODE = 1, DH_MS_SCALE = 2, DH_MS_COUNT = 3 };
 /* rows: n x DH_MS_COUNT floats the caller owns, or NULL (no sink).  The
  * pending sums are dropped. */
 void dh__media_stage_sink(struct dh_media *m, float *rows, uint32_t n);
+/* A sink of per-position read bytes beside the rows: n entries the caller
+ * owns, or NULL.  What the source delivered since is counted from now. */
+void dh__media_bytes_sink(struct dh_media *m, uint64_t *bytes, uint32_t n);
+/* What the worker's sources have read since dh_media_create: bytes, reads
+ * (calls into a source) and their time in ms. */
+void dh__media_read_totals(const struct dh_media *m, uint64_t *bytes,
+                           uint64_t *reads, double *ms);
 /* Adds the sums since the last note into row `pos` (ignored beyond n or
- * without a sink) and resets them.  A position decoded twice (a spare
+ * without a sink) and resets them; the bytes read since into bytes[pos].  A
+ * position decoded twice (a spare
  * after a failure) adds up both attempts. */
 void dh__media_stage_note(struct dh_media *m, uint32_t pos);
 

@@ -176,6 +176,13 @@ int dh_place_link(struct dh_place *p, int32_t from, int32_t to, double bytes,
  * Tasks it reports beyond those assigned through this table (another
  * coordinator, restarts) count as external work of recent_latency_ms
  * each, and against the queue cap, until the next heartbeat. */
+/* The server's measured read cost, ms per MB (10^6 bytes) its workers
+ * take from their sources (files, shard members; later object storage);
+ * 0 forgets it.  A task's C_io on that server is then in_bytes x this: a
+ * server whose bytes are slow to reach predicts late.  DH_EINVAL for a
+ * negative or non-finite rate. */
+int dh_place_read_rate(struct dh_place *p, int32_t server,
+                       double ms_per_mb) DH_MUST_CHECK;
 int dh_place_heartbeat(struct dh_place *p, int32_t server, int32_t queue_depth,
                        int32_t busy_workers,
                        double recent_latency_ms) DH_MUST_CHECK;
@@ -186,7 +193,10 @@ struct dh_place_req {
     int32_t rank;         /* requester */
     int32_t local_server; /* its local DataServer id, -1 if none */
     double cpu_ms;        /* C_cpu before feedback (dh_cost_req_from_desc) */
-    double io_ms;         /* C_io */
+    double io_ms;         /* C_io known up front (0 on the live system) */
+    double in_bytes;      /* bytes the task reads from its sources: each
+                             server's measured read rate (dh_place_read_rate)
+                             times this adds to its C_io */
     double out_bytes;     /* decoded payload size (C_net) */
     double deadline_ms;   /* D, relative: now + slack on the coordinator's
                              clock minus now; INFINITY = no deadline */

@@ -186,7 +186,14 @@ struct dh_wire_heartbeat {
                             0 = not measured */
     uint32_t slot_waiting; /* workers waiting for an arena slot now,
                               <= DH_WIRE_MAX_WORKERS */
+    /* the workers' reads since the server started: bytes, reads, ms
+     * (finite, 0..DH_WIRE_MAX_TOTAL_MS) */
+    uint64_t read_bytes, reads;
+    double read_ms;
 };
+
+/* Largest cumulative time a heartbeat may state (ms: about 31,700 years). */
+#define DH_WIRE_MAX_TOTAL_MS 1e15
 
 /* A media plan as it travels: struct dh_media_plan with owned indices. */
 struct dh_wire_plan {
@@ -258,6 +265,7 @@ struct dh_wire_stages {
     int present; /* 0: the notice carries none */
     double queue_ms, alloc_ms, collate_ms, place_ms, notify_ms;
     float *read_ms, *decode_ms, *scale_ms; /* owned */
+    uint64_t *read_bytes; /* owned; NULL, or n_sample_times entries */
     uint32_t n_sample_times;
     uint32_t worker;    /* < DH_WIRE_MAX_WORKERS */
     uint32_t server_id; /* who prepared it, if not the notice's; 0 */
@@ -363,6 +371,11 @@ int dh_wire_set_result_subs(struct dh_wire_result *r, const uint32_t *pos,
  * DH_ETOOBIG, DH_ENOMEM. */
 int dh_wire_set_result_stages(struct dh_wire_result *r, const float *rows,
                               size_t n, struct dh_err *e) DH_MUST_CHECK;
+/* The result's per-sample read bytes (n entries, copied; NULL or n 0
+ * empties them); n must be the stage times' count.  DH_EINVAL, DH_ENOMEM. */
+int dh_wire_set_result_read_bytes(struct dh_wire_result *r,
+                                  const uint64_t *bytes, size_t n,
+                                  struct dh_err *e) DH_MUST_CHECK;
 
 /* Plan conversions.  from_media copies p->indices (DH_ENOMEM, DH_ETOOBIG,
  * DH_EINVAL for a plan that fails dh_media_plan_check()); to_media fills

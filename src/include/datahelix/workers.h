@@ -86,6 +86,7 @@ struct dh_work_done {
     double done_ms; /* CLOCK_MONOTONIC (ms) when the decode ended */
     uint32_t worker;
     float *stage_ms;
+    uint64_t *read_bytes; /* per sample position, owned; NULL: none */
     /* A job with spares: its substitutions (owned, also on error: the
      * ones made before the failure); NULL for a job without spares. */
     struct dh_batch_subs *subs;
@@ -104,6 +105,10 @@ struct dh_workers_stats {
      * wall time, time on a CPU, time waiting for one (ns). */
     uint64_t task_ns, cpu_ns, wait_ns;
     uint32_t slot_waiting; /* threads waiting for an arena slot now */
+    /* What the jobs read from their sources (files, shard members), in
+     * total: bytes, reads, and the reads' time in ms. */
+    uint64_t read_bytes, reads;
+    double read_ms;
 };
 
 /*
