@@ -140,6 +140,7 @@ static struct dh_place_req next_req(struct world *w)
     r.local_server = r.rank;
     r.cpu_ms = cpu[c] * (0.7 + 0.6 * urand(w));
     r.io_ms = 1 + 4 * urand(w);
+    r.in_bytes = 0; /* no read rates are set: C_io is io_ms */
     r.out_bytes = (5 + 95 * urand(w)) * 1e6;
     r.deadline_ms = (1 + (int)(urand(w) * 3)) * 100.0 - 80 * urand(w);
     return r;

@@ -48,6 +48,19 @@ def service_binary():
     return svc if os.access(svc, os.X_OK) else b
 
 
+def _index_version(dhx):
+    """The format version of the .dhx file `dhx` (0 when unreadable): one
+    written by another build is compiled again from its table."""
+    try:
+        with open(dhx, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return 0
+    if len(head) < 12 or head[:8] != b"DHXINDEX":
+        return 0
+    return int.from_bytes(head[8:12], "little")
+
+
 def ensure_index(manifest):
     """Path of the .dhx index for `manifest` (.dhx, or a .jsonl table that
     is compiled beside it - or in a temporary folder if that one is not
@@ -66,7 +79,8 @@ def ensure_index(manifest):
         dhx = os.path.join(tempfile.gettempdir(),
                            f"datahelix-{os.getuid()}-{key[:16]}.dhx")
     if (os.path.exists(dhx) and
-            os.path.getmtime(dhx) >= os.path.getmtime(manifest)):
+            os.path.getmtime(dhx) >= os.path.getmtime(manifest) and
+            _index_version(dhx) == _C.INDEX_FORMAT_VERSION):
         return dhx
     # Several ranks may race here: each builds its own file, the renames
     # are atomic and the contents identical.

@@ -613,6 +613,7 @@ void dh_cost_req_from_desc(const struct dh_estimator *est,
     dh_cost_features_of(d, frames, w, h, &f);
     req->cpu_ms = dh_cost_model_predict(&est->cost, &f);
     req->out_bytes = (double)d->est_out_bytes;
+    req->in_bytes = d->bytes > 0 ? (double)d->bytes : 0;
 }
 
 /* ---- streamed scoring ---- */

@@ -152,10 +152,9 @@ int dh__shard_walk(const char *path, dh_shard_member_fn fn, void *arg,
     int rc;
 
     dh__source_init(&s);
+    /* an empty file is a problem the caller reports ("empty file") */
     rc = dh__source_open(&s, &ref, e);
-    if (rc == DH_EMEDIA) /* "empty file": a shard of no members */
-        rc = 0;
-    else if (!rc)
+    if (!rc)
         rc = walk(&s, fn, arg, e);
     dh__source_fini(&s);
     return rc;

@@ -619,6 +619,8 @@ PyMODINIT_FUNC PyInit__C(void)
         PyModule_AddIntConstant(m, "BALANCE_NONE", DH_BALANCE_NONE) < 0 ||
         PyModule_AddIntConstant(m, "ORDER_ALTERNATE", DH_ORDER_ALTERNATE) < 0 ||
         PyModule_AddIntConstant(m, "ORDER_SORTED", DH_ORDER_SORTED) < 0 ||
+        PyModule_AddIntConstant(m, "INDEX_FORMAT_VERSION",
+                                DH_INDEX_FORMAT_VERSION) < 0 ||
         dhpy_client_init(m) < 0 || dhpy_pyds_init(m) < 0 ||
         dhpy_sample_init(m) < 0 || dhpy_decode_init(m) < 0 ||
         dhpy_rebalance_init(m) < 0 || dhpy_rblink_init(m) < 0)

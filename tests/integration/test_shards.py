@@ -218,6 +218,12 @@ def test_a_corrupt_header_is_named_and_ends_the_walk(clips, tmp_path):
     junk.write_bytes(b"G" + bytes(187) * 40)
     p = run_dh("probe", "--out", tmp_path / "j.jsonl", junk, timeout=60)
     assert p.returncode != 0 and "junk.tar" in p.stderr
+    # an empty shard among good ones is reported, the rest probed
+    (tmp_path / "empty.tar").write_bytes(b"")
+    p = run_dh("probe", "--out", tmp_path / "e.jsonl", tmp_path / "empty.tar",
+               tmp_path / "bad.tar", timeout=60)
+    assert p.returncode == 0 and "empty.tar: empty file" in p.stderr
+    assert len(rows(tmp_path / "e.jsonl")) == 2
     # a compressed shard cannot be read in place: said so
     gz = tmp_path / "c.tar.gz"
     with tarfile.open(gz, "w:gz") as t:
@@ -515,3 +521,45 @@ def test_a_slow_source_is_named_as_the_cause_of_late_steps(clips, tmp_path,
     assert by and max(by, key=by.get) == "read", by
     # each sample's reads took at least the delay
     assert st["read_ms"] >= 40 * st["read_samples"]
+
+
+def test_an_index_of_another_version_is_compiled_again(clips, tmp_path):
+    """A .dhx left beside its table by a build before shards (format
+    version 1), newer than the table, is rebuilt, not refused."""
+    run_dh("probe", "--out", tmp_path / "m.jsonl", *clips[:2], check=True)
+    old = tmp_path / "m.dhx"
+    old.write_bytes(b"DHXINDEX" + (1).to_bytes(4, "little") + bytes(500))
+    os.utime(old, (time.time() + 10, time.time() + 10))
+    table = datahelix.Table(tmp_path / "m.jsonl")
+    assert len(table) == 2 and table.path(0) == str(clips[0])
+    head = old.read_bytes()[:12]
+    assert int.from_bytes(head[8:], "little") == \
+        datahelix._C.INDEX_FORMAT_VERSION
+
+
+def test_torchrun_two_ranks_skip_a_damaged_member_in_step(clips, tmp_path):
+    """2 ranks under torchrun on a shard whose member 3 was damaged after
+    probe (its first bytes zeroed: it no longer opens), on_error="skip",
+    DDP's all-reduce each step, 2 epochs: both ranks take every planned
+    step and the member is substituted once an epoch, on the rank that
+    had it."""
+    from procs import torchrun
+    from test_loader_habits import DDP_SKIP_SCRIPT, _torchrun_ok, plan
+    if not _torchrun_ok():
+        pytest.skip("torch.distributed.run is not usable here")
+    make_pytar(tmp_path / "s.tar", clips, tarfile.GNU_FORMAT)
+    m = tmp_path / "s.jsonl"
+    run_dh("probe", "--out", m, tmp_path / "s.tar", check=True)
+    bad = rows(m)[3]
+    with open(tmp_path / "s.tar", "r+b") as f:
+        f.seek(bad["offset"])
+        f.write(bytes(4096))
+    run_dh("probe", "--out", tmp_path / "v.jsonl", *clips[:2], check=True)
+    for t in (m, tmp_path / "v.jsonl"):  # compile the indexes once
+        datahelix.Table(t)
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SKIP_SCRIPT)
+    res = torchrun(2, script, tmp_path, m, tmp_path / "v.jsonl")
+    planned = [len(plan(m, 2, 1, e)) for e in range(2)]
+    assert res[0]["steps"] == res[1]["steps"] == planned
+    assert sorted(res[0]["subs"] + res[1]["subs"]) == [3, 3]

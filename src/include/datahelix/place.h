@@ -245,7 +245,8 @@ int dh_cost_predict(const struct dh_place *p, int32_t server,
                     struct dh_cost_terms *out) DH_MUST_CHECK;
 
 /* Fills req->cpu_ms (the static model of estimate.h on the sample plan's
- * output) and req->out_bytes (d->est_out_bytes) for descriptor `d`; other
+ * output), req->out_bytes (d->est_out_bytes) and req->in_bytes (d->bytes)
+ * for descriptor `d`; other
  * fields are untouched. */
 void dh_cost_req_from_desc(const struct dh_estimator *est,
                            const struct dh_desc *d, struct dh_place_req *req);
