@@ -10,6 +10,7 @@ import json
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -563,3 +564,51 @@ def test_torchrun_two_ranks_skip_a_damaged_member_in_step(clips, tmp_path):
     planned = [len(plan(m, 2, 1, e)) for e in range(2)]
     assert res[0]["steps"] == res[1]["steps"] == planned
     assert sorted(res[0]["subs"] + res[1]["subs"]) == [3, 3]
+
+
+def test_a_remote_sidecar_reads_shard_members(clips, tmp_path):
+    """A remote sidecar DataServer over the shard table's index (round-
+    robin beside the rank's local server): its tasks read the members in
+    place (read spans with bytes on its own track) and every step comes."""
+    from conftest import stop_process
+    make_pytar(tmp_path / "s.tar", clips, tarfile.GNU_FORMAT)
+    run_dh("probe", "--out", tmp_path / "s.jsonl", "--index",
+           tmp_path / "s.dhx", tmp_path / "s.tar", check=True)
+    binary = _binary()
+    sock = tmp_path / "c.sock"
+    co = subprocess.Popen([binary, "coordinator", "--listen", f"ipc://{sock}",
+                           "--policy", "round-robin"],
+                          stderr=subprocess.DEVNULL)
+    procs = [co]
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        procs.append(subprocess.Popen(
+            [binary, "dataserver", "--remote", "--coordinator",
+             f"ipc://{sock}", "--index", tmp_path / "s.dhx", "--server-id",
+             "77"], stderr=subprocess.DEVNULL))
+        trace = tmp_path / "t.json"
+        remote = []
+        deadline = time.monotonic() + 60
+        while not remote and time.monotonic() < deadline:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            p = run_dh("consume", "--coordinator", f"ipc://{sock}",
+                       "--manifest", tmp_path / "s.dhx", "--rank", 0,
+                       "--world-size", 1, "--batch-size", 1, "--prefetch", 1,
+                       "--json", "--listen", f"tcp://127.0.0.1:{port}",
+                       "--trace", trace, timeout=180)
+            assert p.returncode == 0, p.stderr
+            ev = json.loads(trace.read_text())["traceEvents"]
+            remote = [e for e in ev if e["pid"] == 100077 and
+                      e.get("ph") == "X" and e.get("cat") == "read"]
+    finally:
+        for x in reversed(procs):
+            stop_process(x)
+    assert remote, "the sidecar took no task"
+    assert all(e["args"]["bytes"] > 0 for e in remote)
+    summary = next(json.loads(x)["summary"] for x in p.stdout.splitlines()
+                   if '"summary"' in x)
+    assert summary["steps"] == len(clips), summary
