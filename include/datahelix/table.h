@@ -67,7 +67,9 @@ struct dh_source_ref {
     const char *path;   /* the file, or the shard */
     const char *member; /* the member's name; NULL: the whole file */
     int64_t offset;     /* a member's data offset in the shard */
-    int64_t size;       /* a member's size in bytes */
+    int64_t size;       /* a member's size in bytes; for a whole file the
+                           size the table recorded (0: not checked): a
+                           file of another size changed since probe */
 };
 
 /* The source of descriptor `d` (strings borrowed from it). */

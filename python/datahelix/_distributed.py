@@ -555,7 +555,8 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
                  in_order=True, estimate_cost=None, rank=None,
                  world_size=None, seed=0, coordinator=None, arena_mb=256,
                  worker_timeout=None, python=None, keyfile=None,
-                 metrics_listen=None, metrics_token_file=None):
+                 metrics_listen=None, metrics_token_file=None,
+                 heartbeat_timeout=None):
         iterable = isinstance(dataset, torch.utils.data.IterableDataset)
         if not iterable and (not hasattr(dataset, "__getitem__") or
                              not hasattr(dataset, "__len__")):
@@ -643,7 +644,7 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         self.coordinator, self.arena_mb = coordinator, int(arena_mb)
         self._keyfile_arg, self._key = keyfile, None
         self._metrics_args = metrics_args(metrics_listen, metrics_token_file,
-                                          coordinator)
+                                          coordinator, heartbeat_timeout)
         self.worker_timeout = float(worker_timeout if worker_timeout
                                     else _DEFAULT_WORKER_TIMEOUT)
         self.python = python or sys.executable

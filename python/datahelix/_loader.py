@@ -105,6 +105,9 @@ class DataLoader(Closing):
     Prometheus metrics, for ``datahelix top`` (docs/metrics.md); in a
     multi-rank job the rank that starts it (rank 0) serves them.  Beyond
     loopback it needs metrics_token_file (a bearer token, mode 0600).
+    heartbeat_timeout: seconds a DataServer may be silent before the
+    Coordinator this loader starts declares it dead and re-routes its
+    tasks (default 3: a busy node delays heartbeats; 0.1 to 3600).
     on_error: "raise" (SampleError naming sample, path and cause, at the
     step it belongs to; the same iterator goes on with the next step) or
     "skip" (a failed sample is replaced in its position by a spare of this
@@ -149,7 +152,8 @@ class DataLoader(Closing):
                  step_deadline_ms=0.0, arena_mb=None, max_side=None,
                  max_pixels=None, patch=None, max_frames=None, keyfile=None,
                  metrics_listen=None, metrics_token_file=None,
-                 trace=None, load_balance=None, step_order="alternate"):
+                 trace=None, load_balance=None, step_order="alternate",
+                 heartbeat_timeout=None):
         _opt.check_manifest(manifest)
         for name, v in (("sampler", sampler), ("batch_sampler",
                                                batch_sampler),
@@ -269,7 +273,7 @@ class DataLoader(Closing):
         self._coordinator_arg = coordinator
         self._keyfile_arg = keyfile
         self._metrics_args = metrics_args(metrics_listen, metrics_token_file,
-                                          coordinator)
+                                          coordinator, heartbeat_timeout)
         self._key = None
         # Counted in creation order, as every rank creates its loaders: the
         # i-th loader of every rank shares one Coordinator port

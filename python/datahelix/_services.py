@@ -66,13 +66,22 @@ def ensure_index(manifest):
     is compiled beside it - or in a temporary folder if that one is not
     writable - when the index is missing or older than the table)."""
     manifest = os.fspath(manifest)
+    if "://" in manifest:
+        raise NotImplementedError(
+            f"datahelix: manifest {manifest}: tables and data on HTTP or S3 "
+            "are not supported yet: copy them to local disk (or a mounted "
+            "file system) and run `datahelix probe` there")
     if not os.path.exists(manifest):
         raise FileNotFoundError(f"datahelix: manifest {manifest} not found")
     if manifest.endswith(".dhx"):
         return manifest
     if not manifest.endswith(".jsonl"):
-        raise ValueError(f"datahelix: manifest {manifest}: expected a .jsonl "
-                         "descriptor table or a .dhx index")
+        what = ("a tar shard" if manifest.endswith(".tar") else
+                "a folder" if os.path.isdir(manifest) else "not a table")
+        raise ValueError(f"datahelix: manifest {manifest}: {what}; a loader "
+                         "reads a .jsonl descriptor table or its .dhx index: "
+                         f"run `datahelix probe --out m.jsonl {manifest}` "
+                         "first and give it m.jsonl")
     dhx = manifest[: -len(".jsonl")] + ".dhx"
     if not os.access(os.path.dirname(os.path.abspath(dhx)), os.W_OK):
         key = hashlib.sha1(os.path.abspath(manifest).encode()).hexdigest()
@@ -89,6 +98,15 @@ def ensure_index(manifest):
         _C.build_index(manifest, tmp)
         os.replace(tmp, dhx)
     except _C.DataError as e:
+        if ":1: missing field 'id'" in str(e) or \
+                ":1: missing field 'kind'" in str(e):
+            # a {"path", "text"} list (gen-data's captions.jsonl) given
+            # where a probed table is wanted
+            raise _C.DataError(
+                f"{e}: {manifest} is not a descriptor table (a list of "
+                "{\"path\", \"text\"}?): run `datahelix probe --out "
+                f"table.jsonl {manifest}` first and give the loader "
+                "table.jsonl") from None
         if "ids are not dense" not in str(e):
             raise
         # Not renumbered here: batch ids would then silently stop matching
@@ -178,6 +196,13 @@ class PortInUse(RuntimeError):
     """The Coordinator could not bind: another process holds its port."""
 
 
+# How long a DataServer may be silent before its Coordinator declares it
+# dead and re-routes its tasks.  Heartbeats come every 500 ms, but a loaded
+# node (a training node's normal state: load 12 on 2 cores was seen) delays
+# them by seconds; a live server declared dead costs re-routes and noise.
+DEFAULT_HEARTBEAT_TIMEOUT_MS = 3000
+
+
 class Coordinator:
     """A `datahelix coordinator` started for this process, and restarted by
     it if it dies (docs/exactly-once.md "Restarts"): at most RESTARTS
@@ -194,7 +219,8 @@ class Coordinator:
 
     def __init__(self, listen, policy, telemetry=None, timeout=10.0,
                  shared=False, keyfile=None, metrics_listen=None,
-                 metrics_token_file=None):
+                 metrics_token_file=None,
+                 heartbeat_timeout_ms=DEFAULT_HEARTBEAT_TIMEOUT_MS):
         """shared: other ranks use it too, so it must outlive this process
         until they are done: it stops when no rank's local DataServer is
         left (they end with their ranks), not with this process.
@@ -206,7 +232,7 @@ class Coordinator:
         self.timeout = timeout
         self.restarts = 0
         cmd = [service_binary(), "coordinator", "--listen", listen, "--policy",
-               policy, "--heartbeat-timeout-ms", "1000"]
+               policy, "--heartbeat-timeout-ms", str(int(heartbeat_timeout_ms))]
         cmd += (["--exit-when-unused", "2000"] if shared
                 else ["--exit-with-parent"])
         if telemetry:  # (a restarted one writes the file anew)
@@ -404,9 +430,24 @@ def loader_ordinal():
     return next(_ordinals)
 
 
-def metrics_args(listen, token_file, coordinator):
-    """The Coordinator() keywords of a loader's metrics_listen= and
-    metrics_token_file= (docs/metrics.md), checked."""
+def metrics_args(listen, token_file, coordinator, heartbeat_timeout=None):
+    """The Coordinator() keywords of a loader's metrics_listen=,
+    metrics_token_file= (docs/metrics.md) and heartbeat_timeout= (seconds),
+    checked."""
+    kw = {}
+    if heartbeat_timeout is not None:
+        if coordinator is not None:
+            raise ValueError(
+                f"heartbeat_timeout={heartbeat_timeout!r}: it sets the "
+                "Coordinator this loader starts, and with "
+                f"coordinator={coordinator!r} it starts none: run that one "
+                "with `datahelix coordinator --heartbeat-timeout-ms MS`")
+        if isinstance(heartbeat_timeout, bool) or \
+                not isinstance(heartbeat_timeout, (int, float)) or \
+                not 0.1 <= heartbeat_timeout <= 3600:
+            raise ValueError(f"heartbeat_timeout={heartbeat_timeout!r}: "
+                             "seconds, 0.1 to 3600 (default 3)")
+        kw["heartbeat_timeout_ms"] = int(round(heartbeat_timeout * 1000))
     if token_file and not listen:
         raise ValueError("metrics_token_file= needs metrics_listen=")
     if listen and coordinator is not None:
@@ -416,9 +457,9 @@ def metrics_args(listen, token_file, coordinator):
             f"coordinator={coordinator!r} it starts none: run that one with "
             "`datahelix coordinator --metrics-listen ADDR`")
     if not listen:
-        return {}
-    return {"metrics_listen": str(listen),
-            "metrics_token_file": token_file}
+        return kw
+    return dict(kw, metrics_listen=str(listen),
+                metrics_token_file=token_file)
 
 
 def coordinator_address(rank, world_size, ordinal=0):

@@ -83,7 +83,7 @@ void dh_desc_source(const struct dh_desc *d, struct dh_source_ref *out)
     out->path = d->path;
     out->member = d->member;
     out->offset = d->member ? d->offset : 0;
-    out->size = d->member ? d->bytes : 0;
+    out->size = d->bytes > 0 ? d->bytes : 0;
 }
 
 void dh_desc_init(struct dh_desc *d)

@@ -308,6 +308,7 @@ int dh_index_source(const struct dh_index *ix, uint64_t id,
     memset(out, 0, sizeof(*out));
     if (id >= ix->count || !(out->path = dh_index_path(ix, id)))
         return DH_EINVAL;
+    out->size = (int64_t)(dh_index_bytes(ix, id) & INT64_MAX);
     moff = ((const uint64_t *)ix->sec[DHX_S_MEMBER_OFF])[id];
     if (moff == DHX_NONE)
         return 0;
@@ -315,7 +316,6 @@ int dh_index_source(const struct dh_index *ix, uint64_t id,
         return DH_EFORMAT;
     out->offset = (int64_t)(((const uint64_t *)ix->sec[DHX_S_DATA_OFF])[id] &
                             INT64_MAX);
-    out->size = (int64_t)(dh_index_bytes(ix, id) & INT64_MAX);
     return 0;
 }
 

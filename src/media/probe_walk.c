@@ -159,6 +159,30 @@ static char *join(const char *dir, const char *name)
     return s;
 }
 
+/* ---- remote inputs: not read yet ---- */
+
+static int is_url(const char *s)
+{
+    const char *p = strstr(s, "://");
+
+    if (!p || p == s)
+        return 0;
+    for (const char *c = s; c < p; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+              (*c >= '0' && *c <= '9') || *c == '+' || *c == '-' || *c == '.'))
+            return 0;
+    return 1;
+}
+
+static int url_error(const char *s, struct dh_err *e)
+{
+    return dh_err_set(e, DH_EUNSUPPORTED,
+                      "%s: remote inputs (http, https, s3) are not supported "
+                      "yet: copy them to local disk (or a mounted file "
+                      "system) and probe them there",
+                      s);
+}
+
 /* ---- tar shards ---- */
 
 static int problem(struct dh_probe_list *l, const char *msg)
@@ -529,6 +553,14 @@ static int list_line(struct dh_probe_list *l, const char *list,
                         list, lineno);
         goto out;
     }
+    if (is_url(json_string_value(jp))) { /* never a path beside the list */
+        struct dh_err sub;
+
+        url_error(json_string_value(jp), &sub);
+        rc = dh_err_set(e, DH_EUNSUPPORTED, "%s:%ld: %s", list, lineno,
+                        sub.msg);
+        goto out;
+    }
     path = json_string_value(jp)[0] == '/' ? dh__strdup(json_string_value(jp))
                                            : join(base, json_string_value(jp));
     if (!path) {
@@ -592,6 +624,8 @@ int dh_probe_list_add_input(struct dh_probe_list *l, const char *input,
     size_t before = l->count;
     int rc;
 
+    if (is_url(input))
+        return url_error(input, e);
     if (stat(input, &st))
         return dh_err_set(e, DH_EIO, "%s: %s", input, strerror(errno));
     if (S_ISDIR(st.st_mode)) {

@@ -137,6 +137,15 @@ static int file_open(struct dh_source *s, const struct dh_source_ref *ref,
         s->size = st.st_size;
         if (st.st_size == 0)
             return dh_err_set(e, DH_EMEDIA, "%s: empty file", ref->path);
+        /* decoding another file than the one probed would pass silently
+         * as data: the size is what a table records */
+        if (ref->size > 0 && st.st_size != ref->size)
+            return dh_err_set(e, DH_EMEDIA,
+                              "%s: the file changed since probe (%lld bytes, "
+                              "the table says %lld): re-run `datahelix "
+                              "probe`",
+                              ref->path, (long long)st.st_size,
+                              (long long)ref->size);
         return 0;
     }
     if (ref->offset < 0 || ref->size <= 0 || ref->offset > st.st_size ||

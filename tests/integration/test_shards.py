@@ -612,3 +612,28 @@ def test_a_remote_sidecar_reads_shard_members(clips, tmp_path):
     summary = next(json.loads(x)["summary"] for x in p.stdout.splitlines()
                    if '"summary"' in x)
     assert summary["steps"] == len(clips), summary
+
+
+def test_a_file_replaced_after_probe_is_a_sample_error(clips, tmp_path):
+    """Issue 41 item 4: a row whose file was replaced after probing (its
+    size is not the table's) is a SampleError saying so and what to do,
+    never silently another clip; skip substitutes it."""
+    d = tmp_path / "v"
+    d.mkdir()
+    for i, f in enumerate(clips[:4]):
+        shutil.copy(f, d / f"{i}.mp4")
+    run_dh("probe", "--out", tmp_path / "m.jsonl", d, check=True)
+    victim = d / "2.mp4"
+    shutil.copy(clips[5], victim)  # another clip, another size
+    assert victim.stat().st_size != clips[2].stat().st_size
+    with pytest.raises(datahelix.SampleError) as ei:
+        loader_run(tmp_path / "m.jsonl", batch_size=4)
+    assert ei.value.sample_id == 2
+    assert "changed since probe" in str(ei.value) and \
+        "datahelix probe" in str(ei.value) and str(victim) in str(ei.value)
+    got = loader_run(tmp_path / "m.jsonl", on_error="skip")
+    assert sum(len(x[0]) for x in got) == 4 and \
+        2 not in [i for x in got for i in x[0]]
+    with pytest.raises(datahelix.DataError, match="changed since probe"):
+        datahelix.decode(datahelix.Table(tmp_path / "m.jsonl").source(2))
+    assert datahelix.decode(victim, frames=2, size=(8, 8)).shape[0] == 2
