@@ -62,6 +62,19 @@ char *dh__strndup(const char *s, size_t n)
     return d;
 }
 
+int dh__buf_reserve(char **buf, size_t *cap, size_t n)
+{
+    char *p;
+
+    if (n <= *cap)
+        return 0;
+    if (!(p = dh__realloc(*buf, n)))
+        return -1;
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
 char *dh__strdup(const char *s)
 {
     return dh__strndup(s, strlen(s));

@@ -19,6 +19,10 @@ void *dh__realloc(void *p, size_t n);
 void dh__free(void *p);
 char *dh__strdup(const char *s);
 char *dh__strndup(const char *s, size_t n);
+/* Grows the kept buffer *buf (capacity *cap) to hold at least n bytes, so
+ * that a per-file name costs no allocation in the steady state.  0, or
+ * -1 (the buffer is unchanged) when out of memory. */
+int dh__buf_reserve(char **buf, size_t *cap, size_t n);
 
 /* Routes jansson's allocations through the seam; idempotent, thread-safe. */
 void dh__alloc_init(void);

@@ -580,14 +580,8 @@ static int set_name(struct dh_media *m, const char *s, int whole_file)
 {
     size_t n = strlen(s) + 1, need = whole_file ? 2 * n + 5 : n;
 
-    if (need > m->name_cap) {
-        char *p = dh__realloc(m->name_buf, need);
-
-        if (!p)
-            return DH_ENOMEM;
-        m->name_buf = p;
-        m->name_cap = need;
-    }
+    if (dh__buf_reserve(&m->name_buf, &m->name_cap, need))
+        return DH_ENOMEM;
     memmove(m->name_buf, s, n);
     m->name = m->name_buf;
     m->url = NULL;

@@ -36,14 +36,8 @@ static int set_name(struct dh_source *s, const char *path, const char *member)
 {
     size_t n = strlen(path) + (member ? strlen(member) + 1 : 0) + 1;
 
-    if (n > s->name_cap) {
-        char *p = dh__realloc(s->name, n);
-
-        if (!p)
-            return DH_ENOMEM;
-        s->name = p;
-        s->name_cap = n;
-    }
+    if (dh__buf_reserve(&s->name, &s->name_cap, n))
+        return DH_ENOMEM;
     if (member)
         snprintf(s->name, n, "%s:%s", path, member);
     else
@@ -68,14 +62,8 @@ static int set_fd_path(struct dh_source *s, const char *path)
 {
     size_t n = strlen(path) + 1;
 
-    if (n > s->fd_path_cap) {
-        char *p = dh__realloc(s->fd_path, n);
-
-        if (!p)
-            return DH_ENOMEM;
-        s->fd_path = p;
-        s->fd_path_cap = n;
-    }
+    if (dh__buf_reserve(&s->fd_path, &s->fd_path_cap, n))
+        return DH_ENOMEM;
     memcpy(s->fd_path, path, n);
     return 0;
 }

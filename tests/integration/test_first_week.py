@@ -8,17 +8,12 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run_dh, _binary
+from conftest import ROOT, run_dh
 
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
 import datahelix  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def binary_env(monkeypatch):
-    monkeypatch.setenv("DATAHELIX_BIN", _binary())
-    monkeypatch.delenv("DATAHELIX_COORDINATOR", raising=False)
+from both_loaders import binary_env  # noqa: E402,F401 (autouse)
 
 
 @pytest.fixture(scope="module")

@@ -23,16 +23,11 @@ from conftest import ROOT, SHARED_DATA, run_dh, _binary
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
 import datahelix  # noqa: E402
+from both_loaders import binary_env  # noqa: E402,F401 (autouse)
 
 SMALL = dict(batch_size=2, frames=4, size=(32, 32), timeout=60,
              world_size=1, rank=0)
 DECODE = ("--frames", 5, "--size", "48x40")
-
-
-@pytest.fixture(autouse=True)
-def binary_env(monkeypatch):
-    monkeypatch.setenv("DATAHELIX_BIN", _binary())
-    monkeypatch.delenv("DATAHELIX_COORDINATOR", raising=False)
 
 
 @pytest.fixture(scope="module")
