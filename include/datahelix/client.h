@@ -64,6 +64,9 @@
 
 struct dh_client; /* opaque */
 
+/* Most extra arguments opts.ds_args may give the embedded DataServer. */
+#define DH_CLIENT_MAX_DS_ARGS 24
+
 struct dh_client_opts {
     const char *coordinator; /* ZeroMQ endpoint, required */
     const char *index_path;  /* the .dhx the sample ids refer to, required */
@@ -133,6 +136,10 @@ struct dh_client_opts {
                                 it is computing (Tier 2's round buffer):
                                 the default arena has room for them as
                                 well as for prefetch (default 0) */
+    const char *server_log;     /* embedded: DATAHELIX_LOG of the server it
+                                starts (debug, info, warn, error; the
+                                Python loaders pass warn unless the user set
+                                one); NULL: as this process's */
 };
 
 /* Most steps a trace keeps: ~0.4 KiB of memory and ~5 KiB of file each

@@ -46,11 +46,12 @@ from ._ship import dataset_file_bytes  # noqa: F401 (_loader, _video)
 from ._C import ArenaExhausted, DataError, SampleError
 from ._C import TimeoutError as DataTimeoutError
 from ._jobkey import JobKey
+from . import _log
 from ._log import LOGGER
 from ._services import (Closing, Coordinator, binary, claim_coordinator,
                         coordinator_address, find_coordinator, loader_ordinal,
-                        metrics_args, release_coordinator, serve_coordinator,
-                        service_binary)
+                        metrics_args, release_coordinator, remove_args,
+                        serve_coordinator, service_binary)
 
 _HDR = 1 << 63
 _M63 = _HDR - 1
@@ -1115,8 +1116,10 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
                         seed=self.seed & ((1 << 64) - 1),
                         datahelix_bin=service_binary(),
                         arena_bytes=self.arena_mb << 20,
-                        dataserver_args=args + self._fork_server(ds),
-                        keyfile=self._key.path)
+                        dataserver_args=args + self._fork_server(ds) +
+                        remove_args([self._dir]),
+                        keyfile=self._key.path,
+                        server_log=_log.server_log())
                     break
                 except OSError as e:
                     # A restart (a dataset shipped again, a resume): the

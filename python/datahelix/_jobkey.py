@@ -117,6 +117,12 @@ class JobKey:
             shutil.rmtree(d, ignore_errors=True)
             raise
 
+    @property
+    def owned_dir(self):
+        """The folder made here for the key (None: the user's key, or
+        none), which the services remove when they end cleanly."""
+        return self._dir
+
     def close(self):
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)

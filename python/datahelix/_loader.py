@@ -8,10 +8,10 @@ import time
 
 import torch
 
-from . import _C, _packed, _passes, _rebalance, _slot, _video
+from . import _C, _log, _packed, _passes, _rebalance, _slot, _video
 from . import _options as _opt
 from ._jobkey import JobKey
-from ._services import (Closing, binary, claim_coordinator,
+from ._services import (Closing, binary, claim_coordinator, remove_args,
                         coordinator_address, ensure_index, find_coordinator,
                         loader_ordinal, metrics_args, release_coordinator,
                         serve_coordinator)
@@ -403,10 +403,15 @@ class DataLoader(Closing):
             not os.environ.get("DATAHELIX_COORDINATOR"),
             self.rank, self.world_size, self._ordinal, binary(), addr)
         if start:
+            # a Coordinator shared by ranks outlives this one: it removes
+            # nothing of this rank's
+            mine = () if self.world_size > 1 else (self._tmpdir,
+                                                   self._key.owned_dir)
             self._coord = serve_coordinator(addr, self.policy,
                                             self.world_size, self._ordinal,
                                             shared=self.world_size > 1,
                                             keyfile=self._key.path,
+                                            remove_at_exit=mine,
                                             **self._metrics_args)
             addr = self._client_addr = self._coord.listen
         elif self._coordinator_arg is None:  # rank 0's, if it has one
@@ -418,10 +423,15 @@ class DataLoader(Closing):
             opts = dict(opts, spares=0, workers=1,
                         dataserver_args=_video.dataserver_args(
                             self, self._tx_dir))
+        # the local DataServer ends with this rank's client, kill -9 or not
+        opts = dict(opts, dataserver_args=list(
+            opts.get("dataserver_args") or []) + remove_args(
+                (self._key.owned_dir, self._tx_dir)))
         self._client = _C.Client(addr, self.index_path, rank=self.rank,
                                  world_size=self.world_size,
                                  datahelix_bin=binary(),
-                                 keyfile=self._key.path, **opts)
+                                 keyfile=self._key.path,
+                                 server_log=_log.server_log(), **opts)
 
     # -- iteration ----------------------------------------------------------
 

@@ -5,8 +5,8 @@ through Python's logging module under the logger named "datahelix".
 
 By default it writes each message as it is (the C processes' lines are
 already `datahelix: WHO: LEVEL: MESSAGE`) to whatever sys.stderr is at the
-time, at the level $DATAHELIX_LOG names (debug, info - the default -, warn,
-error), and does not propagate.  An application that routes logs itself
+time, at the level $DATAHELIX_LOG names (debug, info, warn - the default:
+warnings and errors only -, error), and does not propagate.  An application that routes logs itself
 takes it over: remove the handler and set propagate, e.g.
 ``lg = logging.getLogger("datahelix"); lg.handlers.clear();
 lg.propagate = True``.
@@ -42,9 +42,19 @@ class _Stderr(logging.StreamHandler):
 
 
 def env_level():
-    """The level $DATAHELIX_LOG names (info when unset or unknown)."""
+    """The level $DATAHELIX_LOG names; warn when unset or unknown: the
+    services a loader starts say their start, joins and stops at info,
+    which a training job's terminal does not want each time (issue 41)."""
     return _LEVELS.get(os.environ.get("DATAHELIX_LOG", "").strip().lower(),
-                       logging.INFO)
+                       logging.WARNING)
+
+
+def server_log():
+    """DATAHELIX_LOG for the services a loader starts: the user's, else
+    warn (the C programs' own default is info; a loader's terminal wants
+    warnings and errors only)."""
+    v = os.environ.get("DATAHELIX_LOG", "").strip().lower()
+    return {"warning": "warn"}.get(v, v) if v in _LEVELS else "warn"
 
 
 def _setup():

@@ -238,6 +238,16 @@ def _reestimate(manifest, n, spec, model):
     return out if seen == n else None
 
 
+# The loader's name of each field of the probe's plan, and the probe flag
+# that sets it (None: the probe has none yet; issue 41: a warning names
+# what the user can change).
+_ARG = {"frames": "frames", "max_frames": "max_frames", "size": "size",
+        "max_side": "max_side", "max_area": "max_pixels", "patch": "patch"}
+_FLAG = {"frames": "--frames", "max_frames": "--max-frames",
+         "size": "--size", "max_side": "--max-side", "max_area": None,
+         "patch": None}
+
+
 def check_tokens(manifest, n, samp, size):
     """Tier 1 balances the manifest's est_tokens, which the probe made with
     its own sampling (its header's "plan").  When that is not this
@@ -255,12 +265,14 @@ def check_tokens(manifest, n, samp, size):
     k, have, want = diff
     redo = samp["fps"] > 0 or samp["native"]
     tokens = _reestimate(manifest, n, spec, model) if redo else None
+    flag = _FLAG[k]
+    fix = (f"`datahelix probe {flag} {want} ...` makes them for it" if flag
+           else "the probe has no flag for it yet")
     what = ("tokens re-estimated here for this sampling (the plan "
-            "balances those)" if tokens is not None else
-            "the plan balances the stored tokens; re-probe with this "
-            "sampling (datahelix probe --frames/--size) to fix")
+            f"balances those; {fix})" if tokens is not None else
+            f"the plan balances the stored tokens; re-probe to fix: {fix}")
     warnings.warn(
-        f"{os.fspath(manifest)}: est_tokens were made with {k}={have!r}, "
-        f"this loader samples {k}={want!r}: {what}",
-        UserWarning, stacklevel=3)
+        f"{os.fspath(manifest)}: est_tokens were made with "
+        f"{_ARG[k]}={have!r}, this loader samples {_ARG[k]}={want!r}: "
+        f"{what}", UserWarning, stacklevel=3)
     return tokens

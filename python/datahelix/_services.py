@@ -220,7 +220,8 @@ class Coordinator:
     def __init__(self, listen, policy, telemetry=None, timeout=10.0,
                  shared=False, keyfile=None, metrics_listen=None,
                  metrics_token_file=None,
-                 heartbeat_timeout_ms=DEFAULT_HEARTBEAT_TIMEOUT_MS):
+                 heartbeat_timeout_ms=DEFAULT_HEARTBEAT_TIMEOUT_MS,
+                 remove_at_exit=()):
         """shared: other ranks use it too, so it must outlive this process
         until they are done: it stops when no rank's local DataServer is
         left (they end with their ranks), not with this process.
@@ -239,6 +240,7 @@ class Coordinator:
             cmd += ["--telemetry", os.fspath(telemetry)]
         if keyfile:  # the path; the key never travels by value
             cmd += ["--keyfile", os.fspath(keyfile)]
+        cmd += remove_args(remove_at_exit)
         if metrics_listen:
             cmd += ["--metrics-listen", str(metrics_listen)]
             if metrics_token_file:
@@ -428,6 +430,14 @@ def loader_ordinal():
     reused, so a loader created after another was closed does not meet
     the old one's Coordinator, which may linger for 2 s)."""
     return next(_ordinals)
+
+
+def remove_args(dirs):
+    """`--remove-at-exit DIR` for each folder a loader made for its job
+    (its key, its ipc socket, its transform files): the service that ends
+    cleanly last removes them, so a kill -9 of the loader leaves none
+    behind (issue 41; the services check the folder is one of ours)."""
+    return [x for d in dirs if d for x in ("--remove-at-exit", os.fspath(d))]
 
 
 def metrics_args(listen, token_file, coordinator, heartbeat_timeout=None):

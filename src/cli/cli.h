@@ -177,6 +177,23 @@ const volatile int *dh_cli_stop_on_signals(void);
  * it has exited, a `| head`): SIGPIPE is ignored, the write fails with
  * EPIPE and the service goes on.  Sockets already send with MSG_NOSIGNAL. */
 void dh_cli_ignore_sigpipe(void);
+
+/* --remove-at-exit DIR (coordinator, dataserver): folders a loader made
+ * for a job (its key, its ipc socket) that the service removes when it
+ * ends cleanly, so none is left after a kill -9 of the loader (issue 41).
+ * At most DH_CLI_MAX_REMOVE; a usage error past that. */
+#define DH_CLI_MAX_REMOVE 4
+struct dh_cli_remove {
+    const char *dir[DH_CLI_MAX_REMOVE];
+    int n;
+};
+int dh_cli_remove_add(struct dh_cli_remove *r, const char *cmd,
+                      const char *dir);
+/* Removes each folder that is one this user's loaders make: a real folder
+ * (not a link) named datahelix-*, owned by this user, mode 0700; its
+ * entries are unlinked (no sub-folders are entered), then the folder.
+ * Anything else is left alone.  Best effort: nothing is reported. */
+void dh_cli_remove_run(const struct dh_cli_remove *r);
 /* Also raise that flag when the parent process dies (a thread polls
  * getppid()).  -1 if the thread cannot start. */
 int dh_cli_stop_with_parent(void);

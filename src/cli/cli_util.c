@@ -1,8 +1,11 @@
 /*
  * cli_util.c - one-line errors and strict number parsing for subcommands.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <unistd.h>
 #include <signal.h>
@@ -147,6 +150,45 @@ const volatile int *dh_cli_stop_on_signals(void)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     return &stop_flag;
+}
+
+int dh_cli_remove_add(struct dh_cli_remove *r, const char *cmd, const char *dir)
+{
+    if (r->n >= DH_CLI_MAX_REMOVE)
+        return dh_cli_usage_error(cmd, "--remove-at-exit at most %d times",
+                                  DH_CLI_MAX_REMOVE);
+    r->dir[r->n++] = dir;
+    return 0;
+}
+
+static void remove_owned_dir(const char *dir)
+{
+    const char *base = strrchr(dir, '/');
+    struct dirent *d;
+    struct stat st;
+    DIR *h;
+    int fd;
+
+    base = base ? base + 1 : dir;
+    if (strncmp(base, "datahelix-", 10) ||
+        (fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+        return;
+    if (fstat(fd, &st) || st.st_uid != geteuid() ||
+        (st.st_mode & 07777) != 0700 || !(h = fdopendir(fd))) {
+        close(fd);
+        return;
+    }
+    while ((d = readdir(h)))
+        if (strcmp(d->d_name, ".") && strcmp(d->d_name, ".."))
+            unlinkat(fd, d->d_name, 0); /* a sub-folder stays: so does dir */
+    closedir(h);
+    rmdir(dir);
+}
+
+void dh_cli_remove_run(const struct dh_cli_remove *r)
+{
+    for (int i = 0; i < r->n; i++)
+        remove_owned_dir(r->dir[i]);
 }
 
 void dh_cli_ignore_sigpipe(void)

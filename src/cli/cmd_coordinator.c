@@ -29,6 +29,7 @@ struct args {
     int with_parent;
     const char *metrics_listen, *metrics_token_file;
     int metrics_interval_ms;
+    struct dh_cli_remove remove;
 };
 
 static void usage(FILE *f)
@@ -61,6 +62,10 @@ static void usage(FILE *f)
         "  --telemetry FILE           one JSON line per placement decision\n"
         "  --exit-with-parent         stop (cleanly) when the process that\n"
         "                             started this one dies\n"
+        "  --remove-at-exit DIR       on a clean end, remove DIR if it is a\n"
+        "                             datahelix-* folder of this user, mode\n"
+        "                             0700 (a loader's key or socket folder;\n"
+        "                             up to 4 times)\n"
         "  --exit-when-unused MS      stop once no local DataServer has been\n"
         "                             registered for MS ms (after the first\n"
         "                             one): the ranks of the job are gone\n"
@@ -89,6 +94,7 @@ static const struct option long_opts[] = {
     {"heartbeat-timeout-ms", required_argument, NULL, 't'},
     {"telemetry", required_argument, NULL, 'T'},
     {"exit-with-parent", no_argument, NULL, 'P'},
+    {"remove-at-exit", required_argument, NULL, 'X'},
     {"exit-when-unused", required_argument, NULL, 'U'},
     {"keyfile", required_argument, NULL, 'K'},
     {"insecure", no_argument, NULL, 'I'},
@@ -136,6 +142,8 @@ static int parse_opt(void *ctx, int c)
     case 'T':
         a->telemetry_path = optarg;
         return 0;
+    case 'X':
+        return dh_cli_remove_add(&a->remove, CMD, optarg);
     case 'P':
         a->with_parent = 1;
         return 0;
@@ -287,6 +295,10 @@ static int serve(struct args *a)
     dh_coordinator_destroy(c);
     if (tel)
         fclose(tel);
+    /* a clean end only: after a failure its loader starts it again, and
+     * the new one needs the key */
+    if (rc >= 0)
+        dh_cli_remove_run(&a->remove);
     return rc < 0 ? DH_EXIT_FAIL : DH_EXIT_OK;
 }
 

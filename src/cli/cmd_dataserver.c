@@ -27,6 +27,7 @@ struct args {
     struct dh_dataserver_opts o;
     int have_rank;
     char token[DH_WIRE_TOKEN_LEN + 1];
+    struct dh_cli_remove remove;
 };
 
 static void usage(FILE *f)
@@ -71,6 +72,9 @@ static void usage(FILE *f)
         "                       bound address is announced\n"
         "  --advertise ADDR     announce ADDR instead (required when\n"
         "                       --listen binds every interface, tcp://*:P)\n"
+        "  --remove-at-exit DIR on a clean end, remove DIR if it is a\n"
+        "                       datahelix-* folder of this user, mode 0700\n"
+        "                       (a loader's key folder; up to 4 times)\n"
         "  --keyfile FILE       the job key (datahelix keygen FILE; default\n"
         "                       $DATAHELIX_KEYFILE): CURVE on the\n"
         "                       Coordinator link, --listen and deliveries\n"
@@ -126,7 +130,8 @@ enum {
     OPT_PY_UNLINK,
     OPT_PY_FORKSERVER,
     OPT_CLIENT_PID,
-    OPT_STRIPES
+    OPT_STRIPES,
+    OPT_REMOVE
 };
 
 static const struct option long_opts[] = {
@@ -156,6 +161,7 @@ static const struct option long_opts[] = {
     {"python-seed", required_argument, NULL, OPT_PY_SEED},
     {"python-unlink", no_argument, NULL, OPT_PY_UNLINK},
     {"python-forkserver", required_argument, NULL, OPT_PY_FORKSERVER},
+    {"remove-at-exit", required_argument, NULL, OPT_REMOVE},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -182,6 +188,8 @@ static int parse_python_opt(struct args *a, int c)
     case OPT_PY_FORKSERVER:
         a->o.python_forkserver = optarg;
         return 0;
+    case OPT_REMOVE:
+        return dh_cli_remove_add(&a->remove, CMD, optarg);
     case OPT_PY_WORKERS:
         if (!(r = dh_cli_opt_i64(CMD, "--python-workers", optarg, 1, 64, &v)))
             a->o.python_workers = (unsigned)v;
@@ -367,13 +375,14 @@ static void announce(const struct args *a, const struct dh_dataserver *s)
                 "with %s (%u workers, %zu MiB staging)",
                 dh_dataserver_id(s), a->o.coordinator, a->o.workers,
                 a->o.arena_bytes >> 20);
-    else
+    else /* a Python-dataset server's workers are its Python processes */
         dh__log(DH_LOG_INFO,
                 "dataserver: rank %u (server %u) "
-                "registered with %s (%u workers, %zu MiB arena%s%s)",
-                a->o.rank, dh_dataserver_id(s), a->o.coordinator, a->o.workers,
-                a->o.arena_bytes >> 20, ep ? ", payloads on " : "",
-                ep ? ep : "");
+                "registered with %s (%u %sworkers, %zu MiB arena%s%s)",
+                a->o.rank, dh_dataserver_id(s), a->o.coordinator,
+                a->o.python_dataset ? a->o.python_workers : a->o.workers,
+                a->o.python_dataset ? "Python " : "", a->o.arena_bytes >> 20,
+                ep ? ", payloads on " : "", ep ? ep : "");
 }
 
 /* What crossed hosts, on the way out (docs/dataserver.md "Striped
@@ -418,6 +427,10 @@ static int serve(struct args *a)
     if (rc < 0)
         dh_cli_error(CMD, "%s", e.msg[0] ? e.msg : dh_strerror(rc));
     dh_dataserver_destroy(s);
+    /* a clean end only (its client went away, or it was told to stop):
+     * a crashed one is started again by its client, which needs the key */
+    if (rc >= 0)
+        dh_cli_remove_run(&a->remove);
     return rc < 0 ? DH_EXIT_FAIL : DH_EXIT_OK;
 }
 

@@ -272,8 +272,9 @@ static int parse_enum(const char *s, const char *a, const char *b,
 /* dataserver_args: a sequence of at most 16 str / bytes / path-likes ->
  * bytes objects in `keep` (owned; the caller drops them) and their
  * NULL-terminated char pointers in `argv`. */
-static int dataserver_args(PyObject *seq, PyObject *keep[17],
-                           const char *argv[17])
+static int dataserver_args(PyObject *seq,
+                           PyObject *keep[DH_CLIENT_MAX_DS_ARGS + 1],
+                           const char *argv[DH_CLIENT_MAX_DS_ARGS + 1])
 {
     PyObject *f = PySequence_Fast(seq, "dataserver_args must be a sequence "
                                        "of strings");
@@ -285,9 +286,10 @@ static int dataserver_args(PyObject *seq, PyObject *keep[17],
         Py_DECREF(f);
         return -1;
     }
-    if (n > 16) {
+    if (n > DH_CLIENT_MAX_DS_ARGS) {
         Py_DECREF(f);
-        PyErr_SetString(PyExc_ValueError, "dataserver_args: at most 16");
+        PyErr_Format(PyExc_ValueError, "dataserver_args: at most %d",
+                     DH_CLIENT_MAX_DS_ARGS);
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -348,6 +350,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
                             "keyfile",
                             "trace",
                             "held",
+                            "server_log",
                             NULL};
     struct dh_client_opts o;
     const char *layout = "THWC", *dtype = "uint8", *tel = NULL;
@@ -358,8 +361,8 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     double fps = 0; /* > 0: an fps plan, `frames` its cap */
     int native = 0, max_side = 0, patch = 0;
     long long max_area = 0;
-    PyObject *ds_args = NULL, *ds_bytes[17] = {NULL};
-    const char *ds_argv[17] = {NULL};
+    PyObject *ds_args = NULL, *ds_bytes[DH_CLIENT_MAX_DS_ARGS + 1] = {NULL};
+    const char *ds_argv[DH_CLIENT_MAX_DS_ARGS + 1] = {NULL};
     struct dh_err e;
 
     if (self->c) {
@@ -368,14 +371,14 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     }
     dh_client_opts_default(&o);
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "ss|IILiissIIiizzIIzKzipKOddIdpiLizzI", names,
+            args, kw, "ss|IILiissIIiizzIIzKzipKOddIdpiLizzIz", names,
             &o.coordinator, &o.index_path, &o.rank, &o.world_size, &frames, &w,
             &h, &layout, &dtype, &o.prefetch, &o.microbatches, &o.timeout_ms,
             &o.start_timeout_ms, &o.dataserver, &o.datahelix_bin, &o.ds_workers,
             &o.max_batch, &o.ds_listen, &seed, &tel, &o.max_restarts,
             &random_crop, &arena_bytes, &ds_args, &o.ddl_ms,
             &o.step_deadline_ms, &o.spares, &fps, &native, &max_side, &max_area,
-            &patch, &o.keyfile, &o.trace, &o.held))
+            &patch, &o.keyfile, &o.trace, &o.held, &o.server_log))
         return -1;
     o.arena_bytes = (size_t)arena_bytes;
     if (parse_enum(layout, "THWC", "TCHW", "layout", &lay) < 0 ||
@@ -414,7 +417,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     o.ds_args = ds_argv[0] ? ds_argv : NULL;
     Py_BEGIN_ALLOW_THREADS self->rank = o.rank;
     rc = dh_client_create(&o, &self->c, &e);
-    Py_END_ALLOW_THREADS for (int i = 0; i < 17;
+    Py_END_ALLOW_THREADS for (int i = 0; i < DH_CLIENT_MAX_DS_ARGS + 1;
                               i++) /* the client copied them */
         Py_XDECREF(ds_bytes[i]);
     if (rc < 0) {

@@ -103,6 +103,14 @@ static int check_opts(const struct dh_client_opts *o, struct dh_err *e)
     if (o->spares > DH_CLIENT_MAX_SPARES)
         return dh_err_set(e, DH_EINVAL, "client: %u spares (at most %u)",
                           o->spares, DH_CLIENT_MAX_SPARES);
+    if (o->server_log && strcmp(o->server_log, "debug") &&
+        strcmp(o->server_log, "info") && strcmp(o->server_log, "warn") &&
+        strcmp(o->server_log, "error"))
+        return dh_err_set(e, DH_EINVAL,
+                          "client: server_log '%s' is not debug, info, warn "
+                          "or error",
+                          o->server_log);
+
     if (dh_media_plan_check(&o->plan, e) < 0)
         return DH_EINVAL;
     if (dh_batch_frames(&o->plan) <= 0)
@@ -116,6 +124,9 @@ static int copy_opts(struct dh_client *c, const struct dh_client_opts *o,
                      struct dh_err *e)
 {
     snprintf(c->coord, sizeof(c->coord), "%s", o->coordinator);
+    if (o->server_log)
+        snprintf(c->env_log, sizeof(c->env_log), "DATAHELIX_LOG=%s",
+                 o->server_log);
     c->rank = o->rank;
     c->world = o->world_size;
     c->ds_workers = o->ds_workers;
@@ -142,10 +153,11 @@ static int copy_opts(struct dh_client *c, const struct dh_client_opts *o,
          !(c->keyfile = dh__strdup(dh__keys_path(o->keyfile)))))
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     for (int i = 0; o->ds_args && o->ds_args[i]; i++) {
-        if (i >= 16)
+        if (i >= DH_CLIENT_MAX_DS_ARGS)
             return dh_err_set(e, DH_EINVAL,
-                              "client: more than 16 extra "
-                              "dataserver arguments");
+                              "client: more than %d extra "
+                              "dataserver arguments",
+                              DH_CLIENT_MAX_DS_ARGS);
         if (!(c->ds_args[i] = dh__strdup(o->ds_args[i])))
             return dh_err_set(e, DH_ENOMEM, "out of memory");
     }

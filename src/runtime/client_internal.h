@@ -97,12 +97,13 @@ struct dh_client {
      * the hello of the external one it attaches to. */
     char token[DH_WIRE_TOKEN_LEN + 1];
     char env_token[sizeof(DH_RANK_TOKEN_ENV) + DH_WIRE_TOKEN_LEN + 1];
+    char env_log[32]; /* "DATAHELIX_LOG=LEVEL" for the server; "": none */
     char *index_path, *ds_name, *bin, *ds_listen;
     char *keyfile;          /* the job key's file (o->keyfile or
                                $DATAHELIX_KEYFILE), also the embedded
                                server's --keyfile; NULL: no key */
     struct dh_tp_auth auth; /* loaded from keyfile when registering */
-    char *ds_args[17];      /* NULL-terminated copies */
+    char *ds_args[DH_CLIENT_MAX_DS_ARGS + 1]; /* NULL-terminated copies */
     uint32_t rank, world;
     unsigned ds_workers, prefetch, mb;
     size_t arena_bytes;

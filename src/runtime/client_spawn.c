@@ -107,8 +107,9 @@ static const char *program(const struct dh_client *c)
 
 /* The child's environment: ours without any DATAHELIX_RANK_TOKEN, plus
  * the rank's token (the one place it is handed over: never on the
- * command line, which other users can read).  The strings are borrowed
- * from environ and from c->env_token; 0 or ENOMEM. */
+ * command line, which other users can read), and with opts.server_log its
+ * DATAHELIX_LOG instead of ours.  The strings are borrowed from environ
+ * and from c->env_token / env_log; 0 or ENOMEM. */
 static int child_env(struct dh_client *c, char ***out)
 {
     size_t n = 0, k = 0, pre = sizeof(DH_RANK_TOKEN_ENV "=") - 1;
@@ -116,14 +117,17 @@ static int child_env(struct dh_client *c, char ***out)
 
     while (environ[n])
         n++;
-    if (!(v = dh__calloc(n + 2, sizeof(*v))))
+    if (!(v = dh__calloc(n + 3, sizeof(*v))))
         return ENOMEM;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], DH_RANK_TOKEN_ENV "=", pre) != 0)
+        if (strncmp(environ[i], DH_RANK_TOKEN_ENV "=", pre) != 0 &&
+            !(c->env_log[0] && !strncmp(environ[i], "DATAHELIX_LOG=", 14)))
             v[k++] = environ[i];
     snprintf(c->env_token, sizeof(c->env_token), "%s=%s", DH_RANK_TOKEN_ENV,
              c->token);
     v[k++] = c->env_token;
+    if (c->env_log[0])
+        v[k++] = c->env_log;
     v[k] = NULL;
     *out = v;
     return 0;
@@ -149,7 +153,7 @@ int dh__cl_start_server(struct dh_client *c, uint32_t server_id,
     snprintf(sid, sizeof(sid), "%u", server_id);
     snprintf(mb, sizeof(mb), "%zu", (c->arena_bytes + (1u << 20) - 1) >> 20);
     snprintf(fdn, sizeof(fdn), "%d", CHILD_FD);
-    char *argv[16 + 2 + 2 + 16 + 1] = {
+    char *argv[16 + 2 + 2 + DH_CLIENT_MAX_DS_ARGS + 1] = {
         (char *)bin,  "dataserver", "--coordinator", c->coord,
         "--rank",     rank,         "--index",       c->index_path,
         "--workers",  workers,      "--server-id",   sid,

@@ -151,3 +151,139 @@ def test_two_ranks_beside_a_cpu_hog_declare_no_server_dead(clips, tmp_path):
                     "re-routing"):
             assert bad not in err, (bad, err[-3000:])
     assert sum(json.loads(o)["steps"] for o, _ in outs) == 3 * 2
+
+
+QUIET = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import datahelix
+for _ in range(2):  # two loaders, as a train and a val loader
+    with datahelix.DataLoader(sys.argv[2], batch_size=1, frames=2,
+                              size=(16, 16), world_size=1, rank=0) as ld:
+        n = sum(1 for _ in ld)
+print(n)
+"""
+
+
+@pytest.mark.parametrize("level", [None, "info"])
+def test_loaders_are_quiet_by_default(clips, tmp_path, level):
+    """Issue 41 item 2: no info line of the services a loader starts in
+    the user's terminal unless DATAHELIX_LOG asks for them."""
+    import os
+    import subprocess
+    run_dh("probe", "--out", tmp_path / "m.jsonl",
+           clips / "captions.jsonl", check=True)
+    env = {k: v for k, v in os.environ.items() if k != "DATAHELIX_LOG"}
+    if level:
+        env["DATAHELIX_LOG"] = level
+    p = subprocess.run([sys.executable, "-W", "ignore", "-c", QUIET,
+                        str(ROOT / "python"), str(tmp_path / "m.jsonl")],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "2"
+    infos = [x for x in p.stderr.splitlines() if ": info: " in x]
+    if level is None:
+        assert p.stderr.strip() == "", p.stderr
+    else:
+        assert any("coordinator" in x and "listening on" in x
+                   for x in infos), p.stderr
+
+
+KILLED = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import datahelix
+kw = dict(batch_size=1, frames=2, size=(16, 16), world_size=1, rank=0)
+if sys.argv[3] == "transform":
+    kw["transform"] = lambda v: v
+ld = datahelix.DataLoader(sys.argv[2], **kw)
+it = iter(ld)
+next(it)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("kind", ["plain", "transform"])
+def test_kill_9_of_the_training_process_leaves_no_folder(clips, tmp_path,
+                                                         kind):
+    """Issue 41 item 5: the folders a loader makes (its key, its ipc
+    socket, its transform files) are removed by its services when they
+    end after a kill -9 of the training process."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+    import time
+    run_dh("probe", "--out", tmp_path / "m.jsonl",
+           clips / "captions.jsonl", check=True)
+    tmp = tempfile.mkdtemp(prefix="dhk", dir="/tmp")  # short: ipc paths
+    try:
+        env = dict(os.environ, TMPDIR=tmp)
+        p = subprocess.Popen([sys.executable, "-W", "ignore", "-c", KILLED,
+                              str(ROOT / "python"), str(tmp_path / "m.jsonl"),
+                              kind], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            assert p.stdout.readline().strip() == "ready", p.stderr.read()
+            made = sorted(os.listdir(tmp))
+            assert any(x.startswith("datahelix-key-") for x in made), made
+            p.kill()
+            p.wait(timeout=10)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+        end = time.monotonic() + 15
+        while os.listdir(tmp) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert os.listdir(tmp) == [], (made, os.listdir(tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_remove_at_exit_takes_only_our_folders(tmp_path):
+    """The services remove a folder only if it is one a loader makes:
+    datahelix-*, this user's, mode 0700, not a link."""
+    import os
+    import subprocess
+    keep = []
+    for name, mode in (("datahelix-open", 0o755), ("other-name", 0o700)):
+        d = tmp_path / name
+        d.mkdir(mode=mode)
+        os.chmod(d, mode)
+        (d / "f").write_text("x")
+        keep.append(d)
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "datahelix-link").symlink_to(real)
+    gone = tmp_path / "datahelix-mine"
+    gone.mkdir(mode=0o700)
+    (gone / "job.key").write_text("k")
+    sock = tmp_path / "datahelix-sock"
+    sock.mkdir(mode=0o700)
+    co = subprocess.Popen(
+        [_bin(), "coordinator", "--listen", f"ipc://{sock}/c.sock",
+         *[x for d in (*keep, tmp_path / "datahelix-link", gone)
+           for x in ("--remove-at-exit", str(d))]],
+        stderr=subprocess.PIPE, text=True)
+    try:
+        import time
+        end = time.monotonic() + 10
+        while not (sock / "c.sock").exists() and time.monotonic() < end:
+            time.sleep(0.02)
+    finally:
+        co.terminate()
+        co.wait(timeout=10)
+    assert co.returncode == 0, co.stderr.read()
+    assert not gone.exists()
+    assert all((d / "f").exists() for d in keep)
+    assert real.is_dir() and (tmp_path / "datahelix-link").is_symlink()
+    p = run_dh("coordinator", *[x for i in range(5)
+                                for x in ("--remove-at-exit", f"/tmp/x{i}")])
+    assert p.returncode == 2 and "at most 4" in p.stderr
+
+
+def _bin():
+    from conftest import _binary
+    return _binary()

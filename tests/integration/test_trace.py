@@ -313,7 +313,9 @@ for b in ld:
 ld.close()
 print(json.dumps(got))
 """
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    # info on request (the loaders' default is warnings only)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"),
+               DATAHELIX_LOG="info")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True,
                        text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stderr
