@@ -167,8 +167,10 @@ def test_tiny_run_reports_the_paper_metrics_and_leaves_nothing(tmp_path):
         assert math.isclose(acct["total_s"], sum(acct[k] for k in kinds),
                             abs_tol=0.01)
         assert acct["decode"] > 0 and acct["client"] > 0, acct
-        assert 0.6 * acct["usage_total_s"] <= acct["total_s"] <= \
-            1.1 * acct["usage_total_s"] + 0.2, acct
+        # (how near the sampled account comes to getrusage's total is a
+        # relation between two CPU measures of a shared machine: bench's
+        # to report, not a test's to assert; issue 41 item 8)
+        assert acct["usage_total_s"] > 0, acct
         assert acct["outside_run_s"] is None or acct["outside_run_s"] >= 0
     for k in ("dataserver_loop", "coordinator"):
         assert res["systems"]["native"]["cpu_account"][k] == 0
