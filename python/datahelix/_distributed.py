@@ -498,6 +498,26 @@ class _StreamIter(_Iter):
             return out["obj"]
 
 
+def _warn_workers(num_workers):
+    """torch's warning for more workers than CPUs (it runs them anyway);
+    past the DataServer's _MAX_WORKERS they are capped, and the warning
+    says so (issue 41: a warning, not a refusal, as torch)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else (os.cpu_count() or 1)
+    if num_workers <= cpus:
+        return
+    cap = (f" This DataServer runs at most {_MAX_WORKERS} Python workers: "
+           f"{_MAX_WORKERS} will run." if num_workers > _MAX_WORKERS else "")
+    warnings.warn(
+        f"This DataLoader will create {num_workers} worker processes in "
+        f"total. Our suggested max number of worker in current system is "
+        f"{cpus}, which is smaller than what this DataLoader is going to "
+        "create. Please be aware that excessive worker creation might get "
+        "DataLoader running slow or even freeze, lower the worker number to "
+        f"avoid potential slowness/freeze if necessary.{cap}", UserWarning,
+        stacklevel=3)
+
+
 def _check_context(ctx, num_workers):
     """torch's checks of multiprocessing_context.  Any valid one is
     accepted: the DataServer's workers always start as spawn's do (a fresh
@@ -568,9 +588,7 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         if num_workers < 0:
             raise ValueError("num_workers option should be non-negative; "
                              "use num_workers=0 to disable multiprocessing.")
-        if num_workers > _MAX_WORKERS:
-            raise ValueError(f"num_workers {num_workers}: a DataServer runs "
-                             f"at most {_MAX_WORKERS} Python workers")
+        _warn_workers(num_workers)
         if timeout < 0:
             raise ValueError("timeout option should be non-negative")
         if num_workers == 0 and prefetch_factor != 2:
@@ -888,10 +906,12 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
             _forkserver.available()
 
     def _stream_workers(self):
-        return max(1, self.num_workers)
+        """The Python workers that run: num_workers, at least 1 (the main
+        process's stand-in), at most _MAX_WORKERS (_warn_workers)."""
+        return min(_MAX_WORKERS, max(1, self.num_workers))
 
     def _prefetch(self):
-        return min(256, self.prefetch_factor * max(1, self.num_workers))
+        return min(256, self.prefetch_factor * self._stream_workers())
 
     def _new_iteration(self):
         self._iterations += 1
@@ -1092,7 +1112,7 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
             addr = self._addr
             wt_ms = int(self.worker_timeout * 1000)
             args = ["--python-dataset", ds,
-                    "--python-workers", str(max(1, self.num_workers)),
+                    "--python-workers", str(self._stream_workers()),
                     "--python", self.python,
                     "--python-path", _PACKAGE_PARENT,
                     "--python-job-timeout-ms", str(wt_ms),

@@ -287,3 +287,22 @@ def test_remove_at_exit_takes_only_our_folders(tmp_path):
 def _bin():
     from conftest import _binary
     return _binary()
+
+
+def test_more_workers_than_cpus_warns_as_torch_and_runs():
+    """Issue 41 item 6: num_workers=1000 is torch's warning, not a
+    refusal; past the DataServer's 64 Python workers it is capped, and
+    the warning says so.  Every sample still comes once."""
+    sys.path.insert(0, str(ROOT / "tests" / "integration"))
+    import dist_datasets as dd
+    with pytest.warns(UserWarning, match="will create 1000 worker "
+                      "processes.*at most 64 Python workers"):
+        loader = datahelix.DistributedDataLoader(dd.Range(10), batch_size=5,
+                                                 num_workers=1000,
+                                                 timeout=120)
+    try:
+        assert loader.num_workers == 1000  # as given, as torch keeps it
+        got = sorted(i for b in loader for i in b.tolist())
+    finally:
+        loader.close()
+    assert got == list(range(10))
