@@ -21,14 +21,17 @@ DistributedDataLoader without a copy (docs/python.md "DistributedDataLoader",
          | {"l": [NODE...]}            a list
          | {"t": [NODE...]}            a tuple
          | {"nt": name, "f": [field...], "v": [NODE...]}   a namedtuple
+           (and "m": module, "q": qualname: its class, when loaded)
          | {"d": [[KEY, NODE]...]}     a dict (KEY: a NODE of a hashable)
          | {"T": k}  torch tensor k    | {"N": k}  numpy array k
          | {"S": k}  numpy scalar (array k, 0-d)  | {"B": k}  bytes k
 
 Offsets are relative to the data start and 64-aligned.  Nothing here can
-run code: the metadata is parsed by the json module, a namedtuple is
-rebuilt by name and field names with collections.namedtuple (never by
-importing its class), dtypes come from an allow-list, and every offset,
+run code: the metadata is parsed by the json module, a namedtuple is its
+own class when the reading process has already loaded that module (found
+by dict lookups in sys.modules, never imported, and only if it is a
+namedtuple of the same name and fields), else rebuilt by name and field
+names with collections.namedtuple; dtypes come from an allow-list, and every offset,
 length, shape, count and depth is checked against the slot before a view
 is made.  A tensor or array is a view of the slot itself
 (torch.frombuffer / numpy.frombuffer); bytes are copied (they are
@@ -118,6 +121,27 @@ def _nt_names_ok(name, fields):
                for n in names) and \
         not any(f.startswith("_") for f in fields) and \
         len(set(fields)) == len(fields) and len(fields) <= MAX_FIELDS
+
+
+def _loaded_class(module, qualname, rebuilt):
+    """The namedtuple class `module`.`qualname` if this process has that
+    module loaded and the class there is a namedtuple of `rebuilt`'s name
+    and fields; else `rebuilt`.  Dict lookups only (sys.modules and the
+    objects' __dict__): nothing is imported and no code runs."""
+    if type(module) is not str or type(qualname) is not str:
+        raise SlotError("namedtuple: a module or qualname that is no string")
+    obj = sys.modules.get(module)
+    for part in qualname.split("."):
+        ns = getattr(obj, "__dict__", None)
+        obj = ns.get(part) if isinstance(ns, dict) or \
+            type(ns).__name__ == "mappingproxy" else None
+        if obj is None:
+            return rebuilt
+    if isinstance(obj, type) and issubclass(obj, tuple) and \
+            obj.__dict__.get("_fields", getattr(obj, "_fields", None)) == \
+            rebuilt._fields and obj.__name__ == rebuilt.__name__:
+        return obj
+    return rebuilt
 
 
 class _Encoder:
@@ -227,9 +251,15 @@ class _Encoder:
                                   "rebuilt by collections.namedtuple "
                                   "(names: identifiers, fields not "
                                   "starting with '_')")
-            return {"nt": name, "f": list(type(obj)._fields),
+            node = {"nt": name, "f": list(type(obj)._fields),
                     "v": [self.node(v, (path, ".", f), depth + 1)
                           for f, v in zip(type(obj)._fields, obj)]}
+            mod = getattr(type(obj), "__module__", None)
+            qual = getattr(type(obj), "__qualname__", None)
+            if isinstance(mod, str) and isinstance(qual, str) and \
+                    len(mod) <= MAX_NAME and len(qual) <= MAX_NAME:
+                node.update(m=mod, q=qual)
+            return node
         if isinstance(obj, (list, tuple)):
             return {"l" if isinstance(obj, list) else "t":
                     [self.node(v, (path, "[]", i), depth + 1)
@@ -470,12 +500,15 @@ class _Decoder:
             return n
         if depth >= MAX_DEPTH:
             raise SlotError(f"nested deeper than {MAX_DEPTH}")
-        if type(n) is not dict or len(n) not in (1, 3):
+        if type(n) is not dict or len(n) not in (1, 3, 5):
             raise SlotError(f"a value that is no node: {str(n)[:80]}")
-        if len(n) == 3:
-            if set(n) != {"nt", "f", "v"} or type(n["v"]) is not list:
+        if len(n) in (3, 5):
+            if set(n) - {"m", "q"} != {"nt", "f", "v"} or \
+                    type(n["v"]) is not list:
                 raise SlotError(f"a value that is no node: {str(n)[:80]}")
             cls = self.namedtuple(n["nt"], n["f"])
+            if len(n) == 5:
+                cls = _loaded_class(n["m"], n["q"], cls)
             if len(n["v"]) != len(cls._fields):
                 raise SlotError(f"namedtuple {n['nt']!r}: {len(n['v'])} "
                                 f"values for {len(cls._fields)} fields")

@@ -80,9 +80,33 @@ def test_every_leaf_kind_round_trips_with_its_type():
     p = got["point"]
     assert type(p).__name__ == "Point" and p._fields == ("x", "label")
     assert p.x.tolist() == [1, 2] and p.label == "p"
-    assert type(p) is not Point  # rebuilt by name, not imported
-    assert type(decode(encode(Point(1, 2)))["obj"]) is type(p)  # cached
+    # its own class: this module is loaded where the batch is read (issue
+    # 41: batch types preserved, as torch's default_collate keeps them)
+    assert type(p) is Point
     assert type(decode(encode([1, (2,)]))["obj"]) is list
+
+
+def test_a_namedtuple_whose_module_is_not_loaded_is_rebuilt(monkeypatch):
+    """The class is found by dict lookups in sys.modules only: a module
+    the reader has not loaded is never imported, the tuple is rebuilt by
+    name and fields; a loaded name that is no namedtuple of those fields
+    is not used either."""
+    import sys
+    orig = Point
+    buf = encode(Point(1, "a"))
+    meta_mod = sys.modules[__name__]
+    monkeypatch.delitem(sys.modules, __name__)
+    got = decode(buf)["obj"]
+    assert type(got) is not orig and type(got).__name__ == "Point"
+    assert got == (1, "a") and got._fields == ("x", "label")
+    assert __name__ not in sys.modules  # not imported by the reader
+    monkeypatch.setitem(sys.modules, __name__, meta_mod)
+    other = collections.namedtuple("Point", ["x", "y"])  # other fields
+    monkeypatch.setattr(meta_mod, "Point", other)
+    got = decode(buf)["obj"]
+    assert type(got) is not other and got._fields == ("x", "label")
+    monkeypatch.setattr(meta_mod, "Point", orig)
+    assert type(decode(buf)["obj"]) is orig
 
 
 def test_tensors_and_arrays_are_views_of_the_slot():
@@ -200,6 +224,10 @@ HOSTILE = [
      slot({"v": 2, "kind": "batch",
            "root": {"nt": "P", "f": ["__import__"], "v": [1]}}),
      "namedtuple 'P'"),
+    ("namedtuple with a module that is no string",
+     slot({"v": 2, "kind": "batch",
+           "root": {"nt": "P", "f": ["a"], "v": [1], "m": 7, "q": "P"}}),
+     "no string"),
     ("namedtuple values for fields",
      slot({"v": 2, "kind": "batch",
            "root": {"nt": "P", "f": ["a", "b"], "v": [1]}}),
