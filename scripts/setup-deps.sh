@@ -4,7 +4,8 @@
 # and python3-torch to run and test.  `setup-deps.sh bench` adds what the
 # peer benchmarks need besides (torchvision; Dask and matplotlib for
 # `make bench-live`).  patchelf: `make bundle` (docs/bundle.md); shellcheck,
-# yamllint, python3-yaml: the deploy/ recipes' checks (docs/deploy.md).
+# yamllint, python3-yaml: the deploy/ recipes' checks (docs/deploy.md);
+# slurm-wlm, munge: a real one-node Slurm that test_slurm.py starts.
 # Idempotent: exits at once when everything is already installed, so that
 # `make demo` / `make test` / `make bench-*` can call it on every run.
 set -eu
@@ -17,7 +18,8 @@ python3-cloudpickle
 clang libclang-rt-dev clang-format python3-dev python3-torch iproute2
 python3-pip python3-setuptools python3-venv dpkg-dev python3-matplotlib
 patchelf shellcheck yamllint python3-yaml
-libmicrohttpd-dev python3-prometheus-client tmux"
+libmicrohttpd-dev python3-prometheus-client tmux
+slurm-wlm munge"
 if [ "${1:-}" = bench ]; then
     PKGS="$PKGS python3-torchvision python3-distributed"
 fi
