@@ -482,6 +482,10 @@ static int write_table(struct probe_run *r, size_t *written)
             d->text = r->list.items[i].text; /* moved: list item gives it up */
             r->list.items[i].text = NULL;
         }
+        if (r->list.items[i].extra_json && !d->extra_json) {
+            d->extra_json = r->list.items[i].extra_json; /* moved */
+            r->list.items[i].extra_json = NULL;
+        }
         dh_estimate(&r->o->est, d);
         rc = dh_table_writer_write(w, d, &e);
     }

@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
@@ -115,25 +116,20 @@ int dh__av_find_video(AVFormatContext *fc, const char *path, struct dh_err *e)
     return check_claimed_size(fc->streams[idx], idx, path, e);
 }
 
-int dh__av_open_file(AVFormatContext **fc, const char *path)
+const char *dh__av_list_hint(const char *name)
 {
-    AVDictionary *opts = NULL;
-    char *url;
-    size_t n = strlen(path);
-    int rc;
+    static const char *const ext[] = {".m3u8", ".m3u", ".mpd", ".ffconcat",
+                                      ".concat"};
+    size_t n = name ? strlen(name) : 0;
 
-    /* "file:" keeps a ':' in a name from being read as a protocol, and the
-     * whitelist keeps a path in a list file from reaching the network. */
-    url = av_malloc(n + 6);
-    if (!url)
-        return AVERROR(ENOMEM);
-    memcpy(url, "file:", 5);
-    memcpy(url + 5, path, n + 1);
-    av_dict_set(&opts, "protocol_whitelist", "file", 0);
-    rc = avformat_open_input(fc, url, NULL, &opts);
-    av_dict_free(&opts);
-    av_free(url);
-    return rc;
+    for (size_t i = 0; i < sizeof(ext) / sizeof(ext[0]); i++) {
+        size_t m = strlen(ext[i]);
+
+        if (n > m && !strcasecmp(name + n - m, ext[i]))
+            return " (a playlist or list of other inputs: those are not "
+                   "opened; give its media files)";
+    }
+    return "";
 }
 
 int dh__av_open_io(AVFormatContext **fc, const char *url)
@@ -141,10 +137,11 @@ int dh__av_open_io(AVFormatContext **fc, const char *url)
     AVDictionary *opts = NULL;
     int rc;
 
-    /* Only a whole file may name others beside it (a playlist's segments);
-     * a shard member or a buffer names none: no protocol at all is open to
-     * what it names. */
-    av_dict_set(&opts, "protocol_whitelist", url ? "file" : "none", 0);
+    /* No input opens others: a playlist (HLS, DASH), a concat list or an
+     * image pattern that names files or URLs cannot reach them (a FIFO
+     * there would block a worker in open(), and it could read any file the
+     * user can); no protocol at all is open to what an input names. */
+    av_dict_set(&opts, "protocol_whitelist", "none", 0);
     rc = avformat_open_input(fc, url ? url : "", NULL, &opts);
     av_dict_free(&opts);
     return rc;

@@ -30,15 +30,17 @@ int32_t dh__av_stream_rotation(const AVStream *st);
 int dh__av_find_video(AVFormatContext *fc, const char *path,
                       struct dh_err *e) DH_MUST_CHECK;
 
-/* avformat_open_input() for a local file path, whatever characters it
- * holds, with only the file protocol allowed.  Returns an AVERROR code. */
-int dh__av_open_file(AVFormatContext **fc, const char *path);
-
 /* avformat_open_input() of a context whose pb the caller set (a source's
- * AVIOContext): `url` "file:PATH" for a whole local file (what nested
- * inputs resolve against, with only the file protocol allowed), NULL for
- * a shard member or a buffer (nothing nested allowed).  An AVERROR code. */
+ * AVIOContext): `url` "file:PATH" for a whole local file (its name, for
+ * the demuxers that go by extension), NULL for a shard member or a
+ * buffer.  No protocol is allowed to what an input names (playlists,
+ * concat lists, image patterns open nothing).  An AVERROR code. */
 int dh__av_open_io(AVFormatContext **fc, const char *url);
+
+/* Why an input that failed to open may have: " (a playlist or list of
+ * other inputs: those are not opened; give its media files)" for a name
+ * such lists have (.m3u8, .m3u, .mpd, .ffconcat, .concat), else "". */
+const char *dh__av_list_hint(const char *name);
 
 /* After a packet scan of stream `st`: fails with a message naming `path`
  * when fewer packets than the header promises arrived, or when they stop

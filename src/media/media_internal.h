@@ -77,8 +77,9 @@ struct dh_media {
     AVIOContext *avio;
     struct dh_source src; /* every input is read through it (source.h) */
     const char *url;      /* what FFmpeg is told the input is: "file:PATH"
-                              for a whole file (relative names resolve
-                              beside it), NULL for a member or a buffer */
+                              for a whole file (its name, for demuxers that
+                              go by extension), NULL for a member or a
+                              buffer */
     AVCodecContext *cc;
     int stream;
 

@@ -220,6 +220,7 @@ int dh__media_input_error(struct dh_media *m, int averr, const char *what,
 
 static int open_input(struct dh_media *m, struct dh_err *e)
 {
+    char buf[128];
     int rc;
 
     m->deadline_ms = m->watchdog_ms ? dh__mono_ms() + (uint64_t)m->watchdog_ms
@@ -237,6 +238,10 @@ static int open_input(struct dh_media *m, struct dh_err *e)
     rc = dh__av_open_io(&m->fc, m->url);
     if (rc < 0 && dh__media_overdue(m))
         return dh__media_watchdog_error(m, e);
+    if (rc < 0 && *dh__av_list_hint(m->name))
+        return dh_err_set(e, DH_EMEDIA, "%s: %s%s", m->name,
+                          dh__av_errstr(rc, buf, sizeof(buf)),
+                          dh__av_list_hint(m->name));
     if (rc < 0)
         return dh__media_input_error(m, rc, NULL, e);
     rc = dh__av_find_video(m->fc, m->name, e);

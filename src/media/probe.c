@@ -237,53 +237,41 @@ static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
     return 0;
 }
 
-static int open_media(const char *path, AVFormatContext **out, struct dh_err *e)
-{
-    AVFormatContext *fc = NULL;
-    char buf[128];
-    int rc = dh__av_open_file(&fc, path);
-
-    if (rc < 0)
-        return dh_err_set(e, DH_EMEDIA, "%s: %s", path,
-                          dh__av_errstr(rc, buf, sizeof(buf)));
-    *out = fc;
-    return 0;
-}
-
-/* A shard member, read in place through a source (source.h). */
-static int probe_member(const struct dh_source_ref *ref, struct dh_desc *d,
-                        struct dh_probe_notes *notes, struct dh_err *e)
+/* The header of `ref` (a file, or a shard member) into `d`, read through
+ * a source (source.h): FFmpeg gets the bytes through an AVIOContext and no
+ * protocol at all, so a playlist or a concat list cannot make it open
+ * other files (a FIFO that would block, /etc/passwd) or URLs. */
+static int probe_av(const struct dh_source_ref *ref, struct dh_desc *d,
+                    struct dh_probe_notes *notes, struct dh_err *e)
 {
     struct dh_source src;
     AVFormatContext *fc = NULL;
     AVIOContext *pb = NULL;
-    char buf[128];
+    char buf[128], *url = NULL;
     int idx, rc;
 
     dh__source_init(&src);
-    if (!(d->path = dh__strdup(ref->path)) ||
-        !(d->member = dh__strdup(ref->member)))
-        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", ref->path);
-    d->offset = ref->offset;
-    d->bytes = ref->size;
-    if (!dh__utf8_valid(ref->path) || !dh__utf8_valid(ref->member))
-        return dh_err_set(e, DH_EINVAL,
-                          "%s:%s: the name is not valid UTF-8, which a JSON "
-                          "table cannot hold",
-                          ref->path, ref->member);
     if ((rc = dh__source_open(&src, ref, e)))
         goto out;
+    if (!ref->member && !(url = dh__malloc(strlen(ref->path) + 6))) {
+        rc = dh_err_set(e, DH_ENOMEM, "%s: out of memory", src.name);
+        goto out;
+    }
+    if (url) /* "file:" keeps a ':' in a name from being read as a
+              * protocol; the name lets FFmpeg match extensions */
+        snprintf(url, strlen(ref->path) + 6, "file:%s", ref->path);
     if (!(fc = avformat_alloc_context()) ||
         !(pb = dh__source_avio(&src, 65536))) {
         rc = dh_err_set(e, DH_ENOMEM, "%s: out of memory", src.name);
         goto out;
     }
     fc->pb = pb;
-    rc = dh__av_open_io(&fc, NULL);
+    rc = dh__av_open_io(&fc, url);
     if (rc < 0) {
         rc = src.failed ? dh_err_set(e, src.err.code, "%s", src.err.msg)
-                        : dh_err_set(e, DH_EMEDIA, "%s: %s", src.name,
-                                     dh__av_errstr(rc, buf, sizeof(buf)));
+                        : dh_err_set(e, DH_EMEDIA, "%s: %s%s", src.name,
+                                     dh__av_errstr(rc, buf, sizeof(buf)),
+                                     dh__av_list_hint(src.name));
         goto out; /* avformat_open_input freed fc */
     }
     idx = dh__av_find_video(fc, src.name, e);
@@ -295,7 +283,25 @@ out:
     avformat_free_context(fc);
     dh__source_avio_free(&pb);
     dh__source_fini(&src);
+    dh__free(url);
     return rc;
+}
+
+/* A shard member, read in place. */
+static int probe_member(const struct dh_source_ref *ref, struct dh_desc *d,
+                        struct dh_probe_notes *notes, struct dh_err *e)
+{
+    if (!(d->path = dh__strdup(ref->path)) ||
+        !(d->member = dh__strdup(ref->member)))
+        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", ref->path);
+    d->offset = ref->offset;
+    d->bytes = ref->size;
+    if (!dh__utf8_valid(ref->path) || !dh__utf8_valid(ref->member))
+        return dh_err_set(e, DH_EINVAL,
+                          "%s:%s: the name is not valid UTF-8, which a JSON "
+                          "table cannot hold",
+                          ref->path, ref->member);
+    return probe_av(ref, d, notes, e);
 }
 
 int dh_probe_ref_notes(const struct dh_source_ref *ref, struct dh_desc *d,
@@ -324,8 +330,7 @@ int dh_probe_file_notes(const char *path, struct dh_desc *d,
                         struct dh_probe_notes *notes, struct dh_err *e)
 {
     struct stat st;
-    AVFormatContext *fc = NULL;
-    int idx, rc;
+    int rc;
 
     dh_desc_fini(d);
     if (notes)
@@ -365,17 +370,11 @@ int dh_probe_file_notes(const char *path, struct dh_desc *d,
         rc = dh_err_set(e, DH_EMEDIA, "%s: empty file", path);
         goto out_fini;
     }
-    rc = open_media(path, &fc, e);
-    if (rc)
-        goto out_fini;
-    idx = dh__av_find_video(fc, path, e);
-    if (idx < 0) {
-        rc = idx;
-        goto out_close;
+    {
+        struct dh_source_ref ref = {.path = path};
+
+        rc = probe_av(&ref, d, notes, e);
     }
-    rc = fill_video(fc, idx, d, notes ? &notes->unchecked : NULL, path, e);
-out_close:
-    avformat_close_input(&fc);
 out_fini:
     if (rc)
         dh_desc_fini(d);

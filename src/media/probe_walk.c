@@ -51,6 +51,7 @@ void dh_probe_list_fini(struct dh_probe_list *l)
         dh__free(l->items[i].text);
         dh__free(l->items[i].member);
         dh__free(l->items[i].name);
+        dh__free(l->items[i].extra_json);
     }
     for (size_t i = 0; i < l->nproblems; i++)
         dh__free(l->problems[i]);
@@ -224,6 +225,8 @@ struct group {
     char media[DH_TAR_NAME_MAX];
     int64_t moff, msize;
     int has_media, has_audio;
+    char audio[DH_TAR_NAME_MAX]; /* the first audio member, kept in the row */
+    int64_t aoff, asize;
     char *text;      /* from KEY.txt, else KEY.json's caption / text */
     int text_is_txt; /* a .txt caption wins over the JSON's */
     char *bad;       /* why this key is not a sample (a message) */
@@ -235,6 +238,20 @@ static void group_reset(struct group *g)
     dh__free(g->bad);
     g->text = g->bad = NULL;
     g->open = g->has_media = g->has_audio = g->text_is_txt = 0;
+}
+
+/* The key's audio member, kept in the row for the audio decode that will
+ * read it (audio_member, audio_offset, audio_bytes); DH_ENOMEM. */
+static int audio_extra(struct dh_probe_item *it, const struct group *g)
+{
+    json_t *o = json_pack("{s:s,s:I,s:I}", "audio_member", g->audio,
+                          "audio_offset", (json_int_t)g->aoff, "audio_bytes",
+                          (json_int_t)g->asize);
+
+    if (o)
+        it->extra_json = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    return it->extra_json ? 0 : DH_ENOMEM;
 }
 
 static int group_flush(struct group *g, struct dh_err *e)
@@ -268,6 +285,8 @@ static int group_flush(struct group *g, struct dh_err *e)
         member = NULL;
         snprintf(msg, sizeof(msg), "%s:%s", it->path, it->member);
         if (!(it->name = dh__strdup(msg)))
+            rc = DH_ENOMEM;
+        else if (g->has_audio && (rc = audio_extra(it, g)))
             rc = DH_ENOMEM;
     } else {
         g->text = NULL; /* push freed it */
@@ -349,7 +368,12 @@ static int on_member(void *arg, const char *name, int64_t off, int64_t size,
         group_caption(g, name, off, size, !strcasecmp(last, "json"));
     } else if (ext_in(last, audio_exts,
                       sizeof(audio_exts) / sizeof(audio_exts[0]))) {
-        g->has_audio = 1;
+        if (!g->has_audio && size > 0) {
+            memcpy(g->audio, name, strlen(name) + 1);
+            g->aoff = off;
+            g->asize = size;
+            g->has_audio = 1;
+        }
     } else if (strcasecmp(last, "tar") &&
                ext_in(last, media_exts,
                       sizeof(media_exts) / sizeof(media_exts[0]))) {

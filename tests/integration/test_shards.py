@@ -75,6 +75,10 @@ def make_pytar(path, files, fmt, long=False, meta_json=False, audio=False):
                 ti = tarfile.TarInfo(k + ".cls")
                 ti.size = 1
                 t.addfile(ti, io.BytesIO(b"7"))
+            if audio and i == 0:  # a clip with its soundtrack beside it
+                ti = tarfile.TarInfo(k + ".wav")
+                ti.size = 44
+                t.addfile(ti, io.BytesIO(b"RIFF" + bytes(40)))
         if audio:  # a key with only a soundtrack: reported, not a sample
             ti = tarfile.TarInfo("speech.wav")
             ti.size = 44
@@ -176,6 +180,12 @@ def test_folder_of_shards_and_audio_and_metadata(clips, tmp_path):
         ["a-000.tar"] * 3 + ["b-001.tar"] * (len(clips) - 3)
     assert [r["text"] for r in got] == [caption(i) for i in range(3)] + \
         [caption(i) for i in range(len(clips) - 3)]
+    # the soundtrack member is kept in its row for the audio decode
+    with tarfile.open(d / "b-001.tar") as t:
+        wav = t.getmember("000000.wav")
+    assert (got[3]["audio_member"], got[3]["audio_offset"],
+            got[3]["audio_bytes"]) == ("000000.wav", wav.offset_data, 44)
+    assert all("audio_member" not in r for r in got[:3] + got[4:])
     p = run_dh("probe", "--fail-fast", "--out", tmp_path / "n.jsonl", d)
     assert p.returncode != 0 and not (tmp_path / "n.jsonl").exists()
 

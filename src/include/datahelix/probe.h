@@ -52,8 +52,10 @@ struct dh_probe_item {
     char *text;
     char *member; /* NULL: path is the file */
     int64_t offset, size;
-    char *name; /* "SHARD:MEMBER" for a member (messages, caches); NULL
+    char *name;       /* "SHARD:MEMBER" for a member (messages, caches); NULL
                    for a file: its path is its name */
+    char *extra_json; /* fields for the row beside the probed ones (a
+                         shard key's audio member), or NULL */
 };
 
 /* The name of an item in messages and caches. */
