@@ -17,17 +17,19 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "core/log.h"
 #include "datahelix/media.h"
 
 void dh_cli_error(const char *what, const char *fmt, ...)
 {
+    char msg[4096];
     va_list ap;
 
-    fprintf(stderr, "datahelix: %s: ", what);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    dh__log_vformat(msg, sizeof(msg), fmt, ap); /* one line, whatever a
+                                                   path in it holds */
     va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "datahelix: %s: %s\n", what, msg);
 }
 
 int dh_cli_usage_error(const char *cmd, const char *fmt, ...)
@@ -278,11 +280,12 @@ void dh_cli_error_line(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
 
+    char msg[4096];
+
     if (isatty(STDERR_FILENO))
         fprintf(stderr, "\r\033[K");
-    fprintf(stderr, "datahelix: %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    dh__log_vformat(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "datahelix: %s: %s\n", cmd, msg);
 }

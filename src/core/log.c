@@ -66,6 +66,42 @@ static void put(const char *buf, size_t n)
     }
 }
 
+/* A line is one line: a newline or another control byte in what it
+ * quotes (a sample's path, a peer's words) is written escaped (\n, \r,
+ * \t, \xHH), so no path can forge a line of its own (issue 36 item 8).
+ * In place from `in` to `out` (cap bytes, NUL-terminated). */
+void dh__log_escape(const char *in, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+
+    for (; *in && o + 5 < cap; in++) {
+        unsigned char c = (unsigned char)*in;
+
+        if (c >= 0x20 && c != 0x7f) {
+            out[o++] = (char)c;
+            continue;
+        }
+        out[o++] = '\\';
+        if (c == '\n' || c == '\r' || c == '\t') {
+            out[o++] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+        } else {
+            out[o++] = 'x';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        }
+    }
+    out[o] = '\0';
+}
+
+void dh__log_vformat(char *out, size_t cap, const char *fmt, va_list ap)
+{
+    char raw[LINE_MAX_BYTES];
+
+    vsnprintf(raw, sizeof(raw), fmt, ap);
+    dh__log_escape(raw, out, cap);
+}
+
 void dh__vlog(enum dh_log_level l, const char *fmt, va_list ap)
 {
     char msg[LINE_MAX_BYTES], line[LINE_MAX_BYTES + 64];
@@ -80,7 +116,7 @@ void dh__vlog(enum dh_log_level l, const char *fmt, va_list ap)
                 "using info",
                 getenv("DATAHELIX_LOG"));
     }
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    dh__log_vformat(msg, sizeof(msg), fmt, ap);
     cut = strstr(msg, ": ");
     if (cut)
         n = snprintf(line, sizeof(line), "datahelix: %s%s%s%.*s: %s: %s\n",

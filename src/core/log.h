@@ -15,6 +15,7 @@
 #define DH_CORE_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 #include "datahelix/error.h"
 
@@ -32,6 +33,12 @@ int dh__log_on(enum dh_log_level l);
  * of the formatted text ends WHO; the level goes after it); a trailing
  * newline is added.  Lines over 4 KiB are cut. */
 void dh__log(enum dh_log_level l, const char *fmt, ...) DH_PRINTF(2, 3);
+/* `in` with newlines and other control bytes escaped (\n, \r, \t, \xHH)
+ * into `out` (cap bytes, NUL-terminated, cut to fit): what a log or error
+ * line quotes (a path, a peer's words) cannot start a line of its own. */
+void dh__log_escape(const char *in, char *out, size_t cap);
+/* vsnprintf, then dh__log_escape: one line's text, safe to write. */
+void dh__log_vformat(char *out, size_t cap, const char *fmt, va_list ap);
 void dh__vlog(enum dh_log_level l, const char *fmt, va_list ap);
 
 /* "debug", "info", "warn", "error". */

@@ -174,7 +174,9 @@ int dh__keys_load(const char *path, struct dh_keys *k, struct dh_err *e)
     char buf[DH_KEY_MAX_FILE];
     struct stat st;
     ssize_t n = 0, r;
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY), rc;
+    int fd = open(path,
+                  O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK),
+        rc;
 
     if (fd < 0)
         return dh_err_set(e, DH_EIO, "key file %s: cannot open: %s", path,

@@ -333,7 +333,9 @@ int dh__mhttp_load_token(const char *path, char *buf, size_t cap,
     char tmp[DH_MHTTP_TOKEN_MAX + 2];
     ssize_t n;
     size_t len = 0;
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY), rc = 0;
+    int fd = open(path,
+                  O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK),
+        rc = 0;
 
     if (fd < 0)
         return dh_err_set(e, DH_EIO, "token file %s: cannot open: %s", path,
