@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -100,6 +101,22 @@ void dh__log_vformat(char *out, size_t cap, const char *fmt, va_list ap)
 
     vsnprintf(raw, sizeof(raw), fmt, ap);
     dh__log_escape(raw, out, cap);
+}
+
+int dh__log_flush(FILE *f, int *said, const char *who, const char *what)
+{
+    int err = fflush(f) != 0 ? errno : 0;
+
+    if (!err && !ferror(f))
+        return 0;
+    if (!*said) {
+        *said = 1;
+        dh__log(DH_LOG_WARN,
+                "%s: %s: a write failed (%s): its records from here on are "
+                "lost; the run goes on",
+                who, what, err ? strerror(err) : "a stream error");
+    }
+    return -1;
 }
 
 void dh__vlog(enum dh_log_level l, const char *fmt, va_list ap)

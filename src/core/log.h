@@ -16,6 +16,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "datahelix/error.h"
 
@@ -39,6 +40,12 @@ void dh__log(enum dh_log_level l, const char *fmt, ...) DH_PRINTF(2, 3);
 void dh__log_escape(const char *in, char *out, size_t cap);
 /* vsnprintf, then dh__log_escape: one line's text, safe to write. */
 void dh__log_vformat(char *out, size_t cap, const char *fmt, va_list ap);
+
+/* fflush(f) and its error state: the first failure of a stream that
+ * cannot fail silently (telemetry, a trace) is said once, as a warning
+ * naming `who` and `what`, and *said is set; later ones stay quiet.
+ * 0, or -1 when the stream failed (now or before). */
+int dh__log_flush(FILE *f, int *said, const char *who, const char *what);
 void dh__vlog(enum dh_log_level l, const char *fmt, va_list ap);
 
 /* "debug", "info", "warn", "error". */

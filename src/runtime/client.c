@@ -762,7 +762,12 @@ static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
             dh_window_is_miss(wait, c->ddl_ms) ? "true" : "false",
             (unsigned long long)ready, (unsigned long long)samples, servers,
             (unsigned long long)cross, rms, (unsigned long long)rbytes, late);
-    fflush(c->telemetry);
+    {
+        char who[32];
+
+        snprintf(who, sizeof(who), "client %u", c->rank);
+        dh__log_flush(c->telemetry, &c->tel_failed, who, "telemetry");
+    }
 }
 
 /* Bytes moved and the server each part came from (mu held). */

@@ -114,6 +114,7 @@ struct dh_client {
     unsigned spares;     /* per request; 0: no skip policy */
     uint64_t *spare_buf; /* spares x microbatches: scratch (mu) */
     FILE *telemetry;
+    int tel_failed; /* a telemetry write failed (said once) */
 
     struct dh_index *ix;
     void *ctx, *sock;

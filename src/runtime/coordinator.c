@@ -713,7 +713,8 @@ int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
             dh__co_drain(c, dh__mono_ms());
         dh__co_mx_tick(c, dh__mono_ms());
         if (c->tel_dirty) { /* the turn's lines in one write */
-            fflush(c->telemetry);
+            dh__log_flush(c->telemetry, &c->tel_failed, "coordinator",
+                          "telemetry");
             c->tel_dirty = 0;
         }
         if (c->exit_unused_ms > 0 && unused_for_long(c, dh__mono_ms())) {
@@ -726,7 +727,7 @@ int dh_coordinator_run(struct dh_coordinator *c, const volatile int *stop,
     }
     broadcast_shutdown(c);
     if (c->telemetry)
-        fflush(c->telemetry);
+        dh__log_flush(c->telemetry, &c->tel_failed, "coordinator", "telemetry");
     return rc;
 }
 

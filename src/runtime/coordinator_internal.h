@@ -113,7 +113,8 @@ struct dh_coordinator {
     int keyed;              /* 1: auth holds a key: CURVE */
     char endpoint[DH_WIRE_MAX_ADDR + 1];
     FILE *telemetry;
-    int tel_dirty; /* lines buffered since the loop turn's flush */
+    int tel_dirty;  /* lines buffered since the loop turn's flush */
+    int tel_failed; /* a telemetry write failed (said once) */
     int hb_timeout_ms, queue_per_worker;
     int cpu_pools; /* 1: gate local servers by CPU pool */
     int edf;       /* 1: new requests wait in due order */

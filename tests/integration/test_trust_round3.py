@@ -45,3 +45,56 @@ def test_a_newline_in_a_path_cannot_forge_a_line(tmp_path):
                    for x in lines), p.stderr
     assert any("b\\ndatahelix: coordinator: error: forged.mp4" in x
                for x in lines), p.stderr
+
+
+def test_telemetry_on_a_full_device_is_said_once(tmp_path):
+    """Issue 36 item 6: a telemetry file on /dev/full used to lose every
+    record silently, exit 0.  The client (a loader's or consume's) and the
+    Coordinator each say it once, and the run goes on."""
+    import json
+    import subprocess
+    import sys
+    from conftest import ROOT, _binary
+    run_dh("gen-data", "--out", tmp_path / "v", "--profiles", "S",
+           "--count", 2, "--seed", 4, check=True, timeout=300)
+    run_dh("probe", "--out", tmp_path / "m.jsonl", "--index",
+           tmp_path / "m.dhx", tmp_path / "v", check=True)
+    code = f"""
+import sys
+sys.path.insert(0, {str(ROOT / "python")!r})
+import datahelix
+with datahelix.DataLoader({str(tmp_path / "m.jsonl")!r}, batch_size=1,
+                          frames=2, size=(16, 16), world_size=1, rank=0,
+                          telemetry="/dev/full") as ld:
+    print(sum(1 for _ in ld))
+"""
+    env = dict(os.environ, DATAHELIX_BIN=_binary())
+    env.pop("DATAHELIX_LOG", None)
+    p = subprocess.run([sys.executable, "-W", "ignore", "-c", code],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0 and p.stdout.strip() == "2", p.stderr
+    said = [x for x in p.stderr.splitlines()
+            if "telemetry: a write failed" in x]
+    assert len(said) == 1 and "client 0: warn:" in said[0], p.stderr
+    d = tmp_path / "d"
+    d.mkdir(mode=0o700)
+    co = subprocess.Popen([_binary(), "coordinator", "--listen",
+                           f"ipc://{d}/c.sock", "--telemetry", "/dev/full"],
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 10
+        while not (d / "c.sock").exists() and time.monotonic() < end:
+            time.sleep(0.02)
+        c = run_dh("consume", "--coordinator", f"ipc://{d}/c.sock",
+                   "--manifest", tmp_path / "m.dhx", "--rank", 0,
+                   "--world-size", 1, "--batch-size", 1, "--json",
+                   timeout=120)
+        assert c.returncode == 0, c.stderr
+        summary = next(json.loads(x)["summary"] for x in
+                       c.stdout.splitlines() if '"summary"' in x)
+        assert summary["steps"] == 2
+    finally:
+        co.terminate()
+        _, err = co.communicate(timeout=20)
+    said = [x for x in err.splitlines() if "telemetry: a write failed" in x]
+    assert len(said) == 1 and "coordinator: warn:" in said[0], err
