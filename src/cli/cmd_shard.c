@@ -179,12 +179,26 @@ static char *meta_json(const struct dh_probe_item *it)
     return s;
 }
 
+/* Bytes entry i takes in its shard: the media member, its .json and its
+ * .txt (when it has a caption). */
+static int64_t entry_bytes(struct run *r, size_t i)
+{
+    const struct entry *en = &r->ents[i];
+    char name[64];
+
+    key_name(name, sizeof(name), i, en->ext);
+    return member_bytes(r, name, en->size) +
+           member_bytes(r, "000000000.json", (int64_t)strlen(en->meta)) +
+           (en->it->text ? member_bytes(r, "000000000.txt",
+                                        (int64_t)strlen(en->it->text))
+                         : 0);
+}
+
 /* Sizes every sample and cuts the list into shards. */
 static int plan(struct run *r)
 {
     size_t n = r->list.count, k = 0;
     int64_t fill = 0;
-    char name[64];
 
     r->ents = dh__calloc(n, sizeof(*r->ents));
     r->first = dh__calloc(n + 1, sizeof(*r->first));
@@ -215,12 +229,7 @@ static int plan(struct run *r)
         }
         if (!(en->meta = meta_json(it)))
             return -1;
-        key_name(name, sizeof(name), i, en->ext);
-        need = member_bytes(r, name, en->size) +
-               member_bytes(r, "000000000.json", (int64_t)strlen(en->meta)) +
-               (it->text ? member_bytes(r, "000000000.txt",
-                                        (int64_t)strlen(it->text))
-                         : 0);
+        need = entry_bytes(r, i);
         if (fill > 0 && fill + need > r->o->shard_bytes) {
             r->first[++k] = i;
             fill = 0;
@@ -243,18 +252,9 @@ static void shard_path(const struct run *r, size_t k, int tmp, char *buf,
 static int64_t shard_size(struct run *r, size_t k)
 {
     int64_t total = 2 * DH_TAR_BLOCK; /* the end-of-archive blocks */
-    char name[64];
 
-    for (size_t i = r->first[k]; i < r->first[k + 1]; i++) {
-        const struct entry *en = &r->ents[i];
-
-        key_name(name, sizeof(name), i, en->ext);
-        total += member_bytes(r, name, en->size) +
-                 member_bytes(r, "000000000.json", (int64_t)strlen(en->meta)) +
-                 (en->it->text ? member_bytes(r, "000000000.txt",
-                                              (int64_t)strlen(en->it->text))
-                               : 0);
-    }
+    for (size_t i = r->first[k]; i < r->first[k + 1]; i++)
+        total += entry_bytes(r, i);
     return total;
 }
 

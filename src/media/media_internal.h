@@ -142,10 +142,6 @@ int dh__media_trustworthy(struct dh_media *m, const AVFrame *f);
 void dh__media_note_packet(struct dh_media *m, const AVPacket *pkt);
 int64_t dh__media_key_at_or_before(const struct dh_media *m, int64_t index);
 const char *dh__media_errstr(int averr, char *buf, size_t len);
-/* The error of a failed FFmpeg call on the open input, as "NAME: [what: ]
- * reason", or the source's own message when one of its reads failed. */
-int dh__media_input_error(struct dh_media *m, int averr, const char *what,
-                          struct dh_err *e);
 
 /* media_decode.c: the one decode loop.  Sends `pkt` (NULL: end of stream,
  * drain) and hands every picture that can be a frame of the clip

@@ -199,28 +199,8 @@ const char *dh__media_errstr(int averr, char *buf, size_t len)
 
 /* ---- opening ---- */
 
-/* An FFmpeg error of the open input, or the source's own where a read of
- * it failed. */
-int dh__media_input_error(struct dh_media *m, int averr, const char *what,
-                          struct dh_err *e)
-{
-    char buf[128];
-
-    if (m->src.failed) {
-        m->src.failed = 0;
-        return dh_err_set(e, m->src.err.code ? m->src.err.code : DH_EIO, "%s",
-                          m->src.err.msg);
-    }
-    if (what)
-        return dh_err_set(e, DH_EMEDIA, "%s: %s: %s", m->name, what,
-                          dh__av_errstr(averr, buf, sizeof(buf)));
-    return dh_err_set(e, DH_EMEDIA, "%s: %s", m->name,
-                      dh__av_errstr(averr, buf, sizeof(buf)));
-}
-
 static int open_input(struct dh_media *m, struct dh_err *e)
 {
-    char buf[128];
     int rc;
 
     m->deadline_ms = m->watchdog_ms ? dh__mono_ms() + (uint64_t)m->watchdog_ms
@@ -238,12 +218,8 @@ static int open_input(struct dh_media *m, struct dh_err *e)
     rc = dh__av_open_io(&m->fc, m->url);
     if (rc < 0 && dh__media_overdue(m))
         return dh__media_watchdog_error(m, e);
-    if (rc < 0 && *dh__av_list_hint(m->name))
-        return dh_err_set(e, DH_EMEDIA, "%s: %s%s", m->name,
-                          dh__av_errstr(rc, buf, sizeof(buf)),
-                          dh__av_list_hint(m->name));
     if (rc < 0)
-        return dh__media_input_error(m, rc, NULL, e);
+        return dh__source_input_error(&m->src, rc, e);
     rc = dh__av_find_video(m->fc, m->name, e);
     if (rc < 0)
         return rc;

@@ -247,7 +247,7 @@ static int probe_av(const struct dh_source_ref *ref, struct dh_desc *d,
     struct dh_source src;
     AVFormatContext *fc = NULL;
     AVIOContext *pb = NULL;
-    char buf[128], *url = NULL;
+    char *url = NULL;
     int idx, rc;
 
     dh__source_init(&src);
@@ -268,10 +268,7 @@ static int probe_av(const struct dh_source_ref *ref, struct dh_desc *d,
     fc->pb = pb;
     rc = dh__av_open_io(&fc, url);
     if (rc < 0) {
-        rc = src.failed ? dh_err_set(e, src.err.code, "%s", src.err.msg)
-                        : dh_err_set(e, DH_EMEDIA, "%s: %s%s", src.name,
-                                     dh__av_errstr(rc, buf, sizeof(buf)),
-                                     dh__av_list_hint(src.name));
+        rc = dh__source_input_error(&src, rc, e);
         goto out; /* avformat_open_input freed fc */
     }
     idx = dh__av_find_video(fc, src.name, e);

@@ -116,6 +116,31 @@ static int push(struct dh_probe_list *l, char *path, char *text,
     return 0;
 }
 
+/* push() for member `member` of shard `path` (taken too), named
+ * "SHARD:MEMBER". */
+static int push_member(struct dh_probe_list *l, char *path, char *text,
+                       char *member, int64_t offset, int64_t size,
+                       struct dh_err *e)
+{
+    struct dh_probe_item *it;
+    size_t n;
+    int rc = push(l, path, text, e);
+
+    if (rc) {
+        dh__free(member);
+        return rc;
+    }
+    it = &l->items[l->count - 1];
+    it->member = member;
+    it->offset = offset;
+    it->size = size;
+    n = strlen(it->path) + strlen(member) + 2;
+    if (!(it->name = dh__malloc(n)))
+        return dh_err_set(e, DH_ENOMEM, "input list: out of memory");
+    snprintf(it->name, n, "%s:%s", it->path, member);
+    return 0;
+}
+
 static int push_copy(struct dh_probe_list *l, const char *path,
                      const char *text, struct dh_err *e)
 {
@@ -275,23 +300,12 @@ static int group_flush(struct group *g, struct dh_err *e)
     } else if (!(member = dh__strdup(g->media))) {
         dh__free(path);
         rc = DH_ENOMEM;
-    } else if (!(rc = push(l, path, g->text, e))) {
-        struct dh_probe_item *it = &l->items[l->count - 1];
-
-        g->text = NULL; /* taken by push */
-        it->member = member;
-        it->offset = g->moff;
-        it->size = g->msize;
-        member = NULL;
-        snprintf(msg, sizeof(msg), "%s:%s", it->path, it->member);
-        if (!(it->name = dh__strdup(msg)))
-            rc = DH_ENOMEM;
-        else if (g->has_audio && (rc = audio_extra(it, g)))
-            rc = DH_ENOMEM;
     } else {
-        g->text = NULL; /* push freed it */
+        rc = push_member(l, path, g->text, member, g->moff, g->msize, e);
+        g->text = NULL; /* taken */
+        if (!rc && g->has_audio && audio_extra(&l->items[l->count - 1], g))
+            rc = DH_ENOMEM;
     }
-    dh__free(member);
     group_reset(g);
     if (rc == DH_ENOMEM)
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", g->shard);
@@ -507,10 +521,7 @@ static int list_member(struct dh_probe_list *l, const char *list,
     json_t *jo = json_object_get(o, "offset"),
            *jb = json_object_get(o, "bytes");
     json_t *jt = json_object_get(o, "text");
-    char *path, *member = NULL, *text = NULL, *name = NULL;
-    struct dh_probe_item *it;
-    size_t n;
-    int rc;
+    char *path, *member = NULL, *text = NULL;
 
     if (!json_is_string(jp) || !json_is_string(jm) || !json_is_integer(jo) ||
         !json_is_integer(jb) || json_integer_value(jo) < 0 ||
@@ -528,20 +539,8 @@ static int list_member(struct dh_probe_list *l, const char *list,
         dh__free(member);
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", list);
     }
-    if ((rc = push(l, path, text, e))) {
-        dh__free(member);
-        return rc;
-    }
-    it = &l->items[l->count - 1];
-    it->member = member;
-    it->offset = (int64_t)json_integer_value(jo);
-    it->size = (int64_t)json_integer_value(jb);
-    n = strlen(it->path) + strlen(member) + 2;
-    if (!(name = dh__malloc(n)))
-        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", list);
-    snprintf(name, n, "%s:%s", it->path, member);
-    it->name = name;
-    return 0;
+    return push_member(l, path, text, member, (int64_t)json_integer_value(jo),
+                       (int64_t)json_integer_value(jb), e);
 }
 
 static int list_line(struct dh_probe_list *l, const char *list,

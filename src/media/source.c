@@ -16,20 +16,13 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "media/av_util.h"
 #include "media/source.h"
 
 void dh__source_init(struct dh_source *s)
 {
     memset(s, 0, sizeof(*s));
     s->fd = -1;
-}
-
-void dh__source_name(const struct dh_source_ref *ref, char *buf, size_t len)
-{
-    if (ref->member)
-        snprintf(buf, len, "%s:%s", ref->path, ref->member);
-    else
-        snprintf(buf, len, "%s", ref->path);
 }
 
 static int set_name(struct dh_source *s, const char *path, const char *member)
@@ -154,10 +147,6 @@ static int64_t file_read_at(struct dh_source *s, int64_t off, void *buf,
 {
     ssize_t n;
 
-    if (off >= s->size)
-        return 0;
-    if ((int64_t)len > s->size - off)
-        len = (size_t)(s->size - off);
     do
         n = pread(s->fd, buf, len, (off_t)(s->base + off));
     while (n < 0 && errno == EINTR);
@@ -173,20 +162,10 @@ static void file_close(struct dh_source *s)
         drop_fd(s);
 }
 
-static void file_fini(struct dh_source *s)
-{
-    drop_fd(s);
-    dh__free(s->fd_path);
-    s->fd_path = NULL;
-    s->fd_path_cap = 0;
-}
-
 static const struct dh_source_ops file_ops = {
-    .kind = "file",
     .open = file_open,
     .read_at = file_read_at,
     .close = file_close,
-    .fini = file_fini,
 };
 
 /* ---- memory ---- */
@@ -195,10 +174,6 @@ static int64_t mem_read_at(struct dh_source *s, int64_t off, void *buf,
                            size_t len, struct dh_err *e)
 {
     (void)e;
-    if (off >= s->size)
-        return 0;
-    if ((int64_t)len > s->size - off)
-        len = (size_t)(s->size - off);
     memcpy(buf, s->data + off, len);
     return (int64_t)len;
 }
@@ -209,10 +184,8 @@ static void mem_close(struct dh_source *s)
 }
 
 static const struct dh_source_ops mem_ops = {
-    .kind = "memory",
     .read_at = mem_read_at,
     .close = mem_close,
-    .fini = mem_close,
 };
 
 /* ---- the interface ---- */
@@ -228,7 +201,8 @@ void dh__source_close(struct dh_source *s)
 void dh__source_fini(struct dh_source *s)
 {
     dh__source_close(s);
-    file_fini(s);
+    drop_fd(s);
+    dh__free(s->fd_path);
     dh__free(s->name);
     dh__source_init(s);
 }
@@ -326,6 +300,20 @@ void dh__source_avio_free(AVIOContext **pb)
     }
 }
 
+int dh__source_input_error(struct dh_source *s, int averr, struct dh_err *e)
+{
+    char buf[128];
+
+    if (s->failed) {
+        s->failed = 0;
+        return dh_err_set(e, s->err.code ? s->err.code : DH_EIO, "%s",
+                          s->err.msg);
+    }
+    return dh_err_set(e, DH_EMEDIA, "%s: %s%s", s->name,
+                      dh__av_errstr(averr, buf, sizeof(buf)),
+                      dh__av_list_hint(s->name));
+}
+
 /* DATAHELIX_READ_DELAY_MS=N: every read of a file source sleeps N ms
  * first (0..10000), as a store with that latency would; read once per
  * process.  For tests and benchmarks of read-bound runs (docs/shards.md):
@@ -352,7 +340,7 @@ int64_t dh__source_read(struct dh_source *s, int64_t off, void *buf, size_t len,
 {
     double t0 = dh__mono_msf();
     int delay = s->ops == &file_ops ? read_delay_ms() : 0;
-    int64_t n;
+    int64_t n = 0;
 
     if (delay) {
         struct timespec ts = {delay / 1000, (long)(delay % 1000) * 1000000};
@@ -360,7 +348,11 @@ int64_t dh__source_read(struct dh_source *s, int64_t off, void *buf, size_t len,
         while (nanosleep(&ts, &ts) && errno == EINTR)
             ;
     }
-    n = s->ops->read_at(s, off, buf, len, e);
+    /* the backends see only reads inside the input */
+    if ((int64_t)len > s->size - off)
+        len = off < s->size ? (size_t)(s->size - off) : 0;
+    if (len > 0)
+        n = s->ops->read_at(s, off, buf, len, e);
 
     s->read_ms += dh__mono_msf() - t0;
     s->reads++;

@@ -35,19 +35,17 @@
 struct dh_source;
 
 struct dh_source_ops {
-    const char *kind; /* "file", "memory": in docs and stats */
     /* Opens `ref` (the previous input is closed).  Sets s->size.  DH_E*
      * with `e` naming the input and the cause. */
     int (*open)(struct dh_source *s, const struct dh_source_ref *ref,
                 struct dh_err *e);
-    /* Up to len bytes at off (0 <= off <= s->size) into buf: the count,
-     * 0 at the end, or a negative DH_E* with `e` set. */
+    /* Up to len bytes at off into buf, 0 < len <= s->size - off (the
+     * caller clips): the count, or a negative DH_E* with `e` set. */
     int64_t (*read_at)(struct dh_source *s, int64_t off, void *buf, size_t len,
                        struct dh_err *e);
-    /* Ends the input; what the backend caches per worker may stay. */
+    /* Ends the input; what the backend caches per worker may stay
+     * (dh__source_fini frees it). */
     void (*close)(struct dh_source *s);
-    /* Frees the per-worker cache too. */
-    void (*fini)(struct dh_source *s);
 };
 
 struct dh_source {
@@ -88,7 +86,8 @@ int dh__source_open_mem(struct dh_source *s, const void *data, size_t len,
                         const char *name, struct dh_err *e) DH_MUST_CHECK;
 void dh__source_close(struct dh_source *s);
 
-/* read_at() with the counters kept.  Same returns. */
+/* read_at() clipped to the input, with the counters kept: the count, 0 at
+ * the end, or a negative DH_E* with `e` set. */
 int64_t dh__source_read(struct dh_source *s, int64_t off, void *buf, size_t len,
                         struct dh_err *e);
 
@@ -98,7 +97,9 @@ int64_t dh__source_read(struct dh_source *s, int64_t off, void *buf, size_t len,
 AVIOContext *dh__source_avio(struct dh_source *s, int buf);
 void dh__source_avio_free(AVIOContext **pb);
 
-/* The display name of `ref` into buf: "path", or "path:member". */
-void dh__source_name(const struct dh_source_ref *ref, char *buf, size_t len);
+/* An FFmpeg call on the input over dh__source_avio() failed with averr:
+ * the source's own error where one of its reads failed, else "NAME:
+ * reason" (with the hint for a playlist's name, dh__av_list_hint). */
+int dh__source_input_error(struct dh_source *s, int averr, struct dh_err *e);
 
 #endif

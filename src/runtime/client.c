@@ -705,6 +705,20 @@ static int part_crossed(const struct dh_client *c, const struct cl_sent *s,
     return part_server(c, s, r) != c->arenas[r->arena].server_id;
 }
 
+/* Adds the read stage of part r's samples to *ms and *bytes: how many
+ * samples had stage rows (a server may send none). */
+static uint32_t part_reads(const struct cl_result *r, double *ms,
+                           uint64_t *bytes)
+{
+    uint32_t n = 0;
+
+    for (; r->st.rows && n < r->n; n++) {
+        *ms += r->st.rows[n * 3];
+        *bytes += r->st.bytes ? r->st.bytes[n] : 0;
+    }
+    return n;
+}
+
 static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
                            double window, const size_t *idx)
 {
@@ -742,10 +756,7 @@ static void telemetry_line(struct dh_client *c, uint64_t k, double wait,
             ready = r->arrived_ms - s->sent_ms;
         slack = s->slack_ms;
         samples += r->n;
-        for (uint32_t n = 0; r->st.rows && n < r->n; n++) {
-            rms += r->st.rows[n * 3];
-            rbytes += r->st.bytes ? r->st.bytes[n] : 0;
-        }
+        part_reads(r, &rms, &rbytes);
         if (part_crossed(c, s, r))
             cross += r->ref.len;
         if (off < sizeof(servers) - 16)
@@ -782,11 +793,7 @@ static void count_load(struct dh_client *c, const size_t *idx)
         size_t i;
 
         c->st.batch_bytes += r->ref.len;
-        for (uint32_t n = 0; r->st.rows && n < r->n; n++) {
-            c->st.read_ms += r->st.rows[n * 3];
-            c->st.read_bytes += r->st.bytes ? r->st.bytes[n] : 0;
-            c->st.read_samples++;
-        }
+        c->st.read_samples += part_reads(r, &c->st.read_ms, &c->st.read_bytes);
         if (part_crossed(c, s, r))
             c->st.cross_ds_bytes += r->ref.len;
         for (i = 0; i < c->n_load && c->load[i].id != who; i++)

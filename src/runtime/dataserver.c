@@ -347,7 +347,7 @@ static void heartbeat(struct dh_dataserver *s)
 
     ops->load(s->exec, &queued, &busy);
     if (ops->reads)
-        ops->reads(s->exec, &rd.bytes, &rd.reads, &rd.ms);
+        ops->reads(s->exec, &rd);
     dh__ds_ctl_heartbeat(s->ctl, queued, busy, s->latency_ms, f, waiting, &rd,
                          links, n);
 }

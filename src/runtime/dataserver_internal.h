@@ -195,9 +195,16 @@ struct ds_sink {
     void *arg;
 };
 
+/* What the workers read, in total (ds_exec_ops.reads). */
+struct ds_reads {
+    uint64_t bytes, reads;
+    double ms;
+};
+
 /* ---- the executor interface ----
  * A way this server runs jobs.  Each implementation embeds struct ds_exec
  * first; all calls are from the loop's thread. */
+
 struct ds_exec;
 struct ds_exec_ops {
     const char *name;
@@ -216,12 +223,11 @@ struct ds_exec_ops {
     int (*pollitems)(struct ds_exec *x, zmq_pollitem_t *it, int cap);
     /* Jobs waiting and jobs running, for the heartbeat. */
     void (*load)(struct ds_exec *x, uint64_t *queued, uint64_t *busy);
+    /* What its workers read from their sources, in total (NULL: none). */
+    void (*reads)(struct ds_exec *x, struct ds_reads *out);
     /* Jobs' wall, on-CPU and waiting-for-CPU ns in total (the heartbeat's
      * cpu_fraction), and the workers waiting for an arena slot now;
      * NULL: not measured. */
-    /* What its workers read from their sources, in total (NULL: none). */
-    void (*reads)(struct ds_exec *x, uint64_t *bytes, uint64_t *reads,
-                  double *ms);
     void (*cpu)(struct ds_exec *x, uint64_t *task_ns, uint64_t *cpu_ns,
                 uint64_t *wait_ns, uint32_t *slot_waiting);
     /* Heartbeat links (bytes/s per delivery target); NULL: none. */
@@ -286,11 +292,6 @@ void dh__ds_ctl_resend(struct ds_ctl *c, const uint8_t *buf, size_t len);
 /* An ErrorNotice from this server (counted); a send failure is logged. */
 void dh__ds_ctl_error(struct ds_ctl *c, const struct dh_wire_task *t,
                       uint64_t sample, int cause, const char *msg);
-/* What the workers read, in total (ds_exec_ops.reads). */
-struct ds_reads {
-    uint64_t bytes, reads;
-    double ms;
-};
 void dh__ds_ctl_heartbeat(struct ds_ctl *c, uint64_t queued, uint64_t busy,
                           double latency_ms, double cpu_fraction,
                           uint32_t slot_waiting, const struct ds_reads *rd,

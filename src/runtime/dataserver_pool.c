@@ -253,16 +253,15 @@ static void pool_cpu(struct ds_exec *x, uint64_t *task_ns, uint64_t *cpu_ns,
     *slot_waiting = ws.slot_waiting;
 }
 
-static void pool_reads(struct ds_exec *x, uint64_t *bytes, uint64_t *reads,
-                       double *ms)
+static void pool_reads(struct ds_exec *x, struct ds_reads *out)
 {
     struct ds_pool *p = (struct ds_pool *)x;
     struct dh_workers_stats ws;
 
     dh_workers_stats(p->w, &ws);
-    *bytes = ws.read_bytes;
-    *reads = ws.reads;
-    *ms = ws.read_ms;
+    out->bytes = ws.read_bytes;
+    out->reads = ws.reads;
+    out->ms = ws.read_ms;
 }
 
 static void pool_destroy(struct ds_exec *x)
