@@ -45,6 +45,9 @@
 #define ARENA_BYTES (64u << 20) /* 16 batches */
 #define SERVER_LOCAL 1
 #define SERVER_REMOTE 9
+/* The remote's payload secret: its headers carry the token derived from
+ * it for SERVER_LOCAL, as the Coordinator tells the inbox. */
+#define REMOTE_SECRET "99999999999999999999999999999999"
 
 static uint8_t batch[BENCH_PAY_BYTES];
 
@@ -108,6 +111,7 @@ static int encode_header(uint32_t step, uint8_t **buf, size_t *len,
         (rc = dh_wire_set_result_samples(&m.u.result, &id, &valid, 1, e)) ==
             0) {
         m.u.result.server_id = SERVER_REMOTE;
+        dh__payload_token(REMOTE_SECRET, SERVER_LOCAL, m.u.result.sender_token);
         m.u.result.length = BENCH_PAY_BYTES;
         m.u.result.ndims = 2;
         m.u.result.dims[0] = 1;
@@ -205,7 +209,10 @@ static int send_some(struct tx *t, struct rx *r, uint32_t first, int n,
         if ((rc = dh_wire_task_id(0, step, 0, 0, &id, e)) < 0 ||
             (rc = encode_header(step, &hdr, &len, e)) < 0)
             return rc;
-        dh__ds_inbox_expect(r->in, id, SERVER_REMOTE);
+        char tok[DH_WIRE_TOKEN_LEN + 1];
+
+        dh__payload_token(REMOTE_SECRET, SERVER_LOCAL, tok);
+        dh__ds_inbox_expect(r->in, id, SERVER_REMOTE, tok);
         rc = dh__tp_link_send(t->link, hdr, len, batch, sizeof(batch), no_free,
                               NULL, e);
         dh_wire_free(hdr);

@@ -102,18 +102,23 @@ static int ck_task(const struct dh__wire_ck *c, const struct dh_wire_task *t)
     return 0;
 }
 
-/* "" or exactly DH_WIRE_TOKEN_LEN lower-case hex digits. */
-static int ck_token(const struct dh__wire_ck *c, const char *t)
+/* Field `name`: "" or exactly DH_WIRE_TOKEN_LEN lower-case hex digits. */
+static int ck_hex(const struct dh__wire_ck *c, const char *name, const char *t)
 {
     size_t n = strnlen(t, DH_WIRE_TOKEN_LEN + 1);
 
     if (n != 0 && n != DH_WIRE_TOKEN_LEN)
-        return WIRE_BAD(c, "token has %zu characters, not 0 or %u", n,
+        return WIRE_BAD(c, "%s has %zu characters, not 0 or %u", name, n,
                         DH_WIRE_TOKEN_LEN);
     for (size_t i = 0; i < n; i++)
         if (!((t[i] >= '0' && t[i] <= '9') || (t[i] >= 'a' && t[i] <= 'f')))
-            return WIRE_BAD(c, "token is not lower-case hex");
+            return WIRE_BAD(c, "%s is not lower-case hex", name);
     return 0;
+}
+
+static int ck_token(const struct dh__wire_ck *c, const char *t)
+{
+    return ck_hex(c, "token", t);
 }
 
 static int ck_register_client(const struct dh__wire_ck *c,
@@ -151,7 +156,8 @@ static int ck_register_server(const struct dh__wire_ck *c,
         (rc = ck_u64(c, "rank", r->rank, 0,
                      local ? DH_WIRE_MAX_RANKS - 1 : 0)) < 0)
         return rc;
-    if ((rc = ck_token(c, r->token)) < 0)
+    if ((rc = ck_token(c, r->token)) < 0 ||
+        (rc = ck_hex(c, "sender_secret", r->sender_secret)) < 0)
         return rc;
     if (!local && r->token[0])
         return WIRE_BAD(c, "a remote server carries no rank token");
@@ -353,6 +359,7 @@ static int ck_route(const struct dh__wire_ck *c, const struct dh_wire_route *r)
                      UINT32_MAX)) < 0 ||
         (rc = dh__wire_ck_text(c, "target_address", r->target_addr,
                                DH_WIRE_MAX_ADDR, 0)) < 0 ||
+        (rc = ck_hex(c, "sender_token", r->sender_token)) < 0 ||
         (rc = ck_enum(c, "has_request", (unsigned)r->has_request, 0, 1)) < 0)
         return rc;
     if (!r->has_request)
@@ -506,7 +513,8 @@ static int ck_result(const struct dh__wire_ck *c,
             0 ||
         (rc = ck_result_shape(c, r)) < 0 ||
         (rc = ck_real(c, "service_ms", r->service_ms, 0,
-                      DH_WIRE_MAX_LATENCY_MS)) < 0)
+                      DH_WIRE_MAX_LATENCY_MS)) < 0 ||
+        (rc = ck_hex(c, "sender_token", r->sender_token)) < 0)
         return rc;
     if ((rc = ck_count(c, "sample_ids", r->sample_ids, r->n_samples,
                        DH_WIRE_MAX_SAMPLES)) < 0 ||

@@ -126,6 +126,7 @@ static void register_server_pb(struct dh__wire_pb_out *o,
     pb->token = text_pb(r->token);
     pb->cpus = r->cpus;
     pb->cpu_set = r->cpu_set;
+    pb->sender_secret = text_pb(r->sender_secret);
     o->env.register_server = pb;
 }
 
@@ -179,6 +180,7 @@ static void route_pb(struct dh__wire_pb_out *o, const struct dh_wire_route *r)
     pb->target_server_id = r->target_server_id;
     pb->target_address = text_pb(r->target_addr);
     pb->request = r->has_request ? request_pb(o, &r->request) : NULL;
+    pb->sender_token = text_pb(r->sender_token);
     o->env.route = pb;
 }
 
@@ -231,6 +233,7 @@ static void result_pb(struct dh__wire_pb_out *o, const struct dh_wire_result *r)
     pb->n_sub_causes = r->n_subs;
     pb->sub_causes = r->sub_cause;
     pb->stages = r->stages.present ? stages_pb(o, &r->stages) : NULL;
+    pb->sender_token = text_pb(r->sender_token);
     o->env.result_notice = pb;
 }
 
@@ -482,6 +485,9 @@ static int register_server_from_pb(const struct dh__wire_ck *c,
     if ((rc = text_from_pb(c, "host", r->host, DH_WIRE_MAX_HOST, &pb->host)) <
         0)
         return rc;
+    if ((rc = text_from_pb(c, "sender_secret", r->sender_secret,
+                           DH_WIRE_TOKEN_LEN, &pb->sender_secret)) < 0)
+        return rc;
     return text_from_pb(c, "token", r->token, DH_WIRE_TOKEN_LEN, &pb->token);
 }
 
@@ -524,7 +530,9 @@ static int route_from_pb(const struct dh__wire_ck *c, struct dh_wire_route *r,
 
     if ((rc = task_from_pb(c, &r->task, pb->task)) < 0 ||
         (rc = text_from_pb(c, "target_address", r->target_addr,
-                           DH_WIRE_MAX_ADDR, &pb->target_address)) < 0)
+                           DH_WIRE_MAX_ADDR, &pb->target_address)) < 0 ||
+        (rc = text_from_pb(c, "sender_token", r->sender_token,
+                           DH_WIRE_TOKEN_LEN, &pb->sender_token)) < 0)
         return rc;
     r->server_id = pb->server_id;
     r->target_server_id = pb->target_server_id;
@@ -622,7 +630,9 @@ static int result_from_pb(const struct dh__wire_ck *c, struct dh_wire_result *r,
     void *ids, *vf;
     int rc;
 
-    if ((rc = task_from_pb(c, &r->task, pb->task)) < 0)
+    if ((rc = task_from_pb(c, &r->task, pb->task)) < 0 ||
+        (rc = text_from_pb(c, "sender_token", r->sender_token,
+                           DH_WIRE_TOKEN_LEN, &pb->sender_token)) < 0)
         return rc;
     if (pb->n_dims > DH_WIRE_MAX_DIMS)
         return WIRE_BIG(c, "dims: %zu dims over the cap of %u", pb->n_dims,

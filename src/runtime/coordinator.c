@@ -180,6 +180,7 @@ static int reregister(struct dh_coordinator *c, int slot,
     s->peer = *from;
     s->last_seen_ms = now;
     snprintf(s->addr, sizeof(s->addr), "%s", r->addr);
+    memcpy(s->sender_secret, r->sender_secret, sizeof(s->sender_secret));
     dh__co_mx_server_up(c, slot, r->workers);
     return 0;
 }
@@ -267,6 +268,8 @@ added:
                                           .last_seen_ms = now};
     snprintf(c->servers[slot].addr, sizeof(c->servers[slot].addr), "%s",
              r->addr);
+    memcpy(c->servers[slot].sender_secret, r->sender_secret,
+           sizeof(c->servers[slot].sender_secret));
     dh__co_pool_join(c, slot, r);
     if (local)
         c->rank_local[r->rank] = slot;

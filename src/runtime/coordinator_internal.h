@@ -36,6 +36,9 @@ struct co_server {
     uint32_t rank;
     uint64_t last_seen_ms;
     char addr[DH_WIRE_MAX_ADDR + 1];
+    /* its payload secret (RegisterServer.sender_secret): the targets of
+     * its payloads are told the token derived from it */
+    char sender_secret[DH_WIRE_TOKEN_LEN + 1];
     int32_t pool;           /* CPU pool (coordinator_pools.c), or -1 */
     double cpu_fraction;    /* last measured (heartbeat), 0 = none yet */
     uint32_t slot_waiting;  /* workers waiting for arena room (heartbeat) */

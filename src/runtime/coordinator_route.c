@@ -31,6 +31,7 @@
 #include "core/log.h"
 #include "core/alloc.h"
 #include "runtime/coordinator_internal.h"
+#include "runtime/keys.h"
 
 /* ---- the task map ---- */
 
@@ -191,8 +192,10 @@ static void fifo_pop(struct dh_coordinator *c)
 
 /* ---- messages to peers ---- */
 
+/* `token`: 1 for the Route to the delivery target, which alone learns the
+ * token the placed server's payload must carry. */
 static void send_route(struct dh_coordinator *c, struct co_task *t,
-                       const struct co_peer *to, int with_request)
+                       const struct co_peer *to, int with_request, int token)
 {
     const struct co_server *s = &c->servers[t->server];
     int32_t tgt = t->req.requester_rank < DH_WIRE_MAX_RANKS
@@ -213,6 +216,9 @@ static void send_route(struct dh_coordinator *c, struct co_task *t,
         r->has_request = 1;
         r->request = t->req; /* borrowed: cleared before any fini */
     }
+    if (token)
+        dh__payload_token(s->sender_secret, r->target_server_id,
+                          r->sender_token);
     (void)dh__co_send(c, to, &c->out);
     dh_wire_msg_init(&c->out, DH_WIRE_NONE); /* drops the borrow */
 }
@@ -397,9 +403,9 @@ static int place_task(struct dh_coordinator *c, struct co_task *t, uint64_t now)
      * may send a payload"). */
     if (q.local_server >= 0 && q.local_server != d.server &&
         c->servers[q.local_server].used)
-        send_route(c, t, &c->servers[q.local_server].peer, 0);
-    send_route(c, t, &c->servers[d.server].peer, 1);
-    send_route(c, t, &t->client, 0);
+        send_route(c, t, &c->servers[q.local_server].peer, 0, 1);
+    send_route(c, t, &c->servers[d.server].peer, 1, 0);
+    send_route(c, t, &t->client, 0, 0);
     return 1;
 }
 
@@ -560,7 +566,7 @@ void dh__co_on_request(struct dh_coordinator *c, const struct co_peer *from,
     if (t) { /* a re-issue: refresh where the answer goes */
         t->client = *from;
         if (t->state == CO_RUNNING)
-            send_route(c, t, from, 0);
+            send_route(c, t, from, 0, 0);
         return;
     }
     if (!(t = dh__calloc(1, sizeof(*t)))) {

@@ -78,6 +78,7 @@ void dh_dataserver_opts_default(struct dh_dataserver_opts *o)
     o->alloc_timeout_ms = 30000;
     o->sample_timeout_ms = 60000;
     o->deliver_timeout_ms = 5000;
+    o->route_wait_ms = DS_ROUTE_WAIT_MS;
     o->client_fd = -1;
     o->python_workers = 1;
     o->python_job_timeout_ms = 600000;
@@ -237,7 +238,8 @@ static void on_route(struct dh_dataserver *s, const struct dh_wire_route *r)
          * send a payload"). */
         if (s->inbox && r->target_server_id == s->env.server_id &&
             r->server_id != s->env.server_id && r->task.rank == s->env.rank) {
-            dh__ds_inbox_expect(s->inbox, r->task.id, r->server_id);
+            dh__ds_inbox_expect(s->inbox, r->task.id, r->server_id,
+                                r->sender_token);
             return;
         }
         dh__ds_malformed(&s->env, "the coordinator",
@@ -470,7 +472,7 @@ static int check_opts(const struct dh_dataserver_opts *o, struct dh_err *e)
         o->workers > DH_WORKERS_MAX_THREADS || o->arena_bytes == 0 ||
         o->heartbeat_ms < 1 || o->register_timeout_ms < 1 ||
         o->alloc_timeout_ms < 0 || o->deliver_timeout_ms < 1 ||
-        (o->client_fd >= 0 && o->client_socket) ||
+        o->route_wait_ms < 0 || (o->client_fd >= 0 && o->client_socket) ||
         o->server_id == UINT32_MAX) /* the Coordinator's own notices */
         return dh_err_set(e, DH_EINVAL,
                           "dataserver: option out of range "
@@ -601,7 +603,7 @@ static struct dh_dataserver *alloc_server(const struct dh_dataserver_opts *o)
     env->sample_timeout_ms = o->sample_timeout_ms < 0 ? 0
                                                       : o->sample_timeout_ms;
     env->deliver_timeout_ms = o->deliver_timeout_ms;
-    env->route_wait_ms = DS_ROUTE_WAIT_MS;
+    env->route_wait_ms = o->route_wait_ms;
     env->stripes = dh__tp_stripes(o->payload_stripes);
     return s;
 }
@@ -628,7 +630,8 @@ int dh_dataserver_create(const struct dh_dataserver_opts *o,
         dh_dataserver_destroy(s);
         return rc;
     }
-    if ((rc = open_parts(s, o, e)) < 0) {
+    if ((rc = dh__link_token_new(s->env.sender_secret, e)) < 0 ||
+        (rc = open_parts(s, o, e)) < 0) {
         dh_dataserver_destroy(s);
         return rc;
     }

@@ -406,6 +406,7 @@ static void fill_register(struct ds_ctl *c, const struct dh_dataserver_opts *o,
     r->arena_bytes = o->arena_bytes; /* remote: staging bytes */
     if (!c->env->remote)
         memcpy(r->token, c->env->token, sizeof(r->token));
+    memcpy(r->sender_secret, c->env->sender_secret, sizeof(r->sender_secret));
     if (gethostname(r->host, sizeof(r->host) - 1) < 0)
         r->host[0] = 0;
     /* Only the C decode pool measures its tasks' CPU (the heartbeat's

@@ -98,6 +98,10 @@ struct ds_env {
                                private staging, never handed to anyone */
     uint64_t arena_cap;
     char token[DH_WIRE_TOKEN_LEN + 1]; /* local: the rank's token */
+    /* its own payload secret, drawn at create: told to the Coordinator
+     * only; the payloads it sends carry tokens derived from it
+     * (dh__payload_token) */
+    char sender_secret[DH_WIRE_TOKEN_LEN + 1];
     int alloc_timeout_ms, sample_timeout_ms, deliver_timeout_ms;
     int route_wait_ms; /* a payload of a task not expected (yet) waits this
                           long for its Route (dataserver_payload.c) */
@@ -388,8 +392,11 @@ const char *dh__ds_inbox_endpoint(const struct ds_inbox *in);
 void *dh__ds_inbox_socket(const struct ds_inbox *in);
 /* The Coordinator placed `task` of this rank on remote server `server`
  * with this server as its delivery target: one payload for it, from that
- * server only, is taken (a re-route names the new server). */
-void dh__ds_inbox_expect(struct ds_inbox *in, uint64_t task, uint32_t server);
+ * server only (its header carries `token`, the Route's sender_token), is
+ * taken (a re-route names the new server).  A payload parked for it is
+ * placed on the next serve. */
+void dh__ds_inbox_expect(struct ds_inbox *in, uint64_t task, uint32_t server,
+                         const char *token);
 /* Reads payloads (up to DS_BURST) and retries a waiting one; each placed
  * (RESULT, job NULL) or refused (ERROR) goes to the sink. */
 void dh__ds_inbox_serve(struct ds_inbox *in, struct ds_sink sink);

@@ -34,14 +34,25 @@
  *   - Who may send a payload: only the server the Coordinator placed the
  *     task on, and once.  The Coordinator tells this server (a Route
  *     without a request, target = this server) when it places a task of
- *     this rank on a remote; the inbox keeps the last DS_EXPECT such
- *     expectations.  A payload whose header names another server, or a
- *     task not expected or delivered already, is refused (counted in
- *     stats.malformed, logged with the sender) and never placed, and the
- *     Coordinator hears nothing of it (a stranger cannot fail a task).  The
- *     Route and the payload travel apart, so a payload for a task not
- *     expected yet waits up to env->route_wait_ms for its Route, holding
- *     the inbox as a payload waiting for space does.
+ *     this rank on a remote, with the token that server's payload must
+ *     carry: a keyed hash of this server's id under the placed server's
+ *     own secret (dh__payload_token), which only that process and the
+ *     Coordinator know.  So a job member holding the job's key, who can
+ *     connect and name any server id in a header, still cannot send as
+ *     another server.  The inbox keeps the last DS_EXPECT expectations
+ *     (a hash map: a lookup costs O(1)).  A payload whose header names
+ *     another server, carries another token, or is for a task delivered
+ *     already is refused (counted in stats.malformed, logged with the
+ *     sender's address, rate-limited), never placed, and leaves the
+ *     expectation as it was, so the placed server's payload is still taken;
+ *     the Coordinator hears nothing of it (a stranger cannot fail a task).
+ *   - The Route and the payload travel apart, so a payload for a task not
+ *     expected yet is parked: up to DS_PARK of them (DS_PARK_PER_PEER per
+ *     connection, their bytes within the arena's size; the oldest makes
+ *     room), each for env->route_wait_ms.  Parking costs O(1) and never
+ *     holds the inbox: payloads behind it are read and placed at once.  Its
+ *     Route makes it ready, placed before anything new is read; a park
+ *     that saw no Route in time is refused.
  *   - Arena space is asked for without blocking the loop: with the arena
  *     full, the message waits in the inbox (and the socket is not read, so
  *     backpressure reaches the senders through the HWM) and is retried
@@ -57,6 +68,7 @@
  *
  * Locking: none (dataserver_internal.h).
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -64,17 +76,35 @@
 #include "core/log.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/idmap.h"
 #include "runtime/dataserver_internal.h"
+#include "runtime/keys.h"
 #include "runtime/transport.h"
+#include "runtime/zap.h"
 
 /* Expectations kept: above the tasks of one rank that can be in flight
  * at once (its client's prefetch window); the oldest goes first. */
 #define DS_EXPECT 2048
+#define DS_PARK 8          /* payloads waiting for their Route */
+#define DS_PARK_PER_PEER 2 /* of them from one connection */
 
 struct ds_expect {
     uint64_t task;
     uint32_t server;
     int state; /* 0 free, 1 expected, 2 delivered */
+    char token[DH_WIRE_TOKEN_LEN + 1];
+};
+
+/* A payload parked until its Route comes (or route_wait_ms passes). */
+struct ds_park {
+    int used, ready; /* ready: its Route came */
+    struct dh_wire_msg hdr;
+    zmq_msg_t frames[DS_MAX_FRAMES];
+    int n_frames;
+    double arrived_ms;
+    uint64_t until_ms, bytes;
+    struct dh_tp_from peer;
+    char from[96];
 };
 
 /* One payload message waiting for arena space. */
@@ -91,12 +121,14 @@ struct ds_inbox {
     double arrived_ms;             /* when the payload came in (its place_ms) */
     uint64_t tries, releases_seen; /* arena releases at the last try */
     char from[96];                 /* the sender, for logs */
-    char host[64];                 /* its Peer-Address */
+    struct dh_tp_from peer;        /* its connection and Peer-Address */
     struct dh_tp_asm *parts;       /* striped payloads being assembled */
     struct ds_expect *exp;         /* DS_EXPECT: who may send what */
+    struct dh_idmap exp_map;       /* task -> index in exp */
     size_t exp_next;               /* the next entry to reuse */
-    int sender_ok;        /* the held payload passed the sender check */
-    uint64_t route_until; /* until when it waits for its Route */
+    struct ds_park park[DS_PARK];
+    uint64_t park_bytes;
+    struct dh_zap_rl rl; /* refusals' log lines */
 };
 
 /* Striped payloads being assembled at once (docs/dataserver.md "Striped
@@ -175,7 +207,12 @@ int dh__ds_inbox_open(const struct ds_env *env, void *zmq_ctx,
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     in->env = env;
     dh_wire_msg_init(&in->hdr, DH_WIRE_NONE);
-    if (!(in->exp = dh__calloc(DS_EXPECT, sizeof(*in->exp)))) {
+    for (int i = 0; i < DS_PARK; i++)
+        dh_wire_msg_init(&in->park[i].hdr, DH_WIRE_NONE);
+    if (!(in->exp = dh__calloc(DS_EXPECT, sizeof(*in->exp))) ||
+        dh__idmap_init(&in->exp_map, sizeof(uint32_t), DS_EXPECT, DS_EXPECT) <
+            0) {
+        dh__free(in->exp);
         dh__free(in);
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     }
@@ -200,7 +237,15 @@ static void inbox_clear(struct ds_inbox *in)
     dh_wire_msg_fini(&in->hdr);
     in->held = 0;
     in->tries = 0;
-    in->sender_ok = 0;
+}
+
+static void park_free(struct ds_inbox *in, struct ds_park *p)
+{
+    dh__tp_frames_close(p->frames, p->n_frames);
+    p->n_frames = 0;
+    dh_wire_msg_fini(&p->hdr);
+    in->park_bytes -= p->bytes;
+    p->used = p->ready = 0;
 }
 
 void dh__ds_inbox_close(struct ds_inbox *in)
@@ -208,7 +253,11 @@ void dh__ds_inbox_close(struct ds_inbox *in)
     if (!in)
         return;
     inbox_clear(in);
+    for (int i = 0; i < DS_PARK; i++)
+        if (in->park[i].used)
+            park_free(in, &in->park[i]);
     dh__tp_asm_destroy(in->parts);
+    dh__idmap_fini(&in->exp_map);
     dh__free(in->exp);
     if (in->sock) {
         dh__tp_close(&in->sock, 0);
@@ -238,14 +287,11 @@ void *dh__ds_inbox_socket(const struct ds_inbox *in)
  * loop's poll reports that). */
 static int recv_message(struct ds_inbox *in, int *extra)
 {
-    struct dh_tp_from from;
-
-    if (dh__tp_recv_frames(in->sock, &from, in->frames, DS_MAX_FRAMES,
+    if (dh__tp_recv_frames(in->sock, &in->peer, in->frames, DS_MAX_FRAMES,
                            &in->n_frames, extra, NULL) <= 0)
         return 0;
     snprintf(in->from, sizeof(in->from), "payload sender %s",
-             from.addr[0] ? from.addr : "(address unknown)");
-    snprintf(in->host, sizeof(in->host), "%s", from.addr);
+             in->peer.addr[0] ? in->peer.addr : "(address unknown)");
     return 1;
 }
 
@@ -359,7 +405,7 @@ static int take_part(struct ds_inbox *in, int extra, struct dh_err *e)
             in->parts,
             &(struct dh_tp_part){.task = in->hdr.u.result.task.id,
                                  .server = in->hdr.u.result.server_id,
-                                 .host = in->host,
+                                 .host = in->peer.addr,
                                  .index = index,
                                  .count = count,
                                  .length = in->hdr.u.result.length,
@@ -468,64 +514,218 @@ static int nothing_freed(struct ds_inbox *in, uint64_t now)
 
 /* ---- who may send a payload ---- */
 
-static struct ds_expect *expect_find(struct ds_inbox *in, uint64_t task)
+/* A refusal of the sender: counted always, logged at most
+ * DH_ZAP_LOG_BURST times per window, so a flood cannot fill the log. */
+static void refuse_sender(struct ds_inbox *in, const char *from,
+                          const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void refuse_sender(struct ds_inbox *in, const char *from,
+                          const char *fmt, ...)
 {
-    for (size_t i = 0; i < DS_EXPECT; i++)
-        if (in->exp[i].state && in->exp[i].task == task)
-            return &in->exp[i];
-    return NULL;
+    char why[DH_ERR_MSG_MAX];
+    uint64_t skipped = 0;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    if (!dh__zap_rl_allow(&in->rl, dh__mono_ms(), &skipped)) {
+        DS_INC(in->env, malformed);
+        return;
+    }
+    if (skipped)
+        dh__log(DH_LOG_WARN,
+                "dataserver %u: %llu more payloads refused (not logged)",
+                in->env->server_id, (unsigned long long)skipped);
+    dh__ds_malformed(in->env, from, "%s", why);
 }
 
-void dh__ds_inbox_expect(struct ds_inbox *in, uint64_t task, uint32_t server)
+static struct ds_expect *expect_find(struct ds_inbox *in, uint64_t task)
+{
+    uint32_t *i = dh__idmap_get(&in->exp_map, task);
+
+    return i ? &in->exp[*i] : NULL;
+}
+
+void dh__ds_inbox_expect(struct ds_inbox *in, uint64_t task, uint32_t server,
+                         const char *token)
 {
     struct ds_expect *x = expect_find(in, task);
+    uint32_t *slot;
 
     if (!x) {
         x = &in->exp[in->exp_next];
+        if (x->state)
+            (void)dh__idmap_del(&in->exp_map, x->task);
+        if (dh__idmap_put(&in->exp_map, task, (void **)&slot) < 0)
+            return; /* cannot happen: one entry per ring slot */
+        *slot = (uint32_t)in->exp_next;
         in->exp_next = (in->exp_next + 1) % DS_EXPECT;
     }
     *x = (struct ds_expect){.task = task, .server = server, .state = 1};
+    snprintf(x->token, sizeof(x->token), "%s", token ? token : "");
+    for (int i = 0; i < DS_PARK; i++)
+        if (in->park[i].used && in->park[i].hdr.u.result.task.id == task)
+            in->park[i].ready = 1;
 }
 
 /* The held payload's sender: 1 the task's placed server (the expectation
- * is used up), 0 not known yet (wait for the Route), -1 refused (logged
- * and counted; the inbox is cleared). */
-static int check_sender(struct ds_inbox *in, uint64_t now)
+ * is used up), 0 not known yet (park it, if `may_park`), -1 refused
+ * (logged and counted; the inbox is cleared, the expectation kept). */
+static int check_sender(struct ds_inbox *in, int may_park)
 {
     const struct dh_wire_result *r = &in->hdr.u.result;
     struct ds_expect *x = expect_find(in, r->task.id);
 
-    if (x && x->state == 1 && x->server == r->server_id) {
+    if (x && x->state == 1 && x->server == r->server_id && x->token[0] &&
+        dh__secret_eq(x->token, r->sender_token)) {
         x->state = 2;
-        in->sender_ok = 1;
-        in->give_up_ms = now + (uint64_t)in->env->alloc_timeout_ms;
+        in->give_up_ms = dh__mono_ms() + (uint64_t)in->env->alloc_timeout_ms;
         return 1;
     }
-    if (!x && now < in->route_until)
+    if (!x && may_park)
         return 0;
     if (!x)
-        dh__ds_malformed(in->env, in->from,
-                         "task %llu from server %u: no such task of rank %u "
-                         "was placed on a remote server delivering here; "
-                         "refused",
-                         (unsigned long long)r->task.id, r->server_id,
-                         in->env->rank);
+        refuse_sender(in, in->from,
+                      "task %llu from server %u: no such task of rank %u "
+                      "was placed on a remote server delivering here "
+                      "within %d ms; refused",
+                      (unsigned long long)r->task.id, r->server_id,
+                      in->env->rank, in->env->route_wait_ms);
     else if (x->state == 2)
-        dh__ds_malformed(in->env, in->from,
-                         "task %llu from server %u: its payload was "
-                         "delivered already; refused",
-                         (unsigned long long)r->task.id, r->server_id);
+        refuse_sender(in, in->from,
+                      "task %llu from server %u: its payload was "
+                      "delivered already; refused",
+                      (unsigned long long)r->task.id, r->server_id);
+    else if (x->server != r->server_id)
+        refuse_sender(in, in->from,
+                      "task %llu from server %u: it was placed on server "
+                      "%u; refused",
+                      (unsigned long long)r->task.id, r->server_id, x->server);
     else
-        dh__ds_malformed(in->env, in->from,
-                         "task %llu from server %u: it was placed on server "
-                         "%u; refused",
-                         (unsigned long long)r->task.id, r->server_id,
-                         x->server);
+        refuse_sender(in, in->from,
+                      "task %llu claims server %u, but its sender token is "
+                      "%s: not sent by that server (another member of the "
+                      "job?); refused",
+                      (unsigned long long)r->task.id, r->server_id,
+                      r->sender_token[0] ? "not that server's" : "missing");
     inbox_clear(in);
     return -1;
 }
 
-/* 1: done with the inbox (placed or refused), 0: still waiting. */
+/* ---- parked payloads ---- */
+
+static int park_count(const struct ds_inbox *in, const struct dh_tp_from *p)
+{
+    int n = 0;
+
+    for (int i = 0; i < DS_PARK; i++)
+        n += in->park[i].used && in->park[i].peer.id_len == p->id_len &&
+             !memcmp(in->park[i].peer.id, p->id, p->id_len);
+    return n;
+}
+
+static struct ds_park *park_oldest(struct ds_inbox *in)
+{
+    struct ds_park *o = NULL;
+
+    for (int i = 0; i < DS_PARK; i++)
+        if (in->park[i].used && (!o || in->park[i].arrived_ms < o->arrived_ms))
+            o = &in->park[i];
+    return o;
+}
+
+static void park_refuse(struct ds_inbox *in, struct ds_park *p, const char *why)
+{
+    refuse_sender(in, p->from, "task %llu from server %u: %s; refused",
+                  (unsigned long long)p->hdr.u.result.task.id,
+                  p->hdr.u.result.server_id, why);
+    park_free(in, p);
+}
+
+/* Moves the held payload into a park entry (the inbox is free again), or
+ * refuses it: too many from its connection. */
+static void park(struct ds_inbox *in)
+{
+    uint64_t bytes = in->hdr.u.result.length;
+    struct ds_park *p = NULL;
+
+    if (park_count(in, &in->peer) >= DS_PARK_PER_PEER) {
+        refuse_sender(in, in->from,
+                      "task %llu from server %u: %d payloads of this "
+                      "connection wait for their Route already; refused",
+                      (unsigned long long)in->hdr.u.result.task.id,
+                      in->hdr.u.result.server_id, DS_PARK_PER_PEER);
+        inbox_clear(in);
+        return;
+    }
+    for (int i = 0; i < DS_PARK && !p; i++)
+        if (!in->park[i].used)
+            p = &in->park[i];
+    while ((!p || in->park_bytes + bytes > in->env->arena_cap) &&
+           park_oldest(in)) {
+        struct ds_park *o = park_oldest(in);
+
+        park_refuse(in, o,
+                    "made room for a newer payload before its Route "
+                    "came");
+        p = p ? p : o;
+    }
+    p->used = 1;
+    p->ready = 0;
+    p->hdr = in->hdr;
+    dh_wire_msg_init(&in->hdr, DH_WIRE_NONE);
+    for (int i = 0; i < in->n_frames; i++) {
+        zmq_msg_init(&p->frames[i]);
+        zmq_msg_move(&p->frames[i], &in->frames[i]);
+    }
+    p->n_frames = in->n_frames;
+    p->arrived_ms = in->arrived_ms;
+    p->until_ms = dh__mono_ms() + (uint64_t)in->env->route_wait_ms;
+    p->bytes = bytes;
+    p->peer = in->peer;
+    memcpy(p->from, in->from, sizeof(p->from));
+    in->park_bytes += bytes;
+    inbox_clear(in);
+}
+
+/* Moves a ready park entry back into the inbox as the held payload. */
+static void unpark(struct ds_inbox *in, struct ds_park *p)
+{
+    in->hdr = p->hdr;
+    dh_wire_msg_init(&p->hdr, DH_WIRE_NONE);
+    for (int i = 0; i < p->n_frames; i++) {
+        zmq_msg_init(&in->frames[i]);
+        zmq_msg_move(&in->frames[i], &p->frames[i]);
+    }
+    in->n_frames = p->n_frames;
+    in->arrived_ms = p->arrived_ms;
+    in->peer = p->peer;
+    memcpy(in->from, p->from, sizeof(in->from));
+    park_free(in, p);
+    in->held = 1;
+}
+
+static void expire_parked(struct ds_inbox *in, uint64_t now)
+{
+    char why[96];
+
+    for (int i = 0; i < DS_PARK; i++)
+        if (in->park[i].used && !in->park[i].ready &&
+            now >= in->park[i].until_ms) {
+            snprintf(why, sizeof(why),
+                     "no such task of rank %u was placed on a remote "
+                     "server delivering here within %d ms",
+                     in->env->rank, in->env->route_wait_ms);
+            park_refuse(in, &in->park[i], why);
+        }
+}
+
+/* ---- placing ---- */
+
+/* The held payload, its sender checked: 1 done with it (placed or
+ * refused), 0 still waiting for arena space. */
 static int try_place(struct ds_inbox *in, struct ds_sink sink)
 {
     uint64_t now = dh__mono_ms();
@@ -534,8 +734,6 @@ static int try_place(struct ds_inbox *in, struct ds_sink sink)
     uint8_t *dst;
     int rc;
 
-    if (!in->sender_ok && (rc = check_sender(in, now)) <= 0)
-        return rc < 0;
     if (nothing_freed(in, now))
         return 0;
     rc = dh_arena_alloc(in->env->arena, in->hdr.u.result.length, 0, &ref, &e);
@@ -559,12 +757,32 @@ static int try_place(struct ds_inbox *in, struct ds_sink sink)
     return 1;
 }
 
+/* Parked payloads whose Route came, oldest first: 1 all placed or
+ * refused, 0 one waits for arena space (held). */
+static int place_ready(struct ds_inbox *in, struct ds_sink sink)
+{
+    struct ds_park *p;
+
+    for (;;) {
+        p = NULL;
+        for (int i = 0; i < DS_PARK; i++)
+            if (in->park[i].used && in->park[i].ready &&
+                (!p || in->park[i].arrived_ms < p->arrived_ms))
+                p = &in->park[i];
+        if (!p)
+            return 1;
+        unpark(in, p);
+        if (check_sender(in, 0) > 0 && !try_place(in, sink))
+            return 0;
+    }
+}
+
 void dh__ds_inbox_serve(struct ds_inbox *in, struct ds_sink sink)
 {
     struct dh_err e;
     int extra = 0, drained = 0, rc;
 
-    if (!in || (in->held && !try_place(in, sink)))
+    if (!in || (in->held && !try_place(in, sink)) || !place_ready(in, sink))
         return;
     for (int i = 0; i < DS_BURST; i++) {
         if (!recv_message(in, &extra)) {
@@ -577,17 +795,18 @@ void dh__ds_inbox_serve(struct ds_inbox *in, struct ds_sink sink)
         if (rc == 1)
             extra = 0; /* a set completed: a whole payload now */
         if (rc < 0 || check_payload(in, extra, &e) < 0) {
-            dh__ds_malformed(in->env, in->from, "%s", e.msg);
+            refuse_sender(in, in->from, "%s", e.msg);
             inbox_clear(in);
             continue;
         }
         in->held = 1;
         in->arrived_ms = dh__mono_msf();
-        in->give_up_ms = dh__mono_ms() + (uint64_t)in->env->alloc_timeout_ms;
-        in->route_until = dh__mono_ms() + (uint64_t)in->env->route_wait_ms;
-        if (!try_place(in, sink))
+        if ((rc = check_sender(in, 1)) == 0)
+            park(in);
+        if (rc > 0 && !try_place(in, sink))
             break;
     }
+    expire_parked(in, dh__mono_ms());
     if (drained)
         expire_parts(in);
 }

@@ -45,6 +45,7 @@
 #include "core/clock.h"
 #include "datahelix/batch.h"
 #include "runtime/dataserver_internal.h"
+#include "runtime/keys.h"
 #include "runtime/transport.h"
 
 #define EVICT_LINGER_MS 1000 /* an evicted target may still flush */
@@ -307,6 +308,8 @@ static int encode_header(struct ds_fwd *f, struct ds_parked *k,
     if ((rc = dh__ds_notice_fill(&f->hdr, f->env->server_id, &d->task, &r, e)) <
         0)
         return rc;
+    dh__payload_token(f->env->sender_secret, k->job->target_id,
+                      f->hdr.u.result.sender_token);
     return dh_wire_encode(&f->hdr, &k->hdr, &k->hdr_len, e);
 }
 

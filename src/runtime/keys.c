@@ -167,6 +167,28 @@ int dh__secret_eq(const char *a, const char *b)
     return n == strlen(b) && sodium_memcmp(a, b, n) == 0;
 }
 
+/* A keyed BLAKE2b of the target's id, under the sender's own secret:
+ * unforgeable without the secret, and different per target, so a target
+ * that learns its token cannot send as that server to another rank. */
+void dh__payload_token(const char *secret, uint32_t target,
+                       char out[DH_WIRE_TOKEN_LEN + 1])
+{
+    static const char label[] = "datahelix payload token v1";
+    unsigned char msg[sizeof(label) + 4], mac[DH_WIRE_TOKEN_LEN / 2];
+
+    out[0] = '\0';
+    if (!secret || strlen(secret) != DH_WIRE_TOKEN_LEN)
+        return;
+    memcpy(msg, label, sizeof(label));
+    for (int i = 0; i < 4; i++)
+        msg[sizeof(label) + (size_t)i] = (unsigned char)(target >> (8 * i));
+    crypto_generichash(mac, sizeof(mac), msg, sizeof(msg),
+                       (const unsigned char *)secret, DH_WIRE_TOKEN_LEN);
+    for (size_t i = 0; i < sizeof(mac); i++)
+        snprintf(out + 2 * i, 3, "%02x", mac[i]);
+    sodium_memzero(msg, sizeof(msg));
+}
+
 /* ---- files ---- */
 
 int dh__keys_load(const char *path, struct dh_keys *k, struct dh_err *e)

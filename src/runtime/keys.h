@@ -17,8 +17,10 @@
 #define DH_RUNTIME_KEYS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "datahelix/error.h"
+#include "datahelix/wire.h"
 
 #define DH_KEY_Z85_LEN 40 /* a 32-byte CURVE key in Z85 */
 #define DH_KEY_MAX_ADMIN 8
@@ -33,6 +35,15 @@
  * characters) are compared first.  scripts/checksrc.py refuses strcmp,
  * memcmp and the like on a token or a secret. */
 int dh__secret_eq(const char *a, const char *b);
+
+/* The token a server whose payload secret is `secret` (DH_WIRE_TOKEN_LEN
+ * hex digits, RegisterServer.sender_secret) puts in the payloads it sends
+ * to server `target` (docs/security.md "Who may send a payload"): 32
+ * lower-case hex digits of a keyed BLAKE2b, or "" for a secret that is not
+ * DH_WIRE_TOKEN_LEN characters.  The sender and the Coordinator compute
+ * it; the target only compares. */
+void dh__payload_token(const char *secret, uint32_t target,
+                       char out[DH_WIRE_TOKEN_LEN + 1]);
 
 struct dh_keys {
     char pub[DH_KEY_Z85_LEN + 1];    /* the job's public key, Z85 */

@@ -10,6 +10,8 @@
  *     frames & 16 the Coordinator placed the header's task on its sender
  *                 (server 7) before the message: the inbox expects it
  *     frames & 32 ... on server 8 (so server 7's payload is a stranger's);
+ *                 a header carries server 7's token for this server, or
+ *                 (lie 4) server 8's: a job member forging as server 7
  *                 neither: a task nobody placed, refused (the inbox does
  *                 not wait for a Route here: route_wait_ms 0)
  *     mode & 1   frame 0 is a well-formed ResultNotice built from its
@@ -42,12 +44,16 @@
 #include "datahelix/wire.h"
 #include "fuzz_cursor.h"
 #include "runtime/dataserver_internal.h"
+#include "runtime/keys.h"
 #include "runtime/transport.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define ARENA (1u << 20)
 #define RANK 1
+/* The payload secrets of remote servers 7 and 8. */
+#define SECRET_7 "77777777777777777777777777777777"
+#define SECRET_8 "88888888888888888888888888888888"
 
 struct state {
     struct ds_env env;
@@ -94,6 +100,9 @@ static int header(struct cursor *c, uint8_t **buf, size_t *len,
         return -1;
     }
     m.u.result.server_id = 7;
+    /* server 7's token for this server (3), or now and then server 8's */
+    dh__payload_token(lie == 4 ? SECRET_8 : SECRET_7, 3,
+                      m.u.result.sender_token);
     *task = m.u.result.task.id;
     m.u.result.dtype = f32 ? DH_DTYPE_F32 : DH_DTYPE_U8;
     m.u.result.ndims = 2;
@@ -181,7 +190,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     buf = NULL;
                     len = 0;
                 } else if (fb & (16 | 32)) {
-                    dh__ds_inbox_expect(in, task, (fb & 16) ? 7 : 8);
+                    char tok[DH_WIRE_TOKEN_LEN + 1];
+
+                    dh__payload_token((fb & 16) ? SECRET_7 : SECRET_8, 3, tok);
+                    dh__ds_inbox_expect(in, task, (fb & 16) ? 7 : 8, tok);
                 }
                 zmq_send(tx, buf ? (const void *)buf : "", len, more);
                 dh_wire_free(buf);

@@ -221,6 +221,31 @@ static void test_secret_eq(void **state)
     assert_false(dh__secret_eq(a, ""));
 }
 
+/* A payload token: 32 hex digits, the same for the same secret and
+ * target, another for another target or secret, none without a secret. */
+static void test_payload_token(void **state)
+{
+    char a[DH_WIRE_TOKEN_LEN + 1], b[DH_WIRE_TOKEN_LEN + 1];
+    const char *s1 = "0123456789abcdef0123456789abcdef";
+    const char *s2 = "0123456789abcdef0123456789abcdee";
+
+    (void)state;
+    dh__payload_token(s1, 3, a);
+    assert_int_equal(strlen(a), DH_WIRE_TOKEN_LEN);
+    assert_int_equal(strspn(a, "0123456789abcdef"), DH_WIRE_TOKEN_LEN);
+    dh__payload_token(s1, 3, b);
+    assert_string_equal(a, b);
+    dh__payload_token(s1, 4, b);
+    assert_string_not_equal(a, b);
+    dh__payload_token(s2, 3, b);
+    assert_string_not_equal(a, b);
+    assert_string_not_equal(a, s1); /* never the secret itself */
+    dh__payload_token("", 3, b);
+    assert_string_equal(b, "");
+    dh__payload_token("abc", 3, b);
+    assert_string_equal(b, "");
+}
+
 static void test_rate_limit(void **state)
 {
     struct dh_zap_rl rl = {0};
@@ -244,9 +269,10 @@ static void test_rate_limit(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip),  cmocka_unit_test(test_malformed),
-        cmocka_unit_test(test_load_modes), cmocka_unit_test(test_resolve),
-        cmocka_unit_test(test_rate_limit), cmocka_unit_test(test_secret_eq),
+        cmocka_unit_test(test_roundtrip),     cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_load_modes),    cmocka_unit_test(test_resolve),
+        cmocka_unit_test(test_rate_limit),    cmocka_unit_test(test_secret_eq),
+        cmocka_unit_test(test_payload_token),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -446,6 +446,7 @@ struct cluster_cfg {
     int alloc_ms;          /* the local's alloc_timeout_ms */
     unsigned stripes;      /* both servers' payload_stripes (0: default) */
     int local_deliver_ms;  /* the local's (its part timeout), 0: default */
+    int route_wait_ms;     /* the local's, 0: default */
 };
 
 static void cluster_start(struct cluster *k, const struct cluster_cfg *cfg)
@@ -473,6 +474,8 @@ static void cluster_start(struct cluster *k, const struct cluster_cfg *cfg)
     o.payload_stripes = cfg->stripes;
     if (cfg->local_deliver_ms)
         o.deliver_timeout_ms = cfg->local_deliver_ms;
+    if (cfg->route_wait_ms)
+        o.route_wait_ms = cfg->route_wait_ms;
     k->local.s = make(&o);
     run(&k->local);
     remote_opts(&o, ep);
@@ -873,7 +876,9 @@ static void hostile_parts_are_refused(void **state)
 }
 
 /* A well-formed payload of rank 0's task `step`, claiming server `sid`. */
-static void send_forged(void *s, uint32_t step, uint32_t sid)
+/* A payload of 100 bytes for rank 0's task of `step`, naming server
+ * `sid`, with `token` as its sender token (NULL: none). */
+static void send_forged(void *s, uint32_t step, uint32_t sid, const char *token)
 {
     struct dh_wire_msg m;
 
@@ -881,6 +886,9 @@ static void send_forged(void *s, uint32_t step, uint32_t sid)
     assert_int_equal(
         dh_wire_task_make(&m.u.result.task, 0, 0, step, 0, 0, NULL), 0);
     m.u.result.server_id = sid;
+    if (token)
+        snprintf(m.u.result.sender_token, sizeof(m.u.result.sender_token), "%s",
+                 token);
     send_msg(s, &m, ZMQ_SNDMORE);
     dh_wire_msg_fini(&m);
     send_frames(s, 1, 100);
@@ -907,7 +915,7 @@ static void payloads_only_from_the_placed_server_once(void **state)
     cluster_start(&k, &(struct cluster_cfg){.deliver_ms = WAIT_MS});
     evil = dealer(k.ctx, dh_dataserver_endpoint(k.local.s));
     t0 = now_ms();
-    send_forged(evil, 50, REMOTE_ID); /* 1: never placed anywhere */
+    send_forged(evil, 50, REMOTE_ID, NULL); /* 1: never placed anywhere */
     WAIT_STAT(k.local.s, malformed, 1);
     assert_true(now_ms() - t0 >= 900); /* it waited for a Route */
     /* A task placed on the remote, and a stranger claiming to be another
@@ -915,7 +923,8 @@ static void payloads_only_from_the_placed_server_once(void **state)
     for (step = 1; step <= 2 && to != REMOTE_ID; step++) {
         to = send_request(k.cl, step, ids, 2);
         if (to == REMOTE_ID)
-            send_forged(evil, step, REMOTE_ID + 1); /* 2: not its server */
+            send_forged(evil, step, REMOTE_ID + 1,
+                        NULL); /* 2: not its server */
         if (next_done(k.cl, &m, WAIT_MS) < 0)
             fail_msg("no completion for step %u", step);
         if (m.type == DH_WIRE_ERROR_NOTICE)
@@ -928,7 +937,7 @@ static void payloads_only_from_the_placed_server_once(void **state)
     WAIT_STAT(k.local.s, malformed, 2);
     WAIT_STAT(k.local.s, payloads, 1);
     t0 = now_ms();
-    send_forged(evil, step - 1, REMOTE_ID); /* 3: delivered already */
+    send_forged(evil, step - 1, REMOTE_ID, NULL); /* 3: delivered already */
     WAIT_STAT(k.local.s, malformed, 3);
     assert_true(now_ms() - t0 < 900);               /* known: refused at once */
     assert_int_equal(next_done(k.cl, &m, 300), -1); /* nothing more */
@@ -938,6 +947,63 @@ static void payloads_only_from_the_placed_server_once(void **state)
     assert_int_equal(ls.results, 2);
     assert_int_equal(live_slots(k.local.s, 0), 0);
     cluster_stop(&k);
+}
+
+/* Issue 36 items 1 and 3: a member of the job (it holds the job's key)
+ * races the placed remote with payloads that name the remote's server id,
+ * one without a sender token and one with a made-up token, after parking
+ * payloads for tasks nobody placed from three connections.  Neither forged
+ * payload is placed; the remote's own batch is (not refused as a
+ * duplicate), while the parked ones still wait for their Route: they never
+ * held the inbox up. */
+static void a_job_member_cannot_send_as_another_server(void **state)
+{
+    static struct cluster k; /* static: the teardown may stop it */
+    struct dh_dataserver_stats ls;
+    struct dh_keys keys;
+    uint64_t ids[2] = {1, 0};
+    struct dh_wire_msg m;
+    uint32_t step, to = 0;
+    void *ins[3];
+    char key[700];
+
+    (void)state;
+    write_key("insider-job.key", key, sizeof(key), &keys);
+    cluster_start(&k, &(struct cluster_cfg){.keyfile = key,
+                                            .deliver_ms = WAIT_MS,
+                                            .route_wait_ms = 600000});
+    for (uint32_t i = 0; i < 3; i++) {
+        ins[i] = keyed_dealer(k.ctx, dh_dataserver_endpoint(k.local.s), &keys);
+        send_forged(ins[i], 60 + 2 * i, REMOTE_ID, NULL); /* parked */
+        send_forged(ins[i], 61 + 2 * i, REMOTE_ID, NULL);
+    }
+    for (step = 1; step <= 2 && to != REMOTE_ID; step++) {
+        to = send_request(k.cl, step, ids, 2);
+        if (to == REMOTE_ID) {
+            send_forged(ins[0], step, REMOTE_ID, NULL);
+            send_forged(ins[1], step, REMOTE_ID,
+                        "0123456789abcdef0123456789abcdef");
+        }
+        if (next_done(k.cl, &m, WAIT_MS) < 0)
+            fail_msg("no completion for step %u", step);
+        if (m.type == DH_WIRE_ERROR_NOTICE)
+            fail_msg("step %u: %s", step, m.u.error.message);
+        assert_int_equal(m.u.result.task.step, step);
+        check_slot(k.local.s, &m.u.result, ids, 2); /* the decoded bytes */
+        dh_wire_msg_fini(&m);
+    }
+    assert_int_equal(to, REMOTE_ID);
+    WAIT_STAT(k.local.s, malformed, 2);
+    dh_dataserver_stats(k.local.s, &ls);
+    assert_int_equal(ls.payloads, 1);
+    assert_int_equal(ls.malformed, 2); /* the six parked still wait */
+    assert_int_equal(next_done(k.cl, &m, 300), -1); /* nothing more */
+    for (int i = 0; i < 3; i++)
+        zmq_close(ins[i]);
+    assert_int_equal(live_slots(k.local.s, 0), 0);
+    cluster_stop(&k);
+    dh__keys_wipe(&keys);
+    unlink(key);
 }
 
 /* Only the job's owner stops the Coordinator (issue 13 item 2): a
@@ -1513,6 +1579,8 @@ int main(void)
                                   teardown),
         cmocka_unit_test_teardown(hostile_parts_are_refused, teardown),
         cmocka_unit_test_teardown(payloads_only_from_the_placed_server_once,
+                                  teardown),
+        cmocka_unit_test_teardown(a_job_member_cannot_send_as_another_server,
                                   teardown),
         cmocka_unit_test_teardown(only_an_admin_key_stops_the_coordinator,
                                   teardown),

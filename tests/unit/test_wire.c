@@ -113,6 +113,7 @@ static void fill_result(struct dh_wire_result *r)
     static const uint32_t vf[3] = {0, 16, DH_WIRE_MAX_FRAMES};
 
     task_max(&r->task);
+    fill_text(r->sender_token, DH_WIRE_TOKEN_LEN, 'c');
     r->server_id = 1;
     r->arena_offset = DH_WIRE_MAX_BYTES;
     r->slot_generation = UINT32_MAX;
@@ -184,6 +185,7 @@ static void fill_msg(struct dh_wire_msg *m, int i)
         m->u.register_server.workers = DH_WIRE_MAX_WORKERS;
         m->u.register_server.arena_bytes = DH_WIRE_MAX_BYTES;
         fill_text(m->u.register_server.token, DH_WIRE_TOKEN_LEN, '0');
+        fill_text(m->u.register_server.sender_secret, DH_WIRE_TOKEN_LEN, '9');
         break;
     case DH_WIRE_HEARTBEAT:
         fill_heartbeat(&m->u.heartbeat);
@@ -195,6 +197,7 @@ static void fill_msg(struct dh_wire_msg *m, int i)
         task_max(&m->u.route.task);
         m->u.route.server_id = UINT32_MAX;
         m->u.route.target_server_id = 1;
+        fill_text(m->u.route.sender_token, DH_WIRE_TOKEN_LEN, 'a');
         if (i == 9) {
             snprintf(m->u.route.target_addr, sizeof(m->u.route.target_addr),
                      "%s", "ipc:///run/dh/0");
@@ -315,6 +318,7 @@ static void assert_result_eq(const struct dh_wire_result *a,
 {
     assert_task_eq(&a->task, &b->task);
     assert_int_equal(a->server_id, b->server_id);
+    assert_string_equal(a->sender_token, b->sender_token);
     assert_int_equal(a->arena_offset, b->arena_offset);
     assert_int_equal(a->length, b->length);
     assert_int_equal(a->slot_generation, b->slot_generation);
@@ -387,6 +391,7 @@ static void assert_msg_eq(const struct dh_wire_msg *a,
         assert_int_equal(sa->arena_bytes, sb->arena_bytes);
         assert_string_equal(sa->host, sb->host);
         assert_string_equal(sa->token, sb->token);
+        assert_string_equal(sa->sender_secret, sb->sender_secret);
         break;
     case DH_WIRE_HEARTBEAT:
         assert_heartbeat_eq(&a->u.heartbeat, &b->u.heartbeat);
@@ -400,6 +405,7 @@ static void assert_msg_eq(const struct dh_wire_msg *a,
         assert_int_equal(a->u.route.target_server_id,
                          b->u.route.target_server_id);
         assert_string_equal(a->u.route.target_addr, b->u.route.target_addr);
+        assert_string_equal(a->u.route.sender_token, b->u.route.sender_token);
         assert_int_equal(a->u.route.has_request, b->u.route.has_request);
         if (a->u.route.has_request)
             assert_request_eq(&a->u.route.request, &b->u.route.request);
@@ -1613,6 +1619,23 @@ static void encode_rejects_bad_messages(void **state)
     m.u.register_server.rank = 0;
     assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), DH_EINVAL);
     assert_non_null(strstr(e.msg, "remote server carries no rank token"));
+    /* So are a server's payload secret and the sender tokens of Routes and
+     * payload headers (docs/security.md "Who may send a payload"). */
+    fill_msg(&m, 1);
+    m.u.register_server.sender_secret[5] = 'g';
+    assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "sender_secret is not lower-case hex"));
+    fill_msg(&m, 9);
+    m.u.route.sender_token[20] = '\0';
+    assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "sender_token has 20 characters"));
+    dh_wire_msg_fini(&m);
+    fill_msg(&m, 5);
+    assert_int_equal(m.type, DH_WIRE_RESULT_NOTICE);
+    m.u.result.sender_token[0] = 'Z';
+    assert_int_equal(dh_wire_encode(&m, &buf, &len, &e), DH_EINVAL);
+    assert_non_null(strstr(e.msg, "sender_token is not lower-case hex"));
+    dh_wire_msg_fini(&m);
     /* A RankReport's misses are some of its steps (issue 18). */
     fill_msg(&m, 3);
     m.u.request.report.misses = m.u.request.report.steps - 1;

@@ -170,6 +170,11 @@ struct dh_dataserver_opts {
                                    dataserver.md "Striped payloads"); 0
                                    (default): $DATAHELIX_PAYLOAD_STRIPES,
                                    else half the CPUs, 1..4 */
+    int route_wait_ms;             /* local with listen: how long a payload
+                                   that came before its task's Route waits
+                                   for it, parked (it never holds other
+                                   payloads up), before it is refused
+                                   (default 1000) */
 };
 
 /* Fills the defaults above (pointers NULL, rank 0, server_id 0, local,

@@ -165,6 +165,9 @@ struct dh_wire_register_server {
     uint32_t cpus;    /* CPUs its workers may run on, <= DH_WIRE_MAX_WORKERS;
                          0 = unknown */
     uint64_t cpu_set; /* which: hash of boot id + affinity mask; 0 = unknown */
+    /* The server's own payload secret: "" or DH_WIRE_TOKEN_LEN lower-case
+     * hex digits (docs/wire-protocol.md "Authorization"). */
+    char sender_secret[DH_WIRE_TOKEN_LEN + 1];
 };
 
 struct dh_wire_link {
@@ -256,6 +259,9 @@ struct dh_wire_route {
     char target_addr[DH_WIRE_MAX_ADDR + 1];
     int has_request; /* 1: `request` is set (its task must equal `task`) */
     struct dh_wire_request request;
+    /* To the delivery target only: the token the placed server's payload
+     * must carry; "" or DH_WIRE_TOKEN_LEN lower-case hex digits. */
+    char sender_token[DH_WIRE_TOKEN_LEN + 1];
 };
 
 /* ResultNotice.stages (proto/datahelix.proto StageTimes; docs/trace.md).
@@ -296,6 +302,8 @@ struct dh_wire_result {
     int32_t *sub_cause;
     uint32_t n_subs;
     struct dh_wire_stages stages;
+    /* A payload header's sender token (Route.sender_token); "" elsewhere. */
+    char sender_token[DH_WIRE_TOKEN_LEN + 1];
 };
 
 struct dh_wire_error {
