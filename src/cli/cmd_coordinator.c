@@ -39,7 +39,7 @@ static void usage(FILE *f)
         "usage: datahelix coordinator [--listen ADDR] [--policy P]\n"
         "                             [--cpu-pools on|off]\n"
         "                             [--keyfile FILE] [--insecure]\n"
-        "                             [--heartbeat-timeout-ms N]\n"
+        "                             [--heartbeat-timeout-ms N] [--overdue-ms N]\n"
         "                             [--telemetry FILE] [--exit-with-parent]\n"
         "                             [--exit-when-unused MS]\n"
         "                             [--metrics-listen HOST:PORT]\n"
@@ -59,6 +59,11 @@ static void usage(FILE *f)
         "                             docs/placement.md \"CPU pools\")\n"
         "  --heartbeat-timeout-ms N   silence after which a DataServer is\n"
         "                             declared dead (default 3000)\n"
+        "  --overdue-ms N             a task on a live remote DataServer\n"
+        "                             with no answer after N ms, and past\n"
+        "                             4x its predicted time or its deadline,\n"
+        "                             goes to its rank's local DataServer\n"
+        "                             (default 5000)\n"
         "  --telemetry FILE           one JSON line per placement decision\n"
         "  --exit-with-parent         stop (cleanly) when the process that\n"
         "                             started this one dies\n"
@@ -92,6 +97,7 @@ static const struct option long_opts[] = {
     {"policy", required_argument, NULL, 'p'},
     {"cpu-pools", required_argument, NULL, 'C'},
     {"heartbeat-timeout-ms", required_argument, NULL, 't'},
+    {"overdue-ms", required_argument, NULL, 'o'},
     {"telemetry", required_argument, NULL, 'T'},
     {"exit-with-parent", no_argument, NULL, 'P'},
     {"remove-at-exit", required_argument, NULL, 'X'},
@@ -138,6 +144,14 @@ static int parse_opt(void *ctx, int c)
                                       "an integer in [1, 3600000], not '%s'",
                                       optarg);
         a->o.heartbeat_timeout_ms = (int)v;
+        return 0;
+    case 'o':
+        if (dh_cli_parse_i64(optarg, 1, 3600000, &v))
+            return dh_cli_usage_error(CMD,
+                                      "--overdue-ms must be an integer in "
+                                      "[1, 3600000], not '%s'",
+                                      optarg);
+        a->o.overdue_ms = (int)v;
         return 0;
     case 'T':
         a->telemetry_path = optarg;

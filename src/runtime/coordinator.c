@@ -45,6 +45,7 @@ void dh_coordinator_opts_default(struct dh_coordinator_opts *o)
 {
     memset(o, 0, sizeof(*o));
     o->heartbeat_timeout_ms = 3000;
+    o->overdue_ms = 5000;
     o->max_servers = 1024;
     o->max_clients = 4096;
     o->max_inflight = 65536;
@@ -751,7 +752,8 @@ static int check_opts(const struct dh_coordinator_opts *o,
         o->queue_per_worker > 1000000 || o->claim_timeout_ms < 0 ||
         o->pending_timeout_ms < 0 || o->max_remote_servers < 0 ||
         o->max_remote_servers > o->max_servers || o->metrics_interval_ms < 0 ||
-        o->metrics_interval_ms > 60000)
+        o->metrics_interval_ms > 60000 || o->overdue_ms < 0 ||
+        o->overdue_ms > 3600000)
         return dh_err_set(e, DH_EINVAL,
                           "coordinator size limits out of "
                           "range");
@@ -841,6 +843,7 @@ int dh_coordinator_create(const struct dh_coordinator_opts *o,
         return dh_err_set(e, DH_ENOMEM, "coordinator: out of memory");
     c->telemetry = o->telemetry;
     c->hb_timeout_ms = o->heartbeat_timeout_ms;
+    c->overdue_ms = o->overdue_ms > 0 ? o->overdue_ms : 5000;
     c->queue_per_worker = o->queue_per_worker;
     c->cpu_pools = o->cpu_pools && pol == DH_PLACE_POLICY_DEADLINE;
     c->edf = c->cpu_pools; /* the pools' queue: --cpu-pools off is as before */

@@ -47,6 +47,9 @@ struct co_server {
      * the measured read cost, ms per MB (EWMA; 0 = none yet) */
     uint64_t read_bytes;
     double read_ms, read_ms_per_mb;
+    /* answers out of line (coordinator_doubt.c); demoted: no new tasks */
+    uint32_t strikes;
+    int demoted;
 };
 
 /* A CPU pool (coordinator_pools.c): the local servers of one host name
@@ -98,6 +101,11 @@ struct co_task {
     uint64_t server_gen;
     double work_ms;
     uint64_t arrived_ms, since_ms;
+    /* a remote's verdict against it is being checked on the rank's local
+     * server (coordinator_doubt.c): that remote's slot and registration */
+    int doubted;
+    int32_t doubt_slot;
+    uint64_t doubt_gen;
 };
 
 /* Several entries a line, which clang-format 14 re-breaks by one more on
@@ -107,7 +115,8 @@ struct co_task {
     X(malformed) X(requests) X(routed) X(rerouted) X(results)               \
     X(duplicates) X(dead_servers) X(queue_full) X(send_failures)            \
     X(heartbeats) X(refused) X(rate_limited) X(expired) X(capped)          \
-    X(servers) X(clients) X(inflight) X(pending)
+    X(servers) X(clients) X(inflight) X(pending) X(rechecked) X(overdue)    \
+    X(demoted)
 /* clang-format on */
 
 struct dh_coordinator {
@@ -119,8 +128,9 @@ struct dh_coordinator {
     int tel_dirty;  /* lines buffered since the loop turn's flush */
     int tel_failed; /* a telemetry write failed (said once) */
     int hb_timeout_ms, queue_per_worker;
-    int cpu_pools; /* 1: gate local servers by CPU pool */
-    int edf;       /* 1: new requests wait in due order */
+    int overdue_ms; /* coordinator_doubt.c */
+    int cpu_pools;  /* 1: gate local servers by CPU pool */
+    int edf;        /* 1: new requests wait in due order */
     uint64_t next_pool_tick_ms;
     struct co_pool *pools;    /* [max_servers], by pool id */
     int exit_unused_ms;       /* see dh_coordinator_opts */
@@ -277,6 +287,29 @@ void dh__co_client_moved(struct dh_coordinator *c, uint32_t rank,
 /* Queues the in-flight tasks of dead slot `slot` for re-routing (the slot
  * has already left placement and the registry). */
 void dh__co_orphan_tasks(struct dh_coordinator *c, int32_t slot);
+/* Task t leaves its server for its rank's local server (local_only),
+ * re-queued; and a slot given back to the server that holds it. */
+void dh__co_to_local(struct dh_coordinator *c, struct co_task *t, uint64_t now);
+void dh__co_send_release(struct dh_coordinator *c, const struct co_peer *to,
+                         const struct dh_wire_result *res);
+
+/* ---- coordinator_doubt.c: remote servers not taken at their word ---- */
+/* A remote's notice against task t's samples (m: an ErrorNotice, or a
+ * ResultNotice with substitutions, received from `from`, registered in
+ * slot `from_slot`): 1 if the task
+ * went to its rank's local server to be checked (the notice is dropped),
+ * 0 if it goes on as usual. */
+int dh__co_doubt(struct dh_coordinator *c, struct co_task *t,
+                 const struct co_peer *from, int32_t from_slot,
+                 const struct dh_wire_msg *m, uint64_t now);
+/* Task t completed with m: a strike for the remote whose verdict the
+ * local server overruled. */
+void dh__co_doubt_settled(struct dh_coordinator *c, const struct co_task *t,
+                          const struct dh_wire_msg *m);
+/* Tasks overdue on live remotes go to their ranks' local servers. */
+void dh__co_overdue(struct dh_coordinator *c, uint64_t now);
+/* 1 if the server in `slot` is demoted: placement sends it nothing new. */
+int dh__co_demoted(const struct dh_coordinator *c, int32_t slot);
 /* The local server of `rank` died: its tasks running on other servers can
  * no longer be delivered (their payloads went, or would go, to the dead
  * one), so each is re-routed to the rank's next local server. */

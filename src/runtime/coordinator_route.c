@@ -239,7 +239,7 @@ static void send_error(struct dh_coordinator *c, struct co_task *t, int cause,
     (void)dh__co_send(c, &t->client, &c->out);
 }
 
-static void send_release(struct dh_coordinator *c, const struct co_peer *to,
+void dh__co_send_release(struct dh_coordinator *c, const struct co_peer *to,
                          const struct dh_wire_result *res)
 {
     dh_wire_msg_fini(&c->out);
@@ -372,6 +372,10 @@ static int place_task(struct dh_coordinator *c, struct co_task *t, uint64_t now)
         return rc;
     telemetry(c, t, &d, now_us() - t0);
     dh__co_mx_decision(c, d.server, (int)d.reason, now_us() - t0);
+    /* A demoted remote gets nothing new: the rank's local server does. */
+    if (d.server >= 0 && dh__co_demoted(c, d.server) && q.local_server >= 0 &&
+        (rc = decide_local(c, &q, &d)) < 0)
+        return rc;
     if (d.server < 0)
         return 0;
     rc = t->state == CO_PENDING_NEW
@@ -501,6 +505,7 @@ void dh__co_expire(struct dh_coordinator *c, uint64_t now)
     if (now < c->next_expire_ms)
         return;
     c->next_expire_ms = now + 1000;
+    dh__co_overdue(c, now);
     for (size_t k = 0; k < c->fifo_len; k++) {
         struct co_task *t = c->fifo[(c->fifo_head + k) % c->fifo_cap];
         int first = 0;
@@ -673,7 +678,7 @@ static void complete_task(struct dh_coordinator *c, struct co_task *t,
  * server only: the one place its batch can always be delivered.  The old
  * execution's work leaves that server's queue; if it still completes
  * first, that completion is kept as any other. */
-static void to_local(struct dh_coordinator *c, struct co_task *t, uint64_t now)
+void dh__co_to_local(struct dh_coordinator *c, struct co_task *t, uint64_t now)
 {
     off_server(c, t, (double)(now - t->since_ms));
     t->req.hints.local_only = 1;
@@ -695,7 +700,7 @@ void dh__co_target_lost(struct dh_coordinator *c, uint32_t rank, uint64_t now)
         if (t->req.requester_rank != rank || t->state != CO_RUNNING ||
             t->server < 0 || c->servers[t->server].role != DH_WIRE_ROLE_REMOTE)
             continue;
-        to_local(c, t, now);
+        dh__co_to_local(c, t, now);
         n++;
     }
     if (n)
@@ -726,7 +731,7 @@ static void on_undelivered(struct dh_coordinator *c, struct co_task *t,
             "to rank %u (%s): re-routing it to that rank's local server",
             w->server_id, (unsigned long long)w->task.id, t->req.requester_rank,
             w->message);
-    to_local(c, t, now);
+    dh__co_to_local(c, t, now);
     dh__co_drain(c, now);
 }
 
@@ -748,7 +753,7 @@ void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
         /* A server declared dead may still finish: the slot it names is
          * its own, so it gets it back (a stranger learns nothing). */
         if (is_result)
-            send_release(c, from, &m->u.result);
+            dh__co_send_release(c, from, &m->u.result);
         return;
     }
     c->servers[from_slot].last_seen_ms = now;
@@ -759,7 +764,7 @@ void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
                        "its delivery target",
                        (unsigned long long)task->id, sid);
         if (is_result) /* its own slot: give it back */
-            send_release(c, from, &m->u.result);
+            dh__co_send_release(c, from, &m->u.result);
         return;
     }
     /* Only a remote delivers to another server. */
@@ -768,11 +773,13 @@ void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
         on_undelivered(c, t, &m->u.error, now);
         return;
     }
+    if (dh__co_doubt(c, t, from, from_slot, m, now))
+        return;
     if (dh_inflight_done(c->inflight, task->id, sid, &first) < 0 || !first ||
         !t) {
         CO_INC(c, duplicates); /* late or unknown: never reaches a client */
         if (is_result)
-            send_release(c, from, &m->u.result);
+            dh__co_send_release(c, from, &m->u.result);
         return;
     }
     CO_SET(c, inflight, dh_inflight_count(c->inflight));
@@ -781,6 +788,7 @@ void dh__co_on_done(struct dh_coordinator *c, const struct co_peer *from,
      * decode above stays: authorization and first-result-wins need it). */
     (void)dh__co_forward(c, &t->client, m);
     CO_INC(c, results);
+    dh__co_doubt_settled(c, t, m);
     dh__co_mx_done(c, t, m, now);
     complete_task(c, t, now, is_result ? m->u.result.service_ms : 0);
     dh__co_drain(c, now);

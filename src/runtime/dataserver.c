@@ -60,6 +60,7 @@ struct dh_dataserver {
     struct ds_exec *exec;
     struct ds_link link;
     struct ds_jobs jobs;
+    struct ds_backlog backlog; /* local: Routes waiting for a job entry */
     struct ds_slots slots;
     struct ds_quarantines quar;
     double latency_ms;
@@ -86,10 +87,14 @@ void dh_dataserver_opts_default(struct dh_dataserver_opts *o)
 
 /* ---- completions ---- */
 
-/* A result's substituted samples failed here (or at the remote that
- * prepared it): remembered (also those of a job that failed later on). */
+/* A result's substituted samples failed here: remembered (also those of a
+ * job that failed later on).  A remote's word that they failed is not
+ * (the Coordinator has it checked here first: docs/security.md "Sidecars
+ * checked"), so a lying sidecar cannot quarantine good samples. */
 static void quarantine_subs(struct dh_dataserver *s, const struct ds_result *r)
 {
+    if (r->stages.server_id && r->stages.server_id != s->env.server_id)
+        return;
     for (uint32_t i = 0; i < r->n_subs; i++) {
         char msg[160];
 
@@ -209,8 +214,53 @@ static int admit(struct dh_dataserver *s, const struct dh_wire_route *r,
     return 0;
 }
 
-static void on_route(struct dh_dataserver *s, const struct dh_wire_route *r)
+/* The tail of a Route that could not be admitted: the Coordinator hears
+ * why, for the task. */
+static void admit_failed(struct dh_dataserver *s, const struct dh_wire_route *r,
+                         int rc, struct dh_err *e)
 {
+    const struct dh_wire_request *rq = &r->request;
+
+    /* A remote with no room - its job table (DH_ETOOBIG) or its workers'
+     * queue (DH_ETIMEOUT) full: a restarted Coordinator does not know
+     * what it still holds - says nothing about the samples: DH_EPEERDEAD,
+     * which the Coordinator answers by re-routing the task to the rank's
+     * local server (docs/exactly-once.md "Lost delivery target"), never a
+     * sample error that the skip policy would drop. */
+    if (s->env.remote && (rc == DH_ETOOBIG || rc == DH_ETIMEOUT))
+        e->code = DH_EPEERDEAD;
+    dh__ds_ctl_error(s->ctl, &rq->task, rq->sample_ids[0], e->code, e->msg);
+}
+
+/* 1 if admit() failed for want of room (a job entry, the queue). */
+static int busy(int rc)
+{
+    return rc == DH_ETOOBIG || rc == DH_ETIMEOUT;
+}
+
+/* Admits the Routes that waited for room, oldest first, while there is. */
+static void admit_backlog(struct dh_dataserver *s)
+{
+    struct dh_wire_msg *m;
+    struct dh_err e;
+    int rc;
+
+    while ((m = dh__ds_backlog_front(&s->backlog)) &&
+           dh__ds_job_new(&s->jobs)) {
+        dh_err_clear(&e);
+        if ((rc = admit(s, &m->u.route, &e)) == DH_ETIMEOUT)
+            return; /* the queue is still full: on a later turn */
+        if (rc == 0)
+            DS_INC(&s->env, routes);
+        else
+            admit_failed(s, &m->u.route, rc, &e);
+        dh__ds_backlog_pop(&s->backlog);
+    }
+}
+
+static void on_route(struct dh_dataserver *s, struct dh_wire_msg *m)
+{
+    const struct dh_wire_route *r = &m->u.route;
     const struct dh_wire_request *rq = &r->request;
     const struct ds_quarantine *q;
     const struct ds_sent *sent;
@@ -247,6 +297,19 @@ static void on_route(struct dh_dataserver *s, const struct dh_wire_route *r)
                          "request");
         return;
     }
+    /* Routed here again while this server still holds it: it was declared
+     * dead (a stopped or starved process) and came back, and the
+     * Coordinator re-routed what it held.  Its result will come from the
+     * job already running (issue 36 item 5: never decoded twice, never a
+     * second job entry). */
+    if (dh__ds_job_find(&s->jobs, r->task.id) ||
+        dh__ds_backlog_has(&s->backlog, r->task.id)) {
+        dh__log(DH_LOG_INFO,
+                "dataserver %u: task %llu routed here again while it is in "
+                "flight here: its result comes from the job running",
+                s->env.server_id, (unsigned long long)r->task.id);
+        return;
+    }
     /* With spares the job substitutes a quarantined sample (admit()). */
     if (!(rq->n_spares && s->exec->ops->spares) &&
         (q = dh__ds_quarantine_find(&s->quar, rq))) {
@@ -258,26 +321,35 @@ static void on_route(struct dh_dataserver *s, const struct dh_wire_route *r)
         return;
     }
     dh_err_clear(&e);
-    if ((rc = admit(s, r, &e)) == 0) {
+    /* A local server with Routes waiting keeps their order. */
+    rc = s->backlog.n ? DH_ETOOBIG : admit(s, r, &e);
+    if (rc == 0) {
         DS_INC(&s->env, routes);
         return;
     }
-    /* A remote with no room - its job table (DH_ETOOBIG) or its workers'
-     * queue (DH_ETIMEOUT) full: a restarted Coordinator does not know
-     * what it still holds - says nothing about the samples: DH_EPEERDEAD,
-     * which the Coordinator answers by re-routing the task to the rank's
-     * local server (docs/exactly-once.md "Lost delivery target"), never a
-     * sample error that the skip policy would drop. */
-    if (s->env.remote && (rc == DH_ETOOBIG || rc == DH_ETIMEOUT))
-        e.code = DH_EPEERDEAD;
-    dh__ds_ctl_error(s->ctl, &rq->task, rq->sample_ids[0], e.code, e.msg);
+    /* A local server with no room: the Route waits for a job to end. */
+    if (!s->env.remote && busy(rc) &&
+        dh__ds_backlog_push(&s->backlog, m) == 0) {
+        dh__log(DH_LOG_DEBUG,
+                "dataserver %u: task %llu waits for a free job entry "
+                "(%zu waiting)",
+                s->env.server_id, (unsigned long long)m->u.route.task.id,
+                s->backlog.n);
+        return;
+    }
+    if (rc == DH_ETOOBIG && s->backlog.n && !e.msg[0])
+        dh_err_set(&e, DH_ETOOBIG,
+                   "dataserver %u busy: %zu jobs in flight and %zu "
+                   "routes waiting",
+                   s->env.server_id, s->jobs.n, s->backlog.n);
+    admit_failed(s, r, rc, &e);
 }
 
-static void dispatch(struct dh_dataserver *s, const struct dh_wire_msg *m)
+static void dispatch(struct dh_dataserver *s, struct dh_wire_msg *m)
 {
     switch (m->type) {
     case DH_WIRE_ROUTE:
-        on_route(s, &m->u.route);
+        on_route(s, m);
         break;
     case DH_WIRE_RELEASE:
         dh__ds_slot_release(&s->slots, &s->env, &m->u.release);
@@ -387,6 +459,7 @@ static int serve_once(struct dh_dataserver *s, struct dh_err *e)
         return rc;
     dh__ds_inbox_serve(s->inbox, sink_of(s));
     s->exec->ops->drain(s->exec);
+    admit_backlog(s);
     if (dh__mono_ms() >= s->next_hb_ms) {
         heartbeat(s);
         s->next_hb_ms = dh__mono_ms() + (uint64_t)s->heartbeat_ms;
@@ -563,6 +636,8 @@ static int open_parts(struct dh_dataserver *s,
     if (o->python_dataset && jobs < DS_PY_JOBS)
         jobs = DS_PY_JOBS;
     if ((rc = dh__ds_jobs_init(&s->jobs, jobs, e)) < 0 ||
+        (rc = dh__ds_backlog_init(&s->backlog, jobs * DS_BACKLOG_PER_JOB, e)) <
+            0 ||
         (rc = dh_index_open(o->index_path, 0, &s->env.ix, e)) < 0 ||
         (rc = dh_arena_create(o->arena_bytes, &s->env.arena, e)) < 0 ||
         (rc = arena_capacity(s, e)) < 0 || (rc = open_sockets(s, o, e)) < 0 ||
@@ -691,6 +766,7 @@ void dh_dataserver_destroy(struct dh_dataserver *s)
     if (s->ctx)
         zmq_ctx_term(s->ctx);
     dh__ds_jobs_fini(&s->jobs);
+    dh__ds_backlog_fini(&s->backlog);
     dh__ds_slots_fini(&s->slots);
     dh_arena_destroy(s->env.arena);
     dh_index_close(s->env.ix);

@@ -316,8 +316,30 @@ int dh__ds_jobs_init(struct ds_jobs *t, size_t n,
 void dh__ds_jobs_fini(struct ds_jobs *t);
 /* A free entry, or NULL. */
 struct ds_job *dh__ds_job_new(struct ds_jobs *t);
+/* The job of task `task` in the table, or NULL. */
+struct ds_job *dh__ds_job_find(struct ds_jobs *t, uint64_t task);
 /* Frees what the job owns and marks it free. */
 void dh__ds_job_clear(struct ds_job *j);
+
+/* Routes that found every job entry (or the executor's queue) taken: they
+ * wait here, in order, and are admitted as jobs end - "busy" is back-
+ * pressure, never a sample's error.  Full only when the Coordinator sends
+ * far more than the server's share (DS_BACKLOG_PER_JOB x the table). */
+#define DS_BACKLOG_PER_JOB 4
+struct ds_backlog {
+    struct dh_wire_msg *v; /* cap entries, a ring */
+    size_t head, n, cap;
+};
+int dh__ds_backlog_init(struct ds_backlog *b, size_t cap,
+                        struct dh_err *e) DH_MUST_CHECK;
+void dh__ds_backlog_fini(struct ds_backlog *b);
+/* Takes *m over (it is left empty): 0, or DH_ETOOBIG (full: *m kept). */
+int dh__ds_backlog_push(struct ds_backlog *b, struct dh_wire_msg *m);
+/* The oldest waiting Route, or NULL. */
+struct dh_wire_msg *dh__ds_backlog_front(struct ds_backlog *b);
+void dh__ds_backlog_pop(struct ds_backlog *b);
+/* 1 if a Route of task `task` waits here. */
+int dh__ds_backlog_has(const struct ds_backlog *b, uint64_t task);
 
 /* Slots handed to the client with a ResultNotice (a Release names one),
  * each with its notice as sent: a Coordinator that dies with the notice

@@ -4,8 +4,10 @@
  * the client, and the quarantine of samples that failed here.
  *
  * Design: the job table is sized to the jobs that can be in an executor at
- * once (queue + threads, or DS_PY_JOBS), so a request is either admitted
- * or answered with an ErrorNotice at once, never dropped; a job stays in
+ * once (queue + threads, or DS_PY_JOBS); a local server's Route that finds
+ * it full waits in the backlog (a ring of the Routes themselves, taken
+ * over without a copy) until a job ends, so a request is admitted, waits,
+ * or is answered with an ErrorNotice, never dropped; a job stays in
  * it until its executor reports its completion (a remote one while its
  * batch waits for the target, too).  The slots handed to the client are
  * remembered so that a Release (offset, generation) finds its length.
@@ -45,6 +47,65 @@ struct ds_job *dh__ds_job_new(struct ds_jobs *t)
         if (!t->v[i].used)
             return &t->v[i];
     return NULL;
+}
+
+struct ds_job *dh__ds_job_find(struct ds_jobs *t, uint64_t task)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->v[i].used && t->v[i].task.id == task)
+            return &t->v[i];
+    return NULL;
+}
+
+/* ---- routes waiting for a job entry ---- */
+
+int dh__ds_backlog_init(struct ds_backlog *b, size_t cap, struct dh_err *e)
+{
+    memset(b, 0, sizeof(*b));
+    if (!(b->v = dh__calloc(cap, sizeof(*b->v))))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    b->cap = cap;
+    return 0;
+}
+
+void dh__ds_backlog_fini(struct ds_backlog *b)
+{
+    while (b->n)
+        dh__ds_backlog_pop(b);
+    dh__free(b->v);
+    memset(b, 0, sizeof(*b));
+}
+
+int dh__ds_backlog_push(struct ds_backlog *b, struct dh_wire_msg *m)
+{
+    if (b->n == b->cap)
+        return DH_ETOOBIG;
+    b->v[(b->head + b->n) % b->cap] = *m;
+    b->n++;
+    dh_wire_msg_init(m, DH_WIRE_NONE); /* the backlog owns its arrays */
+    return 0;
+}
+
+struct dh_wire_msg *dh__ds_backlog_front(struct ds_backlog *b)
+{
+    return b->n ? &b->v[b->head] : NULL;
+}
+
+void dh__ds_backlog_pop(struct ds_backlog *b)
+{
+    if (!b->n)
+        return;
+    dh_wire_msg_fini(&b->v[b->head]);
+    b->head = (b->head + 1) % b->cap;
+    b->n--;
+}
+
+int dh__ds_backlog_has(const struct ds_backlog *b, uint64_t task)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (b->v[(b->head + i) % b->cap].u.route.task.id == task)
+            return 1;
+    return 0;
 }
 
 void dh__ds_job_clear(struct ds_job *j)

@@ -11,8 +11,20 @@
  * is never involved.  Only GET and HEAD of /metrics are served: other
  * paths 404, other methods 405, a missing or wrong token 401.
  *
- * Locking: none here; libmicrohttpd serialises its callbacks on its
- * thread, and `h` is read-only once started.
+ * Slowloris (issue 36 item 7): libmicrohttpd's timeout is an idle one, so a
+ * client that sends a byte now and then holds its connection for ever.
+ * Every request must therefore be whole - headers and body, from the
+ * connection's start or the previous reply - within DEADLINE_MS, or a
+ * sweeper thread shuts the socket down (libmicrohttpd then closes it).
+ * One address holds at most MAX_CONNS_PER_IP connections, and addresses
+ * other than loopback together at most MAX_CONNS - LOOPBACK_RESERVED (the
+ * accept policy), so local scrapes (Prometheus' node agent, `datahelix
+ * top`) always find a slot however many hosts stall.
+ *
+ * Locking: libmicrohttpd serialises its callbacks on its thread; the
+ * connection table (`mu`) is shared with the sweeper, which only ever
+ * shuts down a socket still in the table: libmicrohttpd reports a
+ * connection closed (removing it, under `mu`) before it closes the fd.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,11 +32,13 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -32,12 +46,28 @@
 #include "runtime/metrics_http.h"
 
 #define MAX_CONNS 32
-#define MAX_CONNS_PER_IP 16    /* one host cannot take every slot */
+#define MAX_CONNS_PER_IP 8  /* one host cannot take every slot */
+#define LOOPBACK_RESERVED 4 /* slots only loopback peers may take */
+#define DEADLINE_MS                                                            \
+    5000 /* a whole request, from the connection's
+                                  start or the previous reply */
+#define SWEEP_MS 200
 #define HEADER_MEM (16u << 10) /* per connection: headers beyond it: 431 */
 #define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
+/* A connection libmicrohttpd holds (its socket context). */
+struct conn {
+    int used, fd, loopback, answered, shut;
+    uint64_t since_ms; /* its start, or its last reply's end */
+};
+
 struct dh_mhttp {
     struct MHD_Daemon *d;
+    pthread_mutex_t mu;
+    pthread_t sweeper;
+    int sweeping, stop;               /* stop: atomic */
+    struct conn conns[MAX_CONNS + 8]; /* > MAX_CONNS: a closing one's */
+    uint64_t cut, log_ms;             /* under mu */
     int fd;
     char addr[300];
     char token[DH_MHTTP_TOKEN_MAX + 1];
@@ -191,8 +221,126 @@ static int token_ok(const struct dh_mhttp *h, const char *auth)
     return diff == 0;
 }
 
-static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status,
-                             char *body, size_t len, int owned)
+/* ---- the connection table (slowloris) ---- */
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Refuses a peer other than loopback when the others hold every slot but
+ * the reserved ones. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr,
+                                 socklen_t len)
+{
+    struct dh_mhttp *h = cls;
+    int others = 0;
+
+    (void)len;
+    if (!addr || is_loopback(addr))
+        return MHD_YES;
+    pthread_mutex_lock(&h->mu);
+    for (size_t i = 0; i < sizeof(h->conns) / sizeof(h->conns[0]); i++)
+        others += h->conns[i].used && !h->conns[i].loopback;
+    pthread_mutex_unlock(&h->mu);
+    return others < MAX_CONNS - LOOPBACK_RESERVED ? MHD_YES : MHD_NO;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    struct dh_mhttp *h = cls;
+    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(
+        conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *peer = MHD_get_connection_info(
+        conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    struct conn *c = *socket_context;
+
+    pthread_mutex_lock(&h->mu);
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED && c) {
+        c->used = 0;
+        *socket_context = NULL;
+    }
+    for (size_t i = 0; toe == MHD_CONNECTION_NOTIFY_STARTED && !c &&
+                       i < sizeof(h->conns) / sizeof(h->conns[0]);
+         i++)
+        if (!h->conns[i].used) {
+            c = &h->conns[i];
+            *c = (struct conn){.used = 1,
+                               .fd = fd ? fd->connect_fd : -1,
+                               .loopback = peer && peer->client_addr &&
+                                           is_loopback(peer->client_addr),
+                               .since_ms = mono_ms()};
+            *socket_context = c;
+        }
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* A reply was queued on `conn` (it met its deadline), or completed (the
+ * next request's deadline starts). */
+static void mark(struct dh_mhttp *h, struct MHD_Connection *conn, int answered)
+{
+    const union MHD_ConnectionInfo *i = MHD_get_connection_info(
+        conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct conn *c = i ? i->socket_context : NULL;
+
+    if (!c)
+        return;
+    pthread_mutex_lock(&h->mu);
+    c->answered = answered;
+    if (!answered)
+        c->since_ms = mono_ms();
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **state,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)state;
+    (void)toe;
+    mark(cls, conn, 0);
+}
+
+static void *sweep(void *arg)
+{
+    struct dh_mhttp *h = arg;
+    struct timespec ts = {0, SWEEP_MS * 1000000L};
+
+    while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) {
+        uint64_t now = mono_ms(), cut = 0;
+
+        pthread_mutex_lock(&h->mu);
+        for (size_t i = 0; i < sizeof(h->conns) / sizeof(h->conns[0]); i++) {
+            struct conn *c = &h->conns[i];
+
+            if (c->used && !c->answered && !c->shut && c->fd >= 0 &&
+                now - c->since_ms > DEADLINE_MS) {
+                shutdown(c->fd, SHUT_RDWR); /* libmicrohttpd closes it */
+                c->shut = 1;
+                cut++;
+            }
+        }
+        h->cut += cut;
+        if (h->cut && now - h->log_ms >= 10000) {
+            dh__log(DH_LOG_WARN,
+                    "metrics: closed %llu connections that sent no whole "
+                    "request within %d ms (a slow or stalled client)",
+                    (unsigned long long)h->cut, DEADLINE_MS);
+            h->cut = 0;
+            h->log_ms = now;
+        }
+        pthread_mutex_unlock(&h->mu);
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static enum MHD_Result reply(struct dh_mhttp *h, struct MHD_Connection *conn,
+                             unsigned status, char *body, size_t len, int owned)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(
         len, body, owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
@@ -215,6 +363,8 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status,
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
     ok = MHD_queue_response(conn, status, r);
     MHD_destroy_response(r);
+    if (ok == MHD_YES)
+        mark(h, conn, 1);
     return ok;
 }
 
@@ -249,18 +399,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     if (h->token_len &&
         !token_ok(h, MHD_lookup_connection_value(
                          conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION)))
-        return reply(conn, MHD_HTTP_UNAUTHORIZED, lit(m401), sizeof(m401) - 1,
-                     0);
+        return reply(h, conn, MHD_HTTP_UNAUTHORIZED, lit(m401),
+                     sizeof(m401) - 1, 0);
     if (strcmp(method, MHD_HTTP_METHOD_GET) &&
         strcmp(method, MHD_HTTP_METHOD_HEAD))
-        return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, lit(m405),
+        return reply(h, conn, MHD_HTTP_METHOD_NOT_ALLOWED, lit(m405),
                      sizeof(m405) - 1, 0);
     if (strcmp(url, "/metrics"))
-        return reply(conn, MHD_HTTP_NOT_FOUND, lit(m404), sizeof(m404) - 1, 0);
+        return reply(h, conn, MHD_HTTP_NOT_FOUND, lit(m404), sizeof(m404) - 1,
+                     0);
     if (h->render(h->ctx, &body, &len) < 0)
-        return reply(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, lit(m500),
+        return reply(h, conn, MHD_HTTP_INTERNAL_SERVER_ERROR, lit(m500),
                      sizeof(m500) - 1, 0);
-    return reply(conn, MHD_HTTP_OK, body, len, 1);
+    return reply(h, conn, MHD_HTTP_OK, body, len, 1);
 }
 
 /* ---- lifetime ---- */
@@ -278,6 +429,7 @@ int dh__mhttp_start(const struct dh_mhttp_opts *o, struct dh_mhttp **out,
                           DH_MHTTP_TOKEN_MAX);
     if (!(h = dh__calloc(1, sizeof(*h))))
         return dh_err_set(e, DH_ENOMEM, "metrics: out of memory");
+    pthread_mutex_init(&h->mu, NULL);
     h->fd = -1;
     h->render = o->render;
     h->ctx = o->ctx;
@@ -288,23 +440,33 @@ int dh__mhttp_start(const struct dh_mhttp_opts *o, struct dh_mhttp **out,
     if ((rc = open_listener(h, o, e)) < 0)
         goto fail;
     h->d = MHD_start_daemon(
-        MHD_USE_AUTO_INTERNAL_THREAD, 0, NULL, NULL, on_request, h,
+        MHD_USE_AUTO_INTERNAL_THREAD, 0, on_accept, h, on_request, h,
         MHD_OPTION_LISTEN_SOCKET, h->fd, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)MAX_CONNS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (unsigned)MAX_CONNS_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)(o->timeout_s > 0 ? o->timeout_s : 5),
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEM, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEM,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
     if (!h->d) {
         rc = dh_err_set(e, DH_EIO,
                         "metrics: cannot start the HTTP server on %s", h->addr);
         goto fail;
     }
     h->fd = -1; /* the daemon's now: MHD_stop_daemon closes it */
+    if (pthread_create(&h->sweeper, NULL, sweep, h) != 0) {
+        rc = dh_err_set(e, DH_EIO, "metrics: cannot start a thread");
+        goto fail;
+    }
+    h->sweeping = 1;
     *out = h;
     return 0;
 fail:
+    if (h->d)
+        MHD_stop_daemon(h->d);
     if (h->fd >= 0)
         close(h->fd);
+    pthread_mutex_destroy(&h->mu);
     dh__free(h);
     return rc;
 }
@@ -318,8 +480,13 @@ void dh__mhttp_stop(struct dh_mhttp *h)
 {
     if (!h)
         return;
+    if (h->sweeping) { /* before the daemon: it shuts sockets down */
+        __atomic_store_n(&h->stop, 1, __ATOMIC_RELEASE);
+        pthread_join(h->sweeper, NULL);
+    }
     if (h->d) /* joins its thread, closes the connections and the socket */
         MHD_stop_daemon(h->d);
+    pthread_mutex_destroy(&h->mu);
     memset(h->token, 0, sizeof(h->token));
     dh__free(h);
 }

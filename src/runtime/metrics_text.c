@@ -241,6 +241,10 @@ static void coord_counters(struct out *o, const struct dh_mx_snap *s)
         C_(expired, "Requests failed after waiting too long for a server."),
         C_(capped, "Requests refused over a rank's caps."),
         C_(refused_peers, "Connections refused: not the job's key."),
+        C_(rechecked, "Remote verdicts against samples checked on the "
+                      "rank's local server."),
+        C_(overdue, "Tasks re-routed off a live remote: no answer in time."),
+        C_(demoted, "Remote servers demoted: answers out of line."),
 #undef C_
     };
 

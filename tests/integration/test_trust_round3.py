@@ -98,3 +98,129 @@ with datahelix.DataLoader({str(tmp_path / "m.jsonl")!r}, batch_size=1,
         _, err = co.communicate(timeout=20)
     said = [x for x in err.splitlines() if "telemetry: a write failed" in x]
     assert len(said) == 1 and "coordinator: warn:" in said[0], err
+
+
+def test_a_stopped_local_dataserver_comes_back_without_busy(tmp_path):
+    """Issue 36 item 5: SIGSTOP of a rank's local DataServer for 1.5 s at
+    a 1 s heartbeat timeout.  The Coordinator declares it dead and re-routes
+    what it held; on its return the same tasks are routed to it again while
+    it still holds them.  That used to overflow its job table and fail
+    `consume` with "dataserver 1 busy: N jobs in flight" as a sample error;
+    now a task it holds is not taken twice and a full table makes Routes
+    wait, so every step arrives and consume exits 0."""
+    import signal
+    import subprocess
+    from conftest import _binary, stop_process
+    from procs import descendants, wait_until
+    run_dh("gen-data", "--out", tmp_path / "v", "--profiles", "S",
+           "--count", 8, "--seed", 6, check=True, timeout=300)
+    run_dh("probe", "--quiet", "--out", tmp_path / "m.jsonl", "--index",
+           tmp_path / "m.dhx", tmp_path / "v", check=True)
+    sock = tmp_path / "c.sock"
+    clog = open(tmp_path / "coordinator.log", "w")
+    coord = subprocess.Popen([_binary(), "coordinator", "--listen",
+                              f"ipc://{sock}", "--heartbeat-timeout-ms",
+                              "1000"], stderr=clog)
+    cons = None
+    try:
+        assert wait_until(sock.exists, 10), "coordinator did not start"
+        env = dict(os.environ, DATAHELIX_READ_DELAY_MS="60")
+        cons = subprocess.Popen(
+            [_binary(), "consume", "--coordinator", f"ipc://{sock}",
+             "--manifest", tmp_path / "m.dhx", "--rank", "0",
+             "--world-size", "1", "--batch-size", "2", "--frames", "2",
+             "--size", "32x32", "--epochs", "10", "--prefetch", "8",
+             "--workers", "1", "--json", "--timeout-ms", "60000"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env)
+
+        def server():
+            for pid in descendants(cons.pid):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        if b"dataserver" in f.read():
+                            return pid
+                except OSError:
+                    pass
+            return None
+
+        assert wait_until(lambda: server() is not None, 30), \
+            "consume's DataServer did not start"
+        ds = server()
+        time.sleep(1.0)  # a few steps in, with tasks in flight
+        os.kill(ds, signal.SIGSTOP)
+        time.sleep(1.5)
+        os.kill(ds, signal.SIGCONT)
+        out, err = cons.communicate(timeout=180)
+        assert cons.returncode == 0, err[-3000:]
+        assert "busy" not in err, err[-3000:]
+        steps = [x for x in out.splitlines() if x.startswith('{"epoch"')]
+        assert len(steps) == 40, out[-2000:]  # 10 epochs of 4
+    finally:
+        if cons and cons.poll() is None:
+            cons.kill()
+            cons.wait(timeout=10)
+        stop_process(coord)
+        clog.close()
+    said = (tmp_path / "coordinator.log").read_text()
+    assert "declared dead" in said, said[-3000:]
+
+
+def test_a_two_address_slowloris_leaves_the_metrics_served(tmp_path):
+    """Issue 36 item 7: two addresses each open 20 connections to the
+    metrics endpoint and trickle header lines, a line a second (an idle
+    timeout never fires).  One address may hold 8 slots of 32 now (it held
+    16: two took them all), so a scrape from a third is served; and every
+    request must be whole within 5 s, so the server closes each trickling
+    connection however often it sends."""
+    import re
+    import socket
+    import urllib.request
+    from test_runtime import Proc
+    from procs import wait_until
+    c = Proc("coordinator", "--listen", f"ipc://{tmp_path}/c.sock",
+             "--metrics-listen", "127.0.0.1:0")
+    socks = []
+    try:
+        found = []
+
+        def seen():
+            m = re.search(r"metrics on http://([^/\s]+)/metrics",
+                          c.err_so_far())
+            found.extend([m.group(1)] if m else [])
+            return bool(found)
+        assert wait_until(seen, 10), c.err_so_far()
+        host, port = found[0].rsplit(":", 1)
+        for src in ("127.0.0.2", "127.0.0.3"):
+            for _ in range(20):
+                s = socket.socket()
+                s.settimeout(5)
+                s.bind((src, 0))
+                s.connect((host, int(port)))
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                socks.append(s)
+        t0 = time.monotonic()
+        served = None
+        while time.monotonic() - t0 < 9:
+            for s in socks:
+                try:
+                    s.sendall(b"X-Slow: 1\r\n")
+                except OSError:
+                    pass
+            if served is None and time.monotonic() - t0 > 0.5:
+                with urllib.request.urlopen(f"http://{found[0]}/metrics",
+                                            timeout=4) as r:
+                    served = (r.status, time.monotonic() - t0)
+            time.sleep(1)
+        assert served and served[0] == 200, served
+        for s in socks:  # each closed by the server by now
+            try:
+                s.settimeout(3)
+                assert s.recv(1024) == b""
+            except (ConnectionResetError, BrokenPipeError):
+                pass
+        assert c.p.poll() is None
+    finally:
+        for s in socks:
+            s.close()
+        c.stop()

@@ -753,8 +753,10 @@ static void an_undelivered_task_goes_to_the_local_server(void **state)
     expect_none(cl, DH_WIRE_ERROR_NOTICE);
     ASSERT_STAT(f, rerouted, 1);
     ASSERT_STAT(f, results, 1);
-    /* A sample's own failure on the remote is the client's to hear: the
-     * next task round-robin puts on the remote fails there. */
+    /* A sample's failure on the remote is the client's to hear once the
+     * rank's local server agrees (issue 36 item 2: a remote's verdict is
+     * checked there first): the next task round-robin puts on the remote
+     * fails there, goes to the local server, and fails there too. */
     on = NULL;
     for (uint32_t step = 2; step < 4 && on != b; step++) {
         request(cl, step);
@@ -764,12 +766,98 @@ static void an_undelivered_task_goes_to_the_local_server(void **state)
     }
     assert_true(on == b);
     error_from(b, remote_step, 2, DH_EMEDIA);
+    expect_route(a, remote_step, 1);
+    expect_none(cl, DH_WIRE_ERROR_NOTICE);
+    ASSERT_STAT(f, rechecked, 1);
+    error_from(a, remote_step, 1, DH_EMEDIA);
     expect(cl, DH_WIRE_ERROR_NOTICE, &m);
     assert_int_equal(m.u.error.cause, DH_EMEDIA);
+    assert_int_equal(m.u.error.server_id, 1);
     dh_wire_msg_fini(&m);
     /* ... and the remote may not fail a task it does not hold. */
     error_from(b, 1 - (remote_step & 1), 2, DH_EMEDIA);
     expect_none(cl, DH_WIRE_ERROR_NOTICE);
+    zmq_close(a);
+    zmq_close(b);
+    zmq_close(cl);
+    stop_and_free(f);
+}
+
+static void overdue_fast(struct dh_coordinator_opts *o)
+{
+    o->overdue_ms = 300;
+}
+
+/* `s` gets the Route with the request for `step` on `server_id`; Routes
+ * without a request (word of a remote placement) before it are skipped. */
+static void expect_work(void *s, uint32_t step, uint32_t server_id)
+{
+    struct dh_wire_msg m;
+    uint64_t end = now_ms() + WAIT_MS;
+
+    while (now_ms() < end) {
+        if (recv_type(s, DH_WIRE_ROUTE, &m, 100) < 0)
+            continue;
+        if (m.u.route.has_request) {
+            assert_int_equal(m.u.route.task.id, task(step).id);
+            assert_int_equal(m.u.route.server_id, server_id);
+            dh_wire_msg_fini(&m);
+            return;
+        }
+        dh_wire_msg_fini(&m);
+    }
+    fail_msg("no route with the request of step %u", step);
+}
+
+/* Issue 36 item 2: a remote holding the job's key is not taken at its
+ * word.  A task it takes and never answers (it is not dead: the heartbeat
+ * timeout is a minute) goes to the rank's local server once overdue.  Its
+ * word that a good sample failed goes there too, and the client gets the
+ * local server's batch, never the remote's error.  Three such strikes
+ * demote it: every later task goes to the local server. */
+static void a_silent_or_lying_remote_is_checked_and_demoted(void **state)
+{
+    struct fx *f;
+    void *a, *b, *cl;
+    struct dh_wire_msg m;
+    void *on = NULL;
+    uint32_t step = 0;
+    int silent = 0, lies = 0;
+
+    (void)state;
+    start_tweak = overdue_fast;
+    f = start("round-robin", 60000, 4);
+    start_tweak = NULL;
+    a = server_at(f, 1, DH_WIRE_ROLE_LOCAL, 0, "tcp://127.0.0.1:9");
+    b = server(f, 2, DH_WIRE_ROLE_REMOTE, 0);
+    cl = client(f, 0);
+    for (; lies < 2 && step < 20; step++) {
+        request(cl, step);
+        route_on_either(a, b, step, &m, &on);
+        dh_wire_msg_fini(&m);
+        if (on == b && !silent) {
+            silent = 1; /* never answered: overdue */
+            expect_work(a, step, 1);
+            ASSERT_STAT(f, overdue, 1);
+        } else if (on == b) {
+            lies++;
+            error_from(b, step, 2, DH_EMEDIA);
+            expect_work(a, step, 1);
+            ASSERT_STAT(f, rechecked, (uint64_t)lies);
+        }
+        result(a, step, 1);
+        expect_result(cl, step, 1);
+        expect_none(cl, DH_WIRE_ERROR_NOTICE);
+    }
+    assert_int_equal(lies, 2);
+    ASSERT_STAT(f, demoted, 1);
+    for (uint32_t end = step + 4; step < end; step++) {
+        request(cl, step);
+        expect_work(a, step, 1); /* round-robin would give b every other */
+        result(a, step, 1);
+        expect_result(cl, step, 1);
+    }
+    expect_none(b, DH_WIRE_ROUTE);
     zmq_close(a);
     zmq_close(b);
     zmq_close(cl);
@@ -841,6 +929,7 @@ int main(void)
         cmocka_unit_test(a_restart_is_visible_to_clients_and_servers),
         cmocka_unit_test(an_undelivered_task_goes_to_the_local_server),
         cmocka_unit_test(a_dead_target_moves_the_remote_tasks_of_its_rank),
+        cmocka_unit_test(a_silent_or_lying_remote_is_checked_and_demoted),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

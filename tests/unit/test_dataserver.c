@@ -451,6 +451,72 @@ static void completion_wakes_the_loop(void **state)
     zmq_ctx_term(ctx);
 }
 
+/* Issue 36 item 5: more Routes than the server has job entries (2
+ * workers: 10), then each of the first ten routed again - what a
+ * Coordinator sends to a server it declared dead and then saw come back
+ * while the server still held them.  Every task ends with exactly one
+ * result and one slot (a Route again for a task done already gets the
+ * same notice, the same slot); no task is decoded twice, and nothing is
+ * refused as "busy": the Routes beyond the table waited for room. */
+#define FLOOD 24
+#define AGAIN 10
+
+static void a_flood_of_routes_waits_and_nothing_runs_twice(void **state)
+{
+    void *ctx = zmq_ctx_new(), *rt = zmq_socket(ctx, ZMQ_ROUTER);
+    size_t idlen = 0, seen = 0;
+    uint8_t id[256];
+    uint64_t ids[1], slot[FLOOD + 1] = {0};
+    struct runner ds = {0};
+    struct dh_wire_msg m;
+    struct dh_dataserver_stats st;
+    struct dh_arena_stats as;
+    struct dh_arena *a;
+    struct dh_err e;
+    uint64_t end;
+
+    (void)state;
+    fake_register(rt, id, &idlen, &ds);
+    for (uint32_t i = 1; i <= FLOOD; i++) {
+        ids[0] = i % NCLIPS;
+        route(rt, id, idlen, i, ids, 1);
+    }
+    for (uint32_t i = 1; i <= AGAIN; i++) {
+        ids[0] = i % NCLIPS;
+        route(rt, id, idlen, i, ids, 1);
+    }
+    end = now_ms() + 3 * WAIT_MS;
+    while (seen < FLOOD && now_ms() < end) {
+        uint32_t step;
+
+        if (recv_type(rt, 1, id, &idlen, DH_WIRE_RESULT_NOTICE, &m, WAIT_MS))
+            fail_msg("%zu of %d tasks ended", seen, FLOOD);
+        step = m.u.result.task.step;
+        assert_true(step >= 1 && step <= FLOOD);
+        if (slot[step])
+            assert_int_equal(slot[step], m.u.result.arena_offset + 1);
+        else
+            seen++;
+        slot[step] = m.u.result.arena_offset + 1;
+        dh_wire_msg_fini(&m);
+    }
+    assert_int_equal(seen, FLOOD);
+    WAIT_STAT(ds.s, results, FLOOD); /* counted just after the send */
+    sleep_ms(100);
+    dh_dataserver_stats(ds.s, &st);
+    assert_int_equal(st.errors, 0);
+    assert_int_equal(st.results, FLOOD); /* none decoded twice */
+    assert_int_equal(dh_arena_attach(dh_dataserver_arena_fd(ds.s), &a, &e), 0);
+    assert_int_equal(dh_arena_stats(a, &as), 0);
+    assert_int_equal(as.live_slots, FLOOD); /* one slot per task */
+    stop_runner(&ds);
+    assert_int_equal(ds.rc, 0);
+    dh_arena_destroy(a);
+    dh_dataserver_destroy(ds.s);
+    zmq_close(rt);
+    zmq_ctx_term(ctx);
+}
+
 static void unreachable_coordinator_times_out(void **state)
 {
     struct dh_err e;
@@ -473,6 +539,7 @@ int main(void)
         cmocka_unit_test(batch_through_coordinator_and_errors),
         cmocka_unit_test(release_and_shutdown_from_fake_coordinator),
         cmocka_unit_test(completion_wakes_the_loop),
+        cmocka_unit_test(a_flood_of_routes_waits_and_nothing_runs_twice),
         cmocka_unit_test(unreachable_coordinator_times_out),
     };
 

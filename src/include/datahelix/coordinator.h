@@ -121,6 +121,11 @@ struct dh_coordinator_opts {
                                 them for dh_coordinator_metrics_text()
                                 at most this often (docs/metrics.md);
                                 0 (default): none */
+    int overdue_ms; /* a task on a live remote server with no answer after
+                       this, and past 4 x its predicted time or its
+                       deadline, is re-routed to its rank's local server
+                       (docs/security.md "Sidecars checked"); 0: the
+                       default, 5000 */
 };
 
 /* Fills the defaults above (listen / policy NULL, telemetry NULL). */
@@ -144,6 +149,10 @@ struct dh_coordinator_stats {
     uint64_t capped;        /* requests refused over a rank's caps */
     uint64_t servers, clients, inflight, pending; /* current sizes */
     uint64_t refused_peers; /* connections refused: not the job's key */
+    uint64_t rechecked;     /* remote verdicts against samples checked on the
+                           rank's local server (docs/security.md) */
+    uint64_t overdue;       /* tasks re-routed off a live remote, overdue */
+    uint64_t demoted;       /* remote servers demoted: answers out of line */
 };
 
 /*
