@@ -6,6 +6,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli/cli.h"
 
@@ -22,8 +23,23 @@ static void usage(FILE *f, const struct dh_cli_program *p)
         fprintf(f, "  %-12s %s\n", p->commands[i].name, p->commands[i].summary);
 }
 
+/* The soft limit on open files raised to the hard one: a Coordinator or
+ * DataServer holds a descriptor per connection, and the soft 1,024 of many
+ * distributions is what a crowd of idle connections exhausts first
+ * (issue 36 item 6).  Nothing here uses select(), so a high fd is fine. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl); /* best effort */
+    }
+}
+
 int dh_cli_dispatch(const struct dh_cli_program *p, int argc, char **argv)
 {
+    raise_nofile();
     if (argc < 2) {
         usage(stderr, p);
         return DH_EXIT_USAGE;

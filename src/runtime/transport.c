@@ -79,9 +79,17 @@ static void set_int(void *sock, int opt, int v)
     zmq_setsockopt(sock, opt, &v, sizeof(v));
 }
 
+/* A connection to a bound socket that has not finished its handshake
+ * (greeting, CURVE, ZAP) after this is dropped: idle or half-greeted
+ * connections from strangers hold a file descriptor this long at most,
+ * not ZeroMQ's 30 s (issue 36 item 6). */
+#define TP_HANDSHAKE_MS 5000
+
 static void set_options(void *sock, const struct tp_kind *k, int64_t maxmsg)
 {
     set_int(sock, ZMQ_LINGER, 0);
+    if (k->bind)
+        set_int(sock, ZMQ_HANDSHAKE_IVL, TP_HANDSHAKE_MS);
     if (k->router_mandatory)
         set_int(sock, ZMQ_ROUTER_MANDATORY, 1);
     if (k->immediate)

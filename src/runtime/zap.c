@@ -20,11 +20,13 @@
  *     table of accepted fds; every wait is a 100 ms poll.
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -39,7 +41,7 @@
 #define ZAP_MAX_FDS 64
 #define ZAP_TICK_MS 100
 #define ZAP_MON_EVENTS                                                         \
-    (ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |                             \
+    (ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPT_FAILED |   \
      ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |                                    \
      ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_MONITOR_STOPPED)
 
@@ -77,6 +79,7 @@ struct dh_zap {
     int n_mon;
     struct zap_fd fds[ZAP_MAX_FDS];
     int failed; /* a handshake failed; its disconnect comes next */
+    uint64_t accept_failed, accept_log_ms; /* accept_failed() */
     struct dh_zap_rl rl;
 };
 
@@ -230,6 +233,31 @@ static void peer_of(int fd, char *out, size_t cap)
     snprintf(out, cap, "%s:%u", host, port);
 }
 
+/* The listener could not accept a connection (errno `err`): ZeroMQ
+ * retries at once, so this comes in a burst.  Said once per
+ * DH_ZAP_LOG_WINDOW_MS with the count, naming what to do. */
+static void accept_failed(struct dh_zap *z, int err)
+{
+    uint64_t now = mono_ms();
+    struct rlimit rl = {0, 0};
+
+    z->accept_failed++;
+    if (z->accept_log_ms && now - z->accept_log_ms < DH_ZAP_LOG_WINDOW_MS)
+        return;
+    z->accept_log_ms = now;
+    (void)getrlimit(RLIMIT_NOFILE, &rl);
+    dh__log(DH_LOG_WARN,
+            "%s: cannot accept connections: %s (%llu times since the last "
+            "such line)%s; open files limit %llu",
+            z->who, strerror(err), (unsigned long long)z->accept_failed,
+            err == EMFILE || err == ENFILE
+                ? ": every file descriptor is in use - raise the limit "
+                  "(ulimit -n) or find who holds so many connections"
+                : "",
+            (unsigned long long)rl.rlim_cur);
+    z->accept_failed = 0;
+}
+
 /* One monitor event; 0, or -1 once the monitor has stopped. */
 static int serve_monitor(struct dh_zap *z, void *mon)
 {
@@ -276,6 +304,9 @@ static int serve_monitor(struct dh_zap *z, void *mon)
         s->fd = -1;
         break;
     }
+    case ZMQ_EVENT_ACCEPT_FAILED:
+        accept_failed(z, (int)value);
+        break;
     case ZMQ_EVENT_MONITOR_STOPPED:
         rc = -1;
         break;
