@@ -208,7 +208,8 @@ attacks: build build-asan
 	  tests/integration/test_runtime.py::test_external_link_hands_the_arena_only_to_the_named_pid
 
 # Chaos soak (issue 13 item 9; needs root): a 4-rank job with sidecars in
-# network namespaces, kill -9 and link flaps at random, corrupt clips; fails
+# network namespaces, kill -9 and link flaps at random, corrupt clips, and a
+# key-holding insider that lies, stays silent and forges (issue 36); fails
 # on any sample lost or duplicated, a hang, RSS/fd drift or residue.  CI runs
 # 60 s of it (tests/integration/test_chaos.py).
 SOAK_SECONDS ?= 600

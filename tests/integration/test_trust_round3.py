@@ -296,3 +296,81 @@ def test_idle_connections_past_the_fd_limit_are_said_and_dropped(tmp_path):
         assert wait_until(raised, 10)
     finally:
         stop_process(c2)
+
+
+def test_an_insider_forges_lies_and_stalls_while_an_epoch_completes(
+        tmp_path):
+    """Issue 36 items 1-3 against a real job: a 2-rank `consume` job with
+    CURVE, a real sidecar (server 101), and an insider that holds the job's
+    key (build/dh_insider): it registers as sidecar 150 and answers every
+    other task placed on it with a forged "corrupt media" and never answers
+    the rest, while it races sidecar 101 at both ranks' payload endpoints
+    with payloads naming 101 (made-up tokens) and parks payloads for tasks
+    nobody placed.  Every sample of both epochs arrives exactly once, both
+    ranks exit 0; the forgeries are refused at the inboxes, the lies are
+    checked on the ranks' local servers, the silences re-routed once
+    overdue, and the insider is demoted."""
+    import subprocess
+    from conftest import _binary, stop_process
+    from procs import free_port, plan_ids, read_ids, wait_until
+    from test_runtime import Proc, consume_args, start_consume
+    insider = os.path.join(os.path.dirname(_binary()), "dh_insider")
+    assert os.access(insider, os.X_OK), f"{insider} not built"
+    key = tmp_path / "job.key"
+    run_dh("keygen", key, check=True)
+    run_dh("gen-data", "--out", tmp_path / "v", "--profiles", "S",
+           "--count", 12, "--seed", 8, check=True, timeout=300)
+    run_dh("probe", "--quiet", "--out", tmp_path / "m.jsonl", "--index",
+           tmp_path / "m.dhx", tmp_path / "v", check=True)
+    m = tmp_path / "m.dhx"
+    coord = f"tcp://127.0.0.1:{free_port()}"
+    pays = [free_port(), free_port()]
+    c = Proc("coordinator", "--listen", coord, "--keyfile", key, "--policy",
+             "round-robin", "--overdue-ms", 500)
+    procs, side, ins = [], None, None
+    try:
+        assert wait_until(lambda: "listening on" in c.err_so_far(), 10)
+        side = Proc("dataserver", "--remote", "--coordinator", coord,
+                    "--index", m, "--workers", 1, "--server-id", 101,
+                    "--keyfile", key)
+        assert wait_until(lambda: "registered" in side.err_so_far(), 15), \
+            side.err_so_far()
+        ins = subprocess.Popen(
+            [insider, str(key), coord, "12", "150", "101",
+             *[f"tcp://127.0.0.1:{p}" for p in pays]],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert wait_until(lambda: "server 150" in c.err_so_far(), 10), \
+            c.err_so_far()
+        procs = [start_consume(*consume_args(
+            coord, m, r, 2, 2, "--epochs", 2, "--window-ms", 200,
+            "--keyfile", key, "--listen", f"tcp://127.0.0.1:{pays[r]}",
+            "--ids-out", tmp_path / f"ids{r}", "--timeout-ms", 60000))
+            for r in range(2)]
+        outs = [p.communicate(timeout=240) for p in procs]
+        iout, ierr = ins.communicate(timeout=60)
+        for p, (out, err) in zip(procs, outs):
+            assert p.returncode == 0, err[-3000:]
+        got = [read_ids(tmp_path / f"ids{r}") for r in range(2)]
+        for ep in range(2):  # each rank: its plan, in order, once
+            per_rank, _ = plan_ids(m, 2, 2, epoch=ep)
+            mine = [g[6 * ep:6 * (ep + 1)] for g in got]
+            assert mine == per_rank, ep
+            assert sorted(mine[0] + mine[1]) == list(range(12))
+        assert all(len(g) == 12 for g in got)
+        assert "lies" in iout and " 0 forged" not in iout, (iout, ierr)
+        said = c.err_so_far()
+        assert "remote server 150 says task" in said, said[-3000:]
+        assert "server 150 (remote:server-150) demoted" in said, said[-3000:]
+        refused = "".join(err for _, err in outs)
+        assert "not sent by that server" in refused, refused[-3000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+        if ins and ins.poll() is None:
+            ins.kill()
+            ins.wait(timeout=10)
+        if side:
+            side.stop()
+        c.stop()

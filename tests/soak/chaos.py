@@ -23,6 +23,14 @@ Kinds of chaos (each picked at random, one every 1.5-4 s):
                it; at most --max-restarts per rank)
   coordinator  kill -9 of the Coordinator; a new one on the same address
   link         host B's or C's link down for 0.5-2 s, then up
+
+And all along, an insider (issue 36; build/dh_insider, on host C): a
+process holding the job's key that registers as sidecar 150, answers
+every other task placed on it with a forged "corrupt media" and never
+answers the rest, and races sidecar 101 at the ranks' payload endpoints
+(learnt from the Routes it gets) with forged payloads and payloads for
+tasks nobody placed.  Nothing it does may lose, duplicate or fail a
+sample (--no-insider leaves it out).
 """
 import argparse
 import collections
@@ -51,6 +59,7 @@ CLIPS = 24
 BAD = 2                         # corrupt clips in the manifest
 PORT = 7500
 REMOTE_IDS = {"B": 101, "C": 102}
+INSIDER_ID = 150
 SMALL = ["--frames", "4", "--size", "32x32"]
 SUB_RE = re.compile(r"substituted: epoch (\d+) step (\d+) position \d+: "
                     r"sample (\d+) failed .* sample (\d+) delivered")
@@ -169,6 +178,16 @@ class Job:
                 "--on-error", "skip", "--window-ms", 100, "--prefetch", 2,
                 "--ids-out", self.h.tmp / f"ids{r}", "--timeout-ms", 30000,
                 "--max-restarts", self.max_restarts, *self.extra))
+
+    def start_insider(self, seconds):
+        """The key-holding insider on host C, for `seconds`."""
+        path = pathlib.Path(os.environ.get("DATAHELIX_BIN", "build/x")) \
+            .resolve().parent / "dh_insider"
+        p = FileProc(["ip", "netns", "exec", self.h.ns["C"], path,
+                      self.keyfile, self.coord, seconds, INSIDER_ID,
+                      REMOTE_IDS["B"]], "insider", self.h.tmp)
+        self.h.procs.append(p)
+        return p
 
     def running(self):
         return [p for p in self.ranks if p.p.poll() is None]
@@ -306,9 +325,10 @@ def check_delivery(job, bad, epochs):
     return delivered, reported, lost, dup, problems
 
 
-def run(seconds, out, seed=0, kinds=KINDS, extra=()):
+def run(seconds, out, seed=0, kinds=KINDS, extra=(), insider=True):
     """The soak; returns its report (a dict).  Every process of the job
-    holds the job's key (CURVE); `extra`: more options they all take."""
+    holds the job's key (CURVE); `extra`: more options they all take;
+    `insider`: the insider runs all along (see the top)."""
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
@@ -337,6 +357,7 @@ def run(seconds, out, seed=0, kinds=KINDS, extra=()):
         job.start_coordinator()
         for h in "BC":
             job.start_sidecar(h)
+        ins = job.start_insider(seconds + 5) if insider else None
         job.start_ranks(python_rank="worker" in kinds)
         wait_until(lambda: all(job.local_server(r) for r in range(RANKS))
                    or not job.running(), 15)
@@ -361,6 +382,9 @@ def run(seconds, out, seed=0, kinds=KINDS, extra=()):
                     problems.append(f"{name}: RSS {a[0]} -> {b[0]} KiB, fds "
                                     f"{a[1]} -> {b[1]}")
         report["drift"] = drift
+        if ins:
+            ins.wait(30)
+            report["insider"] = ins.stdout().strip()
         if not problems:
             d, rep, lost, dup, pr = check_delivery(job, bad, epochs)
             report.update(delivered=d, reported_bad=rep, lost=lost,
@@ -411,6 +435,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kinds", default=",".join(KINDS),
                     help="comma-separated, of: " + ", ".join(KINDS))
+    ap.add_argument("--no-insider", action="store_true",
+                    help="leave the key-holding insider out")
     ap.add_argument("--out", default=None,
                     help="folder for data and logs (default: a temp dir)")
     a = ap.parse_args(argv)
@@ -423,7 +449,7 @@ def main(argv=None):
         return 2
     out = a.out or tempfile.mkdtemp(prefix="datahelix-chaos-")
     log(f"{a.seconds:.0f} s, kinds {','.join(kinds)}, logs in {out}")
-    rep = run(a.seconds, out, a.seed, kinds)
+    rep = run(a.seconds, out, a.seed, kinds, insider=not a.no_insider)
     print(table(rep))
     for p in rep["problems"]:
         print(f"problem: {p}")
