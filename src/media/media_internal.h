@@ -20,6 +20,7 @@
 #ifndef DH_MEDIA_INTERNAL_H
 #define DH_MEDIA_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include <libavcodec/avcodec.h>
@@ -122,6 +123,9 @@ struct dh_media {
     uint32_t bytes_n;
     int64_t bytes_mark; /* src.bytes at the last note */
     uint32_t stage_n;
+    /* dh__media_progress(): read by another thread */
+    _Atomic uint32_t progress_pos;
+    _Atomic uint64_t progress_ms;
 };
 
 /* media_open.c */

@@ -107,6 +107,14 @@ void dh__media_read_totals(const struct dh_media *m, uint64_t *bytes,
     *ms = 0;
 }
 
+void dh__media_progress(const struct dh_media *m, uint32_t *pos,
+                        uint64_t *since_ms)
+{
+    (void)m;
+    *pos = 0;
+    *since_ms = 0;
+}
+
 void dh__media_stage_note(struct dh_media *m, uint32_t pos)
 {
     (void)m;

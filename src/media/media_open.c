@@ -205,6 +205,7 @@ static int open_input(struct dh_media *m, struct dh_err *e)
 
     m->deadline_ms = m->watchdog_ms ? dh__mono_ms() + (uint64_t)m->watchdog_ms
                                     : 0;
+    atomic_store(&m->progress_ms, dh__mono_ms()); /* a new attempt */
     m->src.overdue = interrupt_cb;
     m->src.overdue_arg = m;
     m->fc = avformat_alloc_context();

@@ -4,13 +4,17 @@
  * (media_open.c, media_decode.c, media_scale.c); this file moves them
  * into the caller's rows.
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "datahelix/media_stages.h"
+#include "core/clock.h"
 #include "media/media_internal.h"
 
 void dh__media_stage_sink(struct dh_media *m, float *rows, uint32_t n)
 {
+    atomic_store(&m->progress_pos, 0);
+    atomic_store(&m->progress_ms, dh__mono_ms());
     m->stage_rows = rows;
     m->stage_n = rows ? n : 0;
     memset(m->stage_ms, 0, sizeof(m->stage_ms));
@@ -31,8 +35,17 @@ void dh__media_read_totals(const struct dh_media *m, uint64_t *bytes,
     *ms = m->src.read_ms;
 }
 
+void dh__media_progress(const struct dh_media *m, uint32_t *pos,
+                        uint64_t *since_ms)
+{
+    *pos = atomic_load(&m->progress_pos);
+    *since_ms = atomic_load(&m->progress_ms);
+}
+
 void dh__media_stage_note(struct dh_media *m, uint32_t pos)
 {
+    atomic_store(&m->progress_pos, pos + 1);
+    atomic_store(&m->progress_ms, dh__mono_ms());
     if (m->stage_bytes && pos < m->bytes_n)
         m->stage_bytes[pos] += (uint64_t)(m->src.bytes - m->bytes_mark);
     m->bytes_mark = m->src.bytes;

@@ -18,6 +18,17 @@
  * - Stop: destroy sets `stopping`; workers finish the job in hand, then
  *   exit without taking queued jobs; destroy waits (bounded) for `alive` to
  *   reach 0, then joins.
+ * - Stuck workers (issue 36 item 4): the media watchdog is cooperative (it
+ *   is checked between reads), so a thread blocked inside a system call -
+ *   an open() or read() that never returns - never sees it.  Each
+ *   dh_workers_wait() therefore looks at the threads that are decoding: one
+ *   whose media worker made no progress (dh__media_progress: no sample
+ *   position ended) for its watchdog plus STUCK_GRACE_MS is abandoned.
+ *   Its job completes at once with DH_ETIMEOUT naming the sample it was
+ *   on, the pool starts a replacement thread (up to `spare` in the pool's
+ *   life), and when the blocked call returns the old thread releases what
+ *   it holds and exits.  A thread still blocked at destroy is detached,
+ *   as before.
  * - Wake: `done_fd` (an eventfd) is written under `mu` with each
  *   completion and drained under `mu` by the dh_workers_wait() that empties
  *   the list, so a caller polling it (a DataServer's zmq_poll) sees it
@@ -44,6 +55,10 @@
 
 /* Workers wake this often to re-check `stopping` even without a signal. */
 #define IDLE_WAKE_MS 500
+/* Beyond its watchdog, how long a sample may make no progress before its
+ * thread counts as blocked in a system call (at least this, or the
+ * watchdog again, whichever is longer). */
+#define STUCK_GRACE_MS 2000
 
 struct job {
     struct job *next;
@@ -83,6 +98,10 @@ struct thread {
     uint32_t index;
     pthread_t tid;
     int started;
+    /* under mu: the job in hand; abandoned: given up as stuck */
+    struct job *cur;
+    int abandoned;
+    _Atomic int decoding; /* 1 while in the job's decode (not its alloc) */
 };
 
 struct dh_workers {
@@ -102,7 +121,9 @@ struct dh_workers {
     double read_ms;
     const struct dh_index *ix;
     struct dh_arena *arena;
-    unsigned nthreads;
+    unsigned nthreads;    /* started, replacements included */
+    unsigned max_threads; /* room in `threads`: nthreads + spares */
+    uint64_t abandoned;   /* threads given up as stuck */
     struct thread *threads;
     int done_fd; /* eventfd: readable while completions may wait */
 };
@@ -234,8 +255,9 @@ static void read_count(struct dh_workers *w, const struct dh_media *m,
 }
 
 /* Allocates the slot, decodes into it; on error the slot is released. */
-static void run_job(struct dh_workers *w, struct dh_media *m, struct job *j)
+static void run_job(struct dh_workers *w, struct thread *t, struct job *j)
 {
+    struct dh_media *m = t->media;
     size_t need = slot_bytes(w, j);
     struct read_mark rm;
     struct dh_err e;
@@ -263,7 +285,9 @@ static void run_job(struct dh_workers *w, struct dh_media *m, struct job *j)
     dh__media_stage_sink(m, j->stage, j->stage ? j->n : 0);
     dh__media_bytes_sink(m, j->read_bytes, j->read_bytes ? j->n : 0);
     read_mark(m, &rm);
+    atomic_store(&t->decoding, 1);
     j->code = decode_into(w, m, j, dst, need, &e);
+    atomic_store(&t->decoding, 0);
     read_count(w, m, &rm);
     dh__media_stage_sink(m, NULL, 0);
     dh__media_bytes_sink(m, NULL, 0);
@@ -304,15 +328,23 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&w->mu);
     while ((j = next_job(w))) {
         w->running++;
+        t->cur = j;
         pthread_cond_signal(&w->space_cv);
         pthread_mutex_unlock(&w->mu);
         j->worker = t->index;
         sched0 = dh__thread_sched(&cpu0, &wait0) == 0;
         t0 = dh__mono_msf();
-        run_job(w, t->media, j); /* no lock held: DESIGN 6 */
+        run_job(w, t, j); /* no lock held: DESIGN 6 */
         t1 = dh__mono_msf();
         sched1 = sched0 && dh__thread_sched(&cpu1, &wait1) == 0;
         pthread_mutex_lock(&w->mu);
+        t->cur = NULL;
+        if (t->abandoned) { /* its job was failed for it: just leave */
+            if (!j->code)
+                release_slot(w->arena, &j->slot);
+            job_free(j);
+            break;
+        }
         /* Less the wait for an arena slot: the rank holds its batches,
          * which says nothing of what the task itself waits on. */
         t1 -= j->alloc_ms;
@@ -360,32 +392,111 @@ static int init_sync(struct dh_workers *w, struct dh_err *e)
     return rc ? dh_err_set(e, rc, "workers: cannot create locks") : 0;
 }
 
+/* Starts thread `i` of `threads`; with `mu` held or not (`locked`). */
+static int start_thread(struct dh_workers *w, unsigned i, int locked,
+                        struct dh_err *e)
+{
+    struct thread *t = &w->threads[i];
+    int rc;
+
+    t->w = w;
+    t->index = i;
+    if ((rc = dh_media_create(&t->media, e)))
+        return rc;
+    if (!locked)
+        pthread_mutex_lock(&w->mu);
+    w->alive++;
+    if (pthread_create(&t->tid, NULL, worker_main, t)) {
+        w->alive--;
+        if (!locked)
+            pthread_mutex_unlock(&w->mu);
+        return dh_err_set(e, DH_EIO, "workers: cannot start thread %u", i);
+    }
+    t->started = 1;
+    if (!locked)
+        pthread_mutex_unlock(&w->mu);
+    /* Named so that a CPU account (/proc/PID/task/TID/comm: `datahelix
+     * bench`) tells decode from the loop; a failure costs only that. */
+    (void)pthread_setname_np(t->tid, "dh-decode");
+    return 0;
+}
+
 static int start_threads(struct dh_workers *w, struct dh_err *e)
 {
     int rc;
 
+    for (unsigned i = 0; i < w->nthreads; i++)
+        if ((rc = start_thread(w, i, 0, e)))
+            return rc;
+    return 0;
+}
+
+/* ---- stuck threads ---- */
+
+/* With `mu` held: thread t, stuck on job j at sample position pos for
+ * `ms`, is given up: j completes now with DH_ETIMEOUT (a copy: the thread
+ * still holds j), and a replacement starts if there is room. */
+static void abandon(struct dh_workers *w, struct thread *t, uint32_t pos,
+                    uint64_t ms)
+{
+    const struct job *j = t->cur;
+    struct job *d = dh__calloc(1, sizeof(*d));
+    struct dh_err e;
+
+    t->abandoned = 1;
+    w->abandoned++;
+    if (!d || !(d->ids = dh__malloc(j->n * sizeof(*d->ids))) ||
+        !(d->valid = dh__calloc(j->n, sizeof(*d->valid)))) {
+        job_free(d); /* no completion: the task is re-routed at its time */
+    } else {
+        memcpy(d->ids, j->ids, j->n * sizeof(*d->ids));
+        d->task_id = j->task_id;
+        d->epoch = j->epoch;
+        d->n = j->n;
+        d->code = DH_ETIMEOUT;
+        d->failed_at = pos < j->n ? pos : DH_WORK_NO_SAMPLE;
+        d->worker = t->index;
+        d->done_ms = dh__mono_msf();
+        snprintf(d->msg, sizeof(d->msg),
+                 "task %llu: sample %llu: no progress for %llu ms, past its "
+                 "%d ms watchdog: its worker is blocked in a system call (a "
+                 "FIFO, a hung mount?); abandoned, and the worker replaced",
+                 (unsigned long long)j->task_id,
+                 (unsigned long long)j->ids[pos < j->n ? pos : 0],
+                 (unsigned long long)ms, j->sample_timeout_ms);
+        w->running--;
+        w->failed++;
+        fifo_push(&w->dones, d);
+        wake_post(w);
+        pthread_cond_broadcast(&w->done_cv);
+    }
+    dh_err_clear(&e);
+    if (w->nthreads < w->max_threads &&
+        start_thread(w, w->nthreads, 1, &e) == 0)
+        w->nthreads++;
+}
+
+/* With `mu` held: every decoding thread whose sample made no progress for
+ * its watchdog plus the grace is abandoned. */
+static void check_stuck(struct dh_workers *w)
+{
+    uint64_t now = dh__mono_ms();
+
     for (unsigned i = 0; i < w->nthreads; i++) {
         struct thread *t = &w->threads[i];
+        uint64_t since = 0, bound;
+        uint32_t pos = 0;
+        int ms;
 
-        t->w = w;
-        t->index = i;
-        if ((rc = dh_media_create(&t->media, e)))
-            return rc;
-        pthread_mutex_lock(&w->mu);
-        w->alive++;
-        pthread_mutex_unlock(&w->mu);
-        if (pthread_create(&t->tid, NULL, worker_main, t)) {
-            pthread_mutex_lock(&w->mu);
-            w->alive--;
-            pthread_mutex_unlock(&w->mu);
-            return dh_err_set(e, DH_EIO, "workers: cannot start thread %u", i);
-        }
-        t->started = 1;
-        /* Named so that a CPU account (/proc/PID/task/TID/comm: `datahelix
-         * bench`) tells decode from the loop; a failure costs only that. */
-        (void)pthread_setname_np(t->tid, "dh-decode");
+        if (!t->started || t->abandoned || !t->cur ||
+            !atomic_load(&t->decoding) || (ms = t->cur->sample_timeout_ms) <= 0)
+            continue;
+        dh__media_progress(t->media, &pos, &since);
+        bound = (uint64_t)ms +
+                (ms > STUCK_GRACE_MS ? (uint64_t)ms : STUCK_GRACE_MS);
+        if (since && now > since && now - since > bound)
+            abandon(w, t, pos, now - since);
     }
-    return 0;
 }
 
 /* Waits (bounded) for every thread to leave its loop; 0 if they all did. */
@@ -465,7 +576,9 @@ int dh_workers_create(unsigned nthreads, const struct dh_index *ix,
     w = dh__calloc(1, sizeof(*w));
     if (!w)
         return dh_err_set(e, DH_ENOMEM, "workers: out of memory");
-    w->threads = dh__calloc(nthreads, sizeof(*w->threads));
+    /* room for replacements of threads found stuck */
+    w->max_threads = nthreads + (nthreads > 4 ? nthreads : 4);
+    w->threads = dh__calloc(w->max_threads, sizeof(*w->threads));
     if (!w->threads) {
         dh__free(w);
         return dh_err_set(e, DH_ENOMEM, "workers: out of memory");
@@ -663,6 +776,7 @@ int dh_workers_wait(struct dh_workers *w, struct dh_work_done *out,
         return DH_EINVAL;
     dh__mono_deadline(&d, timeout_ms);
     pthread_mutex_lock(&w->mu);
+    check_stuck(w);
     while (!w->dones.count && timeout_ms > 0)
         if (pthread_cond_timedwait(&w->done_cv, &w->mu, &d) == ETIMEDOUT)
             break;
@@ -697,6 +811,8 @@ void dh_workers_stats(struct dh_workers *w, struct dh_workers_stats *out)
     out->read_bytes = w->read_bytes;
     out->reads = w->reads;
     out->read_ms = w->read_ms;
+    out->abandoned = w->abandoned;
+    out->threads = w->nthreads;
     pthread_mutex_unlock(&w->mu);
 }
 

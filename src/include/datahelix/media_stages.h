@@ -36,5 +36,12 @@ void dh__media_read_totals(const struct dh_media *m, uint64_t *bytes,
  * position decoded twice (a spare
  * after a failure) adds up both attempts. */
 void dh__media_stage_note(struct dh_media *m, uint32_t pos);
+/* Progress, readable from another thread while the worker decodes (a
+ * pool's check for a thread blocked in a system call): the position being
+ * worked on (notes so far since the sink was set) and when the worker last
+ * showed progress (the sink set, a sample opened, a position noted;
+ * CLOCK_MONOTONIC ms, 0: never). */
+void dh__media_progress(const struct dh_media *m, uint32_t *pos,
+                        uint64_t *since_ms);
 
 #endif

@@ -109,6 +109,10 @@ struct dh_workers_stats {
      * total: bytes, reads, and the reads' time in ms. */
     uint64_t read_bytes, reads;
     double read_ms;
+    /* Threads given up as blocked in a system call (their jobs failed with
+     * DH_ETIMEOUT), and threads started in all, replacements included. */
+    uint64_t abandoned;
+    uint32_t threads;
 };
 
 /*
