@@ -298,12 +298,27 @@ static void on_register_server(struct dh_coordinator *c,
     const char *why = NULL;
 
     /* A local server's new process must prove the rank's token before it
-     * may end the old one (registry_bound() checks it again). */
+     * may end the old one (registry_bound() checks it again).  A remote
+     * has no token: its new process may take over a live one's id only
+     * with that one's own payload secret (the same process, reconnected);
+     * another waits until the live one is declared dead (issue 36: a job
+     * member cannot push a live sidecar out and take its tasks). */
     if (slot >= 0 && !dh__co_same_peer(&c->servers[slot].peer, from) &&
         c->servers[slot].role == r->role && c->servers[slot].rank == r->rank) {
         if (r->role == DH_WIRE_ROLE_LOCAL &&
             !dh__co_claim(c, r->rank, r->token, now, &why)) {
             send_refusal(c, from, why);
+            return;
+        }
+        if (r->role == DH_WIRE_ROLE_REMOTE &&
+            !(r->sender_secret[0] &&
+              dh__secret_eq(c->servers[slot].sender_secret,
+                            r->sender_secret)) &&
+            now - c->servers[slot].last_seen_ms < (uint64_t)c->hb_timeout_ms) {
+            send_refusal(c, from,
+                         "try again: server id is held by a live remote "
+                         "server (another process); a restart registers "
+                         "once that one is declared dead");
             return;
         }
         declare_dead(c, slot, now, "registered again by a new process");

@@ -418,13 +418,21 @@ static void fill_register(struct ds_ctl *c, const struct dh_dataserver_opts *o,
         r->cpus = DH_WIRE_MAX_WORKERS;
 }
 
-/* 1: the ack, 0: keep waiting, < 0: refused. */
+/* 1: the ack, 0: keep waiting, 2: refused for now (try again), < 0:
+ * refused. */
 static int check_ack(struct ds_ctl *c, const struct dh_wire_msg *m,
                      struct dh_err *e)
 {
     if (m->type == DH_WIRE_REGISTER_SERVER &&
         m->u.register_server.server_id == c->env->server_id)
         return 1;
+    if (m->type == DH_WIRE_SHUTDOWN &&
+        !strncmp(m->u.shutdown.reason, DH_WIRE_RETRY_REASON,
+                 strlen(DH_WIRE_RETRY_REASON))) {
+        dh_err_set(e, DH_EIO, "coordinator %s refused server %u: %s", c->coord,
+                   c->env->server_id, m->u.shutdown.reason);
+        return 2;
+    }
     if (m->type == DH_WIRE_SHUTDOWN)
         return dh_err_set(e, DH_EIO, "coordinator %s refused server %u: %s",
                           c->coord, c->env->server_id, m->u.shutdown.reason);
@@ -440,6 +448,8 @@ int dh__ds_ctl_register(struct ds_ctl *c, const struct dh_dataserver_opts *o,
                         const char *endpoint, struct dh_err *e)
 {
     uint64_t end = dh__mono_ms() + (uint64_t)o->register_timeout_ms, t;
+    uint64_t again = 0; /* when to try again after "try again" (0: not) */
+    int said = 0;
     struct dh_wire_msg in;
     int rc;
 
@@ -448,7 +458,13 @@ int dh__ds_ctl_register(struct ds_ctl *c, const struct dh_dataserver_opts *o,
     if ((rc = send_msg(c, &c->out, e)) < 0)
         return rc;
     while ((t = dh__mono_ms()) < end) {
-        if (dh__tp_wait(c->sock, (long)(end - t), e) < 0)
+        if (again && t >= again) { /* the live holder may be dead by now */
+            again = 0;
+            fill_register(c, o, endpoint);
+            if ((rc = send_msg(c, &c->out, e)) < 0)
+                return rc;
+        }
+        if (dh__tp_wait(c->sock, (long)((again ? again : end) - t), e) < 0)
             break;
         if ((rc = recv_one(c, &in, e)) < 0)
             return rc;
@@ -456,11 +472,20 @@ int dh__ds_ctl_register(struct ds_ctl *c, const struct dh_dataserver_opts *o,
             continue;
         rc = check_ack(c, &in, e);
         dh_wire_msg_fini(&in);
+        if (rc == 2) {
+            if (!said++)
+                dh__log(DH_LOG_INFO, "dataserver %u: %s; trying again",
+                        c->env->server_id, e->msg);
+            again = dh__mono_ms() + 250;
+            continue;
+        }
         if (rc != 0) {
             c->registered = rc > 0;
             return rc < 0 ? rc : 0;
         }
     }
+    if (said)
+        return e->code;
     return dh_err_set(e, DH_ETIMEOUT,
                       "coordinator %s did not answer within "
                       "%d ms",

@@ -192,12 +192,15 @@ int main(int argc, char **argv)
     void *co;
     struct dh_keys k;
     struct dh_err e;
-    double end, secs, next_hb = 0;
+    double stop, secs = 0, next_hb = 0;
     unsigned long id, victim;
     uint64_t seq = 0;
     unsigned round = 0;
+    char *end = NULL;
 
-    if (argc < 6 || argc - 6 > MAX_INBOX || (secs = atof(argv[3])) <= 0 ||
+    if (argc >= 6)
+        secs = strtod(argv[3], &end);
+    if (argc < 6 || argc - 6 > MAX_INBOX || !end || *end || secs <= 0 ||
         secs > 600 || !(id = strtoul(argv[4], NULL, 10)) ||
         !(victim = strtoul(argv[5], NULL, 10))) {
         fprintf(stderr, "usage: dh_insider KEYFILE COORDINATOR SECONDS "
@@ -215,8 +218,8 @@ int main(int argc, char **argv)
     for (int i = 6; i < argc; i++)
         add_inbox(argv[i]);
     register_server(co, (uint32_t)id);
-    end = now_s() + secs;
-    while (now_s() < end) {
+    stop = now_s() + secs;
+    while (now_s() < stop) {
         struct timespec ts = {0, 20000000};
 
         if (now_s() >= next_hb) {

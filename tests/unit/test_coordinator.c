@@ -864,6 +864,88 @@ static void a_silent_or_lying_remote_is_checked_and_demoted(void **state)
     stop_and_free(f);
 }
 
+/* Registers remote server `id` from a new peer with payload secret
+ * `secret`; the Shutdown refusing it, or the ack, into *m. */
+static void *remote_again(struct fx *f, uint32_t id, const char *secret,
+                          struct dh_wire_msg *m)
+{
+    void *s = peer(f);
+    struct dh_wire_msg r;
+    uint64_t end = now_ms() + WAIT_MS;
+
+    dh_wire_msg_init(&r, DH_WIRE_REGISTER_SERVER);
+    r.u.register_server.server_id = id;
+    snprintf(r.u.register_server.addr, sizeof(r.u.register_server.addr),
+             "ipc://server-%u", id);
+    r.u.register_server.role = DH_WIRE_ROLE_REMOTE;
+    r.u.register_server.workers = 1;
+    snprintf(r.u.register_server.sender_secret,
+             sizeof(r.u.register_server.sender_secret), "%s", secret);
+    send_msg(s, &r);
+    while (now_ms() < end) {
+        uint8_t buf[4096];
+        zmq_pollitem_t it = {.socket = s, .events = ZMQ_POLLIN};
+        int n;
+
+        if (zmq_poll(&it, 1, 50) <= 0 ||
+            (n = zmq_recv(s, buf, sizeof(buf), ZMQ_DONTWAIT)) < 0)
+            continue;
+        assert_true((size_t)n <= sizeof(buf));
+        assert_int_equal(dh_wire_decode(buf, (size_t)n, m, NULL), 0);
+        if (m->type == DH_WIRE_SHUTDOWN || m->type == DH_WIRE_REGISTER_SERVER)
+            return s;
+        dh_wire_msg_fini(m);
+    }
+    fail_msg("no answer to the registration of server %u", id);
+    return s;
+}
+
+/* Issue 36: a job member cannot push a live remote out by registering its
+ * server id from another connection: refused with "try again" while the
+ * live one heartbeats (its tasks stay its own); the same process (its own
+ * payload secret, a reconnect) may; and once the live one is declared
+ * dead, any new process takes the id. */
+static void a_live_remote_keeps_its_id(void **state)
+{
+    struct fx *f = start("round-robin", 600, 4);
+    void *b, *x, *y;
+    struct dh_wire_msg m;
+    const char *mine = "0123456789abcdef0123456789abcdef";
+
+    (void)state;
+    b = peer(f);
+    dh_wire_msg_init(&m, DH_WIRE_REGISTER_SERVER);
+    m.u.register_server.server_id = 2;
+    snprintf(m.u.register_server.addr, sizeof(m.u.register_server.addr),
+             "ipc://server-2");
+    m.u.register_server.role = DH_WIRE_ROLE_REMOTE;
+    m.u.register_server.workers = 1;
+    snprintf(m.u.register_server.sender_secret,
+             sizeof(m.u.register_server.sender_secret), "%s", mine);
+    send_msg(b, &m);
+    expect(b, DH_WIRE_REGISTER_SERVER, &m);
+    dh_wire_msg_fini(&m);
+    x = remote_again(f, 2, "fedcba9876543210fedcba9876543210", &m);
+    assert_int_equal(m.type, DH_WIRE_SHUTDOWN);
+    assert_non_null(strstr(m.u.shutdown.reason, DH_WIRE_RETRY_REASON));
+    dh_wire_msg_fini(&m);
+    ASSERT_STAT(f, dead_servers, 0);
+    y = remote_again(f, 2, mine, &m); /* the same process, reconnected */
+    assert_int_equal(m.type, DH_WIRE_REGISTER_SERVER);
+    dh_wire_msg_fini(&m);
+    zmq_close(x);
+    ASSERT_STAT(f, dead_servers, 1); /* its old registration, superseded */
+    /* nobody heartbeats: once declared dead, a new process takes the id */
+    ASSERT_STAT(f, dead_servers, 2);
+    x = remote_again(f, 2, "fedcba9876543210fedcba9876543210", &m);
+    assert_int_equal(m.type, DH_WIRE_REGISTER_SERVER);
+    dh_wire_msg_fini(&m);
+    zmq_close(b);
+    zmq_close(x);
+    zmq_close(y);
+    stop_and_free(f);
+}
+
 /* The local server of a rank dies (here: superseded by its restart) while
  * a remote holds one of the rank's tasks: the remote's batch could only go
  * to the dead server, so that task is re-routed to the new local server at
@@ -930,6 +1012,7 @@ int main(void)
         cmocka_unit_test(an_undelivered_task_goes_to_the_local_server),
         cmocka_unit_test(a_dead_target_moves_the_remote_tasks_of_its_rank),
         cmocka_unit_test(a_silent_or_lying_remote_is_checked_and_demoted),
+        cmocka_unit_test(a_live_remote_keeps_its_id),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -56,6 +56,11 @@
 #define DH_WIRE_MAX_SLACK_MS 86400000  /* |slack_ms|: one day */
 #define DH_WIRE_MAX_LATENCY_MS 1e9     /* heartbeat latency EWMA */
 #define DH_WIRE_TOKEN_LEN 32u          /* hex digits of a rank token */
+/* A Shutdown refusing a registration whose reason starts so may be tried
+ * again (the server id is held by a live process that may soon be
+ * declared dead): the DataServer sends its registration again until its
+ * register timeout. */
+#define DH_WIRE_RETRY_REASON "registration refused: try again: "
 /* The environment variable that hands a spawned DataServer its rank's
  * token (set in that child's environment only, never on a command line). */
 #define DH_RANK_TOKEN_ENV "DATAHELIX_RANK_TOKEN"
