@@ -18,6 +18,15 @@ feeds it: the input wait (time blocked in next()), the step (forward,
 backward, DDP all-reduce, optimiser), and the loop's wall time.  The first
 step of a run is left out of the wait figures (it holds start-up) and
 reported apart as "first batch".
+
+The GPU step is emulated by default (--gpu-step-ms, issue 41 item 7): a
+training job's model step runs on its GPU, not on the CPUs that decode,
+but this machine has no GPU and two cores, so a model step on the CPU
+would take the decoders' cores and measure CPU contention, not input
+delivery.  Each step then waits --gpu-step-ms (the GPU's time) and does
+DDP's gradient all-reduce (a real one, over gloo), so ranks stay in
+lockstep as they do under DDP.  --cpu-model trains the small model on the
+CPU instead (the earlier demo).
 """
 import argparse
 import json
@@ -32,6 +41,7 @@ import time
 LOADERS = (("torch", "torch DataLoader + PyAV"),
            ("datahelix", "datahelix.DataLoader"))
 DDL_MS = 1.0  # a step is a deadline miss when its input waited longer
+GPU_STEP_MS = 150.0  # the emulated GPU step (see the top)
 
 
 # ---- the rank's side -------------------------------------------------------
@@ -125,6 +135,7 @@ def rank_main(a):
     torch.manual_seed(0)
     net = DDP(model())
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    grads = torch.zeros(sum(p.numel() for p in net.parameters()))
     out = pathlib.Path(a.out)
     prog = out / f"progress.{a.loader}.{rank}"
     if a.loader == "torch":
@@ -153,10 +164,16 @@ def rank_main(a):
                 except StopIteration:
                     break
                 t1 = time.perf_counter()
-                loss = F.cross_entropy(net(b["video"]), b["ids"].long() % 10)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
+                if a.cpu_model:
+                    loss = F.cross_entropy(net(b["video"]),
+                                           b["ids"].long() % 10)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                else:  # the GPU's time, then DDP's gradient all-reduce
+                    time.sleep(a.gpu_step_ms / 1e3)
+                    grads[0] = float(b["video"].shape[0])
+                    dist.all_reduce(grads)
                 t2 = time.perf_counter()
                 del b
                 steps.append({"epoch": ep, "wait_ms": (t1 - t0) * 1e3,
@@ -196,7 +213,9 @@ def run_ranks(a, loader, label):
            "-m", "datahelix._demo", "--rank-main", "--loader", loader,
            "--manifest", a.manifest, "--out", a.out, "--epochs",
            str(a.epochs), "--batch-size", str(a.batch_size), "--frames",
-           str(a.frames), "--size", str(a.size), "--workers", str(a.workers)]
+           str(a.frames), "--size", str(a.size), "--workers", str(a.workers),
+           "--gpu-step-ms", str(a.gpu_step_ms)] + (
+               ["--cpu-model"] if a.cpu_model else [])
     env = dict(os.environ)
     here = str(pathlib.Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"]
@@ -378,14 +397,28 @@ def drive(a):
     (out / "demo.json").write_text(json.dumps(res, indent=1))
     print()
     print(f"   figure: {png}" if why is None else f"   no figure: {why}")
-    ncpu = os.cpu_count() or 1
-    print(f"   What it means here: {a.ranks} ranks share {ncpu} CPU cores "
-          "for decoding and for the model step, so both loaders are "
-          "CPU-bound and some waiting is unavoidable;")
-    print("   what differs is how much of it there is and how evenly it "
-          "falls (datahelix balances tokens per rank and decodes in C "
-          "inside the step; PyAV decodes in Python worker processes).")
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else (os.cpu_count() or 1)
+    print("   " + regime(a, res, ncpu))
     return res
+
+
+def regime(a, res, ncpu):
+    """One line: what regime this machine puts the run in."""
+    t, d = res["torch"]["samples_per_s"], res["datahelix"]["samples_per_s"]
+    if a.cpu_model:
+        return (f"Regime: CPU-bound - {a.ranks} ranks share {ncpu} CPU cores "
+                f"for decoding and for the model step (--cpu-model), so some "
+                f"waiting is unavoidable; torch delivered {t:.1f} samples/s, "
+                f"datahelix {d:.1f}.")
+    need = a.ranks * a.batch_size * 1e3 / a.gpu_step_ms
+    kind = ("input-bound for both" if d < 0.95 * need else
+            "input-bound for torch only" if t < 0.95 * need else
+            "GPU-bound for both (the loaders keep up)")
+    return (f"Regime: {kind} - {a.ranks} ranks at a {a.gpu_step_ms:g} ms GPU "
+            f"step (emulated: no GPU here, and a CPU model step would take "
+            f"the decoders' cores) ask for {need:.0f} samples/s from {ncpu} "
+            f"CPU cores; torch delivered {t:.1f}, datahelix {d:.1f}.")
 
 
 def main(argv=None):
@@ -408,6 +441,13 @@ def main(argv=None):
     ap.add_argument("--size", type=int, default=112)
     ap.add_argument("--workers", type=int, default=2,
                     help="decode workers per rank (both loaders)")
+    ap.add_argument("--gpu-step-ms", type=float, default=GPU_STEP_MS,
+                    help="the emulated GPU step per batch, ms (default "
+                    f"{GPU_STEP_MS:g}; see --cpu-model)")
+    ap.add_argument("--cpu-model", action="store_true",
+                    help="train the small model on the CPU instead of "
+                    "emulating the GPU step (the CPUs then also run the "
+                    "model, as no GPU job would)")
     ap.add_argument("--timeout", type=float, default=600,
                     help="bound on each training job, seconds")
     ap.add_argument("--loader", choices=[k for k, _ in LOADERS],

@@ -1,6 +1,7 @@
 """Helpers the integration tests share: processes seen through /proc,
 bounded waits, the epoch plan as the CLI prints it.  Tests end only the
 processes they started, by pid (see each test)."""
+import fcntl
 import json
 import os
 import pathlib
@@ -8,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 from conftest import ROOT, run_dh
@@ -138,6 +140,18 @@ class FileProc:
                 self.p.kill()
                 self.p.wait(timeout=seconds)
         return self.p.returncode
+
+
+def log_file():
+    """A temporary file for a daemon's stderr that this process reads while
+    the daemon writes (seek(0), read()).  Opened O_APPEND: the daemon's
+    descriptor shares the file's offset, so without it a line written just
+    after a seek(0) lands at offset 0, over an earlier one (a test once
+    missed the Coordinator's "metrics on" line, overwritten so)."""
+    f = tempfile.TemporaryFile(mode="w+")
+    fl = fcntl.fcntl(f.fileno(), fcntl.F_GETFL)
+    fcntl.fcntl(f.fileno(), fcntl.F_SETFL, fl | os.O_APPEND)
+    return f
 
 
 def wait_until(pred, seconds, step=0.02):

@@ -15,7 +15,6 @@ import re
 import socket
 import stat
 import subprocess
-import tempfile
 import time
 
 import sys
@@ -23,7 +22,8 @@ import sys
 import pytest
 
 from conftest import ROOT, run_dh, _binary
-from procs import free_port, plan_ids, read_ids, torchrun, wait_until
+from procs import free_port, log_file, plan_ids, read_ids, torchrun, \
+    wait_until
 
 sys.path.insert(0, str(ROOT / "python"))
 import datahelix  # noqa: E402
@@ -36,7 +36,7 @@ class Proc:
     ended by pid (SIGTERM, then SIGKILL)."""
 
     def __init__(self, *args, env=None):
-        self.errf = tempfile.TemporaryFile(mode="w+")
+        self.errf = log_file()
         self.p = subprocess.Popen([_binary(), *map(str, args)],
                                   stdin=subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=self.errf,

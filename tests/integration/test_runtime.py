@@ -16,13 +16,12 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 
 import pytest
 
 from conftest import probed_set, run_dh, _binary
-from procs import (children, plan_ids, read_ids, wait_gone,
+from procs import (children, log_file, plan_ids, read_ids, wait_gone,
                    wait_until, shm_names, shm_residue)
 
 SMALL = ["--frames", "4", "--size", "32x32"]
@@ -43,7 +42,7 @@ class Proc:
     while it runs (err_so_far()) without a pipe filling up."""
 
     def __init__(self, *args, **kw):
-        self.errf = tempfile.TemporaryFile(mode="w+")
+        self.errf = log_file()
         self.p = subprocess.Popen([_binary(), *map(str, args)],
                                   stdout=subprocess.PIPE,
                                   stderr=self.errf, text=True, **kw)

@@ -311,7 +311,7 @@ def test_an_insider_forges_lies_and_stalls_while_an_epoch_completes(
     checked on the ranks' local servers, the silences re-routed once
     overdue, and the insider is demoted."""
     import subprocess
-    from conftest import _binary, stop_process
+    from conftest import _binary
     from procs import free_port, plan_ids, read_ids, wait_until
     from test_runtime import Proc, consume_args, start_consume
     insider = os.path.join(os.path.dirname(_binary()), "dh_insider")
