@@ -41,7 +41,7 @@ import time
 LOADERS = (("torch", "torch DataLoader + PyAV"),
            ("datahelix", "datahelix.DataLoader"))
 DDL_MS = 1.0  # a step is a deadline miss when its input waited longer
-GPU_STEP_MS = 150.0  # the emulated GPU step (see the top)
+GPU_STEP_MS = 400.0  # the emulated GPU step (see the top)
 
 
 # ---- the rank's side -------------------------------------------------------
@@ -412,8 +412,10 @@ def regime(a, res, ncpu):
                 f"waiting is unavoidable; torch delivered {t:.1f} samples/s, "
                 f"datahelix {d:.1f}.")
     need = a.ranks * a.batch_size * 1e3 / a.gpu_step_ms
-    kind = ("input-bound for both" if d < 0.95 * need else
-            "input-bound for torch only" if t < 0.95 * need else
+    short = [n for n, v in (("torch", t), ("datahelix", d))
+             if v < 0.95 * need]  # the loaders that could not keep up
+    kind = ("input-bound for both" if len(short) == 2 else
+            f"input-bound for {short[0]} only" if short else
             "GPU-bound for both (the loaders keep up)")
     return (f"Regime: {kind} - {a.ranks} ranks at a {a.gpu_step_ms:g} ms GPU "
             f"step (emulated: no GPU here, and a CPU model step would take "
@@ -435,7 +437,7 @@ def main(argv=None):
     ap.add_argument("--count", type=int, default=48,
                     help="clips to generate without --manifest (default 48)")
     ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--frames", type=int, default=8)
     ap.add_argument("--size", type=int, default=112)
