@@ -1089,6 +1089,7 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
                                             self.world_size, self._instance,
                                             shared=self.world_size > 1,
                                             keyfile=self._key.path,
+                                            remove_at_exit=self._mine(),
                                             **self._metrics_args)
             addr = self._coord.listen
         elif self.coordinator is None:  # rank 0's, if it has one
@@ -1178,11 +1179,21 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         shared or given one is waited for (_ensure_client)."""
         if self._coord is None or self._coord.shared:
             return
-        self._coord.stop()
+        self._coord.kill()  # not stop(): it would remove _mine()
         self._coord = None
         self._coord = Coordinator(self._addr, "deadline", shared=False,
                                   keyfile=self._key.path,
+                                  remove_at_exit=self._mine(),
                                   **self._metrics_args)
+
+    def _mine(self):
+        """What this loader's private Coordinator removes at its clean end
+        - a kill -9 of the training process ends it so (--exit-with-parent)
+        - its key and socket folders (issue 41 item 5); a shared one
+        outlives this rank and removes nothing of it."""
+        if self.world_size > 1:
+            return ()
+        return (self._key.owned_dir if self._key else None, self._coord_dir)
 
     def _fork_server(self, dataset):
         """A new fork server for the DataServer about to start (one takes

@@ -404,6 +404,22 @@ class Coordinator:
                 proc.wait(timeout=5)
         return proc.drain.text()
 
+    def kill(self):
+        """Ends a private Coordinator at once (SIGKILL), so that what it
+        would remove at a clean end (--remove-at-exit: the loader's key and
+        socket folders) stays for the Coordinator that replaces it."""
+        if self.proc is None:
+            return
+        with self._lock:
+            self._closing = True
+            proc = self.proc
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+        proc.drain.text()
+        self._watcher.join(timeout=5)
+        self.proc = None
+
     def stop(self):
         """Ends a private Coordinator now; a shared one is left to end
         when the last rank's DataServer is gone (its stderr drained until

@@ -686,7 +686,7 @@ KILL_SCRIPT = textwrap.dedent("""
     loader = datahelix.DistributedDataLoader(dist_datasets.Range(8),
                                              batch_size=2, num_workers=2)
     held = next(iter(loader))
-    print(loader._dir, flush=True)
+    print(loader._dir, loader._key.owned_dir, loader._coord_dir, flush=True)
     sys.stdin.read()  # until killed
 """)
 
@@ -698,8 +698,9 @@ def test_sigkill_of_the_training_process_leaves_nothing():
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)
     try:
-        d = p.stdout.readline().strip()
-        assert d, p.stderr.read()
+        dirs = p.stdout.readline().split()
+        assert len(dirs) == 3, p.stderr.read()
+        d = dirs[0]
         kids = descendants(p.pid)
         # coordinator, DataServer, fork server, 2 workers
         assert len(kids) == 5, kids
@@ -717,6 +718,14 @@ def test_sigkill_of_the_training_process_leaves_nothing():
     while os.path.exists(d) and time.monotonic() < end:
         time.sleep(0.05)
     assert not os.path.exists(d), "the pickled dataset was left behind"
+    # the job key's folder and the Coordinator's socket folder (issue 41
+    # item 5): its Coordinator removes them at its end
+    for x in dirs[1:]:
+        assert "datahelix-" in x, dirs
+        end = time.monotonic() + 5
+        while os.path.exists(x) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not os.path.exists(x), f"{x} was left behind"
 
 
 def rss_kib():
