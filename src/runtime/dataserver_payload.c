@@ -95,16 +95,22 @@ struct ds_expect {
     char token[DH_WIRE_TOKEN_LEN + 1];
 };
 
+/* One payload message, as received: the inbox's held one, or a parked
+ * one (msg_move() passes it between them). */
+struct ds_msg {
+    struct dh_wire_msg hdr; /* its decoded ResultNotice */
+    zmq_msg_t frames[DS_MAX_FRAMES];
+    int n_frames;
+    double arrived_ms;      /* when it came in (its place_ms) */
+    struct dh_tp_from peer; /* its connection and Peer-Address */
+    char from[96];          /* the sender, for logs */
+};
+
 /* A payload parked until its Route comes (or route_wait_ms passes). */
 struct ds_park {
     int used, ready; /* ready: its Route came */
-    struct dh_wire_msg hdr;
-    zmq_msg_t frames[DS_MAX_FRAMES];
-    int n_frames;
-    double arrived_ms;
+    struct ds_msg m;
     uint64_t until_ms, bytes;
-    struct dh_tp_from peer;
-    char from[96];
 };
 
 /* One payload message waiting for arena space. */
@@ -114,14 +120,9 @@ struct ds_inbox {
     char endpoint[DH_WIRE_MAX_ADDR + 1]; /* announced payload address */
     char bound[DH_WIRE_MAX_ADDR + 1];    /* what the socket bound */
     int held;
-    struct dh_wire_msg hdr; /* its decoded ResultNotice */
-    zmq_msg_t frames[DS_MAX_FRAMES];
-    int n_frames;
+    struct ds_msg m; /* the payload in hand */
     uint64_t give_up_ms;
-    double arrived_ms;             /* when the payload came in (its place_ms) */
     uint64_t tries, releases_seen; /* arena releases at the last try */
-    char from[96];                 /* the sender, for logs */
-    struct dh_tp_from peer;        /* its connection and Peer-Address */
     struct dh_tp_asm *parts;       /* striped payloads being assembled */
     struct ds_expect *exp;         /* DS_EXPECT: who may send what */
     struct dh_idmap exp_map;       /* task -> index in exp */
@@ -206,9 +207,9 @@ int dh__ds_inbox_open(const struct ds_env *env, void *zmq_ctx,
     if (!in)
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     in->env = env;
-    dh_wire_msg_init(&in->hdr, DH_WIRE_NONE);
+    dh_wire_msg_init(&in->m.hdr, DH_WIRE_NONE);
     for (int i = 0; i < DS_PARK; i++)
-        dh_wire_msg_init(&in->park[i].hdr, DH_WIRE_NONE);
+        dh_wire_msg_init(&in->park[i].m.hdr, DH_WIRE_NONE);
     if (!(in->exp = dh__calloc(DS_EXPECT, sizeof(*in->exp))) ||
         dh__idmap_init(&in->exp_map, sizeof(uint32_t), DS_EXPECT, DS_EXPECT) <
             0) {
@@ -232,18 +233,18 @@ int dh__ds_inbox_open(const struct ds_env *env, void *zmq_ctx,
 
 static void inbox_clear(struct ds_inbox *in)
 {
-    dh__tp_frames_close(in->frames, in->n_frames);
-    in->n_frames = 0;
-    dh_wire_msg_fini(&in->hdr);
+    dh__tp_frames_close(in->m.frames, in->m.n_frames);
+    in->m.n_frames = 0;
+    dh_wire_msg_fini(&in->m.hdr);
     in->held = 0;
     in->tries = 0;
 }
 
 static void park_free(struct ds_inbox *in, struct ds_park *p)
 {
-    dh__tp_frames_close(p->frames, p->n_frames);
-    p->n_frames = 0;
-    dh_wire_msg_fini(&p->hdr);
+    dh__tp_frames_close(p->m.frames, p->m.n_frames);
+    p->m.n_frames = 0;
+    dh_wire_msg_fini(&p->m.hdr);
     in->park_bytes -= p->bytes;
     p->used = p->ready = 0;
 }
@@ -287,11 +288,11 @@ void *dh__ds_inbox_socket(const struct ds_inbox *in)
  * loop's poll reports that). */
 static int recv_message(struct ds_inbox *in, int *extra)
 {
-    if (dh__tp_recv_frames(in->sock, &in->peer, in->frames, DS_MAX_FRAMES,
-                           &in->n_frames, extra, NULL) <= 0)
+    if (dh__tp_recv_frames(in->sock, &in->m.peer, in->m.frames, DS_MAX_FRAMES,
+                           &in->m.n_frames, extra, NULL) <= 0)
         return 0;
-    snprintf(in->from, sizeof(in->from), "payload sender %s",
-             in->peer.addr[0] ? in->peer.addr : "(address unknown)");
+    snprintf(in->m.from, sizeof(in->m.from), "payload sender %s",
+             in->m.peer.addr[0] ? in->m.peer.addr : "(address unknown)");
     return 1;
 }
 
@@ -327,20 +328,20 @@ static int check_shape(const struct ds_inbox *in,
     return 0;
 }
 
-/* Decodes header frame `f` into in->hdr and checks it: a ResultNotice
+/* Decodes header frame `f` into in->m.hdr and checks it: a ResultNotice
  * for this server's rank with a consistent shape. */
 static int check_header(struct ds_inbox *in, const zmq_msg_t *f,
                         struct dh_err *e)
 {
-    const struct dh_wire_result *r = &in->hdr.u.result;
+    const struct dh_wire_result *r = &in->m.hdr.u.result;
     int rc;
 
-    dh_wire_msg_fini(&in->hdr);
-    if ((rc = dh__tp_decode(f, &in->hdr, e)) < 0)
+    dh_wire_msg_fini(&in->m.hdr);
+    if ((rc = dh__tp_decode(f, &in->m.hdr, e)) < 0)
         return rc;
-    if (in->hdr.type != DH_WIRE_RESULT_NOTICE)
+    if (in->m.hdr.type != DH_WIRE_RESULT_NOTICE)
         return dh_err_set(e, DH_EPROTO, "a %s header, not a result_notice",
-                          dh_wire_type_name(in->hdr.type));
+                          dh_wire_type_name(in->m.hdr.type));
     if (r->task.rank != in->env->rank)
         return dh_err_set(e, DH_EPROTO,
                           "task %llu is rank %u's; this "
@@ -352,19 +353,19 @@ static int check_header(struct ds_inbox *in, const zmq_msg_t *f,
 
 static int check_payload(struct ds_inbox *in, int extra, struct dh_err *e)
 {
-    const struct dh_wire_result *r = &in->hdr.u.result;
+    const struct dh_wire_result *r = &in->m.hdr.u.result;
     uint64_t sum = 0;
     int rc;
 
-    if (in->n_frames < 2 || extra > 0)
+    if (in->m.n_frames < 2 || extra > 0)
         return dh_err_set(e, DH_EPROTO,
                           "%d frames: a payload is a header "
                           "and 1..%d data frames",
-                          in->n_frames + extra, DS_MAX_FRAMES - 1);
-    if ((rc = check_header(in, &in->frames[0], e)) < 0)
+                          in->m.n_frames + extra, DS_MAX_FRAMES - 1);
+    if ((rc = check_header(in, &in->m.frames[0], e)) < 0)
         return rc;
-    for (int i = 1; i < in->n_frames; i++)
-        sum += zmq_msg_size(&in->frames[i]);
+    for (int i = 1; i < in->m.n_frames; i++)
+        sum += zmq_msg_size(&in->m.frames[i]);
     if (sum != r->length)
         return dh_err_set(e, DH_EPROTO,
                           "task %llu: data frames hold %llu "
@@ -377,10 +378,10 @@ static int check_payload(struct ds_inbox *in, int extra, struct dh_err *e)
 
 /* ---- striped payloads ---- */
 
-/* The message in in->frames, if it is a part (frame 0 a part frame): its
+/* The message in in->m.frames, if it is a part (frame 0 a part frame): its
  * header is checked, the part goes to the reassembly table and the
  * message's frames are closed.  2: not a part (a whole payload: check it
- * as one); 1: it completed its set, which in->frames now holds as a whole
+ * as one); 1: it completed its set, which in->m.frames now holds as a whole
  * payload (header, data frames in order); 0: kept, more to come; < 0:
  * refused (e says why). */
 static int take_part(struct ds_inbox *in, int extra, struct dh_err *e)
@@ -389,41 +390,41 @@ static int take_part(struct ds_inbox *in, int extra, struct dh_err *e)
     uint32_t index = 0, count = 0;
     int n = 0, rc;
 
-    if (in->n_frames < 1)
+    if (in->m.n_frames < 1)
         return 2;
-    if ((rc = dh__tp_part_decode(zmq_msg_data(&in->frames[0]),
-                                 zmq_msg_size(&in->frames[0]), &index, &count,
+    if ((rc = dh__tp_part_decode(zmq_msg_data(&in->m.frames[0]),
+                                 zmq_msg_size(&in->m.frames[0]), &index, &count,
                                  e)) <= 0)
         return rc < 0 ? rc : 2;
-    if (in->n_frames != 3 || extra > 0)
+    if (in->m.n_frames != 3 || extra > 0)
         rc = dh_err_set(e, DH_EPROTO,
                         "%d frames: a payload part is a part frame, a header "
                         "and one data frame",
-                        in->n_frames + extra);
-    else if ((rc = check_header(in, &in->frames[1], e)) == 0)
+                        in->m.n_frames + extra);
+    else if ((rc = check_header(in, &in->m.frames[1], e)) == 0)
         rc = dh__tp_asm_add(
             in->parts,
-            &(struct dh_tp_part){.task = in->hdr.u.result.task.id,
-                                 .server = in->hdr.u.result.server_id,
-                                 .host = in->peer.addr,
+            &(struct dh_tp_part){.task = in->m.hdr.u.result.task.id,
+                                 .server = in->m.hdr.u.result.server_id,
+                                 .host = in->m.peer.addr,
                                  .index = index,
                                  .count = count,
-                                 .length = in->hdr.u.result.length,
-                                 .hdr = &in->frames[1],
-                                 .data = &in->frames[2]},
+                                 .length = in->m.hdr.u.result.length,
+                                 .hdr = &in->m.frames[1],
+                                 .data = &in->m.frames[2]},
             dh__mono_ms(), set, &n, e);
-    dh__tp_frames_close(in->frames, in->n_frames);
-    dh_wire_msg_fini(&in->hdr);
-    in->n_frames = 0;
+    dh__tp_frames_close(in->m.frames, in->m.n_frames);
+    dh_wire_msg_fini(&in->m.hdr);
+    in->m.n_frames = 0;
     if (rc <= 0)
         return rc;
     DS_ADD(in->env, parts_in, n - 1);
     for (int i = 0; i < n; i++) {
-        zmq_msg_init(&in->frames[i]);
-        zmq_msg_move(&in->frames[i], &set[i]);
+        zmq_msg_init(&in->m.frames[i]);
+        zmq_msg_move(&in->m.frames[i], &set[i]);
         zmq_msg_close(&set[i]);
     }
-    in->n_frames = n;
+    in->m.n_frames = n;
     return 1;
 }
 
@@ -447,7 +448,7 @@ static void expire_parts(struct ds_inbox *in)
 static void refuse(struct ds_inbox *in, struct ds_sink sink, int rc,
                    const char *why)
 {
-    const struct dh_wire_result *r = &in->hdr.u.result;
+    const struct dh_wire_result *r = &in->m.hdr.u.result;
     char msg[DH_ERR_MSG_MAX + 64];
 
     snprintf(msg, sizeof(msg), "payload from remote server %u: %s",
@@ -465,15 +466,15 @@ static void refuse(struct ds_inbox *in, struct ds_sink sink, int rc,
 static void deliver(struct ds_inbox *in, struct ds_sink sink,
                     const struct dh_slot_ref *ref, uint8_t *dst)
 {
-    const struct dh_wire_result *r = &in->hdr.u.result;
+    const struct dh_wire_result *r = &in->m.hdr.u.result;
     struct ds_done d = {
         .kind = DS_DONE_RESULT, .task = r->task, .latency_ms = -1};
     size_t off = 0;
 
-    for (int i = 1; i < in->n_frames; i++) {
-        memcpy(dst + off, zmq_msg_data(&in->frames[i]),
-               zmq_msg_size(&in->frames[i]));
-        off += zmq_msg_size(&in->frames[i]);
+    for (int i = 1; i < in->m.n_frames; i++) {
+        memcpy(dst + off, zmq_msg_data(&in->m.frames[i]),
+               zmq_msg_size(&in->m.frames[i]));
+        off += zmq_msg_size(&in->m.frames[i]);
     }
     d.res = (struct ds_result){.slot = *ref,
                                .ndims = r->ndims,
@@ -490,7 +491,7 @@ static void deliver(struct ds_inbox *in, struct ds_sink sink,
                                .stages = r->stages};
     /* the remote's times travel on; placing it here is this server's */
     d.res.done_ms = dh__mono_msf();
-    d.res.stages.place_ms = d.res.done_ms - in->arrived_ms;
+    d.res.stages.place_ms = d.res.done_ms - in->m.arrived_ms;
     d.res.stages.server_id = r->server_id; /* the remote that prepared it */
     memcpy(d.res.dims, r->dims, sizeof(d.res.dims));
     sink.done(sink.arg, &d); /* the slot's reference goes with it */
@@ -566,7 +567,7 @@ void dh__ds_inbox_expect(struct ds_inbox *in, uint64_t task, uint32_t server,
     *x = (struct ds_expect){.task = task, .server = server, .state = 1};
     snprintf(x->token, sizeof(x->token), "%s", token ? token : "");
     for (int i = 0; i < DS_PARK; i++)
-        if (in->park[i].used && in->park[i].hdr.u.result.task.id == task)
+        if (in->park[i].used && in->park[i].m.hdr.u.result.task.id == task)
             in->park[i].ready = 1;
 }
 
@@ -575,7 +576,7 @@ void dh__ds_inbox_expect(struct ds_inbox *in, uint64_t task, uint32_t server,
  * (logged and counted; the inbox is cleared, the expectation kept). */
 static int check_sender(struct ds_inbox *in, int may_park)
 {
-    const struct dh_wire_result *r = &in->hdr.u.result;
+    const struct dh_wire_result *r = &in->m.hdr.u.result;
     struct ds_expect *x = expect_find(in, r->task.id);
 
     if (x && x->state == 1 && x->server == r->server_id && x->token[0] &&
@@ -587,24 +588,24 @@ static int check_sender(struct ds_inbox *in, int may_park)
     if (!x && may_park)
         return 0;
     if (!x)
-        refuse_sender(in, in->from,
+        refuse_sender(in, in->m.from,
                       "task %llu from server %u: no such task of rank %u "
                       "was placed on a remote server delivering here "
                       "within %d ms; refused",
                       (unsigned long long)r->task.id, r->server_id,
                       in->env->rank, in->env->route_wait_ms);
     else if (x->state == 2)
-        refuse_sender(in, in->from,
+        refuse_sender(in, in->m.from,
                       "task %llu from server %u: its payload was "
                       "delivered already; refused",
                       (unsigned long long)r->task.id, r->server_id);
     else if (x->server != r->server_id)
-        refuse_sender(in, in->from,
+        refuse_sender(in, in->m.from,
                       "task %llu from server %u: it was placed on server "
                       "%u; refused",
                       (unsigned long long)r->task.id, r->server_id, x->server);
     else
-        refuse_sender(in, in->from,
+        refuse_sender(in, in->m.from,
                       "task %llu claims server %u, but its sender token is "
                       "%s: not sent by that server (another member of the "
                       "job?); refused",
@@ -616,13 +617,30 @@ static int check_sender(struct ds_inbox *in, int may_park)
 
 /* ---- parked payloads ---- */
 
+/* Moves message *src into *dst (which owns nothing): the header's arrays
+ * and the frames go with it; *src's frames are left empty (closing them
+ * frees nothing). */
+static void msg_move(struct ds_msg *dst, struct ds_msg *src)
+{
+    dst->hdr = src->hdr;
+    dh_wire_msg_init(&src->hdr, DH_WIRE_NONE);
+    for (int i = 0; i < src->n_frames; i++) {
+        zmq_msg_init(&dst->frames[i]);
+        zmq_msg_move(&dst->frames[i], &src->frames[i]);
+    }
+    dst->n_frames = src->n_frames; /* src's closes close empties */
+    dst->arrived_ms = src->arrived_ms;
+    dst->peer = src->peer;
+    memcpy(dst->from, src->from, sizeof(dst->from));
+}
+
 static int park_count(const struct ds_inbox *in, const struct dh_tp_from *p)
 {
     int n = 0;
 
     for (int i = 0; i < DS_PARK; i++)
-        n += in->park[i].used && in->park[i].peer.id_len == p->id_len &&
-             !memcmp(in->park[i].peer.id, p->id, p->id_len);
+        n += in->park[i].used && in->park[i].m.peer.id_len == p->id_len &&
+             !memcmp(in->park[i].m.peer.id, p->id, p->id_len);
     return n;
 }
 
@@ -631,16 +649,17 @@ static struct ds_park *park_oldest(struct ds_inbox *in)
     struct ds_park *o = NULL;
 
     for (int i = 0; i < DS_PARK; i++)
-        if (in->park[i].used && (!o || in->park[i].arrived_ms < o->arrived_ms))
+        if (in->park[i].used &&
+            (!o || in->park[i].m.arrived_ms < o->m.arrived_ms))
             o = &in->park[i];
     return o;
 }
 
 static void park_refuse(struct ds_inbox *in, struct ds_park *p, const char *why)
 {
-    refuse_sender(in, p->from, "task %llu from server %u: %s; refused",
-                  (unsigned long long)p->hdr.u.result.task.id,
-                  p->hdr.u.result.server_id, why);
+    refuse_sender(in, p->m.from, "task %llu from server %u: %s; refused",
+                  (unsigned long long)p->m.hdr.u.result.task.id,
+                  p->m.hdr.u.result.server_id, why);
     park_free(in, p);
 }
 
@@ -648,15 +667,15 @@ static void park_refuse(struct ds_inbox *in, struct ds_park *p, const char *why)
  * refuses it: too many from its connection. */
 static void park(struct ds_inbox *in)
 {
-    uint64_t bytes = in->hdr.u.result.length;
+    uint64_t bytes = in->m.hdr.u.result.length;
     struct ds_park *p = NULL;
 
-    if (park_count(in, &in->peer) >= DS_PARK_PER_PEER) {
-        refuse_sender(in, in->from,
+    if (park_count(in, &in->m.peer) >= DS_PARK_PER_PEER) {
+        refuse_sender(in, in->m.from,
                       "task %llu from server %u: %d payloads of this "
                       "connection wait for their Route already; refused",
-                      (unsigned long long)in->hdr.u.result.task.id,
-                      in->hdr.u.result.server_id, DS_PARK_PER_PEER);
+                      (unsigned long long)in->m.hdr.u.result.task.id,
+                      in->m.hdr.u.result.server_id, DS_PARK_PER_PEER);
         inbox_clear(in);
         return;
     }
@@ -674,18 +693,9 @@ static void park(struct ds_inbox *in)
     }
     p->used = 1;
     p->ready = 0;
-    p->hdr = in->hdr;
-    dh_wire_msg_init(&in->hdr, DH_WIRE_NONE);
-    for (int i = 0; i < in->n_frames; i++) {
-        zmq_msg_init(&p->frames[i]);
-        zmq_msg_move(&p->frames[i], &in->frames[i]);
-    }
-    p->n_frames = in->n_frames;
-    p->arrived_ms = in->arrived_ms;
+    msg_move(&p->m, &in->m);
     p->until_ms = dh__mono_ms() + (uint64_t)in->env->route_wait_ms;
     p->bytes = bytes;
-    p->peer = in->peer;
-    memcpy(p->from, in->from, sizeof(p->from));
     in->park_bytes += bytes;
     inbox_clear(in);
 }
@@ -693,16 +703,7 @@ static void park(struct ds_inbox *in)
 /* Moves a ready park entry back into the inbox as the held payload. */
 static void unpark(struct ds_inbox *in, struct ds_park *p)
 {
-    in->hdr = p->hdr;
-    dh_wire_msg_init(&p->hdr, DH_WIRE_NONE);
-    for (int i = 0; i < p->n_frames; i++) {
-        zmq_msg_init(&in->frames[i]);
-        zmq_msg_move(&in->frames[i], &p->frames[i]);
-    }
-    in->n_frames = p->n_frames;
-    in->arrived_ms = p->arrived_ms;
-    in->peer = p->peer;
-    memcpy(in->from, p->from, sizeof(in->from));
+    msg_move(&in->m, &p->m);
     park_free(in, p);
     in->held = 1;
 }
@@ -736,7 +737,7 @@ static int try_place(struct ds_inbox *in, struct ds_sink sink)
 
     if (nothing_freed(in, now))
         return 0;
-    rc = dh_arena_alloc(in->env->arena, in->hdr.u.result.length, 0, &ref, &e);
+    rc = dh_arena_alloc(in->env->arena, in->m.hdr.u.result.length, 0, &ref, &e);
     if (rc == DH_EARENA && now < in->give_up_ms)
         return 0;
     if (rc == DH_EARENA) {
@@ -767,7 +768,7 @@ static int place_ready(struct ds_inbox *in, struct ds_sink sink)
         p = NULL;
         for (int i = 0; i < DS_PARK; i++)
             if (in->park[i].used && in->park[i].ready &&
-                (!p || in->park[i].arrived_ms < p->arrived_ms))
+                (!p || in->park[i].m.arrived_ms < p->m.arrived_ms))
                 p = &in->park[i];
         if (!p)
             return 1;
@@ -795,12 +796,12 @@ void dh__ds_inbox_serve(struct ds_inbox *in, struct ds_sink sink)
         if (rc == 1)
             extra = 0; /* a set completed: a whole payload now */
         if (rc < 0 || check_payload(in, extra, &e) < 0) {
-            refuse_sender(in, in->from, "%s", e.msg);
+            refuse_sender(in, in->m.from, "%s", e.msg);
             inbox_clear(in);
             continue;
         }
         in->held = 1;
-        in->arrived_ms = dh__mono_msf();
+        in->m.arrived_ms = dh__mono_msf();
         if ((rc = check_sender(in, 1)) == 0)
             park(in);
         if (rc > 0 && !try_place(in, sink))
