@@ -194,6 +194,20 @@ def read_ids(path):
     return [int(x) for x in pathlib.Path(path).read_text().split()]
 
 
+def assert_two_ranks_got_their_plans(manifest, out_dir, epochs, samples):
+    """The ids a 2-rank job (batch 2) wrote to out_dir/ids0 and ids1
+    (consume --ids-out): each rank its plan, in order, epoch by epoch, and
+    every one of the `samples` ids once per epoch."""
+    got = [read_ids(pathlib.Path(out_dir) / f"ids{r}") for r in range(2)]
+    per = samples // 2  # ids of one rank in one epoch
+    for ep in range(epochs):
+        per_rank, _ = plan_ids(manifest, 2, 2, epoch=ep)
+        mine = [g[per * ep:per * (ep + 1)] for g in got]
+        assert mine == per_rank, ep
+        assert sorted(mine[0] + mine[1]) == list(range(samples))
+    assert all(len(g) == per * epochs for g in got)
+
+
 def torchrun(nproc, script, out_dir, *args, port=None, timeout=300):
     """Runs `script` under `python3 -m torch.distributed.run` with `nproc`
     ranks on `port` (None: a free one), argv = [python/, *args, out_dir];

@@ -11,7 +11,7 @@ import os
 import subprocess
 
 from conftest import _binary, run_dh
-from procs import free_port, plan_ids, read_ids, wait_until
+from procs import assert_two_ranks_got_their_plans, free_port, wait_until
 from test_runtime import Proc, consume_args, first_step_line, start_consume
 
 import pytest
@@ -57,13 +57,7 @@ def test_two_rank_epoch_survives_an_attacker(dataset, tmp_path):
         for p, (out, err) in zip(procs, outs):
             assert p.returncode == 0, err
         assert "messages sent" in aout and " 0 messages" not in aout, aout
-        got = [read_ids(tmp_path / f"ids{r}") for r in range(2)]
-        for ep in range(3):  # each rank: its plan, in order, once
-            per_rank, _ = plan_ids(m, 2, 2, epoch=ep)
-            mine = [g[6 * ep:6 * (ep + 1)] for g in got]
-            assert mine == per_rank, ep
-            assert sorted(mine[0] + mine[1]) == list(range(12))
-        assert all(len(g) == 18 for g in got)
+        assert_two_ranks_got_their_plans(m, tmp_path, 3, 12)
         assert c.p.poll() is None  # the Shutdowns did not stop it
     finally:
         for p in procs + ([att] if att else []):

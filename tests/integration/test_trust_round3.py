@@ -312,7 +312,8 @@ def test_an_insider_forges_lies_and_stalls_while_an_epoch_completes(
     overdue, and the insider is demoted."""
     import subprocess
     from conftest import _binary
-    from procs import free_port, plan_ids, read_ids, wait_until
+    from procs import assert_two_ranks_got_their_plans, free_port, \
+        wait_until
     from test_runtime import Proc, consume_args, start_consume
     insider = os.path.join(os.path.dirname(_binary()), "dh_insider")
     assert os.access(insider, os.X_OK), f"{insider} not built"
@@ -350,13 +351,7 @@ def test_an_insider_forges_lies_and_stalls_while_an_epoch_completes(
         iout, ierr = ins.communicate(timeout=60)
         for p, (out, err) in zip(procs, outs):
             assert p.returncode == 0, err[-3000:]
-        got = [read_ids(tmp_path / f"ids{r}") for r in range(2)]
-        for ep in range(2):  # each rank: its plan, in order, once
-            per_rank, _ = plan_ids(m, 2, 2, epoch=ep)
-            mine = [g[6 * ep:6 * (ep + 1)] for g in got]
-            assert mine == per_rank, ep
-            assert sorted(mine[0] + mine[1]) == list(range(12))
-        assert all(len(g) == 12 for g in got)
+        assert_two_ranks_got_their_plans(m, tmp_path, 2, 12)
         assert "lies" in iout and " 0 forged" not in iout, (iout, ierr)
         said = c.err_so_far()
         assert "remote server 150 says task" in said, said[-3000:]
