@@ -722,9 +722,7 @@ def test_sigkill_of_the_training_process_leaves_nothing():
     # item 5): its Coordinator removes them at its end
     for x in dirs[1:]:
         assert "datahelix-" in x, dirs
-        end = time.monotonic() + 5
-        while os.path.exists(x) and time.monotonic() < end:
-            time.sleep(0.05)
+        wait_until(lambda: not os.path.exists(x), 5)
         assert not os.path.exists(x), f"{x} was left behind"
 
 
