@@ -19,6 +19,7 @@ clang libclang-rt-dev clang-format python3-dev python3-torch iproute2
 python3-pip python3-setuptools python3-venv dpkg-dev python3-matplotlib
 patchelf shellcheck yamllint python3-yaml
 libmicrohttpd-dev python3-prometheus-client tmux
+libcurl4-openssl-dev nginx-light openssl
 slurm-wlm munge"
 if [ "${1:-}" = bench ]; then
     PKGS="$PKGS python3-torchvision python3-distributed"

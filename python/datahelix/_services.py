@@ -68,9 +68,10 @@ def ensure_index(manifest):
     manifest = os.fspath(manifest)
     if "://" in manifest:
         raise NotImplementedError(
-            f"datahelix: manifest {manifest}: tables and data on HTTP or S3 "
-            "are not supported yet: copy them to local disk (or a mounted "
-            "file system) and run `datahelix probe` there")
+            f"datahelix: manifest {manifest}: a table at a URL is not "
+            "supported yet: the table is a local file, and its rows may "
+            "name http(s):// objects and shards (`datahelix probe --out "
+            "m.jsonl https://host/clip.mp4 ...` writes one)")
     if not os.path.exists(manifest):
         raise FileNotFoundError(f"datahelix: manifest {manifest} not found")
     if manifest.endswith(".dhx"):

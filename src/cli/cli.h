@@ -125,6 +125,10 @@ int dh_cli_opt_i64(const char *cmd, const char *name, const char *s, int64_t lo,
 
 /* Strict integer / float parsing: whole string, in [lo, hi]. 0 or -1. */
 int dh_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* --ca-bundle FILE: the CAs HTTPS sources trust (DATAHELIX_CA_BUNDLE for
+ * this process and the services it starts); a usage error (2) when FILE
+ * cannot be read. */
+int dh_cli_opt_ca_bundle(const char *cmd, const char *file);
 /* "WxH" (each 1..16384) into p->width / p->height; else a usage error
  * (DH_EXIT_USAGE) naming cmd. */
 struct dh_media_plan;

@@ -83,6 +83,16 @@ int dh_cli_getopt(const struct dh_cli_cmd *cmd, int argc, char **argv,
     return DH_CLI_RUN;
 }
 
+int dh_cli_opt_ca_bundle(const char *cmd, const char *file)
+{
+    if (access(file, R_OK))
+        return dh_cli_usage_error(cmd, "--ca-bundle '%s': %s", file,
+                                  strerror(errno));
+    if (setenv("DATAHELIX_CA_BUNDLE", file, 1))
+        return dh_cli_usage_error(cmd, "--ca-bundle: %s", strerror(errno));
+    return 0;
+}
+
 int dh_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
     char *end;

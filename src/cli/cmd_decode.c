@@ -94,6 +94,8 @@ static void usage(FILE *f)
         "      --no-decoder-reuse  open a decoder for every file (by default a file\n"
         "                        takes over the previous file's decoder when their\n"
         "                        codec parameters are the same; docs/media.md)\n"
+        "      --ca-bundle FILE  the CAs that https:// inputs are checked against\n"
+        "                        (PEM; default: the system's)\n"
         "      --json            one JSON object per file and a total, on stdout\n"
         "  -h, --help            this text\n"
         "\n"
@@ -114,7 +116,8 @@ enum {
     OPT_MAXPX,
     OPT_MAXSIDE,
     OPT_MAXAREA,
-    OPT_PATCH
+    OPT_PATCH,
+    OPT_CA
 };
 
 static const struct option longopts[] = {
@@ -137,6 +140,7 @@ static const struct option longopts[] = {
     {"out", required_argument, NULL, 'o'},
     {"json", no_argument, NULL, OPT_JSON},
     {"no-decoder-reuse", no_argument, NULL, OPT_NOREUSE},
+    {"ca-bundle", required_argument, NULL, OPT_CA},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -339,6 +343,8 @@ static int parse_opt(void *ctx, int c)
     case OPT_JSON:
         o->json = 1;
         return 0;
+    case OPT_CA:
+        return dh_cli_opt_ca_bundle("decode", optarg);
     case OPT_NOREUSE:
         o->no_reuse = 1;
         return 0;

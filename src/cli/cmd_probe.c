@@ -89,6 +89,8 @@ static void usage(FILE *f)
         "      --fail-fast       stop at the first unreadable file (exit 1)\n"
         "      --summary         print a per-profile summary of the table\n"
         "                        (stdout; stderr when the table goes to stdout)\n"
+        "      --ca-bundle FILE  the CAs that https:// inputs are checked against\n"
+        "                        (PEM; default: the system's)\n"
         "  -q, --quiet           no closing line on stderr\n"
         "  -h, --help            this text\n"
         "\n"
@@ -107,7 +109,8 @@ enum {
     OPT_KEEP,
     OPT_FAILFAST,
     OPT_SUMMARY,
-    OPT_VERIFY
+    OPT_VERIFY,
+    OPT_CA
 };
 
 static const struct option longopts[] = {
@@ -125,6 +128,7 @@ static const struct option longopts[] = {
     {"summary", no_argument, NULL, OPT_SUMMARY},
     {"verify", no_argument, NULL, OPT_VERIFY},
     {"quiet", no_argument, NULL, 'q'},
+    {"ca-bundle", required_argument, NULL, OPT_CA},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -152,6 +156,8 @@ static int parse_opt(void *ctx, int c)
     case OPT_VERIFY:
         o->verify = 1;
         return 0;
+    case OPT_CA:
+        return dh_cli_opt_ca_bundle("probe", optarg);
     case OPT_KEEP:
         o->keep_going = 1;
         return 0;

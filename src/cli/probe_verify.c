@@ -32,6 +32,7 @@
 #include "cli/probe_verify.h"
 #include "cli/verify_cache.h"
 #include "core/alloc.h"
+#include "core/url.h"
 #include "datahelix/media.h"
 #include "datahelix/probe.h"
 
@@ -148,8 +149,11 @@ static void verify_one(struct vpass *p, struct dh_media *m, size_t i)
     struct vitem *it = &p->res[i];
     struct stat st;
 
-    /* A shard member is checked against its shard's size and mtime. */
-    if (stat(file, &st) != 0) {
+    /* A shard member is checked against its shard's size and mtime; a
+     * remote object has no mtime to trust: decoded each time. */
+    if (dh__url_kind(file) != DH_URL_NONE) {
+        decode(p, m, i, it);
+    } else if (stat(file, &st) != 0) {
         it->v.ok = 0;
         it->v.reason = dh__strdup(strerror(errno));
     } else {

@@ -224,6 +224,17 @@ static int64_t picture_index(struct run *r, const AVFrame *f)
     return dh__media_frame_index(r->m, ts);
 }
 
+int dh__media_read_frame(struct dh_media *m)
+{
+    int rc = av_read_frame(m->fc, m->pkt);
+
+    /* a demuxer may take a failed read for the end of its input: the
+     * clip would end early, silently */
+    if (rc == AVERROR_EOF && m->src.failed)
+        rc = AVERROR(EIO);
+    return rc;
+}
+
 int dh__media_av_fail(struct dh_media *m, int rc, const char *what,
                       struct dh_err *e)
 {
@@ -232,6 +243,8 @@ int dh__media_av_fail(struct dh_media *m, int rc, const char *what,
 
     if (dh__media_overdue(m)) /* the interrupt callback cut a read */
         return dh__media_watchdog_error(m, e);
+    if (m->src.failed) /* a read failed: its cause, not the demuxer's */
+        return dh__source_input_error(&m->src, rc, e);
     return dh_err_set(e, DH_EMEDIA, "%s: %s%sframe %lld (%.3f s): %s", m->name,
                       what ? what : "", what ? " near " : "", (long long)at,
                       dh__media_frame_time(m, at),
@@ -335,7 +348,7 @@ static int step(struct run *r, struct dh_err *e)
 
     if (m->eof)
         return 1;
-    rc = av_read_frame(m->fc, m->pkt);
+    rc = dh__media_read_frame(m);
     if (rc == AVERROR_EOF) {
         m->eof = 1;
         m->cc->skip_frame = AVDISCARD_DEFAULT;
@@ -446,7 +459,7 @@ static int run_key_one(struct run *r, int64_t key, struct dh_err *e)
     int rc = dh__media_rewind(m, key, e), averr = 0;
 
     m->cc->skip_frame = AVDISCARD_DEFAULT;
-    while (!rc && (averr = av_read_frame(m->fc, m->pkt)) >= 0) {
+    while (!rc && (averr = dh__media_read_frame(m)) >= 0) {
         int mine = m->pkt->stream_index == m->stream;
         if (mine)
             rc = send(r, m->pkt, e);

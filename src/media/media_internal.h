@@ -155,6 +155,9 @@ const char *dh__media_errstr(int averr, char *buf, size_t len);
 typedef int (*dh__media_picture_fn)(void *ctx, AVFrame *f, struct dh_err *e);
 int dh__media_feed(struct dh_media *m, const AVPacket *pkt, const char *what,
                    dh__media_picture_fn pic, void *ctx, struct dh_err *e);
+/* av_read_frame() into m->pkt, with AVERROR_EOF turned into AVERROR(EIO)
+ * when a read of the source failed (dh__media_av_fail then names it). */
+int dh__media_read_frame(struct dh_media *m);
 /* DH_EMEDIA "<file>: <what> near frame N (T s): <FFmpeg's reason>" (what
  * NULL: "<file>: frame N ..."), or the watchdog's error when it cut the
  * call. */

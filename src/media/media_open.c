@@ -16,6 +16,7 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/url.h"
 #include "media/av_util.h"
 #include "datahelix/media_stages.h"
 #include "media/media_internal.h"
@@ -414,13 +415,15 @@ static int table_from_scan(struct dh_media *m, struct dh_err *e)
     int rc;
 
     m->n = m->nkey = 0;
-    while ((rc = av_read_frame(m->fc, m->pkt)) >= 0) {
+    while ((rc = dh__media_read_frame(m)) >= 0) {
         if (m->pkt->stream_index == m->stream && scan_packet(m, m->pkt, &sc)) {
             av_packet_unref(m->pkt);
             return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->name);
         }
         av_packet_unref(m->pkt);
     }
+    if (rc != AVERROR_EOF && m->src.failed)
+        return dh__source_input_error(&m->src, rc, e);
     if (rc != AVERROR_EOF)
         return dh_err_set(e, DH_EMEDIA, "%s: reading packet %lld: %s", m->name,
                           (long long)m->n, dh__av_errstr(rc, buf, sizeof(buf)));
@@ -555,32 +558,33 @@ static int open_common(struct dh_media *m, struct dh_err *e)
     return 0;
 }
 
-/* m->name = a copy of s in the kept buffer, and for a whole file m->url
- * = "file:" s after it ("file:" keeps a ':' in a name from being read as
- * a protocol); DH_ENOMEM. */
-static int set_name(struct dh_media *m, const char *s, int whole_file)
+/* m->name = a copy of s in the kept buffer, and m->url = "file:" hint
+ * after it when a hint is given: a local file's path, a URL's path part
+ * (FFmpeg guesses a format by the name's extension; "file:" keeps a ':'
+ * in a name from being read as a protocol); DH_ENOMEM. */
+static int set_name(struct dh_media *m, const char *s, const char *hint)
 {
-    size_t n = strlen(s) + 1, need = whole_file ? 2 * n + 5 : n;
+    size_t n = strlen(s) + 1, h = hint ? strlen(hint) + 1 : 0;
+    size_t need = n + (hint ? h + 5 : 0);
 
     if (dh__buf_reserve(&m->name_buf, &m->name_cap, need))
         return DH_ENOMEM;
     memmove(m->name_buf, s, n);
     m->name = m->name_buf;
     m->url = NULL;
-    if (whole_file) {
+    if (hint) {
         memcpy(m->name_buf + n, "file:", 5);
-        memcpy(m->name_buf + n + 5, s, n);
+        memcpy(m->name_buf + n + 5, hint, h);
         m->url = m->name_buf + n;
     }
     return 0;
 }
 
 /* The source is open: FFmpeg's input over it, the frame table, the
- * decoder.  `url` as in struct dh_media (copied into the name buffer's
- * tail is not needed: it lives as long as the open input). */
-static int open_source(struct dh_media *m, int whole_file, struct dh_err *e)
+ * decoder.  `hint` as in set_name(). */
+static int open_source(struct dh_media *m, const char *hint, struct dh_err *e)
 {
-    if (set_name(m, m->src.name, whole_file))
+    if (set_name(m, m->src.name, hint))
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", m->src.name);
     return open_common(m, e);
 }
@@ -588,17 +592,29 @@ static int open_source(struct dh_media *m, int whole_file, struct dh_err *e)
 static int open_ref(struct dh_media *m, const struct dh_source_ref *ref,
                     struct dh_err *e)
 {
+    char path[2048];
     int rc;
 
     dh_media_close(m);
     if (!ref || !ref->path)
         return dh_err_set(e, DH_EINVAL, "media: no input named");
+    /* a remote object's open may already read (its size): the watchdog
+     * bounds it as it bounds every read after */
+    m->deadline_ms = m->watchdog_ms ? dh__mono_ms() + (uint64_t)m->watchdog_ms
+                                    : 0;
+    m->src.overdue = interrupt_cb;
+    m->src.overdue_arg = m;
     rc = dh__source_open(&m->src, ref, e);
     if (rc) {
         dh__source_close(&m->src);
         return rc;
     }
-    return open_source(m, ref->member == NULL, e);
+    if (ref->member)
+        return open_source(m, NULL, e);
+    if (dh__url_kind(ref->path) == DH_URL_NONE)
+        return open_source(m, ref->path, e);
+    dh__url_path(ref->path, path, sizeof(path));
+    return open_source(m, path[0] ? path : NULL, e);
 }
 
 /* The public entries, timed as the DH_MS_READ stage (media_stages.h). */
@@ -630,7 +646,7 @@ int dh_media_open_mem(struct dh_media *m, const void *data, size_t len,
         dh__source_close(&m->src);
         return rc;
     }
-    return open_source(m, 0, e);
+    return open_source(m, NULL, e);
 }
 
 int dh_media_info(const struct dh_media *m, struct dh_media_info *out)

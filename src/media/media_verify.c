@@ -72,7 +72,7 @@ static int decode_everything(struct vrun *v, struct dh_media_verify *res,
     int rc;
 
     m->cc->skip_frame = AVDISCARD_DEFAULT;
-    while ((rc = av_read_frame(m->fc, m->pkt)) >= 0) {
+    while ((rc = dh__media_read_frame(m)) >= 0) {
         /* A packet the demuxer flags corrupt is not failed by itself: the
          * MPEG-TS demuxer flags the first packet after a continuity-counter
          * jump, which every pair of joined recordings has, intact or not.

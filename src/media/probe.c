@@ -22,6 +22,7 @@
 #include <libavutil/display.h>
 
 #include "core/alloc.h"
+#include "core/url.h"
 #include "core/utf8.h"
 #include "datahelix/probe.h"
 #include "media/av_util.h"
@@ -257,9 +258,16 @@ static int probe_av(const struct dh_source_ref *ref, struct dh_desc *d,
         rc = dh_err_set(e, DH_ENOMEM, "%s: out of memory", src.name);
         goto out;
     }
-    if (url) /* "file:" keeps a ':' in a name from being read as a
-              * protocol; the name lets FFmpeg match extensions */
+    if (url && dh__url_kind(ref->path) != DH_URL_NONE) {
+        /* a whole remote object: its size is the server's, its name for
+         * FFmpeg the URL's path */
+        d->bytes = src.size;
+        memcpy(url, "file:", 5);
+        dh__url_path(ref->path, url + 5, strlen(ref->path) + 1);
+    } else if (url) { /* "file:" keeps a ':' in a name from being read as a
+                       * protocol; the name lets FFmpeg match extensions */
         snprintf(url, strlen(ref->path) + 6, "file:%s", ref->path);
+    }
     if (!(fc = avformat_alloc_context()) ||
         !(pb = dh__source_avio(&src, 65536))) {
         rc = dh_err_set(e, DH_ENOMEM, "%s: out of memory", src.name);
@@ -275,6 +283,10 @@ static int probe_av(const struct dh_source_ref *ref, struct dh_desc *d,
     rc = idx < 0 ? idx
                  : fill_video(fc, idx, d, notes ? &notes->unchecked : NULL,
                               src.name, e);
+    /* a failed read may have looked like the end of the input to the
+     * demuxer (a frame count cut short): the read's error instead */
+    if (src.failed)
+        rc = dh__source_input_error(&src, AVERROR(EIO), e);
 out:
     avformat_close_input(&fc);
     avformat_free_context(fc);
@@ -299,6 +311,51 @@ static int probe_member(const struct dh_source_ref *ref, struct dh_desc *d,
                           "table cannot hold",
                           ref->path, ref->member);
     return probe_av(ref, d, notes, e);
+}
+
+/* DH_EUNSUPPORTED for a compressed shard's name, else 0. */
+static int compressed_shard(const char *path, const char *shown,
+                            struct dh_err *e)
+{
+    if (has_suffix(path, ".tar.gz") || has_suffix(path, ".tgz") ||
+        has_suffix(path, ".tar.zst") || has_suffix(path, ".tar.xz") ||
+        has_suffix(path, ".tar.bz2"))
+        return dh_err_set(e, DH_EUNSUPPORTED,
+                          "%s: a compressed tar shard is not read in place "
+                          "(a member cannot be reached without decompressing "
+                          "everything before it): decompress it to a .tar "
+                          "first",
+                          shown);
+    return 0;
+}
+
+/* A whole object named by a URL: read through its source like a file. */
+static int probe_remote(const char *url, struct dh_desc *d,
+                        struct dh_probe_notes *notes, struct dh_err *e)
+{
+    struct dh_source_ref ref = {.path = url};
+    char shown[2048];
+    int rc;
+
+    dh__url_redact(url, shown, sizeof(shown));
+    if (!(d->path = dh__strdup(url)))
+        return dh_err_set(e, DH_ENOMEM, "%s: out of memory", shown);
+    if (!dh__utf8_valid(url))
+        rc = dh_err_set(e, DH_EINVAL,
+                        "%s: the URL is not valid UTF-8, which a JSON table "
+                        "cannot hold",
+                        shown);
+    else if ((rc = compressed_shard(url, shown, e)))
+        ;
+    else if (has_suffix(url, ".txt"))
+        rc = dh_err_set(e, DH_EUNSUPPORTED,
+                        "%s: a text sample is read from local disk only",
+                        shown);
+    else
+        rc = probe_av(&ref, d, notes, e);
+    if (rc)
+        dh_desc_fini(d);
+    return rc;
 }
 
 int dh_probe_ref_notes(const struct dh_source_ref *ref, struct dh_desc *d,
@@ -333,6 +390,8 @@ int dh_probe_file_notes(const char *path, struct dh_desc *d,
     if (notes)
         memset(notes, 0, sizeof(*notes));
     dh__av_quiet();
+    if (dh__url_kind(path) != DH_URL_NONE)
+        return probe_remote(path, d, notes, e);
     if (stat(path, &st))
         return dh_err_set(e, DH_EIO, "%s: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode))
@@ -348,17 +407,8 @@ int dh_probe_file_notes(const char *path, struct dh_desc *d,
                         path);
         goto out_fini;
     }
-    if (has_suffix(path, ".tar.gz") || has_suffix(path, ".tgz") ||
-        has_suffix(path, ".tar.zst") || has_suffix(path, ".tar.xz") ||
-        has_suffix(path, ".tar.bz2")) {
-        rc = dh_err_set(e, DH_EUNSUPPORTED,
-                        "%s: a compressed tar shard is not read in place (a "
-                        "member cannot be reached without decompressing "
-                        "everything before it): decompress it to a .tar "
-                        "first",
-                        path);
+    if ((rc = compressed_shard(path, path, e)))
         goto out_fini;
-    }
     if (has_suffix(path, ".txt")) {
         rc = probe_text(path, &st, d, e);
         goto out_fini;

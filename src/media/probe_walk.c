@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "core/alloc.h"
+#include "core/url.h"
 #include "core/tar.h"
 #include "core/utf8.h"
 #include "datahelix/probe.h"
@@ -68,7 +69,8 @@ static char *absolute(char *path)
     char cwd[4096], *out;
     size_t a, b;
 
-    if (path[0] == '/' || !getcwd(cwd, sizeof(cwd)))
+    if (path[0] == '/' || dh__url_kind(path) != DH_URL_NONE ||
+        !getcwd(cwd, sizeof(cwd)))
         return path;
     a = strlen(cwd);
     b = strlen(path);
@@ -185,28 +187,65 @@ static char *join(const char *dir, const char *name)
     return s;
 }
 
-/* ---- remote inputs: not read yet ---- */
+/* ---- remote inputs ---- */
 
 static int is_url(const char *s)
 {
-    const char *p = strstr(s, "://");
-
-    if (!p || p == s)
-        return 0;
-    for (const char *c = s; c < p; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-              (*c >= '0' && *c <= '9') || *c == '+' || *c == '-' || *c == '.'))
-            return 0;
-    return 1;
+    return dh__url_kind(s) != DH_URL_NONE;
 }
 
-static int url_error(const char *s, struct dh_err *e)
+/* 0 when `url` names an object this build reads, else why not. */
+static int url_check(const char *url, struct dh_err *e)
 {
-    return dh_err_set(e, DH_EUNSUPPORTED,
-                      "%s: remote inputs (http, https, s3) are not supported "
-                      "yet: copy them to local disk (or a mounted file "
-                      "system) and probe them there",
-                      s);
+    char shown[2048], path[2048];
+
+    dh__url_redact(url, shown, sizeof(shown));
+    dh__url_path(url, path, sizeof(path));
+    switch (dh__url_kind(url)) {
+    case DH_URL_HTTP:
+    case DH_URL_HTTPS:
+        break;
+    case DH_URL_S3:
+        return dh_err_set(e, DH_EUNSUPPORTED,
+                          "%s: s3:// inputs are not read yet (http:// and "
+                          "https:// are): serve the bucket over HTTP(S), or "
+                          "copy it to local disk",
+                          shown);
+    default:
+        return dh_err_set(e, DH_EUNSUPPORTED,
+                          "%s: not a path, nor an http:// or https:// URL",
+                          shown);
+    }
+    if (dh__url_has_userinfo(url))
+        return dh_err_set(e, DH_EINVAL,
+                          "%s: a URL with user:password@ is refused (the "
+                          "table and every message would carry the "
+                          "password)",
+                          shown);
+    if (!path[0] || path[strlen(path) - 1] == '/')
+        return dh_err_set(e, DH_EUNSUPPORTED,
+                          "%s: an HTTP server has no listing to read: name "
+                          "each object (or a .jsonl list of them)",
+                          shown);
+    return 0;
+}
+
+/* A URL input: a remote shard is indexed in place, an object probed. */
+static int expand_shard(struct dh_probe_list *l, const char *path,
+                        struct dh_err *e);
+
+static int add_url(struct dh_probe_list *l, const char *url, const char *text,
+                   struct dh_err *e)
+{
+    char path[2048];
+    int rc = url_check(url, e);
+
+    if (rc)
+        return rc;
+    dh__url_path(url, path, sizeof(path));
+    if (ext_is(path, "tar"))
+        return expand_shard(l, url, e);
+    return push_copy(l, url, text, e);
 }
 
 /* ---- tar shards ---- */
@@ -579,9 +618,12 @@ static int list_line(struct dh_probe_list *l, const char *list,
     if (is_url(json_string_value(jp))) { /* never a path beside the list */
         struct dh_err sub;
 
-        url_error(json_string_value(jp), &sub);
-        rc = dh_err_set(e, DH_EUNSUPPORTED, "%s:%ld: %s", list, lineno,
-                        sub.msg);
+        dh_err_clear(&sub);
+        if (add_url(l, json_string_value(jp),
+                    json_is_string(jt) ? json_string_value(jt) : NULL, &sub))
+            rc = dh_err_set(e, sub.code, "%s:%ld: %s", list, lineno, sub.msg);
+        else
+            rc = 0;
         goto out;
     }
     path = json_string_value(jp)[0] == '/' ? dh__strdup(json_string_value(jp))
@@ -648,7 +690,7 @@ int dh_probe_list_add_input(struct dh_probe_list *l, const char *input,
     int rc;
 
     if (is_url(input))
-        return url_error(input, e);
+        return add_url(l, input, NULL, e);
     if (stat(input, &st))
         return dh_err_set(e, DH_EIO, "%s: %s", input, strerror(errno));
     if (S_ISDIR(st.st_mode)) {

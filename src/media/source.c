@@ -16,6 +16,7 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/url.h"
 #include "media/av_util.h"
 #include "media/source.h"
 
@@ -25,10 +26,17 @@ void dh__source_init(struct dh_source *s)
     s->fd = -1;
 }
 
+/* s->name: "path" or "path:member", a URL without its credentials or
+ * query (what every message shows). */
 static int set_name(struct dh_source *s, const char *path, const char *member)
 {
     size_t n = strlen(path) + (member ? strlen(member) + 1 : 0) + 1;
+    char shown[2048];
 
+    if (dh__url_kind(path) != DH_URL_NONE) {
+        dh__url_redact(path, shown, sizeof(shown));
+        path = shown;
+    }
     if (dh__buf_reserve(&s->name, &s->name_cap, n))
         return DH_ENOMEM;
     if (member)
@@ -202,14 +210,41 @@ void dh__source_fini(struct dh_source *s)
 {
     dh__source_close(s);
     drop_fd(s);
+    dh__remote_free(s->remote);
     dh__free(s->fd_path);
     dh__free(s->name);
     dh__source_init(s);
 }
 
+/* The backend for a path: a local file or an http(s) object. */
+static const struct dh_source_ops *backend(const char *path, const char *name,
+                                           struct dh_err *e)
+{
+    switch (dh__url_kind(path)) {
+    case DH_URL_NONE:
+        return &file_ops;
+    case DH_URL_HTTP:
+    case DH_URL_HTTPS:
+        return &dh__http_source_ops;
+    case DH_URL_S3:
+        dh_err_set(e, DH_EUNSUPPORTED,
+                   "%s: s3:// objects are not read yet (http:// and "
+                   "https:// are)",
+                   name);
+        return NULL;
+    default:
+        dh_err_set(e, DH_EUNSUPPORTED,
+                   "%s: not a path or an http(s) URL: its scheme is not "
+                   "read",
+                   name);
+        return NULL;
+    }
+}
+
 int dh__source_open(struct dh_source *s, const struct dh_source_ref *ref,
                     struct dh_err *e)
 {
+    const struct dh_source_ops *ops;
     int rc;
 
     dh__source_close(s);
@@ -217,12 +252,14 @@ int dh__source_open(struct dh_source *s, const struct dh_source_ref *ref,
         return dh_err_set(e, DH_EINVAL, "source: no path");
     if (set_name(s, ref->path, ref->member))
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", ref->path);
-    rc = file_ops.open(s, ref, e);
+    if (!(ops = backend(ref->path, s->name, e)))
+        return e->code;
+    rc = ops->open(s, ref, e);
     if (rc) {
         drop_fd(s); /* an input that failed is not kept */
         return rc;
     }
-    s->ops = &file_ops;
+    s->ops = ops;
     return 0;
 }
 

@@ -6,10 +6,13 @@
  * touches only the bytes it asks for.
  *
  * Backends: a local file, a member of a tar shard (a byte range of a local
- * file: the same backend with a window), and a buffer in memory.  What a
- * backend caches per worker lives in the dh_source, which a media worker
- * keeps across files: the file backend keeps the shard it read last open,
- * so the members of one shard cost one open(2) between them.
+ * file: the same backend with a window), a buffer in memory, and an object
+ * over HTTP(S) (source_http.c: ranged GETs on libcurl; a remote shard's
+ * member is a window of it).  What a backend caches per worker lives in the
+ * dh_source, which a media worker keeps across files: the file backend
+ * keeps the shard it read last open, so the members of one shard cost one
+ * open(2) between them; the HTTP backend keeps its connection and its
+ * read-ahead blocks.
  *
  * Designed for sources whose reads cost 20-100 ms (the object-storage
  * backends plug in here): read_at() takes any offset, so a backend can
@@ -33,6 +36,7 @@
 #include "datahelix/media.h"
 
 struct dh_source;
+struct dh_remote; /* the HTTP backend's per-worker state (source_http.c) */
 
 struct dh_source_ops {
     /* Opens `ref` (the previous input is closed).  Sets s->size.  DH_E*
@@ -64,8 +68,12 @@ struct dh_source {
     int keep_fd;  /* a shard: keep the fd for its next member */
     /* memory backend */
     const uint8_t *data;
-    /* counters, added up since the source was made */
+    /* remote backends: connection and read-ahead kept across objects */
+    struct dh_remote *remote;
+    /* counters, added up since the source was made: bytes given to the
+     * reader, reads; remote: bytes fetched, requests, retries among them */
     int64_t bytes, reads;
+    int64_t fetched, requests, retries;
     double read_ms;
     /* reads through AVIO (dh__source_avio) */
     int (*overdue)(void *arg); /* non-zero: the watchdog fired; may be NULL */
@@ -74,12 +82,16 @@ struct dh_source {
     int failed;
 };
 
+extern const struct dh_source_ops dh__http_source_ops;
+void dh__remote_free(struct dh_remote *r);
+
 void dh__source_init(struct dh_source *s);
 void dh__source_fini(struct dh_source *s);
 
-/* Opens `ref` through the backend its path names (a local file or a shard
- * member today); mem != NULL opens that buffer instead (len bytes, `name`
- * in messages). */
+/* Opens `ref` through the backend its path names: a local file, an
+ * http(s):// object (either whole or a shard member's window of it); an
+ * s3:// or other URL is DH_EUNSUPPORTED.  dh__source_open_mem() opens a
+ * buffer instead (len bytes, `name` in messages). */
 int dh__source_open(struct dh_source *s, const struct dh_source_ref *ref,
                     struct dh_err *e) DH_MUST_CHECK;
 int dh__source_open_mem(struct dh_source *s, const void *data, size_t len,

