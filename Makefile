@@ -221,7 +221,8 @@ soak: build
 
 FUZZ_SECONDS ?= 10
 FUZZERS := fuzz_desc_json fuzz_index_open fuzz_media_decode fuzz_wire_decode \
-           fuzz_coordinator_seq fuzz_payload_seq fuzz_client_seq
+           fuzz_coordinator_seq fuzz_payload_seq fuzz_client_seq \
+           fuzz_remote_text
 
 # `make fuzz` grows the checked-in corpora: every target runs FUZZ_MINUTES
 # (default 1) from its corpus, and what it finds that adds coverage is

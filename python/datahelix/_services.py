@@ -61,6 +61,16 @@ def _index_version(dhx):
     return int.from_bytes(head[8:12], "little")
 
 
+# What reads remote data needs (DataServers); the Coordinator never does.
+STORAGE_SECRETS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                   "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+
+
+def without_storage_secrets(environ):
+    """`environ` for a child that reads no remote data: no credentials."""
+    return {k: v for k, v in environ.items() if k not in STORAGE_SECRETS}
+
+
 def ensure_index(manifest):
     """Path of the .dhx index for `manifest` (.dhx, or a .jsonl table that
     is compiled beside it - or in a temporary folder if that one is not
@@ -278,7 +288,7 @@ class Coordinator:
         # At info at least, whatever $DATAHELIX_LOG says: _tcp_ready reads
         # its "listening on" line; the drain hands each line to the
         # "datahelix" logger, whose level is the user's.
-        env = dict(os.environ)
+        env = without_storage_secrets(os.environ)
         if env_level() > logging.INFO:
             env["DATAHELIX_LOG"] = "info"
         proc = subprocess.Popen(self._cmd, stdin=subprocess.DEVNULL,

@@ -114,3 +114,29 @@ int dh__url_s3_split(const char *s, char *bucket, size_t bcap, char *key,
         return -1;
     return 0;
 }
+
+int dh__url_encode(const char *s, int keep_slash, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = 0;
+
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        int plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+                    (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
+                    *p == '.' || *p == '~' || (keep_slash && *p == '/');
+
+        if (n + (plain ? 1 : 3) >= cap)
+            return -1;
+        if (plain) {
+            out[n++] = (char)*p;
+        } else {
+            out[n++] = '%';
+            out[n++] = hex[*p >> 4];
+            out[n++] = hex[*p & 15];
+        }
+    }
+    if (n >= cap)
+        return -1;
+    out[n] = '\0';
+    return 0;
+}

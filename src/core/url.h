@@ -41,4 +41,8 @@ void dh__url_path(const char *s, char *out, size_t cap);
 int dh__url_s3_split(const char *s, char *bucket, size_t bcap, char *key,
                      size_t kcap);
 
+/* S3's URI encoding of s (every byte but A-Z a-z 0-9 - _ . ~ as %XX, and
+ * '/' kept when keep_slash) into out: 0, or -1 when it does not fit. */
+int dh__url_encode(const char *s, int keep_slash, char *out, size_t cap);
+
 #endif

@@ -23,6 +23,7 @@
 #include "core/utf8.h"
 #include "datahelix/probe.h"
 #include "media/shard_walk.h"
+#include "media/source.h"
 
 #define WALK_MAX_DEPTH 64
 
@@ -206,14 +207,10 @@ static int url_check(const char *url, struct dh_err *e)
     case DH_URL_HTTPS:
         break;
     case DH_URL_S3:
-        return dh_err_set(e, DH_EUNSUPPORTED,
-                          "%s: s3:// inputs are not read yet (http:// and "
-                          "https:// are): serve the bucket over HTTP(S), or "
-                          "copy it to local disk",
-                          shown);
+        return 0; /* a prefix ending in '/' is listed */
     default:
         return dh_err_set(e, DH_EUNSUPPORTED,
-                          "%s: not a path, nor an http:// or https:// URL",
+                          "%s: not a path, nor an http(s):// or s3:// URL",
                           shown);
     }
     if (dh__url_has_userinfo(url))
@@ -235,6 +232,55 @@ static int expand_shard(struct dh_probe_list *l, const char *path,
                         struct dh_err *e);
 
 static int add_url(struct dh_probe_list *l, const char *url, const char *text,
+                   struct dh_err *e);
+
+/* One object of an S3 listing: a media file or a shard becomes an input. */
+struct listing {
+    struct dh_probe_list *l;
+    const char *bucket;
+    size_t found;
+    struct dh_err *e;
+};
+
+static int on_object(void *arg, const char *key, int64_t size)
+{
+    struct listing *g = arg;
+    char url[2200];
+    const char *base = strrchr(key, '/');
+
+    base = base ? base + 1 : key;
+    if (size == 0 || base[0] == '.' ||
+        !(wanted_in_folder(base) || ext_is(base, "tar")) || ext_is(base, "txt"))
+        return 0; /* folders' markers, hidden and other objects */
+    if (snprintf(url, sizeof(url), "s3://%s/%s", g->bucket, key) >=
+        (int)sizeof(url))
+        return dh_err_set(g->e, DH_ETOOBIG, "s3://%s/%s: key too long",
+                          g->bucket, key);
+    g->found++;
+    return add_url(g->l, url, NULL, g->e);
+}
+
+static int list_s3(struct dh_probe_list *l, const char *url, struct dh_err *e)
+{
+    char bucket[64], prefix[2048], shown[2048];
+    struct listing g = {.l = l, .bucket = bucket, .e = e};
+    int rc;
+
+    dh__url_redact(url, shown, sizeof(shown));
+    if (dh__url_s3_split(url, bucket, sizeof(bucket), prefix, sizeof(prefix)))
+        return dh_err_set(e, DH_EINVAL,
+                          "%s: not s3://BUCKET/PREFIX/ (a bucket name of "
+                          "3-63 characters a-z 0-9 . -)",
+                          shown);
+    rc = dh__s3_list(url, on_object, &g, e);
+    if (!rc && !g.found)
+        rc = dh_err_set(e, DH_EEMPTY,
+                        "%s: no media objects or shards under this prefix",
+                        shown);
+    return rc;
+}
+
+static int add_url(struct dh_probe_list *l, const char *url, const char *text,
                    struct dh_err *e)
 {
     char path[2048];
@@ -243,6 +289,9 @@ static int add_url(struct dh_probe_list *l, const char *url, const char *text,
     if (rc)
         return rc;
     dh__url_path(url, path, sizeof(path));
+    if (dh__url_kind(url) == DH_URL_S3 &&
+        (!strchr(url + 5, '/') || url[strlen(url) - 1] == '/'))
+        return list_s3(l, url, e);
     if (ext_is(path, "tar"))
         return expand_shard(l, url, e);
     return push_copy(l, url, text, e);

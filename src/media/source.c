@@ -225,17 +225,12 @@ static const struct dh_source_ops *backend(const char *path, const char *name,
         return &file_ops;
     case DH_URL_HTTP:
     case DH_URL_HTTPS:
-        return &dh__http_source_ops;
     case DH_URL_S3:
-        dh_err_set(e, DH_EUNSUPPORTED,
-                   "%s: s3:// objects are not read yet (http:// and "
-                   "https:// are)",
-                   name);
-        return NULL;
+        return &dh__http_source_ops;
     default:
         dh_err_set(e, DH_EUNSUPPORTED,
-                   "%s: not a path or an http(s) URL: its scheme is not "
-                   "read",
+                   "%s: not a path, nor an http(s):// or s3:// URL: its "
+                   "scheme is not read",
                    name);
         return NULL;
     }

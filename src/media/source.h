@@ -85,6 +85,14 @@ struct dh_source {
 extern const struct dh_source_ops dh__http_source_ops;
 void dh__remote_free(struct dh_remote *r);
 
+/* Every object under an s3://BUCKET/PREFIX (ListObjectsV2, page by page,
+ * signed like the reads): fn(arg, key, size) per object, in the store's
+ * (lexicographic) order; fn's non-zero return stops it.  0, fn's return,
+ * or a negative DH_E* with e naming the prefix and the cause. */
+int dh__s3_list(const char *prefix_url,
+                int (*fn)(void *arg, const char *key, int64_t size), void *arg,
+                struct dh_err *e);
+
 void dh__source_init(struct dh_source *s);
 void dh__source_fini(struct dh_source *s);
 

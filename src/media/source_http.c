@@ -35,11 +35,14 @@
 #include "core/hash.h"
 #include "core/http_retry.h"
 #include "core/url.h"
+#include "core/s3_xml.h"
+#include "media/s3_config.h"
 #include "media/source.h"
 
 #define NBLOCKS 3
 #define BLOCK_ALIGN (64 << 10)
 #define ERR_BODY 2048
+#define WHOLE_MAX (64 << 20) /* an S3 listing page is ~1000 keys */
 
 struct block {
     int64_t off, len; /* bytes of the object held; len 0: empty */
@@ -52,7 +55,13 @@ struct dh_remote {
     CURL *curl;
     char *url; /* the object the blocks and `total` belong to */
     size_t url_cap;
-    struct curl_slist *headers;
+    char *req; /* the URL requested: url, or an s3:// one's endpoint URL */
+    size_t req_cap;
+    struct curl_slist *headers; /* S3: the payload hash, a session token */
+    /* a whole answer kept (an S3 listing), not a range */
+    int whole;
+    char *sink;
+    size_t sink_len, sink_cap;
     struct block blk[NBLOCKS];
     uint64_t tick;
     int64_t total;    /* the object's bytes as the server said; -1 unknown */
@@ -155,7 +164,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 
     if (!r->status)
         curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &r->status);
-    if (r->status == 206 || (r->status == 200 && r->from == 0)) {
+    if (!r->whole && (r->status == 206 || (r->status == 200 && r->from == 0))) {
         if (r->status == 206 && r->cr_first != r->from)
             return 0; /* another range than asked: refused below */
         r->range_ok = 1;
@@ -166,6 +175,25 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
             r->extra = 1; /* enough: the rest is not wanted */
             return 0;
         }
+        return len;
+    }
+    if (r->status == 200 && r->whole) {
+        if (len > WHOLE_MAX - r->sink_len)
+            return 0; /* over the bound: refused below */
+        if (r->sink_len + len + 1 > r->sink_cap) {
+            size_t cap = r->sink_cap ? r->sink_cap : 1 << 16;
+            char *p2;
+
+            while (cap < r->sink_len + len + 1)
+                cap *= 2;
+            if (!(p2 = dh__realloc(r->sink, cap)))
+                return 0;
+            r->sink = p2;
+            r->sink_cap = cap;
+        }
+        memcpy(r->sink + r->sink_len, p, len);
+        r->sink_len += len;
+        r->sink[r->sink_len] = '\0';
         return len;
     }
     take = len < sizeof(r->body) - 1 - r->body_len
@@ -198,6 +226,8 @@ void dh__remote_free(struct dh_remote *r)
     for (int i = 0; i < NBLOCKS; i++)
         dh__free(r->blk[i].buf);
     dh__free(r->url);
+    dh__free(r->req);
+    dh__free(r->sink);
     dh__free(r);
 }
 
@@ -310,31 +340,13 @@ static const char *reason(long status)
     }
 }
 
-/* The text between <tag> and </tag> in an S3-style error body, cut. */
-static void xml_field(const char *body, const char *tag, char *out, size_t cap)
-{
-    char open[32], close[32];
-    const char *a, *b;
-
-    out[0] = '\0';
-    snprintf(open, sizeof(open), "<%s>", tag);
-    snprintf(close, sizeof(close), "</%s>", tag);
-    if (!(a = strstr(body, open)) || !(b = strstr(a, close)))
-        return;
-    a += strlen(open);
-    snprintf(out, cap, "%.*s", (int)(b - a), a);
-    for (char *c = out; *c; c++)
-        if ((unsigned char)*c < 0x20)
-            *c = ' ';
-}
-
 /* The status an answer ended with, as a message's cause. */
 static void status_cause(const struct dh_remote *r, char *out, size_t cap)
 {
     char code[64], msg[160];
 
-    xml_field(r->body, "Code", code, sizeof(code));
-    xml_field(r->body, "Message", msg, sizeof(msg));
+    dh__xml_text(r->body, "Code", code, sizeof(code));
+    dh__xml_text(r->body, "Message", msg, sizeof(msg));
     if (code[0])
         snprintf(out, cap, "HTTP %ld %s (%s%s%s)", r->status, reason(r->status),
                  code, msg[0] ? ": " : "", msg);
@@ -379,9 +391,10 @@ static enum outcome get_once(struct dh_remote *r, char *cause, size_t cap)
     r->cr_first = r->cr_total = r->retry_after_ms = -1;
     snprintf(range, sizeof(range), "%lld-%lld", (long long)from,
              (long long)(r->at + (int64_t)r->want - 1));
-    curl_easy_setopt(r->curl, CURLOPT_URL, r->url);
-    curl_easy_setopt(r->curl, CURLOPT_RANGE, range);
+    curl_easy_setopt(r->curl, CURLOPT_URL, r->req);
+    curl_easy_setopt(r->curl, CURLOPT_RANGE, r->whole ? NULL : range);
     curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, r->headers);
+    r->sink_len = 0;
     rc = curl_easy_perform(r->curl);
     curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &r->status);
     if (rc == CURLE_ABORTED_BY_CALLBACK) {
@@ -395,6 +408,15 @@ static enum outcome get_once(struct dh_remote *r, char *cause, size_t cap)
                  "the server answered another range than bytes %lld-",
                  (long long)from);
         return FAIL;
+    }
+    if (r->whole && r->status == 200) {
+        if (rc == CURLE_OK && r->sink_len)
+            return DONE;
+        if (rc == CURLE_WRITE_ERROR) {
+            snprintf(cause, cap, "the answer is over %d MiB (or out of memory)",
+                     WHOLE_MAX >> 20);
+            return FAIL;
+        }
     }
     if (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && r->extra)) {
         if (r->range_ok) {
@@ -597,6 +619,67 @@ static int64_t http_read_at(struct dh_source *s, int64_t off, void *buf,
     return n;
 }
 
+static int set_req(struct dh_remote *r, const char *url)
+{
+    if (dh__buf_reserve(&r->req, &r->req_cap, strlen(url) + 1))
+        return DH_ENOMEM;
+    memcpy(r->req, url, strlen(url) + 1);
+    return 0;
+}
+
+/* Points the handle at `url`: an http(s) URL as it is, without
+ * credentials; an s3:// one at its endpoint, signed (SigV4 by libcurl)
+ * with the credentials s3_config.h finds, `query` appended.  The secrets
+ * go to libcurl only. */
+static int aim(struct dh_remote *r, const char *url, const char *query,
+               const char *shown, struct dh_err *e)
+{
+    struct dh_s3_target t;
+    CURL *c = r->curl;
+    char sigv4[128], hdr[4200];
+    int rc = 0;
+
+    curl_slist_free_all(r->headers);
+    r->headers = NULL;
+    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, NULL);
+    curl_easy_setopt(c, CURLOPT_USERNAME, NULL);
+    curl_easy_setopt(c, CURLOPT_PASSWORD, NULL);
+    curl_easy_setopt(c, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+    if (dh__url_kind(url) != DH_URL_S3)
+        return set_req(r, url)
+                   ? dh_err_set(e, DH_ENOMEM, "%s: out of memory", shown)
+                   : 0;
+    if ((rc = dh__s3_resolve(url, query, &t, e)))
+        goto out;
+    if (set_req(r, t.url) ||
+        !(r->headers = curl_slist_append(
+              NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD"))) {
+        rc = dh_err_set(e, DH_ENOMEM, "%s: out of memory", shown);
+        goto out;
+    }
+    if (!t.anonymous) {
+        snprintf(sigv4, sizeof(sigv4), "aws:amz:%s:s3", t.region);
+        curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4);
+        curl_easy_setopt(c, CURLOPT_USERNAME, t.access_key);
+        curl_easy_setopt(c, CURLOPT_PASSWORD, t.secret_key);
+    }
+    if (t.token[0]) {
+        struct curl_slist *l;
+
+        snprintf(hdr, sizeof(hdr), "x-amz-security-token: %s", t.token);
+        l = curl_slist_append(r->headers, hdr);
+        explicit_bzero(hdr, sizeof(hdr));
+        if (!l) {
+            rc = dh_err_set(e, DH_ENOMEM, "%s: out of memory", shown);
+            goto out;
+        }
+        r->headers = l;
+    }
+out:
+    dh__s3_target_wipe(&t);
+    return rc;
+}
+
 static int http_open(struct dh_source *s, const struct dh_source_ref *ref,
                      struct dh_err *e)
 {
@@ -614,10 +697,14 @@ static int http_open(struct dh_source *s, const struct dh_source_ref *ref,
     if (!r && !(r = s->remote = remote_new(e)))
         return e->code;
     if (!r->url || strcmp(r->url, ref->path)) {
+        if (r->url)
+            r->url[0] = '\0'; /* not aimed until aim() succeeds */
+        drop_blocks(r);
+        if ((rc = aim(r, ref->path, NULL, s->name, e)))
+            return rc;
         if (dh__buf_reserve(&r->url, &r->url_cap, strlen(ref->path) + 1))
             return dh_err_set(e, DH_ENOMEM, "%s: out of memory", s->name);
         memcpy(r->url, ref->path, strlen(ref->path) + 1);
-        drop_blocks(r);
     }
     r->want_total = ref->member ? 0 : ref->size > 0 ? ref->size : 0;
     r->want_end = ref->member ? ref->offset + ref->size : 0;
@@ -659,3 +746,54 @@ const struct dh_source_ops dh__http_source_ops = {
     .read_at = http_read_at,
     .close = http_close,
 };
+
+/* ---- S3 listings ---- */
+
+int dh__s3_list(const char *prefix_url, dh_s3_object_fn fn, void *arg,
+                struct dh_err *e)
+{
+    char bucket[64], prefix[2048], eprefix[3 * 2048], token[2048] = "";
+    char etoken[3 * 2048], query[3 * 4096 + 64], shown[2048];
+    struct dh_source s;
+    struct dh_remote *r;
+    int truncated = 1, rc = 0, pages = 0;
+
+    dh__url_redact(prefix_url, shown, sizeof(shown));
+    if (dh__url_s3_split(prefix_url, bucket, sizeof(bucket), prefix,
+                         sizeof(prefix)) ||
+        dh__url_encode(prefix, 0, eprefix, sizeof(eprefix)))
+        return dh_err_set(e, DH_EINVAL, "%s: not s3://BUCKET/PREFIX", shown);
+    dh__source_init(&s);
+    s.name = dh__strdup(shown);
+    if (!s.name || !(r = s.remote = remote_new(e))) {
+        rc = s.name ? e->code : dh_err_set(e, DH_ENOMEM, "out of memory");
+        goto out;
+    }
+    r->whole = 1;
+    while (!rc && truncated) {
+        /* the parameters in canonical (sorted) order: libcurl signs the
+         * query as it stands */
+        if (dh__url_encode(token, 0, etoken, sizeof(etoken))) {
+            rc = dh_err_set(e, DH_ETOOBIG, "%s: listing token too long", shown);
+            break;
+        }
+        snprintf(query, sizeof(query), "%s%s%slist-type=2&prefix=%s",
+                 token[0] ? "continuation-token=" : "", etoken,
+                 token[0] ? "&" : "", eprefix);
+        if ((rc = aim(r, prefix_url, query, shown, e)))
+            break;
+        if ((rc = (int)get(&s, r, 0, 0, NULL, e)) < 0)
+            break;
+        rc = dh__s3_list_page(r->sink, fn, arg, &truncated, token,
+                              sizeof(token));
+        if (rc == -1)
+            rc = dh_err_set(e, DH_EFORMAT,
+                            "%s: page %d of the listing is not an S3 "
+                            "ListObjectsV2 answer",
+                            shown, pages + 1);
+        pages++;
+    }
+out:
+    dh__source_fini(&s);
+    return rc;
+}

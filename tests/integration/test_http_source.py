@@ -201,8 +201,7 @@ def test_what_cannot_be_read_is_named(www, nginx, tmp_path):
         (f"http://user:SECRET2@127.0.0.1:{nginx.port}/gen/{f.name}",
          "user:password@ is refused"),
         (f"{nginx.url}/gen/", "no listing"),
-        ("s3://bucket-name/key.mp4", "s3:// inputs are not read yet"),
-        ("ftp://127.0.0.1/x.mp4", "not a path, nor an http"),
+        ("ftp://127.0.0.1/x.mp4", "not a path, nor an http(s):// or s3://"),
     ]
     for url, words in cases:
         p = run_dh(*PROBE, "--out", tmp_path / "x.jsonl", url)

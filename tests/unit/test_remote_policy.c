@@ -7,11 +7,14 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
 
+#include "core/aws_ini.h"
 #include "core/http_retry.h"
+#include "core/s3_xml.h"
 #include "core/url.h"
 
 static void url_kinds(void **state)
@@ -136,6 +139,153 @@ static void content_ranges(void **state)
                      -1);
 }
 
+static void s3_keys_are_uri_encoded(void **state)
+{
+    char out[64];
+
+    (void)state;
+    assert_int_equal(dh__url_encode("a b+c/d~e.mp4", 1, out, sizeof(out)), 0);
+    assert_string_equal(out, "a%20b%2Bc/d~e.mp4");
+    assert_int_equal(dh__url_encode("a/b", 0, out, sizeof(out)), 0);
+    assert_string_equal(out, "a%2Fb");
+    assert_int_equal(dh__url_encode("\xc3\xa9", 1, out, sizeof(out)), 0);
+    assert_string_equal(out, "%C3%A9");
+    assert_int_equal(dh__url_encode("abc", 1, out, 3), -1);
+    assert_int_equal(dh__url_encode("a ", 1, out, 4), -1);
+    assert_int_equal(dh__url_encode("", 1, out, 1), 0);
+}
+
+static const char config[] = "# comment\n"
+                             "[default]\n"
+                             "region = us-east-1\n"
+                             "[profile data]\r\n"
+                             "region=eu-west-1 \r\n"
+                             "endpoint_url = http://127.0.0.1:9000\n"
+                             "s3 =\n"
+                             "  addressing_style = path\n"
+                             "  max_concurrent_requests = 20\n"
+                             "region_after = x\n"
+                             "; another\n"
+                             "[profile other]\n"
+                             "s3 =\n"
+                             "    addressing_style = virtual\n"
+                             "[profile data]\n"
+                             "output = json\n";
+
+static void aws_files_are_read_as_aws_reads_them(void **state)
+{
+    char v[64];
+
+    (void)state;
+    assert_true(dh__aws_ini_get(config, "default", "region", v, sizeof(v)));
+    assert_string_equal(v, "us-east-1");
+    assert_true(
+        dh__aws_ini_get(config, "profile data", "region", v, sizeof(v)));
+    assert_string_equal(v, "eu-west-1");
+    assert_true(
+        dh__aws_ini_get(config, "profile data", "endpoint_url", v, sizeof(v)));
+    assert_string_equal(v, "http://127.0.0.1:9000");
+    assert_true(dh__aws_ini_get(config, "profile data", "s3.addressing_style",
+                                v, sizeof(v)));
+    assert_string_equal(v, "path");
+    assert_true(dh__aws_ini_get(config, "profile other", "s3.addressing_style",
+                                v, sizeof(v)));
+    assert_string_equal(v, "virtual");
+    /* a section seen twice adds to the first */
+    assert_true(
+        dh__aws_ini_get(config, "profile data", "output", v, sizeof(v)));
+    assert_string_equal(v, "json");
+    /* nested settings are not top-level ones, nor the reverse */
+    assert_false(dh__aws_ini_get(config, "profile data", "addressing_style", v,
+                                 sizeof(v)));
+    assert_false(dh__aws_ini_get(config, "profile data", "s3.region_after", v,
+                                 sizeof(v)));
+    assert_false(
+        dh__aws_ini_get(config, "profile none", "region", v, sizeof(v)));
+    assert_false(dh__aws_ini_get(config, "data", "region", v, sizeof(v)));
+    assert_true(dh__aws_ini_get(config, "profile data", "endpoint_url", v, 8));
+    assert_string_equal(v, "http://");
+}
+
+static int n_objects;
+static char last_key[128];
+static int64_t size_sum;
+
+static int on_object(void *arg, const char *key, int64_t size)
+{
+    (void)arg;
+    n_objects++;
+    snprintf(last_key, sizeof(last_key), "%s", key);
+    size_sum += size;
+    return n_objects == 99 ? 7 : 0;
+}
+
+static void s3_listing_pages_and_errors(void **state)
+{
+    static const char page[] =
+        "<?xml version=\"1.0\"?><ListBucketResult xmlns=\"x\">"
+        "<Name>b</Name><IsTruncated>true</IsTruncated>"
+        "<Contents><Key>d/a &amp; b.mp4</Key><Size>10</Size></Contents>"
+        "<Contents><Key>d/&#233;&#x263a;.mkv</Key><ETag>&quot;e&quot;</ETag>"
+        "<Size>32</Size></Contents>"
+        "<NextContinuationToken>t/o+k=</NextContinuationToken>"
+        "</ListBucketResult>";
+    char token[32], v[64];
+    int truncated;
+
+    (void)state;
+    assert_int_equal(
+        dh__s3_list_page(page, on_object, NULL, &truncated, token, 32), 0);
+    assert_int_equal(n_objects, 2);
+    assert_int_equal(size_sum, 42);
+    assert_string_equal(last_key, "d/\xc3\xa9\xe2\x98\xba.mkv");
+    assert_int_equal(truncated, 1);
+    assert_string_equal(token, "t/o+k=");
+    /* the last page, an empty one, and what is not a listing */
+    assert_int_equal(
+        dh__s3_list_page("<ListBucketResult><IsTruncated>false</IsTruncated>"
+                         "</ListBucketResult>",
+                         on_object, NULL, &truncated, token, 32),
+        0);
+    assert_int_equal(truncated, 0);
+    assert_int_equal(
+        dh__s3_list_page("<Error><Code>NoSuchBucket</Code></Error>", on_object,
+                         NULL, &truncated, token, 32),
+        -1);
+    assert_int_equal(dh__s3_list_page("<ListBucketResult><Contents><Key>a"
+                                      "</Key></Contents></ListBucketResult>",
+                                      on_object, NULL, &truncated, token, 32),
+                     -1);
+    assert_int_equal(
+        dh__s3_list_page("<ListBucketResult><Contents><Key>a</Key><Size>-1"
+                         "</Size></Contents></ListBucketResult>",
+                         on_object, NULL, &truncated, token, 32),
+        -1);
+    assert_int_equal(
+        dh__s3_list_page("<ListBucketResult><Contents><Key>a&bogus;</Key>"
+                         "<Size>1</Size></Contents></ListBucketResult>",
+                         on_object, NULL, &truncated, token, 32),
+        -1);
+    assert_int_equal(
+        dh__s3_list_page("<ListBucketResult><IsTruncated>true</IsTruncated>"
+                         "</ListBucketResult>",
+                         on_object, NULL, &truncated, token, 32),
+        -1); /* truncated without a token: would loop */
+    /* the callback stops the walk */
+    n_objects = 98;
+    assert_int_equal(
+        dh__s3_list_page(page, on_object, NULL, &truncated, token, 32), 7);
+    /* an error's code and message */
+    assert_true(dh__xml_text("<Error><Code>SlowDown</Code><Message>Please\n"
+                             "reduce &lt;rate&gt;</Message></Error>",
+                             "Message", v, sizeof(v)));
+    assert_string_equal(v, "Please reduce <rate>");
+    assert_false(dh__xml_text("<Error></Error>", "Code", v, sizeof(v)));
+    assert_string_equal(v, "");
+    assert_true(dh__xml_text("<Code>ABCDEFGHIJ</Code>", "Code", v, 5));
+    assert_string_equal(v, "ABCD");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -145,6 +295,9 @@ int main(void)
         cmocka_unit_test(statuses_worth_another_try),
         cmocka_unit_test(backoff_is_jittered_bounded_and_honours_retry_after),
         cmocka_unit_test(content_ranges),
+        cmocka_unit_test(s3_keys_are_uri_encoded),
+        cmocka_unit_test(aws_files_are_read_as_aws_reads_them),
+        cmocka_unit_test(s3_listing_pages_and_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
