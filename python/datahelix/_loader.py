@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from . import _C, _log, _packed, _passes, _rebalance, _slot, _video
+from . import _C, _cache, _log, _packed, _passes, _rebalance, _slot, _video
 from . import _options as _opt
 from ._jobkey import JobKey
 from ._services import (Closing, binary, claim_coordinator, remove_args,
@@ -105,6 +105,12 @@ class DataLoader(Closing):
     Prometheus metrics, for ``datahelix top`` (docs/metrics.md); in a
     multi-rank job the rank that starts it (rank 0) serves them.  Beyond
     loopback it needs metrics_token_file (a bearer token, mode 0600).
+    cache_dir, cache_bytes: a folder for the host-local cache of S3 and
+    HTTP(S) objects the table names, shared by every DataServer of the
+    host (one fetch per chunk; kill -9 safe), bounded by cache_bytes
+    (default 10 GiB): a second epoch over a set that fits reads no byte
+    over the network.  stats()["cache"] has its counters.
+    docs/remote.md "The cache".
     heartbeat_timeout: seconds a DataServer may be silent before the
     Coordinator this loader starts declares it dead and re-routes its
     tasks (default 3: a busy node delays heartbeats; 0.1 to 3600).
@@ -153,8 +159,10 @@ class DataLoader(Closing):
                  max_pixels=None, patch=None, max_frames=None, keyfile=None,
                  metrics_listen=None, metrics_token_file=None,
                  trace=None, load_balance=None, step_order="alternate",
-                 heartbeat_timeout=None):
+                 heartbeat_timeout=None, cache_dir=None, cache_bytes=None):
         _opt.check_manifest(manifest)
+        self._cache_args = _cache.check(cache_dir, cache_bytes)
+        self.cache_dir = self._cache_args[1] if self._cache_args else None
         for name, v in (("sampler", sampler), ("batch_sampler",
                                                batch_sampler),
                         ("worker_init_fn", worker_init_fn),
@@ -425,8 +433,8 @@ class DataLoader(Closing):
                             self, self._tx_dir))
         # the local DataServer ends with this rank's client, kill -9 or not
         opts = dict(opts, dataserver_args=list(
-            opts.get("dataserver_args") or []) + remove_args(
-                (self._key.owned_dir, self._tx_dir)))
+            opts.get("dataserver_args") or []) + self._cache_args +
+            remove_args((self._key.owned_dir, self._tx_dir)))
         self._client = _C.Client(addr, self.index_path, rank=self.rank,
                                  world_size=self.world_size,
                                  datahelix_bin=binary(),
@@ -756,6 +764,8 @@ class DataLoader(Closing):
         s["epochs"] = list(self._meter.done)
         s.setdefault("substituted", 0)
         s["tier2"] = self._rb.stats() if self._rb is not None else None
+        s["cache"] = (_cache.cache_stats(self.cache_dir)
+                      if self.cache_dir else None)
         return s
 
     # -- lifetime -----------------------------------------------------------

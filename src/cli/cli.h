@@ -129,6 +129,11 @@ int dh_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
  * this process and the services it starts); a usage error (2) when FILE
  * cannot be read. */
 int dh_cli_opt_ca_bundle(const char *cmd, const char *file);
+/* --cache-dir DIR / --cache-bytes N: the host-local cache of remote
+ * objects (DATAHELIX_CACHE_DIR / DATAHELIX_CACHE_BYTES for this process
+ * and what it starts); a usage error (2) for a bad value. */
+int dh_cli_opt_cache_dir(const char *cmd, const char *dir);
+int dh_cli_opt_cache_bytes(const char *cmd, const char *n);
 /* "WxH" (each 1..16384) into p->width / p->height; else a usage error
  * (DH_EXIT_USAGE) naming cmd. */
 struct dh_media_plan;

@@ -93,6 +93,29 @@ int dh_cli_opt_ca_bundle(const char *cmd, const char *file)
     return 0;
 }
 
+int dh_cli_opt_cache_dir(const char *cmd, const char *dir)
+{
+    if (!dir[0])
+        return dh_cli_usage_error(cmd, "--cache-dir: an empty path");
+    if (setenv("DATAHELIX_CACHE_DIR", dir, 1))
+        return dh_cli_usage_error(cmd, "--cache-dir: %s", strerror(errno));
+    return 0;
+}
+
+int dh_cli_opt_cache_bytes(const char *cmd, const char *n)
+{
+    int64_t v;
+
+    if (dh_cli_parse_i64(n, 4 << 20, INT64_MAX, &v))
+        return dh_cli_usage_error(cmd,
+                                  "--cache-bytes '%s': expected a byte "
+                                  "count of at least 4194304",
+                                  n);
+    if (setenv("DATAHELIX_CACHE_BYTES", n, 1))
+        return dh_cli_usage_error(cmd, "--cache-bytes: %s", strerror(errno));
+    return 0;
+}
+
 int dh_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
     char *end;

@@ -63,6 +63,10 @@ static void usage(FILE *f)
         "  --arena-mb MB        shared-memory arena size (default 256;\n"
         "                       remote: staging memory)\n"
         "  --heartbeat-ms MS    heartbeat period (default 500)\n"
+        "  --cache-dir DIR      keep chunks of S3 / HTTP(S) objects in DIR,\n"
+        "                       shared by the host's DataServers\n"
+        "                       (docs/remote.md; default: no cache)\n"
+        "  --cache-bytes N      the cache's bound (default 10 GiB)\n"
         "  --sample-timeout-ms MS  per-sample watchdog: a decode running\n"
         "                       longer is abandoned, its batch fails\n"
         "                       (default 60000; 0: none)\n"
@@ -131,7 +135,9 @@ enum {
     OPT_PY_FORKSERVER,
     OPT_CLIENT_PID,
     OPT_STRIPES,
-    OPT_REMOVE
+    OPT_REMOVE,
+    OPT_CACHE_DIR,
+    OPT_CACHE_BYTES
 };
 
 static const struct option long_opts[] = {
@@ -162,6 +168,8 @@ static const struct option long_opts[] = {
     {"python-unlink", no_argument, NULL, OPT_PY_UNLINK},
     {"python-forkserver", required_argument, NULL, OPT_PY_FORKSERVER},
     {"remove-at-exit", required_argument, NULL, OPT_REMOVE},
+    {"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
+    {"cache-bytes", required_argument, NULL, OPT_CACHE_BYTES},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -190,6 +198,10 @@ static int parse_python_opt(struct args *a, int c)
         return 0;
     case OPT_REMOVE:
         return dh_cli_remove_add(&a->remove, CMD, optarg);
+    case OPT_CACHE_DIR:
+        return dh_cli_opt_cache_dir(CMD, optarg);
+    case OPT_CACHE_BYTES:
+        return dh_cli_opt_cache_bytes(CMD, optarg);
     case OPT_PY_WORKERS:
         if (!(r = dh_cli_opt_i64(CMD, "--python-workers", optarg, 1, 64, &v)))
             a->o.python_workers = (unsigned)v;

@@ -94,6 +94,8 @@ static void usage(FILE *f)
         "      --no-decoder-reuse  open a decoder for every file (by default a file\n"
         "                        takes over the previous file's decoder when their\n"
         "                        codec parameters are the same; docs/media.md)\n"
+        "      --cache-dir DIR   keep chunks of s3:// and http(s):// inputs in DIR\n"
+        "      --cache-bytes N   the cache's bound             [10737418240]\n"
         "      --ca-bundle FILE  the CAs that https:// inputs are checked against\n"
         "                        (PEM; default: the system's)\n"
         "      --json            one JSON object per file and a total, on stdout\n"
@@ -117,7 +119,9 @@ enum {
     OPT_MAXSIDE,
     OPT_MAXAREA,
     OPT_PATCH,
-    OPT_CA
+    OPT_CA,
+    OPT_CACHE_DIR,
+    OPT_CACHE_BYTES
 };
 
 static const struct option longopts[] = {
@@ -141,6 +145,8 @@ static const struct option longopts[] = {
     {"json", no_argument, NULL, OPT_JSON},
     {"no-decoder-reuse", no_argument, NULL, OPT_NOREUSE},
     {"ca-bundle", required_argument, NULL, OPT_CA},
+    {"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
+    {"cache-bytes", required_argument, NULL, OPT_CACHE_BYTES},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -345,6 +351,10 @@ static int parse_opt(void *ctx, int c)
         return 0;
     case OPT_CA:
         return dh_cli_opt_ca_bundle("decode", optarg);
+    case OPT_CACHE_DIR:
+        return dh_cli_opt_cache_dir("decode", optarg);
+    case OPT_CACHE_BYTES:
+        return dh_cli_opt_cache_bytes("decode", optarg);
     case OPT_NOREUSE:
         o->no_reuse = 1;
         return 0;

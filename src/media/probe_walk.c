@@ -619,8 +619,16 @@ static int list_member(struct dh_probe_list *l, const char *list,
                           "\"member\", \"offset\" >= 0 and \"bytes\" > 0 "
                           "(as `datahelix probe` writes them)",
                           list, lineno);
-    path = json_string_value(jp)[0] == '/' ? dh__strdup(json_string_value(jp))
-                                           : join(base, json_string_value(jp));
+    if (is_url(json_string_value(jp))) { /* a remote shard's member */
+        struct dh_err sub;
+
+        dh_err_clear(&sub);
+        if (url_check(json_string_value(jp), &sub))
+            return dh_err_set(e, sub.code, "%s:%ld: %s", list, lineno, sub.msg);
+    }
+    path = json_string_value(jp)[0] == '/' || is_url(json_string_value(jp))
+               ? dh__strdup(json_string_value(jp))
+               : join(base, json_string_value(jp));
     if (!path || !(member = dh__strdup(json_string_value(jm))) ||
         (json_is_string(jt) && !(text = dh__strdup(json_string_value(jt))))) {
         dh__free(path);

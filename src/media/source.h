@@ -73,7 +73,7 @@ struct dh_source {
     /* counters, added up since the source was made: bytes given to the
      * reader, reads; remote: bytes fetched, requests, retries among them */
     int64_t bytes, reads;
-    int64_t fetched, requests, retries;
+    int64_t fetched, requests, retries, cache_hits, cache_misses;
     double read_ms;
     /* reads through AVIO (dh__source_avio) */
     int (*overdue)(void *arg); /* non-zero: the watchdog fired; may be NULL */

@@ -36,6 +36,7 @@
 #include "core/http_retry.h"
 #include "core/url.h"
 #include "core/s3_xml.h"
+#include "media/cache.h"
 #include "media/s3_config.h"
 #include "media/source.h"
 
@@ -72,6 +73,7 @@ struct dh_remote {
     /* what the open object must hold (the table's word): its exact size
      * (0: not known), or the end of a shard member within it (0: none) */
     int64_t want_total, want_end;
+    int size_kept; /* the cache has `total` (cache.h) */
     /* one request */
     uint8_t *dst;
     size_t want, got;
@@ -536,59 +538,126 @@ static void drop_blocks(struct dh_remote *r)
     for (int i = 0; i < NBLOCKS; i++)
         r->blk[i].len = 0;
     r->total = -1;
+    r->size_kept = 0;
     r->next_seq = -1;
     r->run = cfg.block;
+}
+
+/* Fetches the block holding absolute byte `at` (at < end): 0, or DH_E*. */
+/* The cache's fetch: the chunk's bytes from the server. */
+struct chunk_fetch {
+    struct dh_source *s;
+    struct dh_remote *r;
+    int64_t start;
+};
+
+static int64_t fetch_chunk(void *arg, uint8_t *buf, size_t len,
+                           struct dh_err *e)
+{
+    struct chunk_fetch *f = arg;
+    int64_t n = get(f->s, f->r, f->start, len, buf, e);
+
+    /* the size first: whoever sees the chunk (kept after this returns)
+     * finds the size too */
+    if (n > 0 && f->r->total >= 0 && !f->r->size_kept) {
+        dh__cache_set_size(dh__cache_get(), f->r->url, f->r->total);
+        f->r->size_kept = 1;
+    }
+    return n;
+}
+
+static int source_overdue(void *arg)
+{
+    struct dh_source *s = arg;
+
+    return s->overdue && s->overdue(s->overdue_arg);
+}
+
+/* Where block b's bytes start and how many to ask for: through the cache,
+ * a whole aligned chunk (its length where the object's end is known); else
+ * from the 64 KiB boundary below `at`, a block that doubles on a
+ * sequential run. */
+static int64_t span(struct dh_source *s, struct dh_remote *r, int64_t at,
+                    int64_t end, int cached, int64_t *start)
+{
+    int64_t len;
+
+    if (cached) {
+        int64_t known = r->total >= 0         ? r->total
+                        : !s->base && s->size ? s->size
+                                              : -1;
+
+        *start = at - at % DH_CACHE_CHUNK;
+        len = DH_CACHE_CHUNK;
+        if (known >= 0 && known - *start < len)
+            len = known - *start;
+        return len;
+    }
+    *start = at - at % BLOCK_ALIGN;
+    if (*start < s->base)
+        *start = s->base;
+    r->run = at == r->next_seq && r->run < cfg.block_max ? r->run * 2
+                                                         : cfg.block;
+    if (r->run > cfg.block_max)
+        r->run = cfg.block_max;
+    len = end - *start < r->run ? end - *start : r->run;
+    if (at - *start >= len)
+        len = at - *start + 1;
+    return len;
 }
 
 /* Fetches the block holding absolute byte `at` (at < end): 0, or DH_E*. */
 static int fill(struct dh_source *s, struct dh_remote *r, int64_t at,
                 int64_t end, struct block **out, struct dh_err *e)
 {
+    struct dh_cache *cache = r->whole ? NULL : dh__cache_get();
     struct block *b = &r->blk[0];
-    int64_t start = at - at % BLOCK_ALIGN, len;
-    int rc;
+    int64_t start, len = span(s, r, at, end, cache != NULL, &start), n;
+    size_t room = cache ? DH_CACHE_CHUNK : (size_t)len;
+    int rc, hit = 0;
 
-    if (start < s->base)
-        start = s->base;
-    r->run = at == r->next_seq && r->run < cfg.block_max ? r->run * 2
-                                                         : cfg.block;
-    if (r->run > cfg.block_max)
-        r->run = cfg.block_max;
-    len = end - start < r->run ? end - start : r->run;
-    if (at - start >= len)
-        len = at - start + 1;
     for (int i = 1; i < NBLOCKS; i++)
         if (r->blk[i].used < b->used)
             b = &r->blk[i];
     b->len = 0;
-    if ((size_t)len > b->cap) {
-        uint8_t *p = dh__realloc(b->buf, (size_t)len);
+    if (room > b->cap) {
+        uint8_t *p = dh__realloc(b->buf, room);
 
         if (!p)
             return dh_err_set(e, DH_ENOMEM, "%s: out of memory", s->name);
         b->buf = p;
-        b->cap = (size_t)len;
+        b->cap = room;
     }
-    {
-        int64_t n = get(s, r, start, (size_t)len, b->buf, e);
+    if (cache) {
+        struct chunk_fetch f = {s, r, start};
 
-        if (n < 0)
-            return (int)n;
-        if (n <= at - start)
-            return dh_err_set(e, DH_EMEDIA,
-                              "%s: the object ends at byte %lld, before byte "
-                              "%lld the table says it holds: re-run "
-                              "`datahelix probe`",
-                              s->name, (long long)(start + n - s->base),
-                              (long long)(at - s->base));
-        b->off = start;
-        b->len = n;
+        n = dh__cache_chunk(cache, r->url, start / DH_CACHE_CHUNK, (size_t)len,
+                            b->buf, fetch_chunk, &f, source_overdue, s, &hit,
+                            e);
+        if (hit)
+            s->cache_hits++;
+        else if (n > 0)
+            s->cache_misses++;
+    } else {
+        n = get(s, r, start, (size_t)len, b->buf, e);
     }
-    if ((rc = check_total(s, r, e))) {
+    if (n < 0)
+        return (int)n;
+    if (n <= at - start)
+        return dh_err_set(e, DH_EMEDIA,
+                          "%s: the object ends at byte %lld, before byte "
+                          "%lld the table says it holds: re-run "
+                          "`datahelix probe`",
+                          s->name, (long long)(start + n - s->base),
+                          (long long)(at - s->base));
+    b->off = start;
+    b->len = n;
+    if (!hit && (rc = check_total(s, r, e))) {
         b->len = 0;
         return rc;
     }
-    s->fetched += b->len;
+    if (!hit)
+        s->fetched += b->len;
     r->next_seq = b->off + b->len;
     *out = b;
     return 0;
@@ -617,6 +686,25 @@ static int64_t http_read_at(struct dh_source *s, int64_t off, void *buf,
         n = (int64_t)len;
     memcpy(buf, b->buf + (at - b->off), (size_t)n);
     return n;
+}
+
+/* The object's size from the cache, when it holds this version: one whose
+ * size is not the table's any more is forgotten there (then fetched and
+ * checked against the table). */
+static void cached_size(struct dh_remote *r)
+{
+    struct dh_cache *cache = dh__cache_get();
+    int64_t size = cache ? dh__cache_size(cache, r->url) : -1;
+
+    if (size < 0)
+        return;
+    if ((r->want_total && size != r->want_total) ||
+        (r->want_end && r->want_end > size)) {
+        dh__cache_forget(cache, r->url, size);
+        return;
+    }
+    r->total = size;
+    r->size_kept = 1;
 }
 
 static int set_req(struct dh_remote *r, const char *url)
@@ -708,6 +796,8 @@ static int http_open(struct dh_source *s, const struct dh_source_ref *ref,
     }
     r->want_total = ref->member ? 0 : ref->size > 0 ? ref->size : 0;
     r->want_end = ref->member ? ref->offset + ref->size : 0;
+    if (r->total < 0)
+        cached_size(r);
     if (ref->member) {
         if (ref->offset < 0 || ref->size <= 0)
             return dh_err_set(e, DH_EMEDIA, "%s: no member bytes", s->name);
@@ -725,6 +815,14 @@ static int http_open(struct dh_source *s, const struct dh_source_ref *ref,
         s->size = INT64_MAX / 2;
         if ((rc = fill(s, r, 0, s->size, &b, e)))
             return rc;
+        if (r->total < 0) /* another process fetched it meanwhile */
+            cached_size(r);
+        if (r->total < 0) { /* a cached chunk without its size: ask */
+            uint8_t one;
+
+            if ((rc = (int)get(s, r, 0, 1, &one, e)) < 0)
+                return rc;
+        }
         if (r->total < 0)
             return dh_err_set(e, DH_EIO,
                               "%s: the server did not say the object's size",

@@ -132,6 +132,7 @@ class Faults:
         self.resets = 0           # ... for the first N ranged answers
         self.stall = False        # accept, read the request, never answer
         self.no_ranges = False    # answer 200 with the whole object
+        self.delay = 0.0          # seconds before each answer
         self.seen = {}            # path -> requests seen
         self.ranges = []          # Range headers, in order
 
@@ -149,10 +150,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             n = f.seen.get(path, 0) + 1
             f.seen[path] = n
             f.ranges.append(self.headers.get("Range"))
-            stall, fail = f.stall, n <= f.fail_first
+            stall, fail, delay = f.stall, n <= f.fail_first, f.delay
             reset = f.reset_after if f.resets > 0 else None
             if reset is not None:
                 f.resets -= 1
+        if delay:
+            self.server.stop_evt.wait(delay)
         if stall:
             self.server.stop_evt.wait(60)
             self.close_connection = True

@@ -13,11 +13,14 @@ import json
 import os
 import pathlib
 import shutil
+import signal
+import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, SHARED_DATA, run_dh
+from conftest import ROOT, SHARED_DATA, _binary, run_dh
+from procs import wait_until
 from http_servers import FaultServer, Nginx, elapsed, make_cert
 
 torch = pytest.importorskip("torch")
@@ -292,3 +295,98 @@ def test_loader_over_a_flaky_server_delivers_each_sample_once(www, faulty,
     b = loader_epoch(tmp_path / "l.jsonl")
     assert sorted(i for x in a for i in x[0]) == list(range(len(files)))
     assert all(torch.equal(x[1], y[1]) for x, y in zip(a, b))
+
+
+# ---- the host-local cache ----
+
+def chunk_files(d):
+    return sorted(p for p in pathlib.Path(d).glob("??/*")
+                  if p.is_file() and "." not in p.name)
+
+
+def test_cache_second_epoch_reads_nothing_over_the_network(www, faulty,
+                                                           tmp_path):
+    files = sorted((www / "gen").glob("*.mp4"))
+    urls = [f"{faulty.url}/{r}" for r in rel(www, files)]
+    run_dh(*PROBE, "--out", tmp_path / "r.jsonl", *urls, check=True)
+    cache = tmp_path / "cache"
+    faulty.faults.seen = {}
+    first = loader_epoch(tmp_path / "r.jsonl", cache_dir=cache)
+    fetched = sum(faulty.faults.seen.values())
+    assert fetched >= len(files)
+    with datahelix.DataLoader(str(tmp_path / "r.jsonl"), seed=3,
+                              cache_dir=cache, **SMALL) as ld:
+        second = [(b["ids"].tolist(), b["video"].clone()) for b in ld]
+        st = ld.stats()["cache"]
+    assert sum(faulty.faults.seen.values()) == fetched  # nothing new
+    assert [x[0] for x in first] == [x[0] for x in second]
+    assert all(torch.equal(x[1], y[1]) for x, y in zip(first, second))
+    assert st["hits"] >= len(files) and st["misses"] == len(files)
+    assert st["fetched_bytes"] == sum(f.stat().st_size for f in files)
+    assert st == datahelix.cache_stats(cache)
+    assert len(chunk_files(cache)) == len(files)
+
+
+def test_cache_one_fetch_per_chunk_for_two_processes(www, faulty, tmp_path):
+    f = sorted((www / "gen").glob("*.mp4"))[0]
+    url = f"{faulty.url}/{rel(www, [f])[0]}"
+    faulty.faults.delay = 0.5  # both ask while the first fetch is on
+    argv = [_binary(), "decode", *map(str, DECODE), "--cache-dir",
+            str(tmp_path / "c"), "-o"]
+    ps = [subprocess.Popen(argv + [str(tmp_path / f"o{i}"), url],
+                           stderr=subprocess.PIPE, text=True)
+          for i in range(2)]
+    for p in ps:
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+        p.stderr.close()
+    assert faulty.faults.seen[f"/{rel(www, [f])[0]}"] == 1
+    assert (tmp_path / "o0").read_bytes() == (tmp_path / "o1").read_bytes() \
+        == decoded(f)
+    st = datahelix.cache_stats(tmp_path / "c")
+    assert st["misses"] == 1 and st["hits"] >= 1
+
+
+def test_cache_after_kill_9_mid_fetch_serves_no_partial_chunk(www, faulty,
+                                                             tmp_path):
+    f = sorted((www / "gen").glob("*.mp4"))[1]
+    path = f"/{rel(www, [f])[0]}"
+    url = faulty.url + path
+    cache = tmp_path / "c"
+    faulty.faults.reset_after, faulty.faults.resets = None, 0
+    faulty.faults.stall = True  # the fetch hangs inside the body wait
+    p = subprocess.Popen([_binary(), "decode", *map(str, DECODE),
+                          "--cache-dir", str(cache), url],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: faulty.faults.seen.get(path), 30)
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=30)
+    faulty.faults.stall = False
+    assert chunk_files(cache) == []  # nothing half-written is a chunk
+    out = tmp_path / "o"
+    run_dh("decode", *DECODE, "--cache-dir", cache, "-o", out, url,
+           check=True)
+    assert out.read_bytes() == decoded(f)
+    assert len(chunk_files(cache)) == 1
+
+
+def test_cache_holds_its_byte_bound(www, faulty, tmp_path):
+    files = sorted((www / "gen").glob("*.mp4")) + sorted(
+        (www / "shared").iterdir())
+    # twice as many objects as files: a query makes another URL
+    urls = [f"{faulty.url}/{r}{q}" for q in ("", "?copy=2")
+            for r in rel(www, files)]
+    bound = 4 << 20
+    cache = tmp_path / "c"
+    out = tmp_path / "o"
+    run_dh("decode", *DECODE, "--cache-dir", cache, "--cache-bytes", bound,
+           "-o", out, *urls, check=True)
+    assert out.read_bytes() == decoded(*files, *files)
+    held = sum(p.stat().st_size for p in chunk_files(cache))
+    assert held <= bound
+    st = datahelix.cache_stats(cache)
+    assert st["evictions"] > 0 and st["bytes"] == held
+    assert st["fetched_bytes"] > bound
+    p = run_dh("decode", "--cache-bytes", 100, url := urls[0])
+    assert p.returncode == 2 and "--cache-bytes '100'" in p.stderr, url
