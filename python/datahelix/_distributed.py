@@ -48,6 +48,7 @@ from ._C import TimeoutError as DataTimeoutError
 from ._jobkey import JobKey
 from . import _log
 from ._log import LOGGER
+from ._cache import cache_stats
 from ._services import (Closing, Coordinator, binary, claim_coordinator,
                         coordinator_address, find_coordinator, loader_ordinal,
                         metrics_args, release_coordinator, remove_args,
@@ -1049,6 +1050,10 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         s["epoch"] = self._meter.figures(s)
         s["epochs"] = list(self._meter.done)
         s.setdefault("substituted", 0)
+        # a dataset's datahelix.decode() of S3 / HTTP(S) data uses the
+        # cache $DATAHELIX_CACHE_DIR names, which its workers inherit
+        d = os.environ.get("DATAHELIX_CACHE_DIR")
+        s["cache"] = cache_stats(d) if d else None
         return s
 
     def _write_private(self, name, data):
