@@ -140,6 +140,14 @@ struct dh_client_opts {
                                 starts (debug, info, warn, error; the
                                 Python loaders pass warn unless the user set
                                 one); NULL: as this process's */
+    const char *cache_dir;      /* the host-local cache of S3 / HTTP(S)
+                                objects (docs/remote.md "The cache"): the
+                                embedded server gets --cache-dir, and this
+                                client reads the remote samples of the steps
+                                it requests ahead into it, in step order.
+                                NULL: none (a server may still have one from
+                                its environment) */
+    uint64_t cache_bytes;       /* its bound; 0: 10 GiB */
 };
 
 /* Most steps a trace keeps: ~0.4 KiB of memory and ~5 KiB of file each

@@ -161,8 +161,9 @@ class DataLoader(Closing):
                  trace=None, load_balance=None, step_order="alternate",
                  heartbeat_timeout=None, cache_dir=None, cache_bytes=None):
         _opt.check_manifest(manifest)
-        self._cache_args = _cache.check(cache_dir, cache_bytes)
-        self.cache_dir = self._cache_args[1] if self._cache_args else None
+        cache_args = _cache.check(cache_dir, cache_bytes)
+        self.cache_dir = cache_args[1] if cache_args else None
+        self._cache_bytes = cache_bytes
         for name, v in (("sampler", sampler), ("batch_sampler",
                                                batch_sampler),
                         ("worker_init_fn", worker_init_fn),
@@ -433,8 +434,11 @@ class DataLoader(Closing):
                             self, self._tx_dir))
         # the local DataServer ends with this rank's client, kill -9 or not
         opts = dict(opts, dataserver_args=list(
-            opts.get("dataserver_args") or []) + self._cache_args +
-            remove_args((self._key.owned_dir, self._tx_dir)))
+            opts.get("dataserver_args") or []) + remove_args(
+                (self._key.owned_dir, self._tx_dir)))
+        if self.cache_dir:  # the client reads ahead into it; its server too
+            opts = dict(opts, cache_dir=self.cache_dir,
+                        cache_bytes=self._cache_bytes or 0)
         self._client = _C.Client(addr, self.index_path, rank=self.rank,
                                  world_size=self.world_size,
                                  datahelix_bin=binary(),

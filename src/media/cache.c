@@ -40,7 +40,13 @@ struct dh_cache {
     struct shared *sh;
 };
 
-static struct dh_cache the_cache, *cache;
+/* The caches this process opened, one per folder, never closed (a few;
+ * every loader of a job names the same one). */
+#define MAX_CACHES 8
+static struct dh_cache caches[MAX_CACHES];
+static int ncaches;
+static pthread_mutex_t caches_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct dh_cache *env_cache;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 
 static int map_stats(const char *dir, int create, struct shared **out)
@@ -82,6 +88,47 @@ out:
     return rc;
 }
 
+struct dh_cache *dh__cache_open(const char *dir, uint64_t bound)
+{
+    struct dh_cache *c = NULL;
+
+    if (!bound)
+        bound = 10ULL << 30;
+    if (bound < DH_CACHE_CHUNK)
+        bound = DH_CACHE_CHUNK;
+    pthread_mutex_lock(&caches_mu);
+    for (int i = 0; i < ncaches; i++)
+        if (!strcmp(caches[i].dir, dir)) {
+            c = &caches[i];
+            goto out;
+        }
+    if (ncaches == MAX_CACHES) {
+        dh__log(DH_LOG_WARN,
+                "cache: %s: more than %d cache folders in one "
+                "process: not cached",
+                dir, MAX_CACHES);
+        goto out;
+    }
+    if (mkdir(dir, 0755) && errno != EEXIST) {
+        dh__log(DH_LOG_WARN, "cache: %s: %s: not cached", dir, strerror(errno));
+        goto out;
+    }
+    if (snprintf(caches[ncaches].dir, sizeof(caches[ncaches].dir), "%s", dir) >=
+            (int)sizeof(caches[ncaches].dir) ||
+        map_stats(dir, 1, &caches[ncaches].sh)) {
+        dh__log(DH_LOG_WARN,
+                "cache: %s/stats: cannot be made or mapped: "
+                "not cached",
+                dir);
+        goto out;
+    }
+    caches[ncaches].bound = bound;
+    c = &caches[ncaches++];
+out:
+    pthread_mutex_unlock(&caches_mu);
+    return c;
+}
+
 static void cache_init(void)
 {
     const char *dir = getenv("DATAHELIX_CACHE_DIR");
@@ -102,26 +149,13 @@ static void cache_init(void)
             return;
         }
     }
-    if (mkdir(dir, 0755) && errno != EEXIST) {
-        dh__log(DH_LOG_WARN, "cache: %s: %s: no cache", dir, strerror(errno));
-        return;
-    }
-    snprintf(the_cache.dir, sizeof(the_cache.dir), "%s", dir);
-    the_cache.bound = b;
-    if (map_stats(dir, 1, &the_cache.sh)) {
-        dh__log(DH_LOG_WARN,
-                "cache: %s/stats: cannot be made or mapped: no "
-                "cache",
-                dir);
-        return;
-    }
-    cache = &the_cache;
+    env_cache = dh__cache_open(dir, b);
 }
 
 struct dh_cache *dh__cache_get(void)
 {
     pthread_once(&cache_once, cache_init);
-    return cache;
+    return env_cache;
 }
 
 int dh__cache_read_stats(const char *dir, struct dh_cache_stats *out,

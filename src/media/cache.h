@@ -44,9 +44,13 @@ struct dh_cache_stats {
     uint64_t hits, misses, fetched_bytes, evictions, bytes;
 };
 
-/* The process's cache, NULL when none is set (or it cannot be used: the
- * first use logs why, once). */
+/* The process's cache ($DATAHELIX_CACHE_DIR), NULL when none is set (or
+ * it cannot be used: the first use logs why, once). */
 struct dh_cache *dh__cache_get(void);
+/* The cache in `dir` (made if missing), bounded by `bound` bytes (0: 10
+ * GiB); one handle per folder per process.  NULL when it cannot be used
+ * (logged). */
+struct dh_cache *dh__cache_open(const char *dir, uint64_t bound);
 
 /* Fetches `len` bytes of the object into buf: the count, or a negative
  * DH_E* with e set. */

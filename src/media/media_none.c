@@ -9,6 +9,8 @@
 
 #include "datahelix/media.h"
 #include "datahelix/media_stages.h"
+#include "media/cache.h"
+#include "media/prefetch.h"
 
 int dh_media_create(struct dh_media **out, struct dh_err *e)
 {
@@ -119,4 +121,41 @@ void dh__media_stage_note(struct dh_media *m, uint32_t pos)
 {
     (void)m;
     (void)pos;
+}
+
+/* No read-ahead, no cache without the media layer (prefetch.h). */
+struct dh_cache *dh__cache_open(const char *dir, uint64_t bound)
+{
+    (void)dir;
+    (void)bound;
+    return NULL;
+}
+
+int dh__prefetch_create(const struct dh_index *ix, struct dh_cache *cache,
+                        struct dh_prefetch **out, struct dh_err *e)
+{
+    (void)ix;
+    (void)cache;
+    (void)e;
+    *out = NULL;
+    return 0;
+}
+
+void dh__prefetch_push(struct dh_prefetch *p, const uint64_t *ids, size_t n)
+{
+    (void)p;
+    (void)ids;
+    (void)n;
+}
+
+void dh__prefetch_counts(struct dh_prefetch *p, uint64_t *samples,
+                         uint64_t *chunks)
+{
+    (void)p;
+    *samples = *chunks = 0;
+}
+
+void dh__prefetch_destroy(struct dh_prefetch *p)
+{
+    (void)p;
 }

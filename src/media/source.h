@@ -37,6 +37,7 @@
 
 struct dh_source;
 struct dh_remote; /* the HTTP backend's per-worker state (source_http.c) */
+struct dh_cache;  /* the host-local cache (cache.h) */
 
 struct dh_source_ops {
     /* Opens `ref` (the previous input is closed).  Sets s->size.  DH_E*
@@ -70,6 +71,7 @@ struct dh_source {
     const uint8_t *data;
     /* remote backends: connection and read-ahead kept across objects */
     struct dh_remote *remote;
+    struct dh_cache *cache; /* NULL: the process's (cache.h), if any */
     /* counters, added up since the source was made: bytes given to the
      * reader, reads; remote: bytes fetched, requests, retries among them */
     int64_t bytes, reads;

@@ -544,6 +544,12 @@ static void drop_blocks(struct dh_remote *r)
 }
 
 /* Fetches the block holding absolute byte `at` (at < end): 0, or DH_E*. */
+/* The source's cache: its own, else the process's. */
+static struct dh_cache *source_cache(const struct dh_source *s)
+{
+    return s->cache ? s->cache : dh__cache_get();
+}
+
 /* The cache's fetch: the chunk's bytes from the server. */
 struct chunk_fetch {
     struct dh_source *s;
@@ -560,7 +566,7 @@ static int64_t fetch_chunk(void *arg, uint8_t *buf, size_t len,
     /* the size first: whoever sees the chunk (kept after this returns)
      * finds the size too */
     if (n > 0 && f->r->total >= 0 && !f->r->size_kept) {
-        dh__cache_set_size(dh__cache_get(), f->r->url, f->r->total);
+        dh__cache_set_size(source_cache(f->s), f->r->url, f->r->total);
         f->r->size_kept = 1;
     }
     return n;
@@ -610,7 +616,7 @@ static int64_t span(struct dh_source *s, struct dh_remote *r, int64_t at,
 static int fill(struct dh_source *s, struct dh_remote *r, int64_t at,
                 int64_t end, struct block **out, struct dh_err *e)
 {
-    struct dh_cache *cache = r->whole ? NULL : dh__cache_get();
+    struct dh_cache *cache = r->whole ? NULL : source_cache(s);
     struct block *b = &r->blk[0];
     int64_t start, len = span(s, r, at, end, cache != NULL, &start), n;
     size_t room = cache ? DH_CACHE_CHUNK : (size_t)len;
@@ -691,9 +697,9 @@ static int64_t http_read_at(struct dh_source *s, int64_t off, void *buf,
 /* The object's size from the cache, when it holds this version: one whose
  * size is not the table's any more is forgotten there (then fetched and
  * checked against the table). */
-static void cached_size(struct dh_remote *r)
+static void cached_size(struct dh_source *s, struct dh_remote *r)
 {
-    struct dh_cache *cache = dh__cache_get();
+    struct dh_cache *cache = source_cache(s);
     int64_t size = cache ? dh__cache_size(cache, r->url) : -1;
 
     if (size < 0)
@@ -797,7 +803,7 @@ static int http_open(struct dh_source *s, const struct dh_source_ref *ref,
     r->want_total = ref->member ? 0 : ref->size > 0 ? ref->size : 0;
     r->want_end = ref->member ? ref->offset + ref->size : 0;
     if (r->total < 0)
-        cached_size(r);
+        cached_size(s, r);
     if (ref->member) {
         if (ref->offset < 0 || ref->size <= 0)
             return dh_err_set(e, DH_EMEDIA, "%s: no member bytes", s->name);
@@ -816,7 +822,7 @@ static int http_open(struct dh_source *s, const struct dh_source_ref *ref,
         if ((rc = fill(s, r, 0, s->size, &b, e)))
             return rc;
         if (r->total < 0) /* another process fetched it meanwhile */
-            cached_size(r);
+            cached_size(s, r);
         if (r->total < 0) { /* a cached chunk without its size: ask */
             uint8_t one;
 

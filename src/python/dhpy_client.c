@@ -351,13 +351,15 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
                             "trace",
                             "held",
                             "server_log",
+                            "cache_dir",
+                            "cache_bytes",
                             NULL};
     struct dh_client_opts o;
     const char *layout = "THWC", *dtype = "uint8", *tel = NULL;
     unsigned long long seed = 0;
     long long frames = 16;
     int w = 224, h = 224, lay = 0, dt = 0, rc, random_crop = 0;
-    unsigned long long arena_bytes = 0;
+    unsigned long long arena_bytes = 0, cache_bytes = 0;
     double fps = 0; /* > 0: an fps plan, `frames` its cap */
     int native = 0, max_side = 0, patch = 0;
     long long max_area = 0;
@@ -371,16 +373,18 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     }
     dh_client_opts_default(&o);
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "ss|IILiissIIiizzIIzKzipKOddIdpiLizzIz", names,
+            args, kw, "ss|IILiissIIiizzIIzKzipKOddIdpiLizzIzzK", names,
             &o.coordinator, &o.index_path, &o.rank, &o.world_size, &frames, &w,
             &h, &layout, &dtype, &o.prefetch, &o.microbatches, &o.timeout_ms,
             &o.start_timeout_ms, &o.dataserver, &o.datahelix_bin, &o.ds_workers,
             &o.max_batch, &o.ds_listen, &seed, &tel, &o.max_restarts,
             &random_crop, &arena_bytes, &ds_args, &o.ddl_ms,
             &o.step_deadline_ms, &o.spares, &fps, &native, &max_side, &max_area,
-            &patch, &o.keyfile, &o.trace, &o.held, &o.server_log))
+            &patch, &o.keyfile, &o.trace, &o.held, &o.server_log, &o.cache_dir,
+            &cache_bytes))
         return -1;
     o.arena_bytes = (size_t)arena_bytes;
+    o.cache_bytes = cache_bytes;
     if (parse_enum(layout, "THWC", "TCHW", "layout", &lay) < 0 ||
         parse_enum(dtype, "uint8", "float32", "dtype", &dt) < 0)
         return -1;

@@ -32,6 +32,8 @@
 #include "core/err_kind.h"
 #include "core/clock.h"
 #include "datahelix/batch.h"
+#include "media/cache.h"
+#include "media/prefetch.h"
 #include "runtime/client_internal.h"
 #include "runtime/transport.h"
 
@@ -152,6 +154,11 @@ static int copy_opts(struct dh_client *c, const struct dh_client_opts *o,
         (dh__keys_path(o->keyfile) &&
          !(c->keyfile = dh__strdup(dh__keys_path(o->keyfile)))))
         return dh_err_set(e, DH_ENOMEM, "out of memory");
+    if (o->cache_dir && !(c->cache_dir = dh__strdup(o->cache_dir)))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    if (o->cache_bytes)
+        snprintf(c->cache_bytes, sizeof(c->cache_bytes), "%llu",
+                 (unsigned long long)o->cache_bytes);
     for (int i = 0; o->ds_args && o->ds_args[i]; i++) {
         if (i >= DH_CLIENT_MAX_DS_ARGS)
             return dh_err_set(e, DH_EINVAL,
@@ -276,6 +283,8 @@ static void client_free(struct dh_client *c)
         pthread_cond_destroy(&c->cv);
     }
     dh_reorder_destroy(c->ro);
+    dh__prefetch_destroy(c->ahead); /* before the index it reads */
+    dh__free(c->cache_dir);
     dh_index_close(c->ix);
     dh__free(c->pool);
     dh__free(c->sent);
@@ -398,6 +407,11 @@ int dh_client_create(const struct dh_client_opts *o, struct dh_client **out,
     if ((rc = client_new(o, &c, e)) < 0)
         return rc;
     if (c->trace_path && (rc = dh__cl_trace_open(c, e)) < 0)
+        goto fail;
+    if (c->cache_dir &&
+        (rc = dh__prefetch_create(c->ix,
+                                  dh__cache_open(c->cache_dir, o->cache_bytes),
+                                  &c->ahead, e)) < 0)
         goto fail;
     /* Embedded: the client draws the rank's token, registers with it and
      * hands it to the server it starts.  External: the server drew it and

@@ -104,6 +104,11 @@ struct dh_client {
                                server's --keyfile; NULL: no key */
     struct dh_tp_auth auth; /* loaded from keyfile when registering */
     char *ds_args[DH_CLIENT_MAX_DS_ARGS + 1]; /* NULL-terminated copies */
+    char *cache_dir;      /* o->cache_dir: also the server's --cache-dir */
+    char cache_bytes[24]; /* its --cache-bytes ("" : the default) */
+    /* this rank's remote samples read ahead into the cache as their steps
+     * are requested (media/prefetch.h); NULL: no cache */
+    struct dh_prefetch *ahead;
     uint32_t rank, world;
     unsigned ds_workers, prefetch, mb;
     size_t arena_bytes;

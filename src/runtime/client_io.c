@@ -24,6 +24,7 @@
 #include "core/clock.h"
 #include "datahelix/batch.h"
 #include "datahelix/spare.h"
+#include "media/prefetch.h"
 #include "runtime/client_internal.h"
 #include "runtime/transport.h"
 
@@ -146,8 +147,11 @@ static int send_request(struct dh_client *c, uint64_t k, uint32_t j,
         (rc = dh_wire_plan_from_media(&r->plan, &c->plan, e)) < 0 ||
         (rc = set_spares(c, k, j, r, e)) < 0)
         goto out;
-    if ((rc = dh__tp_send(c->sock, NULL, &m, c->coord, e)) == 0)
+    if ((rc = dh__tp_send(c->sock, NULL, &m, c->coord, e)) == 0) {
         c->st.requests++;
+        /* its remote samples' bytes start toward the host cache now */
+        dh__prefetch_push(c->ahead, c->ids + lo, (size_t)(hi - lo));
+    }
 out:
     dh_wire_msg_fini(&m);
     return rc;

@@ -153,7 +153,7 @@ int dh__cl_start_server(struct dh_client *c, uint32_t server_id,
     snprintf(sid, sizeof(sid), "%u", server_id);
     snprintf(mb, sizeof(mb), "%zu", (c->arena_bytes + (1u << 20) - 1) >> 20);
     snprintf(fdn, sizeof(fdn), "%d", CHILD_FD);
-    char *argv[16 + 2 + 2 + DH_CLIENT_MAX_DS_ARGS + 1] = {
+    char *argv[16 + 2 + 2 + 4 + DH_CLIENT_MAX_DS_ARGS + 1] = {
         (char *)bin,  "dataserver", "--coordinator", c->coord,
         "--rank",     rank,         "--index",       c->index_path,
         "--workers",  workers,      "--server-id",   sid,
@@ -167,6 +167,14 @@ int dh__cl_start_server(struct dh_client *c, uint32_t server_id,
     if (c->keyfile) { /* the path, never the key itself */
         argv[argc++] = "--keyfile";
         argv[argc++] = c->keyfile;
+    }
+    if (c->cache_dir) { /* the host's cache, shared with this client */
+        argv[argc++] = "--cache-dir";
+        argv[argc++] = c->cache_dir;
+        if (c->cache_bytes[0]) {
+            argv[argc++] = "--cache-bytes";
+            argv[argc++] = c->cache_bytes;
+        }
     }
     for (int i = 0; c->ds_args[i]; i++)
         argv[argc++] = c->ds_args[i];

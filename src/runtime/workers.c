@@ -51,6 +51,7 @@
 #include "datahelix/batch_packed.h"
 #include "datahelix/media_stages.h"
 #include "datahelix/workers.h"
+#include "media/prefetch.h"
 #include "runtime/cpu_pool.h"
 
 /* Workers wake this often to re-check `stopping` even without a signal. */
@@ -126,6 +127,9 @@ struct dh_workers {
     uint64_t abandoned;   /* threads given up as stuck */
     struct thread *threads;
     int done_fd; /* eventfd: readable while completions may wait */
+    /* remote samples' chunks fetched ahead into the host cache, in the
+     * order jobs arrive (media/prefetch.h); NULL: no cache */
+    struct dh_prefetch *prefetch;
 };
 
 /* ---- small helpers ---- */
@@ -545,6 +549,8 @@ void dh_workers_destroy(struct dh_workers *w)
 {
     if (!w)
         return;
+    dh__prefetch_destroy(w->prefetch); /* its fetches cut, its threads joined */
+    w->prefetch = NULL;
     if (wait_threads_exit(w)) {
         /* A decode is stuck: never free memory a thread still uses. */
         for (unsigned i = 0; i < w->nthreads; i++)
@@ -598,7 +604,8 @@ int dh_workers_create(unsigned nthreads, const struct dh_index *ix,
         dh_workers_destroy(w); /* no thread started yet */
         return rc;
     }
-    if ((rc = start_threads(w, e))) {
+    if ((rc = start_threads(w, e)) ||
+        (rc = dh__prefetch_create(ix, NULL, &w->prefetch, e))) {
         dh_workers_destroy(w); /* threads hold nothing yet: never stuck */
         return rc;
     }
@@ -724,8 +731,11 @@ int dh_workers_submit(struct dh_workers *w, const struct dh_work *job,
         pthread_cond_signal(&w->job_cv);
     }
     pthread_mutex_unlock(&w->mu);
-    if (!rc)
+    if (!rc) {
+        /* ids of a submitted job are the caller's and stay valid here */
+        dh__prefetch_push(w->prefetch, job->ids, job->n);
         return 0;
+    }
     job_free(j);
     if (rc == DH_ETIMEOUT)
         return dh_err_set(e, rc,

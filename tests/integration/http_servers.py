@@ -133,6 +133,8 @@ class Faults:
         self.stall = False        # accept, read the request, never answer
         self.no_ranges = False    # answer 200 with the whole object
         self.delay = 0.0          # seconds before each answer
+        self.inflight = 0         # answers under way now, and the most
+        self.max_inflight = 0     # at once
         self.seen = {}            # path -> requests seen
         self.ranges = []          # Range headers, in order
 
@@ -145,6 +147,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         f = self.server.faults
+        with f.lock:
+            f.inflight += 1
+            f.max_inflight = max(f.max_inflight, f.inflight)
+        try:
+            self._get(f)
+        finally:
+            with f.lock:
+                f.inflight -= 1
+
+    def _get(self, f):
         path = self.path.split("?", 1)[0]
         with f.lock:
             n = f.seen.get(path, 0) + 1

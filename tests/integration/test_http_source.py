@@ -390,3 +390,27 @@ def test_cache_holds_its_byte_bound(www, faulty, tmp_path):
     assert st["fetched_bytes"] > bound
     p = run_dh("decode", "--cache-bytes", 100, url := urls[0])
     assert p.returncode == 2 and "--cache-bytes '100'" in p.stderr, url
+
+
+def test_read_ahead_fetches_queued_samples_while_workers_decode(www, faulty,
+                                                               tmp_path):
+    """One decode worker, and several requests in flight at once: the
+    queued samples' objects are fetched ahead into the cache (in the
+    order the jobs came), then decoded from it; the epoch is the same."""
+    files = sorted((www / "gen").glob("*.mp4"))
+    urls = [f"{faulty.url}/{r}" for r in rel(www, files)]
+    run_dh(*PROBE, "--out", tmp_path / "r.jsonl", *urls, check=True)
+    run_dh(*PROBE, "--out", tmp_path / "l.jsonl", *files, check=True)
+    faulty.faults.delay, faulty.faults.seen = 0.4, {}
+    faulty.faults.max_inflight = 0
+    one = dict(batch_size=1, num_workers=1, prefetch=len(files))
+    a = loader_epoch(tmp_path / "r.jsonl", cache_dir=tmp_path / "c", **one)
+    assert faulty.faults.max_inflight >= 2
+    assert all(n == 1 for n in faulty.faults.seen.values())  # once each
+    b = loader_epoch(tmp_path / "l.jsonl", **one)
+    assert [x[0] for x in a] == [x[0] for x in b]
+    assert all(torch.equal(x[1], y[1]) for x, y in zip(a, b))
+    # without a cache there is no read-ahead: one request at a time
+    faulty.faults.max_inflight = 0
+    loader_epoch(tmp_path / "r.jsonl", **one)
+    assert faulty.faults.max_inflight == 1
