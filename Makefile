@@ -87,7 +87,7 @@ bench: build
 	@$(PY) bench/bench_matrix.py --bin build/datahelix
 
 # Every benchmark, one after the other (well over 15 minutes).
-bench-all: bench-probe bench-shards bench-verify bench-index bench-decode bench-decoder-reuse bench-arena bench-handover bench-python bench-ddl bench-plan bench-coschedule bench-place bench-route bench-exchange bench-live bench-regimes bench-tails bench
+bench-all: bench-probe bench-shards bench-storage bench-verify bench-index bench-decode bench-decoder-reuse bench-arena bench-handover bench-python bench-ddl bench-plan bench-coschedule bench-place bench-route bench-exchange bench-live bench-regimes bench-tails bench
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
@@ -97,6 +97,14 @@ bench-probe: build
 .PHONY: bench-shards
 bench-shards: build
 	@$(PY) bench/bench_shards.py --bin build/datahelix
+
+# Issue 37: the bench-live cell with the clips on local disk, on nginx
+# (HTTP) and in s3rver (S3) at 0, 20 and 50 ms RTT, cold and warm cache,
+# dh-ddl beside torch's DataLoader + PyAV reading the same objects.
+.PHONY: bench-storage
+bench-storage: build
+	@scripts/setup-deps.sh bench
+	@$(PY) bench/bench_storage.py --bin build/datahelix
 
 # probe --verify: files/s and x real time, beside ffmpeg -f null per file.
 bench-verify: build

@@ -71,6 +71,17 @@ dask-pool.
                      BYTES each (datahelix shard) instead of the
                      files, in place (dh-* systems only; 0: files,
                      the default; docs/shards.md)
+  --serve S          local (default), http or s3: the clips served by
+                     nginx / s3rver on loopback and read by URL by
+                     every system (docs/remote.md "Benchmark")
+  --rtt-ms N         with --serve: a proxy adds N ms of round trip
+                     (default 0)
+  --serve-port P     with --serve: the proxy's port (default: a free
+                     one; the same port keeps http:// URLs, and so the
+                     cache's keys, the same across runs)
+  --cache-dir DIR    dh-* systems: the host-local cache of remote
+                     objects (cold when DIR is new, warm when a run
+                     filled it)
   --data-dir DIR     where generated clips are cached
                      (default bench/out/live-data)
   --json             print the results as one JSON object
@@ -233,6 +244,10 @@ def build_parser():
     add("--out", default=str(ROOT / "bench" / "out" / "live"))
     add("--data-dir", default=None)
     add("--shards", type=integer("--shards", 0, 2**50), default=0)
+    add("--serve", choices=("local", "http", "s3"), default="local")
+    add("--rtt-ms", type=integer("--rtt-ms", 0, 10000), default=0)
+    add("--serve-port", type=integer("--serve-port", 0, 65535), default=0)
+    add("--cache-dir", default=None)
     add("--plots", action="store_true")
     add("--trace", action="store_true")
     add("--validate", action="store_true")
@@ -260,6 +275,11 @@ def parse_args(argv=None):
     if a.shards and any(not s.startswith("dh-") for s in a.systems):
         raise UsageError("--shards: the dh-* systems only (the peers read "
                          "files by path); e.g. --systems dh-ddl")
+    if a.rtt_ms and a.serve == "local":
+        raise UsageError("--rtt-ms: with --serve http or s3")
+    if a.cache_dir and a.serve == "local":
+        raise UsageError("--cache-dir: with --serve http or s3 (it caches "
+                         "remote objects)")
     if a.batch_size * a.ranks > 4096:
         raise UsageError("--ranks x --batch-size must be at most 4096")
     return a

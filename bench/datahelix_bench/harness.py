@@ -43,7 +43,7 @@ def child_paths():
     sys.path[:0] = [str(ROOT / "python"), str(HERE)]
 
 
-def run_systems(a, data, out, split):
+def run_systems(a, data, out, split, served=None):
     """{system: metrics, or status "skipped" / "failed" and the reason}."""
     systems = {}
     for name in a.systems:
@@ -54,6 +54,7 @@ def run_systems(a, data, out, split):
                 systems[name] = {"status": "skipped", "reason": why}
                 continue
         log(f"{name}: {a.ranks} ranks x {a.warmup}+{a.steps} steps ...")
+        down0 = served.proxy.down if served else 0
         results, err, wall = run_system(name, a, data, out / name, split)
         if err:
             log(f"{name}: failed: {err}")
@@ -62,6 +63,8 @@ def run_systems(a, data, out, split):
             continue
         systems[name] = metrics(name, results, a, out / name, wall, split)
         m = systems[name]
+        if served:  # what came over the (emulated) network
+            m["bytes_fetched"] = served.proxy.down - down0
         log(f"{name}: {m['throughput_samples_per_s']:.2f} samples/s, "
             f"wait p95 {m['input_wait_p95_ms']:.1f} ms, miss "
             f"{100 * m['ddl_miss_rate']:.0f} % ({wall:.0f} s)")
@@ -79,6 +82,8 @@ def config_doc(a, split, cpus, distinct, need):
             "samples_in_manifest": need, "seed": a.seed,
             "ddl_ms": a.ddl_ms, "gpu_scale": a.gpu_scale,
             "cpu_pools": a.cpu_pools, "step_order": a.step_order,
+            "serve": a.serve, "rtt_ms": a.rtt_ms,
+            "cache_dir": a.cache_dir,
             "gpu_model": gpu_model_doc(a.model),
             "gpu_device": a.gpu_device if a.gpu else None}
 
@@ -139,7 +144,23 @@ def run(a):
         log(f"{a.workers} decode workers for {a.ranks} ranks: a rank-local "
             f"loader needs one per rank, so every system gets {sum(split)} "
             f"workers, all on the same {len(cpus)} CPUs")
-    systems = run_systems(a, {"manifest": man, "index": dhx}, out, split)
+    served = None
+    if a.serve != "local":
+        from .remote import Served
+        try:
+            served = Served(a, man, out / "served")
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            print(f"datahelix: {CMD}: --serve {a.serve}: {e}",
+                  file=sys.stderr)
+            return 1
+        man, dhx = served.manifest, served.index
+    data = {"manifest": man, "index": dhx,
+            "keep_pids": [p.pid for p in served.procs] if served else []}
+    try:
+        systems = run_systems(a, data, out, split, served)
+    finally:
+        if served:
+            served.stop()
     comp = comparisons(systems)
     val = None
     if a.validate:

@@ -215,6 +215,7 @@ def run_system(name, a, data, sysdir, split):
                "warmup": a.warmup, "steps": a.steps, "model": a.model,
                "gpu_scale": a.gpu_scale, "workers_per_rank": split,
                "step_order": getattr(a, "step_order", "alternate"),
+               "cache_dir": getattr(a, "cache_dir", None),
                "gpu": a.gpu_device if a.gpu else None,
                "batch_timeout": 120.0, "dist_timeout": 120,
                "result": str(sysdir / "rank{rank}.json"),
@@ -267,7 +268,11 @@ def run_system(name, a, data, sysdir, split):
         # Nothing of this system may run into the next one's measurement:
         # whatever this process still has below it (a Dask worker that
         # ignored close()) ends here, by pid.
-        kill_pids(descendants(os.getpid()))
+        # The servers of --serve (remote.py) serve every system: kept.
+        keep = set(data.get("keep_pids", ()))
+        for k in list(keep):
+            keep |= set(descendants(k))
+        kill_pids([p for p in descendants(os.getpid()) if p not in keep])
         for lf in logs:
             lf.close()
         (sysdir / "cpu.json").write_text(json.dumps(acct.result()))

@@ -23,6 +23,7 @@ centre crop to 'size', uint8 THWC:
 The decoders here also run in loader worker processes and Dask workers,
 which find this module by its package name (PYTHONPATH holds bench/).
 """
+import os
 import time
 
 
@@ -43,6 +44,24 @@ def uniform(n, k):
     return [min(int((i + 0.5) * n / k), n - 1) for i in range(k)]
 
 
+_s3 = None
+
+
+def _s3_object(url):
+    """An s3:// object as torch users read it: botocore's get_object into
+    memory (the endpoint and keys from the AWS variables)."""
+    import io
+
+    import botocore.session
+    global _s3
+    if _s3 is None:
+        _s3 = botocore.session.get_session().create_client(
+            "s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL"),
+            region_name=os.environ.get("AWS_REGION", "us-east-1"))
+    bucket, key = url[5:].split("/", 1)
+    return io.BytesIO(_s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
 def pyav_decode(path, frames, w, h):
     """PyAV: exact uniform frames (seek to the keyframe before a target,
     decode forward), shorter side resized to fit, centre crop: the same
@@ -51,7 +70,15 @@ def pyav_decode(path, frames, w, h):
 
     import av
     import numpy as np
-    c = av.open(path)
+    if path.startswith("s3://"):
+        c = av.open(_s3_object(path))
+    elif path.startswith(("http://", "https://")):
+        try:  # one more try on a dropped connection, as datahelix retries
+            c = av.open(path, timeout=60)
+        except (av.error.EOFError, OSError):
+            c = av.open(path, timeout=60)
+    else:
+        c = av.open(path)
     try:
         s = c.streams.video[0]
         s.codec_context.thread_type = "NONE"
@@ -268,7 +295,8 @@ class DatahelixSource:
             timeout=cfg["batch_timeout"], telemetry=cfg["telemetry"],
             trace=cfg.get("trace"), ablation=ablation_of(cfg["system"]),
             load_balance=tier2,
-            step_order=cfg.get("step_order", "alternate"))
+            step_order=cfg.get("step_order", "alternate"),
+            cache_dir=cfg.get("cache_dir"))
         self.it = iter(self.loader)
 
     def next(self):

@@ -423,6 +423,15 @@ void dh__cache_set_size(struct dh_cache *c, const char *url, int64_t size)
         write_whole(c, path, (const uint8_t *)buf, (size_t)n);
 }
 
+int dh__cache_has(struct dh_cache *c, const char *url, int64_t idx)
+{
+    char path[1400];
+    struct stat st;
+
+    return !chunk_path(c, url, idx, path, sizeof(path)) && !stat(path, &st) &&
+           S_ISREG(st.st_mode) && st.st_size > 0;
+}
+
 void dh__cache_forget(struct dh_cache *c, const char *url, int64_t size)
 {
     char path[1400];

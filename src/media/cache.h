@@ -61,6 +61,9 @@ typedef int64_t (*dh_cache_fetch_fn)(void *arg, uint8_t *buf, size_t len,
 int64_t dh__cache_size(struct dh_cache *c, const char *url);
 /* Records it (whole or not at all). */
 void dh__cache_set_size(struct dh_cache *c, const char *url, int64_t size);
+/* 1 when chunk `idx` of the object at `url` is in the cache (a stat: the
+ * read-ahead's check, no bytes read). */
+int dh__cache_has(struct dh_cache *c, const char *url, int64_t idx);
 /* Forgets the object: its size and its chunks (of an object of `size`). */
 void dh__cache_forget(struct dh_cache *c, const char *url, int64_t size);
 

@@ -39,30 +39,41 @@ static int stop_requested(void *arg)
 }
 
 /* Brings every chunk of sample `id`'s bytes into the cache: reading one
- * byte of each makes the source fetch (or find) the chunk holding it. */
+ * byte of a chunk that is not there makes the source fetch it (a chunk
+ * already there costs a stat, not a read). */
 static void fetch_sample(struct dh_prefetch *p, struct dh_source *s,
                          uint64_t id)
 {
     struct dh_source_ref ref;
     struct dh_err e;
     uint8_t one;
-    int64_t misses0 = s->cache_misses;
+    int64_t first, end, misses0 = s->cache_misses;
+    int opened = 0;
 
     if (dh_index_source(p->ix, id, &ref) ||
         dh__url_kind(ref.path) == DH_URL_NONE)
         return;
+    first = ref.member ? ref.offset : 0;
+    end = ref.member ? ref.offset + ref.size
+                     : (int64_t)dh_index_bytes(p->ix, id);
+    if (end <= first)
+        end = first + 1; /* size not known: the first chunk, at least */
     dh_err_clear(&e);
-    if (dh__source_open(s, &ref, &e))
-        return; /* the worker will meet the error and report it */
-    for (int64_t at = 0; at < s->size && !stop_requested(p);) {
-        int64_t abs = s->base + at, next;
+    for (int64_t c = first / DH_CACHE_CHUNK;
+         c * DH_CACHE_CHUNK < end && !stop_requested(p); c++) {
+        int64_t at = c * DH_CACHE_CHUNK > first ? c * DH_CACHE_CHUNK : first;
 
-        if (dh__source_read(s, at, &one, 1, &e) <= 0)
+        if (dh__cache_has(p->cache, ref.path, c))
+            continue;
+        if (!opened && dh__source_open(s, &ref, &e))
+            return; /* the worker will meet the error and report it */
+        opened = 1;
+        if (at - s->base >= s->size ||
+            dh__source_read(s, at - s->base, &one, 1, &e) <= 0)
             break;
-        next = abs - abs % DH_CACHE_CHUNK + DH_CACHE_CHUNK;
-        at = next - s->base;
     }
-    dh__source_close(s);
+    if (opened)
+        dh__source_close(s);
     atomic_fetch_add(&p->samples, 1);
     atomic_fetch_add(&p->chunks, (uint64_t)(s->cache_misses - misses0));
 }

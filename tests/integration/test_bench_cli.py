@@ -37,6 +37,9 @@ def test_help_lists_the_systems_and_metrics_options():
     (["--gpu-device", "cuda:1x"], "--gpu-device must be cuda, cuda:N or cpu"),
     (["--gpu", "--gpu-device", "cpu", "--validate"],
      "--validate simulates the emulated GPU window"),
+    (["--rtt-ms", "20"], "--rtt-ms: with --serve http or s3"),
+    (["--cache-dir", "/tmp/x"], "--cache-dir: with --serve http or s3"),
+    (["--serve", "ftp"], "invalid choice: 'ftp'"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, why):
     p = run_dh("bench", *args, timeout=30)
