@@ -115,6 +115,9 @@ SERVER_FIELDS = {
     "datahelix_server_in_bytes_per_second": "in_bps",
     "datahelix_server_errors_total": "errors",
     "datahelix_server_tasks_total": "tasks",
+    "datahelix_server_fetched_bytes_total": "fetched",
+    "datahelix_server_cache_hits_total": "cache_hits",
+    "datahelix_server_cache_misses_total": "cache_misses",
 }
 RANK_FIELDS = {
     "datahelix_rank_steps": "steps",
@@ -229,7 +232,8 @@ def render(mdl, width, title, clock=None):
                  f" alive of {len(srv)})")
     lines.append(f"{'ID':>6} {'ROLE':<6} {'RANK':>4} {'STATE':<5} "
                  f"{'QUEUE':>5} {'BUSY':>9} {'LAT EWMA':>9} {'OUT':>11} "
-                 f"{'IN':>11} {'ERRORS':>6}  ADDR")
+                 f"{'IN':>11} {'ERRORS':>6} {'CACHE':>5} {'FETCHED':>9}  "
+                 "ADDR")
     for sid in sorted(srv):
         s = srv[sid]
         busy = f"{_n(s.get('busy'))}/{_n(s.get('workers'))}"
@@ -237,7 +241,8 @@ def render(mdl, width, title, clock=None):
             f"{sid:>6} {s['role']:<6} {s.get('rank') or '-':>4} "
             f"{_state(s):<5} {_n(s.get('queue')):>5} {busy:>9} "
             f"{_ms(s.get('latency_ms')):>9} {_bytes(s.get('out_bps')):>11} "
-            f"{_bytes(s.get('in_bps')):>11} {_n(s.get('errors')):>6}  "
+            f"{_bytes(s.get('in_bps')):>11} {_n(s.get('errors')):>6} "
+            f"{_hit_rate(s):>5} {_total(s.get('fetched')):>9}  "
             f"{s['addr']}")
     lines.append("")
     rk = mdl["ranks"]
@@ -294,6 +299,23 @@ def fetch(url, token=None):
         why = getattr(e, "reason", e)
         raise OSError(f"cannot reach {url}: {why} (is the Coordinator "
                       "running with --metrics-listen?)") from None
+
+
+def _hit_rate(s):
+    """Chunks of remote objects found in the host cache, of those looked
+    for; "-" without remote reads."""
+    h, m = s.get("cache_hits") or 0, s.get("cache_misses") or 0
+    return f"{100 * h / (h + m):.0f}%" if h + m else "-"
+
+
+def _total(b):
+    """Bytes as B, kB, MB, GB; "-" for none."""
+    if not b:
+        return "-"
+    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= k:
+            return f"{b / k:.1f} {unit}"
+    return f"{b:.0f} B"
 
 
 def frame(url, token, width):

@@ -166,6 +166,9 @@ static int heartbeat_pb(struct dh__wire_pb_out *o,
     pb->read_bytes = h->read_bytes;
     pb->reads = h->reads;
     pb->read_ms = h->read_ms;
+    pb->fetched_bytes = h->fetched_bytes;
+    pb->cache_hits = h->cache_hits;
+    pb->cache_misses = h->cache_misses;
     o->env.heartbeat = pb;
     return 0;
 }
@@ -519,6 +522,9 @@ static int heartbeat_from_pb(const struct dh__wire_ck *c,
     h->read_bytes = pb->read_bytes;
     h->reads = pb->reads;
     h->read_ms = pb->read_ms;
+    h->fetched_bytes = pb->fetched_bytes;
+    h->cache_hits = pb->cache_hits;
+    h->cache_misses = pb->cache_misses;
     return 0;
 }
 

@@ -394,14 +394,15 @@ static void keep(struct dh_cache *c, const char *path, const uint8_t *buf,
         evict(c);
 }
 
-int64_t dh__cache_size(struct dh_cache *c, const char *url)
+int64_t dh__cache_size(struct dh_cache *c, const char *url, char *etag)
 {
-    char path[1400], buf[32];
+    char path[1400], buf[DH_CACHE_ETAG_MAX + 40], *nl;
     int fd;
     ssize_t n;
     long long v;
     char *end;
 
+    etag[0] = '\0';
     if (chunk_path(c, url, -1, path, sizeof(path)) ||
         (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         return -1;
@@ -411,15 +412,24 @@ int64_t dh__cache_size(struct dh_cache *c, const char *url)
         return -1;
     buf[n] = '\0';
     v = strtoll(buf, &end, 10);
-    return end != buf && *end == '\n' && v >= 0 ? (int64_t)v : -1;
+    if (end == buf || *end != '\n' || v < 0)
+        return -1;
+    if ((nl = strchr(end + 1, '\n')) && nl - (end + 1) < DH_CACHE_ETAG_MAX) {
+        memcpy(etag, end + 1, (size_t)(nl - (end + 1)));
+        etag[nl - (end + 1)] = '\0';
+    }
+    return (int64_t)v;
 }
 
-void dh__cache_set_size(struct dh_cache *c, const char *url, int64_t size)
+void dh__cache_set_size(struct dh_cache *c, const char *url, int64_t size,
+                        const char *etag)
 {
-    char path[1400], buf[32];
-    int n = snprintf(buf, sizeof(buf), "%lld\n", (long long)size);
+    char path[1400], buf[DH_CACHE_ETAG_MAX + 40];
+    int n = snprintf(buf, sizeof(buf), "%lld\n%s\n", (long long)size,
+                     etag ? etag : "");
 
-    if (!chunk_path(c, url, -1, path, sizeof(path)))
+    if (n > 0 && n < (int)sizeof(buf) &&
+        !chunk_path(c, url, -1, path, sizeof(path)))
         write_whole(c, path, (const uint8_t *)buf, (size_t)n);
 }
 

@@ -57,10 +57,14 @@ struct dh_cache *dh__cache_open(const char *dir, uint64_t bound);
 typedef int64_t (*dh_cache_fetch_fn)(void *arg, uint8_t *buf, size_t len,
                                      struct dh_err *e);
 
-/* The object's size the cache recorded, -1 when none. */
-int64_t dh__cache_size(struct dh_cache *c, const char *url);
-/* Records it (whole or not at all). */
-void dh__cache_set_size(struct dh_cache *c, const char *url, int64_t size);
+#define DH_CACHE_ETAG_MAX 160
+
+/* The object's size the cache recorded, -1 when none; its ETag into etag
+ * (DH_CACHE_ETAG_MAX bytes; "" when the server sent none). */
+int64_t dh__cache_size(struct dh_cache *c, const char *url, char *etag);
+/* Records them (whole or not at all). */
+void dh__cache_set_size(struct dh_cache *c, const char *url, int64_t size,
+                        const char *etag);
 /* 1 when chunk `idx` of the object at `url` is in the cache (a stat: the
  * read-ahead's check, no bytes read). */
 int dh__cache_has(struct dh_cache *c, const char *url, int64_t idx);

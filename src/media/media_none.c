@@ -109,6 +109,13 @@ void dh__media_read_totals(const struct dh_media *m, uint64_t *bytes,
     *ms = 0;
 }
 
+void dh__media_remote_totals(const struct dh_media *m, uint64_t *fetched,
+                             uint64_t *cache_hits, uint64_t *cache_misses)
+{
+    (void)m;
+    *fetched = *cache_hits = *cache_misses = 0;
+}
+
 void dh__media_progress(const struct dh_media *m, uint32_t *pos,
                         uint64_t *since_ms)
 {

@@ -35,6 +35,14 @@ void dh__media_read_totals(const struct dh_media *m, uint64_t *bytes,
     *ms = m->src.read_ms;
 }
 
+void dh__media_remote_totals(const struct dh_media *m, uint64_t *fetched,
+                             uint64_t *cache_hits, uint64_t *cache_misses)
+{
+    *fetched = (uint64_t)m->src.fetched;
+    *cache_hits = (uint64_t)m->src.cache_hits;
+    *cache_misses = (uint64_t)m->src.cache_misses;
+}
+
 void dh__media_progress(const struct dh_media *m, uint32_t *pos,
                         uint64_t *since_ms)
 {

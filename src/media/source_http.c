@@ -84,6 +84,11 @@ struct dh_remote {
     int extra;    /* the server sent more than asked (200 to a range) */
     int watchdog; /* the sample's watchdog cut the request or the wait */
     int64_t cr_first, cr_total, retry_after_ms;
+    /* the object's version: its ETag from the first answer (or the
+     * cache), sent as If-Match with every later request for it, so that a
+     * read never mixes the bytes of two versions (412: it changed) */
+    char etag[DH_CACHE_ETAG_MAX], etag_seen[DH_CACHE_ETAG_MAX];
+    int changed;
     char body[ERR_BODY];
     size_t body_len;
     char cerr[CURL_ERROR_SIZE];
@@ -146,6 +151,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
     line[len] = '\0';
     if (!strncmp(line, "HTTP/", 5)) { /* a new answer (after a redirect) */
         r->cr_first = r->cr_total = r->retry_after_ms = -1;
+        r->etag_seen[0] = '\0';
     } else if (!strncasecmp(line, "content-range:", 14)) {
         int64_t first, last, total;
 
@@ -155,6 +161,17 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
         }
     } else if (!strncasecmp(line, "retry-after:", 12)) {
         r->retry_after_ms = dh__http_retry_after_ms(line + 12);
+    } else if (!strncasecmp(line, "etag:", 5)) {
+        const char *v = line + 5;
+        size_t k;
+
+        while (*v == ' ' || *v == '\t')
+            v++;
+        k = strcspn(v, "\r\n");
+        if (k < sizeof(r->etag_seen)) {
+            memcpy(r->etag_seen, v, k);
+            r->etag_seen[k] = '\0';
+        }
     }
     return len;
 }
@@ -377,12 +394,37 @@ static int curl_retryable(CURLcode rc)
 
 enum outcome { DONE, RETRY, FAIL };
 
+/* The object's headers (S3's) and If-Match with its ETag once known: a
+ * list this request owns; NULL when there is none (or no memory). */
+static struct curl_slist *request_headers(const struct dh_remote *r)
+{
+    struct curl_slist *l = NULL, *n;
+    char line[DH_CACHE_ETAG_MAX + 16];
+
+    for (const struct curl_slist *h = r->headers; h; h = h->next) {
+        if (!(n = curl_slist_append(l, h->data)))
+            goto fail;
+        l = n;
+    }
+    if (!r->whole && r->etag[0]) {
+        snprintf(line, sizeof(line), "If-Match: %s", r->etag);
+        if (!(n = curl_slist_append(l, line)))
+            goto fail;
+        l = n;
+    }
+    return l;
+fail:
+    curl_slist_free_all(l);
+    return NULL;
+}
+
 /* One GET of bytes [at, at + want) (less at the object's end) into dst,
  * resumed from r->got: what to do next, with `cause` set unless DONE. */
 static enum outcome get_once(struct dh_remote *r, char *cause, size_t cap)
 {
     char range[64];
     int64_t from = r->at + (int64_t)r->got;
+    struct curl_slist *hdrs;
     CURLcode rc;
 
     r->from = from;
@@ -391,13 +433,20 @@ static enum outcome get_once(struct dh_remote *r, char *cause, size_t cap)
     r->body_len = 0;
     r->body[0] = r->cerr[0] = '\0';
     r->cr_first = r->cr_total = r->retry_after_ms = -1;
+    r->etag_seen[0] = '\0';
     snprintf(range, sizeof(range), "%lld-%lld", (long long)from,
              (long long)(r->at + (int64_t)r->want - 1));
     curl_easy_setopt(r->curl, CURLOPT_URL, r->req);
     curl_easy_setopt(r->curl, CURLOPT_RANGE, r->whole ? NULL : range);
-    curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, r->headers);
+    if ((hdrs = request_headers(r)) == NULL && (r->headers || r->etag[0])) {
+        snprintf(cause, cap, "out of memory");
+        return FAIL;
+    }
+    curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, hdrs);
     r->sink_len = 0;
     rc = curl_easy_perform(r->curl);
+    curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(hdrs);
     curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &r->status);
     if (rc == CURLE_ABORTED_BY_CALLBACK) {
         r->watchdog = 1;
@@ -421,6 +470,8 @@ static enum outcome get_once(struct dh_remote *r, char *cause, size_t cap)
         }
     }
     if (rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && r->extra)) {
+        if (r->range_ok && !r->etag[0] && r->etag_seen[0])
+            memcpy(r->etag, r->etag_seen, sizeof(r->etag)); /* its version */
         if (r->range_ok) {
             if (r->status == 200) {
                 curl_off_t cl = -1;
@@ -446,6 +497,13 @@ static enum outcome get_once(struct dh_remote *r, char *cause, size_t cap)
             return FAIL;
         }
         status_cause(r, cause, cap);
+        if (r->status == 412) {
+            r->changed = 1;
+            snprintf(cause + strlen(cause), cap - strlen(cause),
+                     ": the object changed while it was read (its ETag is "
+                     "not %s any more)",
+                     r->etag);
+        }
         if (r->status == 416)
             snprintf(cause + strlen(cause), cap - strlen(cause),
                      ": the object is shorter than the table says; re-run "
@@ -539,6 +597,8 @@ static void drop_blocks(struct dh_remote *r)
         r->blk[i].len = 0;
     r->total = -1;
     r->size_kept = 0;
+    r->etag[0] = '\0';
+    r->changed = 0;
     r->next_seq = -1;
     r->run = cfg.block;
 }
@@ -566,7 +626,8 @@ static int64_t fetch_chunk(void *arg, uint8_t *buf, size_t len,
     /* the size first: whoever sees the chunk (kept after this returns)
      * finds the size too */
     if (n > 0 && f->r->total >= 0 && !f->r->size_kept) {
-        dh__cache_set_size(source_cache(f->s), f->r->url, f->r->total);
+        dh__cache_set_size(source_cache(f->s), f->r->url, f->r->total,
+                           f->r->etag);
         f->r->size_kept = 1;
     }
     return n;
@@ -647,8 +708,13 @@ static int fill(struct dh_source *s, struct dh_remote *r, int64_t at,
     } else {
         n = get(s, r, start, (size_t)len, b->buf, e);
     }
-    if (n < 0)
+    if (n < 0) {
+        if (cache && r->changed) { /* its cached chunks are another version */
+            dh__cache_forget(cache, r->url, r->total >= 0 ? r->total : 0);
+            r->url[0] = '\0'; /* aimed afresh at the next open */
+        }
         return (int)n;
+    }
     if (n <= at - start)
         return dh_err_set(e, DH_EMEDIA,
                           "%s: the object ends at byte %lld, before byte "
@@ -700,7 +766,8 @@ static int64_t http_read_at(struct dh_source *s, int64_t off, void *buf,
 static void cached_size(struct dh_source *s, struct dh_remote *r)
 {
     struct dh_cache *cache = source_cache(s);
-    int64_t size = cache ? dh__cache_size(cache, r->url) : -1;
+    char etag[DH_CACHE_ETAG_MAX];
+    int64_t size = cache ? dh__cache_size(cache, r->url, etag) : -1;
 
     if (size < 0)
         return;
@@ -711,6 +778,7 @@ static void cached_size(struct dh_source *s, struct dh_remote *r)
     }
     r->total = size;
     r->size_kept = 1;
+    memcpy(r->etag, etag, sizeof(r->etag)); /* missing chunks: this version */
 }
 
 static int set_req(struct dh_remote *r, const char *url)

@@ -189,6 +189,9 @@ void dh__co_mx_heartbeat(struct dh_coordinator *c, int32_t slot,
     v->read_bytes = h->read_bytes;
     v->reads = h->reads;
     v->read_s = h->read_ms / 1e3;
+    v->fetched_bytes = h->fetched_bytes;
+    v->cache_hits = h->cache_hits;
+    v->cache_misses = h->cache_misses;
     dh__mx_observe(&c->mx->live.queue_depth, DH_MX_B_DEPTH,
                    (double)h->queue_depth);
 }

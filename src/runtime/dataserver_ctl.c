@@ -240,6 +240,9 @@ void dh__ds_ctl_heartbeat(struct ds_ctl *c, uint64_t queued, uint64_t busy,
     h->slot_waiting = slot_waiting;
     h->read_bytes = rd->bytes;
     h->reads = rd->reads;
+    h->fetched_bytes = rd->fetched_bytes;
+    h->cache_hits = rd->cache_hits;
+    h->cache_misses = rd->cache_misses;
     h->read_ms = rd->ms < 0                      ? 0
                  : rd->ms > DH_WIRE_MAX_TOTAL_MS ? DH_WIRE_MAX_TOTAL_MS
                                                  : rd->ms;

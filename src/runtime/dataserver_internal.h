@@ -203,6 +203,7 @@ struct ds_sink {
 struct ds_reads {
     uint64_t bytes, reads;
     double ms;
+    uint64_t fetched_bytes, cache_hits, cache_misses; /* remote sources */
 };
 
 /* ---- the executor interface ----

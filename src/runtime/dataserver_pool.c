@@ -262,6 +262,9 @@ static void pool_reads(struct ds_exec *x, struct ds_reads *out)
     out->bytes = ws.read_bytes;
     out->reads = ws.reads;
     out->ms = ws.read_ms;
+    out->fetched_bytes = ws.fetched_bytes;
+    out->cache_hits = ws.cache_hits;
+    out->cache_misses = ws.cache_misses;
 }
 
 static void pool_destroy(struct ds_exec *x)

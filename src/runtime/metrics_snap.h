@@ -56,6 +56,7 @@ struct dh_mx_server {
     uint64_t heartbeats;
     uint64_t read_bytes, reads; /* its workers' reads, last heartbeat */
     double read_s;
+    uint64_t fetched_bytes, cache_hits, cache_misses; /* remote sources */
 };
 
 struct dh_mx_rank {

@@ -338,6 +338,9 @@ SG_(dead)
 SG_(read_bytes)
 SG_(reads)
 SG_(read_s)
+SG_(fetched_bytes)
+SG_(cache_hits)
+SG_(cache_misses)
 #undef SG_
 
 static void server_labels(const struct dh_mx_server *v, char *lb, size_t cap)
@@ -397,6 +400,16 @@ static void servers(struct out *o, const struct dh_mx_snap *s)
          "Reads its workers made from their sources.", sg_reads},
         {"datahelix_server_read_seconds_total", "counter",
          "Time its workers spent in those reads, seconds.", sg_read_s},
+        {"datahelix_server_fetched_bytes_total", "counter",
+         "Bytes its workers fetched from S3 / HTTP(S) (a cache hit "
+         "fetches none).",
+         sg_fetched_bytes},
+        {"datahelix_server_cache_hits_total", "counter",
+         "Chunks of remote objects its workers found in the host cache.",
+         sg_cache_hits},
+        {"datahelix_server_cache_misses_total", "counter",
+         "Chunks of remote objects its workers fetched into the host cache.",
+         sg_cache_misses},
     };
     char lb[3 * DH_MX_ADDR_LEN + 128];
 

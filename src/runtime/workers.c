@@ -117,9 +117,10 @@ struct dh_workers {
      * kernel keeps it: the Coordinator's CPU pools (cpu_pool.h). */
     uint64_t task_ns, cpu_ns, wait_ns;
     _Atomic uint32_t slot_waiting; /* threads in dh_arena_alloc now */
-    /* the jobs' reads (under mu) */
+    /* the jobs' reads (under mu); of them, remote fetches and cache use */
     uint64_t read_bytes, reads;
     double read_ms;
+    uint64_t fetched_bytes, cache_hits, cache_misses;
     const struct dh_index *ix;
     struct dh_arena *arena;
     unsigned nthreads;    /* started, replacements included */
@@ -236,13 +237,14 @@ static int decode_into(struct dh_workers *w, struct dh_media *m, struct job *j,
 /* The media worker's read totals before a job, to add the job's to the
  * pool's (dh_workers_stats) after it. */
 struct read_mark {
-    uint64_t bytes, reads;
+    uint64_t bytes, reads, fetched, hits, misses;
     double ms;
 };
 
 static void read_mark(const struct dh_media *m, struct read_mark *rm)
 {
     dh__media_read_totals(m, &rm->bytes, &rm->reads, &rm->ms);
+    dh__media_remote_totals(m, &rm->fetched, &rm->hits, &rm->misses);
 }
 
 static void read_count(struct dh_workers *w, const struct dh_media *m,
@@ -255,6 +257,9 @@ static void read_count(struct dh_workers *w, const struct dh_media *m,
     w->read_bytes += now.bytes - rm->bytes;
     w->reads += now.reads - rm->reads;
     w->read_ms += now.ms - rm->ms;
+    w->fetched_bytes += now.fetched - rm->fetched;
+    w->cache_hits += now.hits - rm->hits;
+    w->cache_misses += now.misses - rm->misses;
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -821,6 +826,9 @@ void dh_workers_stats(struct dh_workers *w, struct dh_workers_stats *out)
     out->read_bytes = w->read_bytes;
     out->reads = w->reads;
     out->read_ms = w->read_ms;
+    out->fetched_bytes = w->fetched_bytes;
+    out->cache_hits = w->cache_hits;
+    out->cache_misses = w->cache_misses;
     out->abandoned = w->abandoned;
     out->threads = w->nthreads;
     pthread_mutex_unlock(&w->mu);

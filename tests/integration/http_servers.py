@@ -135,6 +135,9 @@ class Faults:
         self.delay = 0.0          # seconds before each answer
         self.inflight = 0         # answers under way now, and the most
         self.max_inflight = 0     # at once
+        self.version = 1          # ETag "vN" of every object; If-Match
+        self.bump_after = None    # checked (412); N: version += 1 after
+                                  # the N-th answer
         self.seen = {}            # path -> requests seen
         self.ranges = []          # Range headers, in order
 
@@ -163,6 +166,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             f.seen[path] = n
             f.ranges.append(self.headers.get("Range"))
             stall, fail, delay = f.stall, n <= f.fail_first, f.delay
+            etag = f'"v{f.version}"'
+            total = sum(f.seen.values())
+            if f.bump_after is not None and total == f.bump_after:
+                f.version += 1
             reset = f.reset_after if f.resets > 0 else None
             if reset is not None:
                 f.resets -= 1
@@ -187,6 +194,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not file.is_file():
             self.send_error(404)
             return
+        match = self.headers.get("If-Match")
+        if match is not None and match != etag:
+            self.send_error(412)
+            return
         data = file.read_bytes()
         rng = self.headers.get("Range")
         m = re.match(r"bytes=(\d+)-(\d*)$", rng or "")
@@ -203,6 +214,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             part = data
             self.send_response(200)
         self.send_header("Content-Length", str(len(part)))
+        self.send_header("ETag", etag)
         self.end_headers()
         if reset is not None and reset < len(part):
             self.wfile.write(part[:reset])

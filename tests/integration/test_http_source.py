@@ -299,6 +299,16 @@ def test_loader_over_a_flaky_server_delivers_each_sample_once(www, faulty,
 
 # ---- the host-local cache ----
 
+def metric(addr, name):
+    """datahelix_server_<name>_total summed over the servers."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    key = f"datahelix_server_{name}_total{{"
+    return sum(float(x.rsplit(" ", 1)[1]) for x in text.splitlines()
+               if x.startswith(key))
+
+
 def chunk_files(d):
     return sorted(p for p in pathlib.Path(d).glob("??/*")
                   if p.is_file() and "." not in p.name)
@@ -315,9 +325,19 @@ def test_cache_second_epoch_reads_nothing_over_the_network(www, faulty,
     fetched = sum(faulty.faults.seen.values())
     assert fetched >= len(files)
     with datahelix.DataLoader(str(tmp_path / "r.jsonl"), seed=3,
-                              cache_dir=cache, **SMALL) as ld:
+                              cache_dir=cache, metrics_listen="127.0.0.1:0",
+                              **SMALL) as ld:
         second = [(b["ids"].tolist(), b["video"].clone()) for b in ld]
         st = ld.stats()["cache"]
+        addr = wait_until(lambda: ld.metrics_address, 10)
+        # the server's workers found every chunk in the cache (heartbeats
+        # carry it: wait for the one after the epoch), fetched nothing
+        hits = wait_until(lambda: metric(addr, "cache_hits") >= len(files),
+                          10)
+        assert hits, metric(addr, "cache_hits")
+        assert metric(addr, "fetched_bytes") == 0
+        top = run_dh("top", addr, timeout=30)
+        assert "CACHE" in top.stdout and "100%" in top.stdout, top.stdout
     assert sum(faulty.faults.seen.values()) == fetched  # nothing new
     assert [x[0] for x in first] == [x[0] for x in second]
     assert all(torch.equal(x[1], y[1]) for x, y in zip(first, second))
@@ -414,3 +434,51 @@ def test_read_ahead_fetches_queued_samples_while_workers_decode(www, faulty,
     faulty.faults.max_inflight = 0
     loader_epoch(tmp_path / "r.jsonl", **one)
     assert faulty.faults.max_inflight == 1
+
+
+def test_an_object_replaced_during_a_read_is_named_not_mixed(www, faulty,
+                                                            tmp_path):
+    """Every request after an object's first carries If-Match with its
+    ETag: a new version mid-read is a 412 named as a change, never bytes of
+    two versions; with a cache, its chunks of the old version go."""
+    f = max((www / "gen").glob("*.mp4"), key=lambda p: p.stat().st_size)
+    assert f.stat().st_size > 2 * (64 << 10)  # read in several requests
+    url = f"{faulty.url}/{rel(www, [f])[0]}"
+    env = dict(os.environ, DATAHELIX_HTTP_BLOCK_KIB="64")
+    faulty.faults.bump_after = 1  # a new version after the first answer
+    p = run_dh("decode", *DECODE, url, env=env)
+    assert p.returncode == 1
+    assert "HTTP 412" in p.stderr and "changed while it was read" in \
+        p.stderr and url in p.stderr
+    faulty.faults.bump_after = None
+    assert decoded(url) == decoded(f)  # a fresh read: one version
+    # cached: the kept ETag goes with every later chunk request
+    cache = tmp_path / "c"
+    run_dh("decode", *DECODE, "--cache-dir", cache, url, check=True)
+    assert "\"v" in next(cache.glob("??/*.size")).read_text()
+
+
+@pytest.mark.parametrize("rtt_ms", [20, 50])
+def test_loader_at_20_and_50_ms_rtt_delivers_each_sample_once(www, nginx,
+                                                              tmp_path,
+                                                              rtt_ms):
+    """nginx behind the benchmark's delaying proxy (bench/datahelix_bench/
+    remote.py: every byte rtt/2 late each way; this kernel has no netem):
+    an epoch with read-ahead into a cache, each sample once, equal to the
+    local files'."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from datahelix_bench.remote import DelayProxy
+    files = sorted((www / "gen").glob("*.mp4"))
+    proxy = DelayProxy(nginx.port, rtt_ms / 2000.0)
+    try:
+        urls = [f"http://127.0.0.1:{proxy.port}/{r}" for r in rel(www, files)]
+        run_dh(*PROBE, "--out", tmp_path / "r.jsonl", *urls, check=True)
+        run_dh(*PROBE, "--out", tmp_path / "l.jsonl", *files, check=True)
+        a = loader_epoch(tmp_path / "r.jsonl", cache_dir=tmp_path / "c")
+        b = loader_epoch(tmp_path / "l.jsonl")
+        assert proxy.down >= sum(f.stat().st_size for f in files)
+    finally:
+        proxy.stop()
+    assert sorted(i for x in a for i in x[0]) == list(range(len(files)))
+    assert [x[0] for x in a] == [x[0] for x in b]
+    assert all(torch.equal(x[1], y[1]) for x, y in zip(a, b))

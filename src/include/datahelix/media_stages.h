@@ -31,6 +31,10 @@ void dh__media_bytes_sink(struct dh_media *m, uint64_t *bytes, uint32_t n);
  * (calls into a source) and their time in ms. */
 void dh__media_read_totals(const struct dh_media *m, uint64_t *bytes,
                            uint64_t *reads, double *ms);
+/* Of those, what came from S3 / HTTP(S) (docs/remote.md): bytes fetched
+ * over the network, and chunks found in / fetched into the host cache. */
+void dh__media_remote_totals(const struct dh_media *m, uint64_t *fetched,
+                             uint64_t *cache_hits, uint64_t *cache_misses);
 /* Adds the sums since the last note into row `pos` (ignored beyond n or
  * without a sink) and resets them; the bytes read since into bytes[pos].  A
  * position decoded twice (a spare

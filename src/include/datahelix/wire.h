@@ -198,6 +198,8 @@ struct dh_wire_heartbeat {
      * (finite, 0..DH_WIRE_MAX_TOTAL_MS) */
     uint64_t read_bytes, reads;
     double read_ms;
+    /* of them, remote: fetched bytes, cache chunk hits / misses */
+    uint64_t fetched_bytes, cache_hits, cache_misses;
 };
 
 /* Largest cumulative time a heartbeat may state (ms: about 31,700 years). */

@@ -109,6 +109,9 @@ struct dh_workers_stats {
      * total: bytes, reads, and the reads' time in ms. */
     uint64_t read_bytes, reads;
     double read_ms;
+    /* Of them, S3 / HTTP(S): bytes fetched over the network, and chunks
+     * found in / fetched into the host cache (docs/remote.md). */
+    uint64_t fetched_bytes, cache_hits, cache_misses;
     /* Threads given up as blocked in a system call (their jobs failed with
      * DH_ETIMEOUT), and threads started in all, replacements included. */
     uint64_t abandoned;
