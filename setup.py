@@ -18,7 +18,7 @@ from setuptools.command.build_py import build_py
 ROOT = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(ROOT, "build")
 LIBS = ["libavformat", "libavcodec", "libavutil", "libswscale", "libzmq",
-        "libprotobuf-c", "jansson", "libsodium"]
+        "libprotobuf-c", "jansson", "libsodium", "libcurl"]
 
 
 def built():

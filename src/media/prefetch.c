@@ -20,12 +20,19 @@
 #define MAX_THREADS 16
 #define WAKE_MS 200
 
+/* A queued piece of work: a sample (chunk < 0: all of it, to be split)
+ * or one chunk of its object. */
+struct item {
+    uint64_t id;
+    int64_t chunk;
+};
+
 struct dh_prefetch {
     const struct dh_index *ix;
     struct dh_cache *cache;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    uint64_t ring[DH_PREFETCH_MAX];
+    struct item ring[DH_PREFETCH_MAX];
     size_t head, count;
     _Atomic int stopping;
     unsigned nthreads;
@@ -38,44 +45,79 @@ static int stop_requested(void *arg)
     return atomic_load(&((struct dh_prefetch *)arg)->stopping);
 }
 
-/* Brings every chunk of sample `id`'s bytes into the cache: reading one
- * byte of a chunk that is not there makes the source fetch it (a chunk
- * already there costs a stat, not a read). */
+/* The object bytes [first, end) sample `id` reads: 0, or -1 when it is
+ * not remote (or not known). */
+static int sample_span(struct dh_prefetch *p, uint64_t id,
+                       struct dh_source_ref *ref, int64_t *first, int64_t *end)
+{
+    if (dh_index_source(p->ix, id, ref) ||
+        dh__url_kind(ref->path) == DH_URL_NONE)
+        return -1;
+    *first = ref->member ? ref->offset : 0;
+    *end = ref->member ? ref->offset + ref->size
+                       : (int64_t)dh_index_bytes(p->ix, id);
+    if (*end <= *first)
+        *end = *first + 1; /* size not known: the first chunk, at least */
+    return 0;
+}
+
+/* Chunk c of sample `id`'s object into the cache, unless it is there (a
+ * stat): reading one byte of it makes the source fetch the chunk. */
+static void fetch_chunk(struct dh_prefetch *p, struct dh_source *s, uint64_t id,
+                        int64_t c)
+{
+    struct dh_source_ref ref;
+    struct dh_err e;
+    int64_t first, end, at, misses0 = s->cache_misses;
+    uint8_t one;
+
+    if (sample_span(p, id, &ref, &first, &end) ||
+        dh__cache_has(p->cache, ref.path, c))
+        return;
+    at = c * DH_CACHE_CHUNK > first ? c * DH_CACHE_CHUNK : first;
+    dh_err_clear(&e);
+    if (dh__source_open(s, &ref, &e))
+        return; /* the worker will meet the error and report it */
+    if (at - s->base < s->size)
+        (void)dh__source_read(s, at - s->base, &one, 1, &e);
+    dh__source_close(s);
+    atomic_fetch_add(&p->chunks, (uint64_t)(s->cache_misses - misses0));
+}
+
+/* Puts items at the front (they are due first): the chunks after a
+ * sample's first, fetched by the other threads while this one fetches
+ * the first (a large object in parallel ranges).  With p->mu held. */
+static void push_front(struct dh_prefetch *p, uint64_t id, int64_t from,
+                       int64_t to)
+{
+    for (int64_t c = to - 1; c >= from; c--) {
+        if (p->count == DH_PREFETCH_MAX)
+            return; /* full: the rest is read by the worker itself */
+        p->head = (p->head + DH_PREFETCH_MAX - 1) % DH_PREFETCH_MAX;
+        p->ring[p->head] = (struct item){id, c};
+        p->count++;
+    }
+}
+
+/* A sample popped: its first chunk here, the others queued first. */
 static void fetch_sample(struct dh_prefetch *p, struct dh_source *s,
                          uint64_t id)
 {
     struct dh_source_ref ref;
-    struct dh_err e;
-    uint8_t one;
-    int64_t first, end, misses0 = s->cache_misses;
-    int opened = 0;
+    int64_t first, end, c0, c1;
 
-    if (dh_index_source(p->ix, id, &ref) ||
-        dh__url_kind(ref.path) == DH_URL_NONE)
+    if (sample_span(p, id, &ref, &first, &end))
         return;
-    first = ref.member ? ref.offset : 0;
-    end = ref.member ? ref.offset + ref.size
-                     : (int64_t)dh_index_bytes(p->ix, id);
-    if (end <= first)
-        end = first + 1; /* size not known: the first chunk, at least */
-    dh_err_clear(&e);
-    for (int64_t c = first / DH_CACHE_CHUNK;
-         c * DH_CACHE_CHUNK < end && !stop_requested(p); c++) {
-        int64_t at = c * DH_CACHE_CHUNK > first ? c * DH_CACHE_CHUNK : first;
-
-        if (dh__cache_has(p->cache, ref.path, c))
-            continue;
-        if (!opened && dh__source_open(s, &ref, &e))
-            return; /* the worker will meet the error and report it */
-        opened = 1;
-        if (at - s->base >= s->size ||
-            dh__source_read(s, at - s->base, &one, 1, &e) <= 0)
-            break;
+    c0 = first / DH_CACHE_CHUNK;
+    c1 = (end - 1) / DH_CACHE_CHUNK + 1;
+    if (c1 - c0 > 1) {
+        pthread_mutex_lock(&p->mu);
+        push_front(p, id, c0 + 1, c1);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
     }
-    if (opened)
-        dh__source_close(s);
+    fetch_chunk(p, s, id, c0);
     atomic_fetch_add(&p->samples, 1);
-    atomic_fetch_add(&p->chunks, (uint64_t)(s->cache_misses - misses0));
 }
 
 static void *prefetch_main(void *arg)
@@ -88,7 +130,7 @@ static void *prefetch_main(void *arg)
     s.overdue = stop_requested;
     s.overdue_arg = p;
     for (;;) {
-        uint64_t id;
+        struct item it;
 
         pthread_mutex_lock(&p->mu);
         while (!p->count && !atomic_load(&p->stopping)) {
@@ -101,11 +143,14 @@ static void *prefetch_main(void *arg)
             pthread_mutex_unlock(&p->mu);
             break;
         }
-        id = p->ring[p->head];
+        it = p->ring[p->head];
         p->head = (p->head + 1) % DH_PREFETCH_MAX;
         p->count--;
         pthread_mutex_unlock(&p->mu);
-        fetch_sample(p, &s, id);
+        if (it.chunk < 0)
+            fetch_sample(p, &s, it.id);
+        else
+            fetch_chunk(p, &s, it.id, it.chunk);
     }
     dh__source_fini(&s);
     return NULL;
@@ -158,7 +203,8 @@ void dh__prefetch_push(struct dh_prefetch *p, const uint64_t *ids, size_t n)
             p->head = (p->head + 1) % DH_PREFETCH_MAX;
             p->count--;
         }
-        p->ring[(p->head + p->count) % DH_PREFETCH_MAX] = ids[i];
+        p->ring[(p->head + p->count) % DH_PREFETCH_MAX] = (struct item){ids[i],
+                                                                        -1};
         p->count++;
     }
     pthread_cond_broadcast(&p->cv);

@@ -8,6 +8,11 @@
  * then reads a chunk from local disk, or waits on the chunk's lock for a
  * fetch already under way: never a second request for it.
  *
+ * A sample whose object spans several 4 MiB chunks is split: the thread
+ * that takes it fetches the first chunk and puts the others first in the
+ * queue, where the other threads take them at once - a large object is
+ * read in parallel ranges.
+ *
  * Only with a cache (the cache's bytes are where the read-ahead goes: the
  * memory used is the fetch threads' blocks, not the read-ahead depth);
  * local rows are passed over.  The queue holds at most DH_PREFETCH_MAX

@@ -140,6 +140,7 @@ class Faults:
                                   # the N-th answer
         self.seen = {}            # path -> requests seen
         self.ranges = []          # Range headers, in order
+        self.spans = []           # (Range, start, end) of each answer
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -153,11 +154,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         with f.lock:
             f.inflight += 1
             f.max_inflight = max(f.max_inflight, f.inflight)
+        t0 = time.monotonic()
         try:
             self._get(f)
         finally:
             with f.lock:
                 f.inflight -= 1
+                f.spans.append((self.headers.get("Range"), t0,
+                                time.monotonic()))
 
     def _get(self, f):
         path = self.path.split("?", 1)[0]

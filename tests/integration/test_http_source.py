@@ -482,3 +482,36 @@ def test_loader_at_20_and_50_ms_rtt_delivers_each_sample_once(www, nginx,
     assert sorted(i for x in a for i in x[0]) == list(range(len(files)))
     assert [x[0] for x in a] == [x[0] for x in b]
     assert all(torch.equal(x[1], y[1]) for x, y in zip(a, b))
+
+
+def test_a_large_object_is_read_ahead_in_parallel_ranges(www, faulty,
+                                                        tmp_path):
+    """A clip of three 4 MiB chunks, one sample: the read-ahead's threads
+    fetch its chunks at once (several ranged requests in flight), each
+    once; the decode equals the local file's."""
+    big = www / "big.mp4"
+    if not big.exists():  # intra-only MPEG-4 at a high rate: ~10 MB, fast
+        subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i",
+                        "testsrc2=size=1280x720:rate=25", "-t", "4", "-g",
+                        "1", "-c:v", "mpeg4", "-q:v", "1", "-y", str(big)],
+                       check=True, timeout=120)
+    assert big.stat().st_size > 2 * (4 << 20)
+    url = f"{faulty.url}/big.mp4"
+    run_dh(*PROBE, "--out", tmp_path / "r.jsonl", url, check=True)
+    run_dh(*PROBE, "--out", tmp_path / "l.jsonl", big, check=True)
+    faulty.faults.delay = 0.3
+    faulty.faults.ranges.clear()
+    faulty.faults.spans.clear()
+    one = dict(batch_size=1, num_workers=1)
+    a = loader_epoch(tmp_path / "r.jsonl", cache_dir=tmp_path / "c", **one)
+    starts = [r for r in faulty.faults.ranges if r]
+    assert len(starts) == len(set(starts))  # no range asked twice
+    span = {r.split("-")[0]: (t0, t1) for r, t0, t1 in faulty.faults.spans
+            if r}
+    first = span["bytes=0"]
+    # the second and third chunks were asked for while the first was
+    # still on its way: in parallel, not one after another
+    for c in (1, 2):
+        assert span[f"bytes={c * (4 << 20)}"][0] < first[1], span
+    b = loader_epoch(tmp_path / "l.jsonl", **one)
+    assert all(torch.equal(x[1], y[1]) for x, y in zip(a, b))
