@@ -115,6 +115,11 @@ def test_rows_and_tensors_over_http_equal_the_local_files(www, nginx,
     assert decoded(tmp_path / "r.jsonl") == decoded(*files)
     reqs = nginx.requests()
     assert reqs and all(s == 206 for _, _, _, s, _ in reqs)  # ranged GETs
+    # probe --verify decodes them in full over HTTP too
+    p = run_dh("probe", "--verify", "--out", tmp_path / "v.jsonl", *urls)
+    assert p.returncode == 0, p.stderr
+    assert f"verified {len(urls)} files, 0 left out" in p.stderr
+    assert [x["path"] for x in rows(tmp_path / "v.jsonl")] == urls
 
 
 def test_one_connection_kept_alive_across_objects(www, nginx):
