@@ -2,7 +2,7 @@
 # `make demo` and `make test`; both install what they need first.
 PY      := /usr/bin/python3
 JOBS    ?= 2
-CTEST   := ctest --timeout 300 --output-on-failure
+CTEST   := ctest --timeout 300 --output-on-failure -j $(JOBS)
 # Keep the recursive make chatter of CMake's generated Makefiles out of the output.
 CMAKE_BUILD := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL cmake --build
 
@@ -227,7 +227,7 @@ soak: build
 	@DATAHELIX_BIN=$(CURDIR)/build/datahelix $(PY) tests/soak/chaos.py \
 	  --seconds $(SOAK_SECONDS) --kinds $(SOAK_KINDS)
 
-FUZZ_SECONDS ?= 10
+FUZZ_SECONDS ?= 6
 FUZZERS := fuzz_desc_json fuzz_index_open fuzz_media_decode fuzz_wire_decode \
            fuzz_coordinator_seq fuzz_payload_seq fuzz_client_seq \
            fuzz_remote_text
