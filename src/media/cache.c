@@ -178,7 +178,8 @@ int dh__cache_read_stats(const char *dir, struct dh_cache_stats *out,
 /* ---- names ---- */
 
 /* dir/XX/NAME-IDX (a chunk; idx < 0: NAME.size): XX the first byte of
- * the name (256 sub-folders). */
+ * the name (256 sub-folders, made by the first write into one:
+ * create_in_sub; a lookup makes nothing). */
 static int chunk_path(const struct dh_cache *c, const char *url, int64_t idx,
                       char *out, size_t cap)
 {
@@ -189,8 +190,6 @@ static int chunk_path(const struct dh_cache *c, const char *url, int64_t idx,
     int w;
 
     snprintf(sub, sizeof(sub), "%s/%02x", c->dir, (unsigned)(a >> 56));
-    if (mkdir(sub, 0755) && errno != EEXIST)
-        return -1;
     if (idx < 0)
         w = snprintf(out, cap, "%s/%016" PRIx64 "%016" PRIx64 ".size", sub, a,
                      b);
@@ -198,6 +197,22 @@ static int chunk_path(const struct dh_cache *c, const char *url, int64_t idx,
         w = snprintf(out, cap, "%s/%016" PRIx64 "%016" PRIx64 "-%" PRId64, sub,
                      a, b, idx);
     return w < (int)cap ? 0 : -1;
+}
+
+/* open(path, flags | O_CREAT, 0644) of a file in a sub-folder, making
+ * the sub-folder when it is not there yet. */
+static int create_in_sub(const char *path, int flags)
+{
+    int fd = open(path, flags | O_CREAT | O_CLOEXEC, 0644);
+    char sub[1400];
+    const char *slash;
+
+    if (fd >= 0 || errno != ENOENT || !(slash = strrchr(path, '/')))
+        return fd;
+    snprintf(sub, sizeof(sub), "%.*s", (int)(slash - path), path);
+    if (mkdir(sub, 0755) && errno != EEXIST)
+        return -1;
+    return open(path, flags | O_CREAT | O_CLOEXEC, 0644);
 }
 
 /* ---- eviction ---- */
@@ -357,7 +372,7 @@ static int write_whole(struct dh_cache *c, const char *path, const uint8_t *buf,
 
     snprintf(tmp, sizeof(tmp), "%s.tmp.%ld.%u", path, (long)getpid(),
              atomic_fetch_add(&seq, 1));
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd = create_in_sub(tmp, O_WRONLY | O_EXCL);
     if (fd >= 0) {
         size_t put = 0;
 
@@ -464,7 +479,7 @@ static int lock_chunk(const char *path, int (*overdue)(void *), void *oarg)
     int fd;
 
     snprintf(lock, sizeof(lock), "%s.lock", path);
-    fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fd = create_in_sub(lock, O_RDWR);
     if (fd < 0)
         return -1;
     while (flock(fd, LOCK_EX | LOCK_NB)) {
