@@ -9,7 +9,6 @@ Every sample decodes to the bytes of the same local file, an epoch holds
 each sample once, resume is exact, and what fails names the URL (without
 credentials or query), the HTTP status and the cause.
 """
-import json
 import os
 import pathlib
 import shutil
@@ -27,6 +26,8 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
 import datahelix  # noqa: E402
 from both_loaders import binary_env  # noqa: E402,F401 (autouse)
+from table_checks import (rest_after_resume, rows,  # noqa: E402
+                          without_path)
 
 DECODE = ("--frames", 4, "--size", "48x40")
 SMALL = dict(batch_size=2, frames=4, size=(32, 32), timeout=60,
@@ -71,15 +72,6 @@ def faulty(www):
     s = FaultServer(www)
     yield s
     s.stop()
-
-
-def rows(table):
-    return [json.loads(x) for x in pathlib.Path(table).read_text()
-            .splitlines() if '"datahelix_header"' not in x]
-
-
-def without_path(rs):
-    return [{k: v for k, v in r.items() if k != "path"} for r in rs]
 
 
 def decoded(*inputs, env=None):
@@ -175,15 +167,7 @@ def test_remote_shards_feed_the_loader_exactly_once_and_resume(www, nginx,
     assert ids == list(range(len(r)))  # each sample once
     assert [x[0] for x in a] == [x[0] for x in b]
     assert all(torch.equal(x[1], y[1]) for x, y in zip(a, b))
-    with datahelix.DataLoader(str(tmp_path / "r.jsonl"), seed=3,
-                              **SMALL) as ld:
-        it = iter(ld)
-        next(it)
-        state = ld.state_dict()
-    with datahelix.DataLoader(str(tmp_path / "r.jsonl"), seed=3,
-                              **SMALL) as ld:
-        ld.load_state_dict(state)
-        rest = [x["ids"].tolist() for x in ld]
+    rest = rest_after_resume(tmp_path / "r.jsonl", seed=3, **SMALL)
     assert rest == [x[0] for x in a[1:]]
 
 

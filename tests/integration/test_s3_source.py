@@ -12,7 +12,6 @@ in one job.  No secret appears in any output.
 import json
 import os
 import pathlib
-import shutil
 import sys
 import urllib.request
 
@@ -26,6 +25,8 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
 import datahelix  # noqa: E402
 from both_loaders import binary_env  # noqa: E402,F401 (autouse)
+from table_checks import (rest_after_resume, rows,  # noqa: E402
+                          without_path)
 
 AK_A, SK_A = "AKIAAAAAAAAAAAAAAAAA", "secretAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 AK_B, SK_B = "AKIABBBBBBBBBBBBBBBB", "secretBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
@@ -87,15 +88,6 @@ def aws_env(s3, tmp_path, **kw):
     env["AWS_ENDPOINT_URL"] = s3.endpoint
     env.update({k: str(v) for k, v in kw.items()})
     return env
-
-
-def rows(table):
-    return [json.loads(x) for x in pathlib.Path(table).read_text()
-            .splitlines() if '"datahelix_header"' not in x]
-
-
-def without_path(rs):
-    return [{k: v for k, v in r.items() if k != "path"} for r in rs]
 
 
 def decoded(*inputs, env):
@@ -237,16 +229,8 @@ def test_two_buckets_two_credentials_one_job_exactly_once(clips, s3,
                                             timeout=10) as m:
                     metrics = m.read().decode()
                 stats = json.dumps(ld.stats(), default=str)
-        one = {**SMALL, "batch_size": 1}
-        with datahelix.DataLoader(str(tmp_path / "r.jsonl"), seed=2,
-                                  **one) as ld:
-            it = iter(ld)
-            next(it)
-            state = ld.state_dict()
-        with datahelix.DataLoader(str(tmp_path / "r.jsonl"), seed=2,
-                                  **one) as ld:
-            ld.load_state_dict(state)
-            rest = [x["ids"].tolist() for x in ld]
+        rest = rest_after_resume(tmp_path / "r.jsonl", seed=2,
+                                 **{**SMALL, "batch_size": 1})
     finally:
         os.environ.clear()
         os.environ.update(old)

@@ -24,6 +24,7 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, str(ROOT / "python"))
 import datahelix  # noqa: E402
 from both_loaders import binary_env  # noqa: E402,F401 (autouse)
+from table_checks import rest_after_resume, rows  # noqa: E402
 
 SMALL = dict(batch_size=2, frames=4, size=(32, 32), timeout=60,
              world_size=1, rank=0)
@@ -97,11 +98,6 @@ def make_gnutar(path, files, tmp):
         names += [k + pathlib.Path(f).suffix, k + ".txt"]
     subprocess.run(["tar", "-cf", str(path), "-C", str(stage), *names],
                    check=True, timeout=60)
-
-
-def rows(table):
-    return [json.loads(x) for x in pathlib.Path(table).read_text()
-            .splitlines() if '"datahelix_header"' not in x]
 
 
 def decoded(*inputs):
@@ -267,15 +263,7 @@ def test_loader_epoch_and_resume_from_shards(clips, tmp_path):
         assert torch.equal(va, vb) and ta == tb
     assert a[0][2][0] == caption(a[0][0][0])
     # resume mid-epoch gives the rest of the same epoch
-    with datahelix.DataLoader(str(tmp_path / "s.jsonl"), seed=4,
-                              **SMALL) as loader:
-        it = iter(loader)
-        next(it)
-        state = loader.state_dict()
-    with datahelix.DataLoader(str(tmp_path / "s.jsonl"), seed=4,
-                              **SMALL) as loader:
-        loader.load_state_dict(state)
-        rest = [b["ids"].tolist() for b in loader]
+    rest = rest_after_resume(tmp_path / "s.jsonl", seed=4, **SMALL)
     assert rest == [x[0] for x in a[1:]]
 
 
