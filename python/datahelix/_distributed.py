@@ -1099,7 +1099,20 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
             addr = self._coord.listen
         elif self.coordinator is None:  # rank 0's, if it has one
             addr = find_coordinator(addr, self.world_size, self._instance)
+        if self.world_size > 1 and self._key.owned_dir:
+            # A shared Coordinator removes the key folder it was started
+            # with (_mine); each start of this rank's DataServer gets its
+            # own copy in its folder (_keyfile), which it removes as it
+            # ends: a kill -9 of any rank leaves no key folder.
+            self._key.hand_over(remove=self._coord is None)
         return addr
+
+    def _keyfile(self):
+        """The key for a new client and its DataServer: in multi-rank
+        jobs a copy in this start's folder (see _coordinator_address)."""
+        if self.world_size > 1:
+            return self._key.copy_into(self._dir)
+        return self._key.path
 
     def _ensure_client(self):
         if self._client is not None:
@@ -1125,6 +1138,7 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
                     "--python-seed", str(_mix(self.seed, 0)),
                     "--python-unlink"]
             prefetch = self._prefetch()
+            keyfile = self._keyfile()
             self._warm = False
             restart = self._restarts > 0
             self._restarts += 1
@@ -1144,7 +1158,7 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
                         arena_bytes=self.arena_mb << 20,
                         dataserver_args=args + self._fork_server(ds) +
                         remove_args([self._dir]),
-                        keyfile=self._key.path,
+                        keyfile=keyfile,
                         server_log=_log.server_log())
                     break
                 except OSError as e:
@@ -1195,9 +1209,10 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         """What this loader's private Coordinator removes at its clean end
         - a kill -9 of the training process ends it so (--exit-with-parent)
         - its key and socket folders (issue 41 item 5); a shared one
-        outlives this rank and removes nothing of it."""
-        if self.world_size > 1:
-            return ()
+        outlives this rank and removes only the key folder it was started
+        with (the rank's DataServers use copies: _keyfile)."""
+        if self.world_size > 1:  # it outlives this rank: its key only
+            return (self._key.owned_dir,) if self._key else ()
         return (self._key.owned_dir if self._key else None, self._coord_dir)
 
     def _fork_server(self, dataset):

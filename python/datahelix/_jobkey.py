@@ -66,6 +66,7 @@ class JobKey:
     def __init__(self, path=None, owned_dir=None):
         self.path = path
         self._dir = owned_dir
+        self._bytes = None
 
     @classmethod
     def resolve(cls, keyfile, embedded, rank, world_size, ordinal, binary,
@@ -123,7 +124,34 @@ class JobKey:
         none), which the services remove when they end cleanly."""
         return self._dir
 
+    def copy_into(self, folder):
+        """A copy of the key in `folder` (private, of a process that
+        removes it when it ends: a DataServer's per-start folder), its
+        path; the key as given when it is the user's (or None)."""
+        if self._dir is None and self._bytes is None:
+            return self.path
+        if self._bytes is None:
+            with open(self.path, "rb") as f:
+                self._bytes = f.read()
+        path = os.path.join(folder, "job.key")
+        _write_private(path, self._bytes)
+        return path
+
+    def hand_over(self, remove):
+        """The folder made here is removed now (`remove`), or left to
+        whoever was told to remove it (a Coordinator's --remove-at-exit):
+        copy_into() serves from memory from then on, so no folder of this
+        loader's outlives a kill -9 of its process."""
+        if self._dir is not None and self._bytes is None:
+            with open(self.path, "rb") as f:
+                self._bytes = f.read()
+        if remove and self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+        self._dir = None
+        self.path = None
+
     def close(self):
+        self._bytes = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None

@@ -40,6 +40,7 @@ static void usage(FILE *f)
         "                             [--cpu-pools on|off]\n"
         "                             [--keyfile FILE] [--insecure]\n"
         "                             [--heartbeat-timeout-ms N] [--overdue-ms N]\n"
+        "                             [--local-silence-ms N]\n"
         "                             [--telemetry FILE] [--exit-with-parent]\n"
         "                             [--exit-when-unused MS]\n"
         "                             [--metrics-listen HOST:PORT]\n"
@@ -59,6 +60,11 @@ static void usage(FILE *f)
         "                             docs/placement.md \"CPU pools\")\n"
         "  --heartbeat-timeout-ms N   silence after which a DataServer is\n"
         "                             declared dead (default 3000)\n"
+        "  --local-silence-ms N       with a key: a rank's local DataServer\n"
+        "                             is declared dead when its connection\n"
+        "                             closes (its process ended), or after N\n"
+        "                             ms of silence (a hung process; default\n"
+        "                             10x the heartbeat timeout, >= 30000)\n"
         "  --overdue-ms N             a task on a live remote DataServer\n"
         "                             with no answer after N ms, and past\n"
         "                             4x its predicted time or its deadline,\n"
@@ -98,6 +104,7 @@ static const struct option long_opts[] = {
     {"cpu-pools", required_argument, NULL, 'C'},
     {"heartbeat-timeout-ms", required_argument, NULL, 't'},
     {"overdue-ms", required_argument, NULL, 'o'},
+    {"local-silence-ms", required_argument, NULL, 'S'},
     {"telemetry", required_argument, NULL, 'T'},
     {"exit-with-parent", no_argument, NULL, 'P'},
     {"remove-at-exit", required_argument, NULL, 'X'},
@@ -152,6 +159,14 @@ static int parse_opt(void *ctx, int c)
                                       "[1, 3600000], not '%s'",
                                       optarg);
         a->o.overdue_ms = (int)v;
+        return 0;
+    case 'S':
+        if (dh_cli_parse_i64(optarg, 1, 36000000, &v))
+            return dh_cli_usage_error(CMD,
+                                      "--local-silence-ms must be an integer "
+                                      "in [1, 36000000], not '%s'",
+                                      optarg);
+        a->o.local_silence_ms = (int)v;
         return 0;
     case 'T':
         a->telemetry_path = optarg;

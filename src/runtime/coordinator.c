@@ -159,6 +159,22 @@ static int free_slot_server(const struct dh_coordinator *c)
     return -1;
 }
 
+/* A local server's connection is watched for its close when the ZAP
+ * handler monitors the socket (a key) and ZeroMQ names the message's
+ * fd; a remote server is judged by its heartbeats alone (a host or
+ * network can fail without a close). */
+static void watch_conn(struct dh_coordinator *c, struct co_server *s)
+{
+    s->conn_fd = -1;
+    s->conn[0] = 0;
+    if (s->role != DH_WIRE_ROLE_LOCAL || !c->keyed || !c->auth.zap ||
+        c->cur_fd < 0)
+        return;
+    dh__zap_conn_name(c->cur_fd, s->conn, sizeof(s->conn));
+    if (strcmp(s->conn, "?"))
+        s->conn_fd = c->cur_fd;
+}
+
 /* A known server registering again (a reconnect): same role and rank. */
 static int reregister(struct dh_coordinator *c, int slot,
                       const struct co_peer *from,
@@ -180,6 +196,7 @@ static int reregister(struct dh_coordinator *c, int slot,
     }
     s->peer = *from;
     s->last_seen_ms = now;
+    watch_conn(c, s);
     snprintf(s->addr, sizeof(s->addr), "%s", r->addr);
     memcpy(s->sender_secret, r->sender_secret, sizeof(s->sender_secret));
     dh__co_mx_server_up(c, slot, r->workers);
@@ -269,6 +286,7 @@ added:
                                           .last_seen_ms = now};
     snprintf(c->servers[slot].addr, sizeof(c->servers[slot].addr), "%s",
              r->addr);
+    watch_conn(c, &c->servers[slot]);
     memcpy(c->servers[slot].sender_secret, r->sender_secret,
            sizeof(c->servers[slot].sender_secret));
     dh__co_pool_join(c, slot, r);
@@ -497,11 +515,18 @@ static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
 
 /* ---- heartbeat timeouts ---- */
 
+/* The silence after which server s is declared dead. */
+static uint64_t silence_limit_ms(const struct dh_coordinator *c,
+                                 const struct co_server *s)
+{
+    return (uint64_t)(s->conn_fd >= 0 ? c->local_silence_ms : c->hb_timeout_ms);
+}
+
 static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
                          const char *why)
 {
     struct co_server *s = &c->servers[slot];
-    int dead = why || now - s->last_seen_ms >= (uint64_t)c->hb_timeout_ms;
+    int dead = why || now - s->last_seen_ms >= silence_limit_ms(c, s);
 
     if (!dead)
         dh__log(DH_LOG_INFO, "coordinator: server %u (%s) left", s->wire_id,
@@ -538,13 +563,37 @@ static void declare_dead(struct dh_coordinator *c, int slot, uint64_t now,
         dh__co_target_lost(c, s->rank, now);
 }
 
+/* Local servers whose connection closed: their process ended (a kill -9
+ * included), whatever their last heartbeat said. */
+static int check_closed(struct dh_coordinator *c, uint64_t now)
+{
+    struct dh_zap_conn gone[32];
+    int n, any = 0;
+
+    if (!c->keyed || !c->auth.zap)
+        return 0;
+    while ((n = dh__zap_closed(c->auth.zap, gone, 32)) > 0)
+        for (int k = 0; k < n; k++)
+            for (int i = 0; i < c->max_servers; i++) {
+                struct co_server *s = &c->servers[i];
+
+                if (!s->used || s->conn_fd != gone[k].fd ||
+                    strcmp(s->conn, gone[k].name))
+                    continue;
+                declare_dead(c, i, now,
+                             "closed its connection (its process ended)");
+                any = 1;
+            }
+    return any;
+}
+
 static void check_heartbeats(struct dh_coordinator *c, uint64_t now)
 {
-    int any = 0;
+    int any = check_closed(c, now);
 
     for (int i = 0; i < c->max_servers; i++)
-        if (c->servers[i].used &&
-            now - c->servers[i].last_seen_ms >= (uint64_t)c->hb_timeout_ms) {
+        if (c->servers[i].used && now - c->servers[i].last_seen_ms >=
+                                      silence_limit_ms(c, &c->servers[i])) {
             declare_dead(c, i, now, NULL);
             any = 1;
         }
@@ -635,6 +684,7 @@ static int recv_one(struct dh_coordinator *c, struct dh_err *e)
     peer.len = from.id_len;
     memcpy(peer.id, from.id, peer.len);
     c->cur_addr = from.addr;
+    c->cur_fd = from.fd;
     /* The ZAP handler's user id: only an admin key's holder is the owner. */
     c->cur_admin = !strcmp(from.user, DH_ZAP_USER_ADMIN);
     c->cur_raw = rc == 1 ? &raw : NULL;
@@ -656,6 +706,7 @@ void dh__co_feed(struct dh_coordinator *c, const uint8_t *id, size_t id_len,
     memcpy(peer.id, id, peer.len);
     rc = dh_wire_decode(buf, len, &c->in, &de);
     c->cur_addr = "fed";
+    c->cur_fd = -1;
     c->cur_admin = admin;
     handle(c, &peer, rc == 0 ? 1 : rc, &de, now);
 }
@@ -768,6 +819,7 @@ static int check_opts(const struct dh_coordinator_opts *o,
         o->pending_timeout_ms < 0 || o->max_remote_servers < 0 ||
         o->max_remote_servers > o->max_servers || o->metrics_interval_ms < 0 ||
         o->metrics_interval_ms > 60000 || o->overdue_ms < 0 ||
+        o->local_silence_ms < 0 || o->local_silence_ms > 36000000 ||
         o->overdue_ms > 3600000)
         return dh_err_set(e, DH_EINVAL,
                           "coordinator size limits out of "
@@ -858,6 +910,10 @@ int dh_coordinator_create(const struct dh_coordinator_opts *o,
         return dh_err_set(e, DH_ENOMEM, "coordinator: out of memory");
     c->telemetry = o->telemetry;
     c->hb_timeout_ms = o->heartbeat_timeout_ms;
+    c->local_silence_ms = o->local_silence_ms > 0 ? o->local_silence_ms
+                          : o->heartbeat_timeout_ms > 3000
+                              ? 10 * o->heartbeat_timeout_ms
+                              : 30000;
     c->overdue_ms = o->overdue_ms > 0 ? o->overdue_ms : 5000;
     c->queue_per_worker = o->queue_per_worker;
     c->cpu_pools = o->cpu_pools && pol == DH_PLACE_POLICY_DEADLINE;

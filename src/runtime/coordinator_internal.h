@@ -50,6 +50,14 @@ struct co_server {
     /* answers out of line (coordinator_doubt.c); demoted: no new tasks */
     uint32_t strikes;
     int demoted;
+    /* A local server's connection, watched for its close (the ZAP
+     * handler's monitor, dh__zap_closed): conn_fd -1 when not watched
+     * (no key, or a message fed in), else the fd and dh__zap_conn_name()
+     * at registration.  Its close is the process's end; silence alone
+     * kills it only after local_silence_ms (a busy CPU delays heartbeats,
+     * not a close). */
+    int conn_fd;
+    char conn[64];
 };
 
 /* A CPU pool (coordinator_pools.c): the local servers of one host name
@@ -128,9 +136,10 @@ struct dh_coordinator {
     int tel_dirty;  /* lines buffered since the loop turn's flush */
     int tel_failed; /* a telemetry write failed (said once) */
     int hb_timeout_ms, queue_per_worker;
-    int overdue_ms; /* coordinator_doubt.c */
-    int cpu_pools;  /* 1: gate local servers by CPU pool */
-    int edf;        /* 1: new requests wait in due order */
+    int local_silence_ms; /* see struct co_server.conn_fd */
+    int overdue_ms;       /* coordinator_doubt.c */
+    int cpu_pools;        /* 1: gate local servers by CPU pool */
+    int edf;              /* 1: new requests wait in due order */
     uint64_t next_pool_tick_ms;
     struct co_pool *pools;    /* [max_servers], by pool id */
     int exit_unused_ms;       /* see dh_coordinator_opts */
@@ -169,6 +178,7 @@ struct dh_coordinator {
     size_t dead_cap;
 
     const char *cur_addr; /* Peer-Address of the message being handled */
+    int cur_fd;           /* its connection's fd (dh_tp_from.fd), or -1 */
     const char *cur_type; /* its type name, for refusals */
     /* 1: the message being handled comes from a peer that authenticated
      * with an admin key (the ZAP handler's user id, DH_ZAP_USER_ADMIN);

@@ -476,6 +476,7 @@ static int recv_frames(void *sock, struct dh_tp_from *from, zmq_msg_t *f,
         snprintf(from->addr, sizeof(from->addr), "%s", addr ? addr : "");
         addr = *n > 0 ? zmq_msg_gets(&f[0], "User-Id") : NULL;
         snprintf(from->user, sizeof(from->user), "%s", addr ? addr : "");
+        from->fd = *n > 0 ? zmq_msg_get(&f[0], ZMQ_SRCFD) : -1;
     }
     return 1;
 }

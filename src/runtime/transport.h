@@ -80,6 +80,9 @@ struct dh_tp_from {
     /* The key the peer authenticated with: DH_ZAP_USER_JOB ("job"),
      * DH_ZAP_USER_ADMIN ("admin"), or "" on a socket without CURVE. */
     char user[16];
+    /* The connection's socket in ZeroMQ's I/O thread (ZMQ_SRCFD), to name
+     * it (dh__zap_conn_name) and to know its close; -1 if unknown. */
+    int fd;
 };
 
 /*

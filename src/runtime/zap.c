@@ -34,11 +34,12 @@
 
 #include "core/log.h"
 #include "core/alloc.h"
+#include "runtime/peer_cred.h"
 #include "runtime/zap.h"
 
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01"
 #define ZAP_MAX_MON 8
-#define ZAP_MAX_FDS 64
+#define ZAP_MAX_FDS 1024
 #define ZAP_TICK_MS 100
 #define ZAP_MON_EVENTS                                                         \
     (ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPT_FAILED |   \
@@ -57,7 +58,7 @@ static unsigned next_seq(void)
 
 struct zap_fd {
     int fd;
-    char addr[64];
+    char addr[64]; /* dh__zap_conn_name() at ACCEPTED */
 };
 
 struct dh_zap {
@@ -74,6 +75,9 @@ struct dh_zap {
     pthread_mutex_t mu;
     void *mon_new[ZAP_MAX_MON];
     int n_new;
+    /* connections closed and not yet taken (dh__zap_closed), under mu */
+    struct dh_zap_conn closed[DH_ZAP_MAX_CLOSED];
+    int n_closed;
     /* the thread's own */
     void *mon[ZAP_MAX_MON];
     int n_mon;
@@ -206,7 +210,7 @@ static void serve_request(struct dh_zap *z)
 
 /* ---- monitors ---- */
 
-static void peer_of(int fd, char *out, size_t cap)
+void dh__zap_conn_name(int fd, char *out, size_t cap)
 {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
@@ -227,7 +231,13 @@ static void peer_of(int fd, char *out, size_t cap)
         inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
         port = ntohs(a->sin6_port);
     } else {
-        snprintf(out, cap, "a local socket");
+        struct dh_peer_cred pc;
+        struct dh_err e;
+
+        if (ss.ss_family == AF_UNIX && dh__peer_cred(fd, &pc, &e) == 0)
+            snprintf(out, cap, "a local socket (pid %ld)", (long)pc.pid);
+        else
+            snprintf(out, cap, "a local socket");
         return;
     }
     snprintf(out, cap, "%s:%u", host, port);
@@ -256,6 +266,37 @@ static void accept_failed(struct dh_zap *z, int err)
                 : "",
             (unsigned long long)rl.rlim_cur);
     z->accept_failed = 0;
+}
+
+/* Kept for dh__zap_closed(); when the table is full the oldest goes (its
+ * owner then falls back on its own timeouts). */
+static void note_closed(struct dh_zap *z, const struct zap_fd *s)
+{
+    pthread_mutex_lock(&z->mu);
+    if (z->n_closed == DH_ZAP_MAX_CLOSED) {
+        memmove(&z->closed[0], &z->closed[1],
+                sizeof(z->closed[0]) * (DH_ZAP_MAX_CLOSED - 1));
+        z->n_closed--;
+    }
+    z->closed[z->n_closed].fd = s->fd;
+    _Static_assert(sizeof(z->closed[0].name) == sizeof(s->addr), "names");
+    memcpy(z->closed[z->n_closed].name, s->addr, sizeof(s->addr));
+    z->n_closed++;
+    pthread_mutex_unlock(&z->mu);
+}
+
+int dh__zap_closed(struct dh_zap *z, struct dh_zap_conn *out, int cap)
+{
+    int n;
+
+    pthread_mutex_lock(&z->mu);
+    n = z->n_closed < cap ? z->n_closed : cap;
+    memcpy(out, z->closed, sizeof(*out) * (size_t)n);
+    memmove(&z->closed[0], &z->closed[n],
+            sizeof(z->closed[0]) * (size_t)(z->n_closed - n));
+    z->n_closed -= n;
+    pthread_mutex_unlock(&z->mu);
+    return n;
 }
 
 /* One monitor event; 0, or -1 once the monitor has stopped. */
@@ -287,7 +328,7 @@ static int serve_monitor(struct dh_zap *z, void *mon)
         struct zap_fd *s = &z->fds[value % ZAP_MAX_FDS];
 
         s->fd = (int)value;
-        peer_of((int)value, s->addr, sizeof(s->addr));
+        dh__zap_conn_name((int)value, s->addr, sizeof(s->addr));
         break;
     }
     case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
@@ -301,6 +342,8 @@ static int serve_monitor(struct dh_zap *z, void *mon)
             refuse(z, s->fd == (int)value ? s->addr : "?",
                    "the CURVE handshake failed (no key, or another job's)");
         z->failed = 0;
+        if (s->fd == (int)value)
+            note_closed(z, s);
         s->fd = -1;
         break;
     }

@@ -11,12 +11,13 @@
  *
  * Threading: one thread of its own, polling the ZAP socket and the
  * monitors of the watched sockets (100 ms ticks, so stop() returns within
- * ~100 ms).  dh__zap_watch() and the counters may be called from any
- * thread.
+ * ~100 ms).  dh__zap_watch(), dh__zap_closed() and the counters may be
+ * called from any thread.
  */
 #ifndef DH_RUNTIME_ZAP_H
 #define DH_RUNTIME_ZAP_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "datahelix/error.h"
@@ -40,6 +41,23 @@ int dh__zap_start(void *ctx, const struct dh_keys *k, const char *who,
 int dh__zap_watch(struct dh_zap *z, void *sock, struct dh_err *e) DH_MUST_CHECK;
 /* Stops the thread and closes its sockets.  NULL ok. */
 void dh__zap_stop(struct dh_zap *z);
+
+/* A connection of a watched socket that closed: its fd then, and its
+ * name (dh__zap_conn_name() when it was accepted).  An fd is reused by
+ * the next connection, so the name tells them apart: a TCP peer's
+ * address and port, a Unix peer's pid. */
+struct dh_zap_conn {
+    int fd;
+    char name[64];
+};
+/* Takes up to `cap` closed connections, oldest first (the handler keeps
+ * the last DH_ZAP_MAX_CLOSED not yet taken); returns how many. */
+#define DH_ZAP_MAX_CLOSED 256
+int dh__zap_closed(struct dh_zap *z, struct dh_zap_conn *out, int cap);
+/* The name of connected socket `fd`: "ADDR:PORT" for TCP, "a local socket
+ * (pid N)" for Unix (SO_PEERCRED: the kernel's word), "?" if it has none
+ * (closed).  Used for log lines as well. */
+void dh__zap_conn_name(int fd, char *out, size_t cap);
 
 uint64_t dh__zap_refused(const struct dh_zap *z);  /* peers refused */
 uint64_t dh__zap_admitted(const struct dh_zap *z); /* ZAP requests passed */

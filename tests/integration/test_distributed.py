@@ -726,6 +726,66 @@ def test_sigkill_of_the_training_process_leaves_nothing():
         assert not os.path.exists(x), f"{x} was left behind"
 
 
+RANK_KILL_SCRIPT = textwrap.dedent("""
+    import sys
+    sys.path[:0] = sys.argv[1:3]
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    import datahelix, dist_datasets
+    loader = datahelix.DistributedDataLoader(dist_datasets.Range(16),
+                                             batch_size=2, num_workers=1)
+    held = next(iter(loader))
+    print("ready", flush=True)
+    sys.stdin.read()  # until killed
+""")
+
+
+def _our_folders():
+    import tempfile
+    t = tempfile.gettempdir()
+    return {os.path.join(t, x) for x in os.listdir(t)
+            if x.startswith("datahelix-")}
+
+
+def test_sigkill_of_every_rank_of_a_two_rank_job_leaves_no_folder():
+    """Issue 41 item 5, multi-rank: the shared Coordinator removes the key
+    folder it was started with, and each rank's DataServer the copy of the
+    key in its own folder, so a kill -9 of each rank leaves no key, socket
+    or dataset folder (rank 1's key folder used to stay)."""
+    from procs import free_port
+    before = _our_folders()
+    port = free_port()
+    ranks = []
+    try:
+        for r in range(2):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE="2",
+                       LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port))
+            ranks.append(subprocess.Popen(
+                [sys.executable, "-c", RANK_KILL_SCRIPT, str(ROOT / "python"),
+                 str(pathlib.Path(__file__).resolve().parent)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True, env=env))
+        for p in ranks:
+            assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        made = _our_folders() - before
+        assert made, "the job made no folder: nothing was checked"
+        kids = [k for p in ranks for k in descendants(p.pid)]
+        for p in reversed(ranks):
+            p.kill()
+            p.wait(timeout=10)
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+            for f in (p.stdin, p.stdout, p.stderr):
+                f.close()
+    assert survivors(kids) == [], "a child outlived its rank"
+    wait_until(lambda: not (_our_folders() - before), 10)
+    assert sorted(_our_folders() - before) == [], "left behind"
+
+
 def rss_kib():
     for line in pathlib.Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

@@ -54,6 +54,10 @@
  * Dead servers: a server silent for heartbeat_timeout_ms is removed from
  * placement and from the registry; each of its in-flight tasks is placed
  * again (its local server excluded) and forwarded, or queued as above.
+ * A rank's local server is judged by its process instead, where the job
+ * has a key: its connection's close (the process ended) declares it dead
+ * at once, and only a silence of local_silence_ms (a hung process) does
+ * otherwise, so a busy CPU that delays heartbeats kills nothing.
  *
  * Thread-safety: create / run / destroy from one thread at a time; run()
  * owns the socket while it runs.  dh_coordinator_stats() and
@@ -121,11 +125,16 @@ struct dh_coordinator_opts {
                                 them for dh_coordinator_metrics_text()
                                 at most this often (docs/metrics.md);
                                 0 (default): none */
-    int overdue_ms; /* a task on a live remote server with no answer after
+    int overdue_ms;       /* a task on a live remote server with no answer after
                        this, and past 4 x its predicted time or its
                        deadline, is re-routed to its rank's local server
                        (docs/security.md "Sidecars checked"); 0: the
                        default, 5000 */
+    int local_silence_ms; /* a local server whose connection is watched
+                             (a key) is declared dead after this long
+                             silent; its connection's close kills it at
+                             once.  0: the default, 10 x
+                             heartbeat_timeout_ms, at least 30000 */
 };
 
 /* Fills the defaults above (listen / policy NULL, telemetry NULL). */
