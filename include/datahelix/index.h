@@ -41,7 +41,7 @@
 #include "datahelix/error.h"
 #include "datahelix/table.h"
 
-#define DH_INDEX_FORMAT_VERSION 2u
+#define DH_INDEX_FORMAT_VERSION 3u
 #define DH_INDEX_PROFILE_MAX 65535u /* distinct profile names per index */
 
 /* ---- building ---- */

@@ -58,6 +58,8 @@ struct dh_desc {
     int64_t est_tokens;
     char *extra_json; /* owned JSON object text of unknown fields,
                                      NULL if none */
+    int64_t mtime_ns; /* the file's (shard's) modification time at probe,
+                         ns since the epoch; 0: not recorded */
 };
 
 /* Where a sample's bytes are: a whole local file, or a member of a tar
@@ -70,6 +72,9 @@ struct dh_source_ref {
     int64_t size;       /* a member's size in bytes; for a whole file the
                            size the table recorded (0: not checked): a
                            file of another size changed since probe */
+    int64_t mtime_ns;   /* the file's (shard's) modification time the
+                           table recorded (0: not checked): another one
+                           means the file changed since probe */
 };
 
 /* The source of descriptor `d` (strings borrowed from it). */

@@ -24,15 +24,18 @@ __all__ = ["Source", "Table", "Decoder", "decode", "open"]
 
 class Source:
     """Where a sample's bytes are: a file (member None) or `size` bytes at
-    `offset` of a tar shard (its member `member`)."""
+    `offset` of a tar shard (its member `member`).  A file's `size` and
+    `mtime_ns` (what a table recorded; 0: unchecked) that differ from the
+    file's say it changed since probe: decoding it is an error."""
 
-    __slots__ = ("path", "member", "offset", "size")
+    __slots__ = ("path", "member", "offset", "size", "mtime_ns")
 
-    def __init__(self, path, member=None, offset=0, size=0):
+    def __init__(self, path, member=None, offset=0, size=0, mtime_ns=0):
         self.path = os.fspath(path)
         self.member = member
         self.offset = int(offset)
         self.size = int(size)
+        self.mtime_ns = int(mtime_ns)
         if member is not None and (self.offset < 0 or self.size <= 0):
             raise ValueError(f"datahelix.Source: {self.path}:{member}: a "
                              "shard member needs offset >= 0 and size > 0")
@@ -40,8 +43,9 @@ class Source:
     @classmethod
     def of(cls, x):
         """A Source from a Source, a path, a table row (a dict with "path"
-        and, for a shard member, "member", "offset" and "bytes") or a
-        (path, member, offset, size) tuple."""
+        and, for a shard member, "member", "offset" and "bytes"; its
+        "mtime_ns" is checked) or a (path, member, offset, size[,
+        mtime_ns]) tuple."""
         if isinstance(x, cls):
             return x
         if isinstance(x, (str, bytes, os.PathLike)):
@@ -50,8 +54,9 @@ class Source:
             if "path" not in x:
                 raise ValueError("datahelix: a table row without 'path'")
             return cls(x["path"], x.get("member"), x.get("offset", 0),
-                       x.get("bytes", 0) if x.get("member") else 0)
-        if isinstance(x, tuple) and len(x) == 4:
+                       x.get("bytes", 0) if x.get("member") else 0,
+                       x.get("mtime_ns", 0))
+        if isinstance(x, tuple) and len(x) in (4, 5):
             return cls(*x)
         raise TypeError(f"datahelix: not a source: {type(x).__name__} (a "
                         "path, a datahelix.Source, a table row or bytes)")
@@ -68,8 +73,9 @@ class Source:
 
     def __eq__(self, other):
         return isinstance(other, Source) and \
-            (self.path, self.member, self.offset, self.size) == \
-            (other.path, other.member, other.offset, other.size)
+            (self.path, self.member, self.offset, self.size,
+             self.mtime_ns) == (other.path, other.member, other.offset,
+                                other.size, other.mtime_ns)
 
 
 class Table:
@@ -158,7 +164,7 @@ def _decode(dec, source, frames=16, size=(224, 224), *, fps=None,
         meta = dec.open_bytes(bytes(source), "<bytes>")
     else:
         s = Source.of(source)
-        meta = dec.open(s.path, s.member, s.offset, s.size)
+        meta = dec.open(s.path, s.member, s.offset, s.size, s.mtime_ns)
     try:
         shape, nbytes = dec.prepare(**_plan(
             frames, size, fps, indices, seed, geometry, layout, dtype, pad,

@@ -675,7 +675,9 @@ static int decode_input(struct decode_run *r, const char *path)
     }
     for (size_t i = 0; i < l.count && !rc; i++) {
         const struct dh_probe_item *it = &l.items[i];
-        struct dh_source_ref ref = {it->path, it->member, it->offset, it->size};
+        struct dh_source_ref ref = {it->path, it->member, it->offset,
+                                    it->member ? it->size : it->row_size,
+                                    it->member ? 0 : it->row_mtime_ns};
 
         rc = decode_file(r, &ref, dh_probe_item_name(it));
     }

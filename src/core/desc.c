@@ -42,6 +42,7 @@ static const struct field fields[] = {
     {"offset", F_INT, DESC_OFF(offset), 8, 0, I64MAX},
     {"kind", F_KIND, DESC_OFF(kind), 0, 0, 0},
     {"bytes", F_INT, DESC_OFF(bytes), 8, 0, I64MAX},
+    {"mtime_ns", F_INT, DESC_OFF(mtime_ns), 8, 0, I64MAX},
     {"codec", F_BUF, DESC_OFF(codec), DH_CODEC_MAX, 0, 0},
     {"width", F_INT, DESC_OFF(width), 4, 0, 2147483647.0},
     {"height", F_INT, DESC_OFF(height), 4, 0, 2147483647.0},
@@ -84,6 +85,7 @@ void dh_desc_source(const struct dh_desc *d, struct dh_source_ref *out)
     out->member = d->member;
     out->offset = d->member ? d->offset : 0;
     out->size = d->bytes > 0 ? d->bytes : 0;
+    out->mtime_ns = d->mtime_ns > 0 ? d->mtime_ns : 0;
 }
 
 void dh_desc_init(struct dh_desc *d)
@@ -407,6 +409,8 @@ static int skip_field(const struct field *f, const struct dh_desc *d)
 {
     if (f->off == DESC_OFF(rotation))
         return d->rotation == 0;
+    if (f->off == DESC_OFF(mtime_ns))
+        return d->mtime_ns == 0;
     if (f->off == DESC_OFF(text))
         return d->text == NULL;
     if (f->off == DESC_OFF(path))

@@ -28,7 +28,7 @@
 #include "core/index_format.h"
 #include "datahelix/index.h"
 
-#define NCOLS (DHX_S_BYTES + 1) /* per-sample sections */
+#define NCOLS (DHX_S_MTIME + 1) /* per-sample sections */
 
 struct dh_index_builder {
     unsigned char *col[NCOLS];
@@ -279,6 +279,9 @@ static void store_row(struct dh_index_builder *b, const struct dh_desc *d,
                                                   : 0;
     ((uint64_t *)b->col[DHX_S_BYTES])[i] = d->bytes > 0 ? (uint64_t)d->bytes
                                                         : 0;
+    ((uint64_t *)b->col[DHX_S_MTIME])[i] = d->mtime_ns > 0
+                                               ? (uint64_t)d->mtime_ns
+                                               : 0;
     b->present[i / 64] |= (uint64_t)1 << (i % 64);
     b->count++;
     if (d->id > b->max_id)

@@ -51,6 +51,8 @@ enum dhx_section {
                             name, DHX_NONE for a whole file */
     DHX_S_DATA_OFF,      /* u64[count]: the member's offset in its shard */
     DHX_S_BYTES,         /* u64[count]: the file's (member's) size */
+    DHX_S_MTIME,         /* u64[count]: the file's (shard's) mtime at
+                            probe, ns; 0: not recorded */
     DHX_S_PROFILE_NAMES, /* u64[profile_count] into STRINGS */
     DHX_S_STRINGS,       /* NUL-terminated strings; last byte is NUL */
     DHX_NSECTIONS
@@ -60,7 +62,7 @@ enum dhx_section {
 static inline unsigned dhx_elem_size(unsigned s)
 {
     static const unsigned char sz[DHX_NSECTIONS] = {4, 4, 8, 2, 4, 2, 2, 1,
-                                                    8, 8, 8, 8, 8, 0, 0};
+                                                    8, 8, 8, 8, 8, 8, 0, 0};
     return s < DHX_NSECTIONS ? sz[s] : 0;
 }
 

@@ -300,6 +300,11 @@ const char *dh_index_text(const struct dh_index *ix, uint64_t id)
     return string_at(ix, DHX_S_TEXT_OFF, id);
 }
 
+static uint64_t row_mtime(const struct dh_index *ix, uint64_t id)
+{
+    return ((const uint64_t *)ix->sec[DHX_S_MTIME])[id];
+}
+
 int dh_index_source(const struct dh_index *ix, uint64_t id,
                     struct dh_source_ref *out)
 {
@@ -309,6 +314,7 @@ int dh_index_source(const struct dh_index *ix, uint64_t id,
     if (id >= ix->count || !(out->path = dh_index_path(ix, id)))
         return DH_EINVAL;
     out->size = (int64_t)(dh_index_bytes(ix, id) & INT64_MAX);
+    out->mtime_ns = (int64_t)(row_mtime(ix, id) & INT64_MAX);
     moff = ((const uint64_t *)ix->sec[DHX_S_MEMBER_OFF])[id];
     if (moff == DHX_NONE)
         return 0;
@@ -394,6 +400,7 @@ static int row_strings(const struct dh_index *ix, uint64_t id,
         d->offset = (int64_t)(((const uint64_t *)ix->sec[DHX_S_DATA_OFF])[id] &
                               INT64_MAX);
     d->bytes = (int64_t)(dh_index_bytes(ix, id) & INT64_MAX);
+    d->mtime_ns = (int64_t)(row_mtime(ix, id) & INT64_MAX);
     return 0;
 }
 

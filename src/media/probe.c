@@ -45,6 +45,7 @@ static int probe_text(const char *path, const struct stat *st,
     fclose(f);
     d->kind = DH_KIND_TEXT;
     d->bytes = (int64_t)st->st_size;
+    d->mtime_ns = dh__mtime_ns(st);
     return 0;
 }
 
@@ -400,6 +401,7 @@ int dh_probe_file_notes(const char *path, struct dh_desc *d,
     if (!d->path)
         return dh_err_set(e, DH_ENOMEM, "%s: out of memory", path);
     d->bytes = (int64_t)st.st_size;
+    d->mtime_ns = dh__mtime_ns(&st);
     if (!dh__utf8_valid(path)) {
         rc = dh_err_set(e, DH_EINVAL,
                         "%s: the path is not valid UTF-8, which "

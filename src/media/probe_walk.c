@@ -639,6 +639,18 @@ static int list_member(struct dh_probe_list *l, const char *list,
                        (int64_t)json_integer_value(jb), e);
 }
 
+/* What a table row recorded of its file (probe wrote them). */
+static void row_checks(struct dh_probe_item *it, json_t *o)
+{
+    json_t *jb = json_object_get(o, "bytes"),
+           *jm = json_object_get(o, "mtime_ns");
+
+    if (json_is_integer(jb) && json_integer_value(jb) > 0)
+        it->row_size = (int64_t)json_integer_value(jb);
+    if (json_is_integer(jm) && json_integer_value(jm) > 0)
+        it->row_mtime_ns = (int64_t)json_integer_value(jm);
+}
+
 static int list_line(struct dh_probe_list *l, const char *list,
                      const char *base, const char *line, size_t len,
                      long lineno, struct dh_err *e)
@@ -691,9 +703,10 @@ static int list_line(struct dh_probe_list *l, const char *list,
     }
     if (is_shard(path))
         rc = expand_shard(l, path, e); /* captions come from the shard */
-    else
-        rc = push_copy(l, path,
-                       json_is_string(jt) ? json_string_value(jt) : NULL, e);
+    else if (!(rc = push_copy(l, path,
+                              json_is_string(jt) ? json_string_value(jt) : NULL,
+                              e)))
+        row_checks(&l->items[l->count - 1], o);
 out:
     dh__free(path);
     json_decref(o);

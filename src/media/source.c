@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +136,19 @@ static int file_open(struct dh_source *s, const struct dh_source_ref *ref,
                               "probe`",
                               ref->path, (long long)st.st_size,
                               (long long)ref->size);
+        /* another file of the same size (re-encoded, replaced) would pass
+         * the size check: the time is the table's too (whole files only: a
+         * shard appended to keeps its members where they were) */
+        if (ref->mtime_ns > 0 && dh__mtime_ns(&st) != ref->mtime_ns)
+            return dh_err_set(
+                e, DH_EMEDIA,
+                "%s: the file changed since probe (modified %.3f s "
+                "%s the time the table records): re-run "
+                "`datahelix probe` (a copy that kept no times, "
+                "cp without -p, looks changed too)",
+                ref->path,
+                fabs((double)(dh__mtime_ns(&st) - ref->mtime_ns)) / 1e9,
+                dh__mtime_ns(&st) > ref->mtime_ns ? "after" : "before");
         return 0;
     }
     if (ref->offset < 0 || ref->size <= 0 || ref->offset > st.st_size ||

@@ -28,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <libavformat/avio.h>
@@ -102,6 +103,12 @@ void dh__source_fini(struct dh_source *s);
  * http(s):// object (either whole or a shard member's window of it); an
  * s3:// or other URL is DH_EUNSUPPORTED.  dh__source_open_mem() opens a
  * buffer instead (len bytes, `name` in messages). */
+/* A file's modification time as a table records it (mtime_ns). */
+static inline int64_t dh__mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
 int dh__source_open(struct dh_source *s, const struct dh_source_ref *ref,
                     struct dh_err *e) DH_MUST_CHECK;
 int dh__source_open_mem(struct dh_source *s, const void *data, size_t len,

@@ -116,14 +116,15 @@ static PyObject *opened(DecoderObject *self, int rc, struct dh_err *e)
 
 static PyObject *dec_open(DecoderObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"path", "member", "offset", "size", NULL};
+    static char *names[] = {"path", "member",   "offset",
+                            "size", "mtime_ns", NULL};
     struct dh_source_ref ref = {0};
-    long long offset = 0, size = 0;
+    long long offset = 0, size = 0, mtime_ns = 0;
     struct dh_err e;
     int rc;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zLL", names, &ref.path,
-                                     &ref.member, &offset, &size))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zLLL", names, &ref.path,
+                                     &ref.member, &offset, &size, &mtime_ns))
         return NULL;
     if (!usable(self))
         return NULL;
@@ -133,6 +134,7 @@ static PyObject *dec_open(DecoderObject *self, PyObject *args, PyObject *kw)
                             ref.path, ref.member);
     ref.offset = offset;
     ref.size = size;
+    ref.mtime_ns = mtime_ns > 0 ? mtime_ns : 0;
     reset(self);
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS rc = dh_media_open_ref(self->m, &ref, &e);

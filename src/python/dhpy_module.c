@@ -293,8 +293,9 @@ static PyObject *index_path(IndexObject *self, PyObject *arg)
                : str_or_none(dh_index_path(self->ix, id));
 }
 
-/* source(id) -> (path, member, offset, size): where the sample's bytes
- * are (member None for a whole file). */
+/* source(id) -> (path, member, offset, size, mtime_ns): where the
+ * sample's bytes are (member None for a whole file), and the file's size
+ * and time as probed. */
 static PyObject *index_source(IndexObject *self, PyObject *arg)
 {
     struct dh_source_ref ref;
@@ -307,10 +308,10 @@ static PyObject *index_source(IndexObject *self, PyObject *arg)
                             "sample %llu: no path or a bad member in the "
                             "index",
                             (unsigned long long)id);
-    return Py_BuildValue("(NNLL)", PyUnicode_DecodeFSDefault(ref.path),
-                         ref.member ? PyUnicode_DecodeFSDefault(ref.member)
-                                    : Py_NewRef(Py_None),
-                         (long long)ref.offset, (long long)ref.size);
+    return Py_BuildValue(
+        "(NNLLL)", PyUnicode_DecodeFSDefault(ref.path),
+        ref.member ? PyUnicode_DecodeFSDefault(ref.member) : Py_NewRef(Py_None),
+        (long long)ref.offset, (long long)ref.size, (long long)ref.mtime_ns);
 }
 
 static PyObject *index_text(IndexObject *self, PyObject *arg)

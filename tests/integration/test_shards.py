@@ -630,3 +630,38 @@ def test_a_file_replaced_after_probe_is_a_sample_error(clips, tmp_path):
     with pytest.raises(datahelix.DataError, match="changed since probe"):
         datahelix.decode(datahelix.Table(tmp_path / "m.jsonl").source(2))
     assert datahelix.decode(victim, frames=2, size=(8, 8)).shape[0] == 2
+
+
+def test_a_file_rewritten_at_the_same_size_is_a_sample_error(clips,
+                                                             tmp_path):
+    """Issue 41 item 4, the rest: the table records each file's mtime
+    (mtime_ns) besides its size, so a file rewritten at the same size is
+    a SampleError too, saying so and what to do; the same time again and
+    it decodes."""
+    d = tmp_path / "v"
+    d.mkdir()
+    for i, f in enumerate(clips[:4]):
+        shutil.copy(f, d / f"{i}.mp4")
+    run_dh("probe", "--out", tmp_path / "m.jsonl", d, check=True)
+    victim = d / "1.mp4"
+    st = victim.stat()
+    row = next(r for r in rows(tmp_path / "m.jsonl")
+               if r["path"].endswith("1.mp4"))
+    assert row["mtime_ns"] == st.st_mtime_ns
+    victim.write_bytes(victim.read_bytes())  # rewritten, same size
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    assert victim.stat().st_size == st.st_size
+    with pytest.raises(datahelix.SampleError) as ei:
+        loader_run(tmp_path / "m.jsonl", batch_size=4)
+    msg = str(ei.value)
+    assert ei.value.sample_id == row["id"] and str(victim) in msg
+    assert "changed since probe" in msg and "5.000 s after" in msg and \
+        "datahelix probe" in msg
+    with pytest.raises(datahelix.DataError, match="changed since probe"):
+        datahelix.decode(datahelix.Table(tmp_path / "m.jsonl").source(
+            row["id"]))
+    p = run_dh("decode", *DECODE, tmp_path / "m.jsonl")
+    assert p.returncode == 1 and "changed since probe" in p.stderr
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    got = loader_run(tmp_path / "m.jsonl", batch_size=4)
+    assert sorted(i for x in got for i in x[0]) == [0, 1, 2, 3]

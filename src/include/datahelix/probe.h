@@ -56,6 +56,10 @@ struct dh_probe_item {
                    for a file: its path is its name */
     char *extra_json; /* fields for the row beside the probed ones (a
                          shard key's audio member), or NULL */
+    /* A table row's "bytes" and "mtime_ns" for a whole file (0: none):
+     * what `decode TABLE` checks the file against; probe reads the file
+     * as it is now. */
+    int64_t row_size, row_mtime_ns;
 };
 
 /* The name of an item in messages and caches. */
