@@ -27,12 +27,15 @@ import math
 import multiprocessing
 import os
 import re
+import select
 import shutil
+import signal
 import sys
 import tempfile
 import time
 import typing
 import warnings
+import weakref
 
 import torch
 from torch.utils.data import (BatchSampler, DistributedSampler,
@@ -43,6 +46,7 @@ from torch.utils.data._utils.collate import default_collate, default_convert
 from . import _C, _forkserver, _passes, _slot
 from ._options import Meter
 from ._ship import dataset_file_bytes  # noqa: F401 (_loader, _video)
+from ._ship import fork_only_file_bytes
 from ._C import ArenaExhausted, DataError, SampleError
 from ._C import TimeoutError as DataTimeoutError
 from ._jobkey import JobKey
@@ -61,6 +65,7 @@ _MAX_STEP = (1 << 16) - 1      # indices per step (the header takes one id)
 _DEFAULT_WORKER_TIMEOUT = 600.0
 _MAX_WORKERS = 64  # DS_PY_MAX_WORKERS
 _STARTUP_S = 60.0  # more for the first batch: workers import and unpickle
+_FORKS_S = 10.0  # `_workers` waits so long for the forks it names
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SEQ_BITS, _WORKER_BITS = 32, 6
 _ITER_MASK = (1 << (63 - _SEQ_BITS - _WORKER_BITS)) - 1
@@ -111,6 +116,29 @@ class _ShardSampler(torch.utils.data.Sampler):
         return iter(idx[self.rank:self.total:self.world])
 
     def __len__(self):
+        return self.num_samples
+
+
+class _LiveSampler(DistributedSampler):
+    """DistributedSampler (the same order) whose length follows the
+    dataset's, as torch's RandomSampler's does: a dataset that grows after
+    the loader is made is sampled whole (torch's test_growing_dataset)."""
+
+    def _refresh(self):
+        n = len(self.dataset)
+        if self.drop_last and n % self.num_replicas:
+            self.num_samples = math.ceil((n - self.num_replicas) /
+                                         self.num_replicas)
+        else:
+            self.num_samples = math.ceil(n / self.num_replicas)
+        self.total_size = self.num_samples * self.num_replicas
+
+    def __iter__(self):
+        self._refresh()
+        return super().__iter__()
+
+    def __len__(self):
+        self._refresh()
         return self.num_samples
 
 
@@ -263,6 +291,66 @@ def _plain(obj):
     return obj
 
 
+class _WorkerProcess:
+    """A Python worker's process as torch's iterator lists them
+    (`it._workers`, multiprocessing.Process's reading side): pid,
+    is_alive(), join(timeout), exitcode, terminate().  It is the fork
+    server's child, not this process's: its end is seen through a pidfd,
+    its exit status through the fork server (_forkserver.Events)."""
+
+    def __init__(self, events, pid):
+        self.pid, self._events = pid, events
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except OSError:
+            self._pidfd = None  # already gone
+
+    def is_alive(self):
+        if self._pidfd is None:
+            return False
+        r, _, _ = select.select([self._pidfd], [], [], 0)
+        return not r
+
+    def join(self, timeout=None):
+        if self._pidfd is not None:
+            select.select([self._pidfd], [], [], timeout)
+
+    @property
+    def exitcode(self):
+        """None while it runs (or if the fork server could not say), else
+        as multiprocessing's: the exit code, or -N if signal N ended it."""
+        if self.is_alive():
+            return None
+        end = time.monotonic() + 2.0  # the fork server reaps it, then says
+        while self.pid not in self._events.status and \
+                time.monotonic() < end and self._events.fd is not None:
+            self._events.poll(0.05)
+        st = self._events.status.get(self.pid)
+        return None if st is None else os.waitstatus_to_exitcode(st)
+
+    def terminate(self):
+        if self.is_alive():
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGTERM)
+            except OSError:
+                pass
+
+    def kill(self):
+        if self.is_alive():
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def __del__(self):
+        if getattr(self, "_pidfd", None) is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def __repr__(self):
+        return f"<datahelix worker process {self.pid}>"
+
+
 class _Iter:
     """One pass over a map-style loader (what iter(loader) returns)."""
 
@@ -297,6 +385,24 @@ class _Iter:
 
     def __iter__(self):
         return self
+
+    def __del__(self):
+        # The loader holds its pass weakly (so that dropping both ends
+        # the workers at once, as torch's do, without waiting for the
+        # garbage collector); a pass left unfinished (a break) leaves its
+        # state for state_dict().
+        try:
+            L = self._loader
+            if L._current in (None, self):
+                L._dropped = None if self._done else self._state()
+        except Exception:
+            pass
+
+    @property
+    def _workers(self):
+        """torch's iterator's list of its worker processes (tests read it
+        to see workers end): _WorkerProcess objects, by worker id."""
+        return self._loader._worker_processes()
 
     def __len__(self):
         if self._len is None:
@@ -676,6 +782,7 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         self._coord = None
         self._dir = None
         self._fs = None  # the fork server of the current client
+        self._must_fork = False  # the dataset cannot be pickled
         self._coord_dir = None
         self._current = None
         self._resume = None         # load_state_dict()'s, for the next pass
@@ -690,6 +797,18 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         self._meter = Meter()
         self._IterableDataset_len_called = None
         self.__initialized = True
+
+    @property
+    def _current(self):
+        """The pass under way (an _Iter), held weakly: see _Iter.__del__."""
+        ref = self.__dict__.get("_current_ref")
+        return ref() if ref is not None else None
+
+    @_current.setter
+    def _current(self, it):
+        self.__dict__["_current_ref"] = None if it is None else \
+            weakref.ref(it)
+        self.__dict__["_dropped"] = None
 
     def __setattr__(self, attr, val):
         # As torch: these define the pass's steps and the workers' copy.
@@ -714,9 +833,9 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         if shuffle and generator is not None:
             return _ShardSampler(len(dataset), self.world_size, self.rank,
                                  generator, drop_last)
-        return DistributedSampler(dataset, num_replicas=self.world_size,
-                                  rank=self.rank, shuffle=bool(shuffle),
-                                  seed=self.seed, drop_last=drop_last)
+        return _LiveSampler(dataset, num_replicas=self.world_size,
+                            rank=self.rank, shuffle=bool(shuffle),
+                            seed=self.seed, drop_last=drop_last)
 
     @property
     def _auto_collation(self):
@@ -774,7 +893,11 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         try:
             now = self._payload()
         except TypeError:
-            return  # the next start says why
+            # unpicklable: forked afresh for each pass, as torch's workers
+            # (else the next start says why)
+            if not isinstance(self._shipped, bytes):
+                self._stop_client()
+            return
         if now != self._shipped:
             self._stop_client()
 
@@ -801,7 +924,10 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         """The step's decoded slot: {"kind": "batch", "obj", ["state"]} or,
         of a stream step, {"kind": "end"}; a worker's error raised."""
         k, c = it._off + it._k, self._client
-        extra = 0 if self._warm else int(_STARTUP_S * 1000)
+        # The workers' start-up is allowed for only without timeout=: a
+        # timeout the user set counts from next() on, as torch's does.
+        extra = 0 if self._warm or self.timeout > 0 else \
+            int(_STARTUP_S * 1000)
         try:
             b = c.next(self._timeout_ms() + extra)
         except DataTimeoutError:
@@ -872,6 +998,25 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
 
     # -- services -----------------------------------------------------------
 
+    def _payload_or_fork(self):
+        """_payload(), or - where the workers fork (_forks) - the
+        TypeError of a dataset that cannot be pickled (one holding a
+        multiprocessing.Value, a lock, an open file): its workers inherit
+        it from the fork server as torch's forked workers do, and see it
+        as it is at each pass's start (_reship)."""
+        try:
+            payload = self._payload()
+            self._must_fork = False
+            return payload
+        except TypeError as e:
+            # Whatever the start method: spawn would have to pickle it
+            # too (torch's spawn passes it at the workers' start).
+            if self.python != sys.executable or \
+                    not _forkserver.available():
+                raise
+            self._must_fork = True
+            return e
+
     def _payload(self):
         """The pickled dataset file's bytes (dataset_file_bytes)."""
         return dataset_file_bytes(self._inner(), "DistributedDataLoader "
@@ -903,8 +1048,8 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         if ctx is None:
             ctx = multiprocessing.get_start_method(allow_none=True) or \
                 multiprocessing.get_all_start_methods()[0]
-        return ctx == "fork" and self.python == sys.executable and \
-            _forkserver.available()
+        return (ctx == "fork" or self._must_fork) and \
+            self.python == sys.executable and _forkserver.available()
 
     def _stream_workers(self):
         """The Python workers that run: num_workers, at least 1 (the main
@@ -943,6 +1088,17 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
                                  f"{other}-style loader")
             self._restore_sources(resume)
         return resume
+
+    def _worker_processes(self):
+        """The Python workers' processes, by worker id (torch's
+        iterator's `_workers`): forked ones only (else [])."""
+        if self._fs is None:
+            return []
+        ev = self._fs.events
+        n = self._stream_workers()
+        ev.wait_workers(n, _FORKS_S)
+        return [_WorkerProcess(ev, ev.pids[i]) for i in range(n)
+                if i in ev.pids]
 
     def _restore_sources(self, state):
         src = state.get("sources") or {}
@@ -987,6 +1143,8 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         dataset's state holds).  Before the first iter(), or after a pass
         ended, the state starts the next pass."""
         it = self._current
+        if it is None and self._dropped is not None:
+            return dict(self._dropped)  # a pass left (break), not ended
         if it is None or it._done:
             st = {"version": _STATE_VERSION,
                   "kind": "iterable" if self._iterable else "map",
@@ -1123,8 +1281,11 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
             if self._dir is not None:
                 self._old_dirs.append(self._dir)
             self._dir = tempfile.mkdtemp(prefix="datahelix-ds-")
-            self._shipped = self._payload()
-            ds = self._write_private("dataset.pkl", self._shipped)
+            self._shipped = self._payload_or_fork()
+            ds = self._write_private(
+                "dataset.pkl", self._shipped if isinstance(
+                    self._shipped, bytes) else fork_only_file_bytes(
+                        str(self._shipped)))
             index = self._index()
             if self._addr is None:
                 self._addr = self._coordinator_address()

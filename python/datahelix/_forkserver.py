@@ -34,6 +34,7 @@ import traceback
 
 ACCEPT_S = 120.0  # the DataServer connects as it starts (PY_START_TIMEOUT_MS)
 STOP_S = 2.0  # stop(): its own exit, after its DataServer's, then SIGKILL
+END_S = 1.0  # its workers' own exits, once their DataServer has gone
 MAX_MSG = 512
 FDS = 4  # a request's: the worker's socket, the arena, stdout, stderr
 _PR_SET_PDEATHSIG = 1
@@ -60,15 +61,74 @@ def _flush_std():
             pass
 
 
+class Events:
+    """What the fork server tells the rank's process on a pipe of their
+    own: each worker it forks ("F wid pid") and how each ended ("X pid
+    status", the waitpid status), so that the rank can name its workers'
+    processes as torch's iterator does (`_workers`) although they are not
+    its children.  Read without blocking; the pipe holds what was written
+    after the fork server has gone."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        os.set_blocking(fd, False)
+        self.pids = {}    # worker id -> its current process
+        self.status = {}  # pid -> waitpid status
+        self._buf = b""
+
+    def poll(self, timeout=0.0):
+        """Reads what has come (waiting up to `timeout` s for some)."""
+        if self.fd is None:
+            return
+        if timeout > 0:
+            select.select([self.fd], [], [], timeout)
+        while True:
+            try:
+                b = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            if not b:
+                os.close(self.fd)
+                self.fd = None
+                break
+            self._buf += b
+        *lines, self._buf = self._buf.split(b"\n")
+        for line in lines:
+            p = line.split()
+            if len(p) == 3 and p[0] == b"F":
+                self.pids[int(p[1])] = int(p[2])
+            elif len(p) == 3 and p[0] == b"X":
+                self.status[int(p[1])] = int(p[2])
+
+    def wait_workers(self, n, seconds):
+        """True once n workers (ids 0..n-1) have been forked."""
+        end = time.monotonic() + seconds
+        while True:
+            self.poll()
+            if all(i in self.pids for i in range(n)):
+                return True
+            left = end - time.monotonic()
+            if left <= 0 or self.fd is None:
+                return False
+            self.poll(min(left, 0.05))
+
+    def __del__(self):
+        if getattr(self, "fd", None) is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 class ForkServer:
     """Forks the fork server (listening on `path`, a new name in a private
     folder) from this process.  `cfg`: the dataset file's contents, as
     datahelix._worker.load_config() would return them; `dataset`: that
-    file's path, for the workers' messages."""
+    file's path, for the workers' messages.  `events`: what it says of
+    its workers (Events)."""
 
     def __init__(self, path, cfg, dataset):
         self.path = path
         lst = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        r, w = os.pipe2(os.O_CLOEXEC)
         try:
             lst.bind(path)
             lst.listen(1)
@@ -78,7 +138,10 @@ class ForkServer:
             if self.pid == 0:
                 code = 1
                 try:
-                    code = _Zygote(lst, path, parent, cfg, dataset).run()
+                    os.close(r)
+                    os.set_blocking(w, False)
+                    code = _Zygote(lst, path, parent, cfg, dataset,
+                                   w).run()
                 except BaseException:
                     try:
                         traceback.print_exc()
@@ -87,8 +150,13 @@ class ForkServer:
                 finally:
                     _flush_std()
                     os._exit(code)
+        except BaseException:
+            os.close(r)
+            raise
         finally:
             lst.close()
+            os.close(w)
+        self.events = Events(r)
 
     def stop(self, grace=STOP_S):
         """Waits up to `grace` s for it to end, which it does once its
@@ -154,9 +222,9 @@ def _blank_inherited(keep):
 
 
 class _Zygote:
-    def __init__(self, lst, path, parent, cfg, dataset):
+    def __init__(self, lst, path, parent, cfg, dataset, events):
         self.lst, self.path, self.parent = lst, path, parent
-        self.cfg, self.dataset = cfg, dataset
+        self.cfg, self.dataset, self.events = cfg, dataset, events
         self.conn = None
         self.children = {}  # pidfd -> pid
 
@@ -167,7 +235,7 @@ class _Zygote:
         for s in (signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1,
                   signal.SIGUSR2, signal.SIGHUP):
             signal.signal(s, signal.SIG_DFL)
-        _blank_inherited({0, 1, 2, self.lst.fileno()})
+        _blank_inherited({0, 1, 2, self.lst.fileno(), self.events})
         gc.freeze()  # the inherited objects: never collected, never copied
         if not self.accept():
             return 0
@@ -237,6 +305,7 @@ class _Zygote:
                 pid = self.children.pop(fd)
                 os.close(fd)
                 _, status = os.waitpid(pid, 0)
+                self.tell(b"X %d %d" % (pid, status))
                 if not self.send(b"X %d %d" % (pid, status)):
                     return False
         return True
@@ -280,13 +349,22 @@ class _Zygote:
             os.waitpid(pid, 0)
             return self.send(b"E pidfd_open: " + str(e).encode()[:200])
         self.children[pidfd] = pid
+        self.tell(b"F %d %d" % (args[0], pid))
         return self.send(b"P %d" % pid, [pidfd])
+
+    def tell(self, line):
+        """To the rank's process (Events); dropped if its pipe is full."""
+        try:
+            os.write(self.events, line + b"\n")
+        except OSError:
+            pass
 
     def worker(self, zygote, fds, wid, n, seed, alloc_ms, server_id):
         """In the new worker: this process's own descriptors go, the
         request's take their places, and datahelix._worker runs."""
         _die_with_parent(zygote)
         self.conn.close()
+        os.close(self.events)
         for f in self.children:
             os.close(f)
         sock, arena, out, err = fds
@@ -308,15 +386,27 @@ class _Zygote:
         return _worker.run(a, self.cfg)
 
     def end_children(self):
-        for pidfd, pid in self.children.items():
+        """Its DataServer has gone, so each worker sees EOF and ends
+        (exit 0, as torch's do at shutdown); those that have not within
+        END_S are killed."""
+        end = time.monotonic() + END_S
+        while self.children and time.monotonic() < end:
+            ready, _, _ = select.select(list(self.children), [], [],
+                                        max(0.0, end - time.monotonic()))
+            for fd in ready:
+                self.reap(fd)
+        for pidfd in list(self.children):
             try:
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             except OSError:
                 pass
-        for pidfd, pid in self.children.items():
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
-            os.close(pidfd)
-        self.children = {}
+            self.reap(pidfd)
+
+    def reap(self, pidfd):
+        pid = self.children.pop(pidfd)
+        try:
+            _, status = os.waitpid(pid, 0)
+            self.tell(b"X %d %d" % (pid, status))
+        except ChildProcessError:
+            pass
+        os.close(pidfd)

@@ -79,6 +79,15 @@ def culprit(obj, path, dumps):
     return f"{p} (a {t.__module__}.{t.__qualname__})"
 
 
+def fork_only_file_bytes(why):
+    """The dataset file of a dataset that cannot be pickled, whose workers
+    fork from the fork server and inherit it (as torch's forked workers
+    do): a worker that must load it from the file (its fork server gone)
+    fails saying so, with `why` (dataset_file_bytes' TypeError)."""
+    return pickle.dumps({"version": 1, "sys_path": list(sys.path),
+                         "payload": None, "unpicklable": why}, protocol=5)
+
+
 def dataset_file_bytes(inner, why):
     """A DataServer Python worker's dataset file: `inner` (a dict of named
     parts) pickled with cloudpickle when installed, else pickle.  `why`

@@ -77,6 +77,11 @@ def load_config(path):
     # as they did there.
     sys.path[:] = list(outer["sys_path"]) + [p for p in sys.path
                                              if p not in outer["sys_path"]]
+    if outer.get("payload") is None:
+        raise ValueError(
+            f"{path}: {outer.get('unpicklable') or 'no dataset'}; such a "
+            "dataset reaches the workers only by fork, from the loader's "
+            "fork server, which is gone")
     return pickle.loads(outer["payload"])
 
 

@@ -405,7 +405,13 @@ static void fill_register(struct ds_ctl *c, const struct dh_dataserver_opts *o,
     announced_addr(c, o, endpoint, r->addr, sizeof(r->addr));
     r->role = c->env->remote ? DH_WIRE_ROLE_REMOTE : DH_WIRE_ROLE_LOCAL;
     r->rank = c->env->remote ? 0 : o->rank;
-    r->workers = o->workers;
+    /* A Python dataset's tasks run on its Python workers: the
+     * Coordinator's queue cap (4 per worker) must let every one of them
+     * hold a task, or num_workers above 4 would leave workers idle (and a
+     * dataset whose workers wait for each other would never finish). */
+    r->workers = o->python_dataset && o->python_workers > o->workers
+                     ? o->python_workers
+                     : o->workers;
     r->arena_bytes = o->arena_bytes; /* remote: staging bytes */
     if (!c->env->remote)
         memcpy(r->token, c->env->token, sizeof(r->token));

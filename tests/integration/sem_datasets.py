@@ -194,3 +194,37 @@ class KilledOnceStream(IterableDataset):
 
 def init_fails(worker_id):
     raise ValueError(f"worker {worker_id} cannot start today")
+
+
+class Sleepy(Range):
+    """Every sample takes `secs` seconds."""
+
+    def __init__(self, n, secs):
+        super().__init__(n)
+        self.secs = secs
+
+    def __getitem__(self, i):
+        time.sleep(self.secs)
+        return i
+
+
+class Together(Range):
+    """Each sample waits until `n` workers hold one at once (a
+    multiprocessing.Barrier, shared by inheritance: it cannot be pickled),
+    then says which process loaded it."""
+
+    def __init__(self, n):
+        import multiprocessing
+        super().__init__(n)
+        self.barrier = multiprocessing.get_context("fork").Barrier(n)
+
+    def __getitem__(self, i):
+        self.barrier.wait(30)  # BrokenBarrierError: fewer ran at once
+        return os.getpid()
+
+
+class WhoLoads(Range):
+    """Sample i is the pid of the process that loaded it."""
+
+    def __getitem__(self, i):
+        return os.getpid()

@@ -535,8 +535,10 @@ def test_a_dataset_that_cannot_load_fails_every_step_at_once(ours):
 
 
 def test_bad_arguments(ours):
-    with pytest.raises(TypeError, match="picklable"):
-        iter(ours(dd.Unpicklable(4), batch_size=2))
+    # forked workers inherit what cannot be pickled (a lock), as torch's;
+    # workers of another interpreter could not (test_torch_semantics)
+    assert [b.tolist() for b in ours(dd.Unpicklable(4), batch_size=2)] == \
+        [[0, 1], [2, 3]]
     with pytest.raises(ValueError, match="mutually exclusive"):
         datahelix.DistributedDataLoader(dd.Range(4), batch_sampler=[[0]],
                                         batch_size=2)

@@ -9,6 +9,7 @@ what only ours has: state_dict() resume (map- and iterable-style, across a
 kill -9 of the training process), stats(), zero copy.
 """
 import json
+import multiprocessing
 import os
 import pathlib
 import re
@@ -175,22 +176,53 @@ def test_local_classes_lambdas_and_closures_ship(make):
     assert got == [[80, 82], [84, 86]]
 
 
-def test_what_cannot_be_shipped_is_named():
-    class Holder(torch.utils.data.Dataset):
-        def __init__(self):
-            self.files = [1, threading.Lock()]
+class _Holder(torch.utils.data.Dataset):
+    def __init__(self):
+        self.files = [1, threading.Lock()]
+        self.count = multiprocessing.Value("i", 0)
 
-        def __len__(self):
-            return 2
+    def __len__(self):
+        return 4
 
-        def __getitem__(self, i):
-            return i
+    def __getitem__(self, i):
+        with self.count.get_lock():
+            self.count.value += 1
+        return i
 
-    loader = datahelix.DistributedDataLoader(Holder(), num_workers=1)
+
+def test_what_cannot_be_shipped_is_named(tmp_path):
+    """Workers of another interpreter (python=) cannot fork from this
+    process: they must unpickle the dataset, and what cannot be pickled is
+    named."""
+    other = tmp_path / "python3"
+    other.symlink_to(sys.executable)
+    loader = datahelix.DistributedDataLoader(
+        _Holder(), num_workers=1, python=str(other))
     try:
         with pytest.raises(TypeError, match=r"dataset\.files\[1\] \(a "
                            r"_thread\.lock\) cannot be"):
             iter(loader)
+    finally:
+        loader.close()
+
+
+@pytest.mark.parametrize("ctx", [None, "spawn"])
+def test_what_cannot_be_pickled_is_inherited_by_forked_workers(ctx):
+    """Issue 41 item 6: forked workers inherit a dataset that cannot be
+    pickled - a lock, a multiprocessing.Value they share with the training
+    process - as torch's do (under spawn too, where torch hands it to its
+    workers as they start: spawn cannot pickle it either); each pass forks
+    them afresh, so they see the dataset as it is then."""
+    ds = _Holder()
+    loader = datahelix.DistributedDataLoader(ds, batch_size=2,
+                                             num_workers=2,
+                                             multiprocessing_context=ctx)
+    try:
+        assert [b.tolist() for b in loader] == [[0, 1], [2, 3]]
+        assert ds.count.value == 4  # the workers' increments, shared
+        ds.files.append("grown")
+        assert sorted(x for b in loader for x in b.tolist()) == [0, 1, 2, 3]
+        assert ds.count.value == 8
     finally:
         loader.close()
 
@@ -526,3 +558,52 @@ def test_break_then_a_new_pass_of_a_stream_starts_it_again(make):
     it = iter(loader)
     assert next(it).tolist() == full[0]
     assert flat(iter(loader)) == full  # a new iter() supersedes the old
+
+
+# ---- issue 41 item 6: torch's own DataLoader suite, the held-out cases ----
+
+def test_timeout_counts_the_first_batch_too(make):
+    """timeout= counts from next(), the first batch's included, as torch's
+    (datahelix allowed the workers' start-up on top: it never raised)."""
+    it = iter(make(sd.Sleepy(4, 3.0), batch_size=2, timeout=1))
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="DataLoader timed out after 1"):
+        next(it)
+    assert time.monotonic() - t0 < 20
+
+
+def test_len_follows_a_dataset_that_grows_under_shuffle(make):
+    ds = sd.Growing(4)
+    loader = make(ds, batch_size=1, shuffle=True)
+    assert len(loader) == 4
+    ds.grow(1)
+    assert len(loader) == 5
+    assert sorted(int(b[0][0]) for b in loader) == [0, 1, 2, 3, 4]
+
+
+def test_more_than_four_workers_hold_samples_at_once(make):
+    """Six workers, each waiting until all six hold a sample: every worker
+    gets work at once (the DataServer registered 1 worker with the
+    Coordinator, whose cap of 4 tasks per worker left two idle)."""
+    pids = [int(b) for b in make(sd.Together(6), batch_size=None,
+                                 num_workers=6)]
+    assert len(set(pids)) == 6
+
+
+def test_the_iterator_names_its_workers_and_they_end_with_it(make):
+    """`it._workers` (torch's iterator attribute, read by its own tests):
+    the workers' processes by worker id, alive while the loader is; they
+    end, exit code 0, once the iterator and the loader are dropped (no
+    close(): ours held its pass strongly, a cycle only the garbage
+    collector broke)."""
+    loader = make.cls(sd.WhoLoads(8), batch_size=None, num_workers=2,
+                      timeout=60)
+    it = iter(loader)
+    seen = {int(next(it)) for _ in range(4)}
+    workers = it._workers
+    assert len(workers) == 2 and seen <= {w.pid for w in workers}
+    assert all(w.is_alive() and w.exitcode is None for w in workers)
+    del it, loader
+    for w in workers:
+        w.join(30)
+        assert not w.is_alive() and w.exitcode == 0
