@@ -130,18 +130,41 @@ def _loaded_class(module, qualname, rebuilt):
     objects' __dict__): nothing is imported and no code runs."""
     if type(module) is not str or type(qualname) is not str:
         raise SlotError("namedtuple: a module or qualname that is no string")
-    obj = sys.modules.get(module)
+    top = obj = sys.modules.get(module)
     for part in qualname.split("."):
-        ns = getattr(obj, "__dict__", None)
-        obj = ns.get(part) if isinstance(ns, dict) or \
-            type(ns).__name__ == "mappingproxy" else None
+        obj = _ns_get(obj, part)
         if obj is None:
-            return rebuilt
-    if isinstance(obj, type) and issubclass(obj, tuple) and \
-            obj.__dict__.get("_fields", getattr(obj, "_fields", None)) == \
-            rebuilt._fields and obj.__name__ == rebuilt.__name__:
+            break
+    if _same_namedtuple(obj, rebuilt):
         return obj
+    if "." not in qualname:
+        # namedtuple() names its class by its typename alone, so one made
+        # in a class body (class D: Batch = namedtuple("Batch", ...)) says
+        # "Batch": the module's classes are looked in, one level down, and
+        # the only match is taken
+        found = [c for c in (_ns_get(v, qualname) for v in
+                             list(_ns_values(top)) if isinstance(v, type))
+                 if _same_namedtuple(c, rebuilt)]
+        if len(found) == 1:
+            return found[0]
     return rebuilt
+
+
+def _ns_get(obj, name):
+    ns = getattr(obj, "__dict__", None)
+    return ns.get(name) if isinstance(ns, dict) or \
+        type(ns).__name__ == "mappingproxy" else None
+
+
+def _ns_values(obj):
+    ns = getattr(obj, "__dict__", None)
+    return ns.values() if isinstance(ns, dict) else ()
+
+
+def _same_namedtuple(obj, rebuilt):
+    return isinstance(obj, type) and issubclass(obj, tuple) and \
+        obj.__dict__.get("_fields", getattr(obj, "_fields", None)) == \
+        rebuilt._fields and obj.__name__ == rebuilt.__name__
 
 
 class _Encoder:

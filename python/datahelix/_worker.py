@@ -121,8 +121,13 @@ class Worker:
         self.set_base(a.seed)
         self.seed_all(a.seed + self.id)  # as torch seeds a worker
         self.datapipe = self.shard_datapipe()
+        # A worker_init_fn that seeds torch takes the seeding over, as in
+        # torch's workers: no per-sample (or per-pass) seeding then.
+        self.user_seeded = False
         if cfg.get("worker_init_fn") is not None:
             cfg["worker_init_fn"](self.info_id)
+            self.user_seeded = torch.initial_seed() != \
+                (a.seed + self.id) & M64
 
     def shard_datapipe(self):
         """A datapipe's sharding_filter, as torch's DataLoader sets it in
@@ -211,7 +216,8 @@ class Worker:
         for i in ids[1:]:
             self.failed = i
             self.progress(task, i)
-            self.seed_all(sample_seed(base, i))
+            if not self.user_seeded:
+                self.seed_all(sample_seed(base, i))
             data.append(self.dataset[i])
         self.failed = None
         return self.collate(data if self.auto else data[0])
@@ -226,7 +232,8 @@ class Worker:
             # worker id), then a fresh iter(dataset).
             self.stream = None
             self.set_base(base)
-            self.seed_all(base + self.info_id)
+            if not self.user_seeded:
+                self.seed_all(base + self.info_id)
             self.stream = Stream(self, it)
         return self.stream.step(seq)
 

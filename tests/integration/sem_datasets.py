@@ -228,3 +228,23 @@ class WhoLoads(Range):
 
     def __getitem__(self, i):
         return os.getpid()
+
+
+def seed_12345(worker_id):
+    torch.manual_seed(12345)
+
+
+class InitialSeed(Range):
+    """Sample i is torch.initial_seed() in the worker that loaded it."""
+
+    def __getitem__(self, i):
+        return torch.initial_seed()
+
+
+class Nested(Range):
+    """Batches of a namedtuple made in a class body, whose __qualname__
+    is its typename alone ("Pair"), not "Nested.Pair"."""
+    Pair = collections.namedtuple("Pair", ["a", "b"])
+
+    def __getitem__(self, i):
+        return Nested.Pair(i, -i)

@@ -607,3 +607,21 @@ def test_the_iterator_names_its_workers_and_they_end_with_it(make):
     for w in workers:
         w.join(30)
         assert not w.is_alive() and w.exitcode == 0
+
+
+def test_a_worker_init_fn_that_seeds_torch_rules_the_seeds(make):
+    """torch's test_worker_init_fn: worker_init_fn calls
+    torch.manual_seed(12345), so every sample sees that seed (datahelix's
+    per-sample seeding stands aside once the user seeds)."""
+    got = [int(x) for b in make(sd.InitialSeed(6), batch_size=2,
+                                worker_init_fn=sd.seed_12345) for x in b]
+    assert got == [12345] * 6
+
+
+def test_a_namedtuple_made_in_a_class_body_comes_back_as_itself(make):
+    # num_workers=0: torch's workers could not pickle it back (its
+    # qualname does not find it); ours run the dataset in a worker anyway
+    b = next(iter(make(sd.Nested(4), batch_size=2, num_workers=0,
+                       timeout=0)))
+    assert type(b) is sd.Nested.Pair
+    assert b.a.tolist() == [0, 1] and b.b.tolist() == [0, -1]
