@@ -67,6 +67,7 @@ class JobKey:
         self.path = path
         self._dir = owned_dir
         self._bytes = None
+        self._handed = None  # hand_over(remove=False)'s folder
 
     @classmethod
     def resolve(cls, keyfile, embedded, rank, world_size, ordinal, binary,
@@ -147,11 +148,18 @@ class JobKey:
                 self._bytes = f.read()
         if remove and self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
+        elif self._dir is not None:
+            self._handed = self._dir  # close() removes it if still there
         self._dir = None
         self.path = None
 
     def close(self):
+        """Removes what was made here, a folder handed over included (its
+        taker - a Coordinator - may have been killed)."""
         self._bytes = None
+        if self._handed is not None:
+            shutil.rmtree(self._handed, ignore_errors=True)
+            self._handed = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
