@@ -60,6 +60,12 @@ struct dh_desc {
                                      NULL if none */
     int64_t mtime_ns; /* the file's (shard's) modification time at probe,
                          ns since the epoch; 0: not recorded */
+    /* The clip's main audio stream as probe found it ("" codec: none):
+     * codec name, sample rate (Hz), channels, duration and start time (s,
+     * on the container's clock, as the video's frames are). */
+    char audio_codec[DH_CODEC_MAX];
+    int32_t audio_rate, audio_channels;
+    double audio_duration_s, audio_start_s;
 };
 
 /* Where a sample's bytes are: a whole local file, or a member of a tar

@@ -55,6 +55,11 @@ static const struct field fields[] = {
     {"est_cpu_ms", F_REAL, DESC_OFF(est_cpu_ms), 0, 0, HUGE_VAL},
     {"est_out_bytes", F_INT, DESC_OFF(est_out_bytes), 8, 0, I64MAX},
     {"est_tokens", F_INT, DESC_OFF(est_tokens), 8, 0, I64MAX},
+    {"audio_codec", F_BUF, DESC_OFF(audio_codec), DH_CODEC_MAX, 0, 0},
+    {"audio_rate", F_INT, DESC_OFF(audio_rate), 4, 0, 2147483647.0},
+    {"audio_channels", F_INT, DESC_OFF(audio_channels), 4, 0, 2147483647.0},
+    {"audio_duration_s", F_REAL, DESC_OFF(audio_duration_s), 0, 0, HUGE_VAL},
+    {"audio_start_s", F_REAL, DESC_OFF(audio_start_s), 0, -HUGE_VAL, HUGE_VAL},
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
@@ -411,6 +416,8 @@ static int skip_field(const struct field *f, const struct dh_desc *d)
         return d->rotation == 0;
     if (f->off == DESC_OFF(mtime_ns))
         return d->mtime_ns == 0;
+    if (f->off >= DESC_OFF(audio_codec) && f->off <= DESC_OFF(audio_start_s))
+        return d->audio_codec[0] == 0; /* no audio stream */
     if (f->off == DESC_OFF(text))
         return d->text == NULL;
     if (f->off == DESC_OFF(path))

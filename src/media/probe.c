@@ -239,6 +239,31 @@ static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
     return 0;
 }
 
+/* The clip's main audio stream (FFmpeg's best one beside the video), if
+ * any: what the table says of a clip's sound (issue 38). */
+static void fill_audio(AVFormatContext *fc, int video, struct dh_desc *d)
+{
+    int idx = av_find_best_stream(fc, AVMEDIA_TYPE_AUDIO, -1, video, NULL, 0);
+    const AVStream *st;
+    const AVCodecParameters *par;
+
+    if (idx < 0)
+        return;
+    st = fc->streams[idx];
+    par = st->codecpar;
+    snprintf(d->audio_codec, sizeof(d->audio_codec), "%s",
+             avcodec_get_name(par->codec_id));
+    d->audio_rate = par->sample_rate > 0 ? par->sample_rate : 0;
+    d->audio_channels = par->ch_layout.nb_channels > 0
+                            ? par->ch_layout.nb_channels
+                            : 0;
+    d->audio_duration_s = round6(stream_duration(fc, st));
+    d->audio_start_s = st->start_time != AV_NOPTS_VALUE
+                           ? round6((double)st->start_time *
+                                    av_q2d(st->time_base))
+                           : 0;
+}
+
 /* The header of `ref` (a file, or a shard member) into `d`, read through
  * a source (source.h): FFmpeg gets the bytes through an AVIOContext and no
  * protocol at all, so a playlist or a concat list cannot make it open
@@ -284,6 +309,8 @@ static int probe_av(const struct dh_source_ref *ref, struct dh_desc *d,
     rc = idx < 0 ? idx
                  : fill_video(fc, idx, d, notes ? &notes->unchecked : NULL,
                               src.name, e);
+    if (!rc && d->kind == DH_KIND_VIDEO)
+        fill_audio(fc, idx, d);
     /* a failed read may have looked like the end of the input to the
      * demuxer (a frame count cut short): the read's error instead */
     if (src.failed)

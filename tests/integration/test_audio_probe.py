@@ -1,0 +1,76 @@
+"""Issue 38 item 3, first part: `probe` records each clip's main audio
+stream - codec, sample rate, channels, duration and start - as ffprobe
+reports it, and nothing for a clip without sound.
+"""
+import json
+import subprocess
+
+import pytest
+
+from conftest import run_dh
+
+
+def rows(table):
+    return {r["path"]: r for r in map(json.loads,
+                                      table.read_text().splitlines())
+            if "path" in r}
+
+
+def audio_streams(ffprobe, path):
+    out = subprocess.run([ffprobe, "-v", "error", "-select_streams", "a",
+                          "-show_streams", "-of", "json", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    return json.loads(out.stdout or "{}").get("streams", [])
+
+
+def test_a_made_clip_with_sound_and_one_without(tmp_path, ffprobe):
+    ffmpeg = ffprobe[:-len("ffprobe")] + "ffmpeg"
+    v = tmp_path / "v"
+    v.mkdir()
+    video = ["-f", "lavfi", "-i", "testsrc=size=64x48:rate=10:duration=2"]
+    subprocess.run([ffmpeg, "-v", "error", *video, "-f", "lavfi", "-i",
+                    "sine=frequency=440:sample_rate=16000:duration=2",
+                    "-ac", "1", "-c:v", "mpeg4", "-c:a", "aac",
+                    str(v / "sound.mp4")], check=True, timeout=120)
+    subprocess.run([ffmpeg, "-v", "error", *video, "-c:v", "mpeg4",
+                    str(v / "mute.mp4")], check=True, timeout=120)
+    run_dh("probe", "--quiet", "--out", tmp_path / "m.jsonl", v, check=True)
+    got = rows(tmp_path / "m.jsonl")
+    s = next(r for p, r in got.items() if p.endswith("sound.mp4"))
+    m = next(r for p, r in got.items() if p.endswith("mute.mp4"))
+    assert (s["audio_codec"], s["audio_rate"], s["audio_channels"]) == \
+        ("aac", 16000, 1)
+    assert abs(s["audio_duration_s"] - 2.0) < 0.1
+    assert s["kind"] == "video" and s["frames"] == 20
+    assert not [k for k in m if k.startswith("audio_")], m
+    # the table reads back (the index and the loaders take it)
+    run_dh("index", tmp_path / "m.jsonl", "-o", tmp_path / "m.dhx",
+           check=True)
+
+
+def test_shared_clips_audio_as_ffprobe_says(tmp_path, shared_videos,
+                                            ffprobe):
+    run_dh("probe", "--quiet", "--out", tmp_path / "m.jsonl",
+           shared_videos, timeout=600)
+    got = rows(tmp_path / "m.jsonl")
+    assert got, "probe kept no clip"
+    with_sound = 0
+    for path, r in got.items():
+        streams = audio_streams(ffprobe, path)
+        if not streams:
+            assert "audio_codec" not in r, (path, r)
+            continue
+        if len(streams) > 1:
+            assert r["audio_codec"] in {s["codec_name"] for s in streams}
+            continue
+        a = streams[0]
+        with_sound += 1
+        assert r["audio_codec"] == a["codec_name"], path
+        assert r["audio_rate"] == int(a["sample_rate"]), path
+        assert r["audio_channels"] == int(a["channels"]), path
+        if "start_time" in a:
+            assert abs(r["audio_start_s"] - float(a["start_time"])) < 1e-3
+        if "duration" in a:
+            assert abs(r["audio_duration_s"] - float(a["duration"])) < 1e-3
+    if with_sound == 0:
+        pytest.skip("no shared clip with one audio stream")
