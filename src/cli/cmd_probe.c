@@ -269,6 +269,31 @@ static void report(struct probe_run *r, const char *msg)
     pthread_mutex_unlock(&r->err_lock);
 }
 
+/* A shard key's KEY.wav (or .flac, .mp3, .m4a) is its clip's sound: the
+ * row's audio_* fields say what it holds.  A member FFmpeg cannot read
+ * costs the row its audio fields only, said on stderr. */
+static void probe_audio_member(struct probe_run *r,
+                               const struct dh_probe_item *it,
+                               struct dh_desc *d)
+{
+    struct dh_source_ref a = {it->path, it->audio_member, it->audio_offset,
+                              it->audio_size};
+    struct dh_err e;
+
+    if (!it->audio_member || d->audio_codec[0])
+        return;
+    dh_err_clear(&e);
+    if (dh_probe_audio_ref(&a, d, &e) == 0)
+        return;
+    memset(d->audio_codec, 0, sizeof(d->audio_codec));
+    d->audio_rate = d->audio_channels = 0;
+    d->audio_duration_s = d->audio_start_s = 0;
+    pthread_mutex_lock(&r->err_lock);
+    dh_cli_error_line("probe", "%s: the sample is kept, without its sound",
+                      e.msg);
+    pthread_mutex_unlock(&r->err_lock);
+}
+
 static void *probe_worker(void *arg)
 {
     struct probe_run *r = arg;
@@ -284,6 +309,7 @@ static void *probe_worker(void *arg)
         dh_err_clear(&e);
         if (dh_probe_ref_notes(&ref, &r->descs[i], &notes, &e) == 0) {
             r->ok[i] = 1;
+            probe_audio_member(r, it, &r->descs[i]);
             if (notes.unchecked)
                 atomic_fetch_add(&r->unchecked, 1);
         } else {

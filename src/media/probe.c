@@ -241,14 +241,14 @@ static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
 
 /* The clip's main audio stream (FFmpeg's best one beside the video), if
  * any: what the table says of a clip's sound (issue 38). */
-static void fill_audio(AVFormatContext *fc, int video, struct dh_desc *d)
+static int fill_audio(AVFormatContext *fc, int video, struct dh_desc *d)
 {
     int idx = av_find_best_stream(fc, AVMEDIA_TYPE_AUDIO, -1, video, NULL, 0);
     const AVStream *st;
     const AVCodecParameters *par;
 
     if (idx < 0)
-        return;
+        return idx;
     st = fc->streams[idx];
     par = st->codecpar;
     snprintf(d->audio_codec, sizeof(d->audio_codec), "%s",
@@ -262,6 +262,7 @@ static void fill_audio(AVFormatContext *fc, int video, struct dh_desc *d)
                            ? round6((double)st->start_time *
                                     av_q2d(st->time_base))
                            : 0;
+    return 0;
 }
 
 /* The header of `ref` (a file, or a shard member) into `d`, read through
@@ -269,7 +270,8 @@ static void fill_audio(AVFormatContext *fc, int video, struct dh_desc *d)
  * protocol at all, so a playlist or a concat list cannot make it open
  * other files (a FIFO that would block, /etc/passwd) or URLs. */
 static int probe_av(const struct dh_source_ref *ref, struct dh_desc *d,
-                    struct dh_probe_notes *notes, struct dh_err *e)
+                    struct dh_probe_notes *notes, int audio_only,
+                    struct dh_err *e)
 {
     struct dh_source src;
     AVFormatContext *fc = NULL;
@@ -305,12 +307,18 @@ static int probe_av(const struct dh_source_ref *ref, struct dh_desc *d,
         rc = dh__source_input_error(&src, rc, e);
         goto out; /* avformat_open_input freed fc */
     }
-    idx = dh__av_find_video(fc, src.name, e);
-    rc = idx < 0 ? idx
-                 : fill_video(fc, idx, d, notes ? &notes->unchecked : NULL,
-                              src.name, e);
-    if (!rc && d->kind == DH_KIND_VIDEO)
-        fill_audio(fc, idx, d);
+    if (audio_only) {
+        rc = fill_audio(fc, -1, d) < 0
+                 ? dh_err_set(e, DH_EMEDIA, "%s: no audio stream", src.name)
+                 : 0;
+    } else {
+        idx = dh__av_find_video(fc, src.name, e);
+        rc = idx < 0 ? idx
+                     : fill_video(fc, idx, d, notes ? &notes->unchecked : NULL,
+                                  src.name, e);
+        if (!rc && d->kind == DH_KIND_VIDEO)
+            (void)fill_audio(fc, idx, d); /* none: a clip without sound */
+    }
     /* a failed read may have looked like the end of the input to the
      * demuxer (a frame count cut short): the read's error instead */
     if (src.failed)
@@ -338,7 +346,7 @@ static int probe_member(const struct dh_source_ref *ref, struct dh_desc *d,
                           "%s:%s: the name is not valid UTF-8, which a JSON "
                           "table cannot hold",
                           ref->path, ref->member);
-    return probe_av(ref, d, notes, e);
+    return probe_av(ref, d, notes, 0, e);
 }
 
 /* DH_EUNSUPPORTED for a compressed shard's name, else 0. */
@@ -380,7 +388,7 @@ static int probe_remote(const char *url, struct dh_desc *d,
                         "%s: a text sample is read from local disk only",
                         shown);
     else
-        rc = probe_av(&ref, d, notes, e);
+        rc = probe_av(&ref, d, notes, 0, e);
     if (rc)
         dh_desc_fini(d);
     return rc;
@@ -401,6 +409,12 @@ int dh_probe_ref_notes(const struct dh_source_ref *ref, struct dh_desc *d,
     if (rc)
         dh_desc_fini(d);
     return rc;
+}
+
+int dh_probe_audio_ref(const struct dh_source_ref *ref, struct dh_desc *d,
+                       struct dh_err *e)
+{
+    return probe_av(ref, d, NULL, 1, e);
 }
 
 int dh_probe_file(const char *path, struct dh_desc *d, struct dh_err *e)
@@ -449,7 +463,7 @@ int dh_probe_file_notes(const char *path, struct dh_desc *d,
     {
         struct dh_source_ref ref = {.path = path};
 
-        rc = probe_av(&ref, d, notes, e);
+        rc = probe_av(&ref, d, notes, 0, e);
     }
 out_fini:
     if (rc)

@@ -54,6 +54,7 @@ void dh_probe_list_fini(struct dh_probe_list *l)
         dh__free(l->items[i].member);
         dh__free(l->items[i].name);
         dh__free(l->items[i].extra_json);
+        dh__free(l->items[i].audio_member);
     }
     for (size_t i = 0; i < l->nproblems; i++)
         dh__free(l->problems[i]);
@@ -364,7 +365,10 @@ static int audio_extra(struct dh_probe_item *it, const struct group *g)
     if (o)
         it->extra_json = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(o);
-    return it->extra_json ? 0 : DH_ENOMEM;
+    it->audio_member = dh__strdup(g->audio);
+    it->audio_offset = g->aoff;
+    it->audio_size = g->asize;
+    return it->extra_json && it->audio_member ? 0 : DH_ENOMEM;
 }
 
 static int group_flush(struct group *g, struct dh_err *e)

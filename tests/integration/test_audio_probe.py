@@ -74,3 +74,46 @@ def test_shared_clips_audio_as_ffprobe_says(tmp_path, shared_videos,
             assert abs(r["audio_duration_s"] - float(a["duration"])) < 1e-3
     if with_sound == 0:
         pytest.skip("no shared clip with one audio stream")
+
+
+def test_a_shard_key_s_audio_member_is_its_sound(tmp_path, ffprobe):
+    """WebDataset: KEY.wav beside KEY.mp4 is that sample's sound, so the
+    row's audio_* fields describe the member; one FFmpeg cannot read costs
+    the row its sound only, said on stderr."""
+    import tarfile
+    ffmpeg = ffprobe[:-len("ffprobe")] + "ffmpeg"
+    video = ["-f", "lavfi", "-i", "testsrc=size=64x48:rate=10:duration=1"]
+    sine = ["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=8000:"
+            "duration=1"]
+    src = tmp_path / "src"
+    src.mkdir()
+
+    def ff(*args):
+        subprocess.run([ffmpeg, "-v", "error", *args], check=True,
+                       timeout=120)
+    ff(*video, "-c:v", "mpeg4", str(src / "mute.mp4"))
+    ff(*video, *sine, "-c:v", "mpeg4", "-c:a", "aac", str(src / "av.mp4"))
+    ff(*sine, "-c:a", "pcm_s16le", str(src / "tone.wav"))
+    (src / "junk.wav").write_bytes(b"RIFF" + b"\x00" * 300)
+    members = [("000.mp4", "mute.mp4"), ("000.wav", "tone.wav"),
+               ("001.mp4", "av.mp4"), ("002.mp4", "mute.mp4"),
+               ("003.mp4", "mute.mp4"), ("003.wav", "junk.wav")]
+    with tarfile.open(tmp_path / "s.tar", "w", format=tarfile.GNU_FORMAT) \
+            as t:
+        for name, f in members:
+            t.add(str(src / f), arcname=name)
+    p = run_dh("probe", "--out", tmp_path / "s.jsonl", tmp_path / "s.tar",
+               timeout=300)
+    assert p.returncode == 0, p.stderr
+    got = {r["member"]: r for r in map(json.loads, (tmp_path / "s.jsonl")
+                                       .read_text().splitlines())
+           if "member" in r}
+    assert sorted(got) == ["000.mp4", "001.mp4", "002.mp4", "003.mp4"]
+    a = got["000.mp4"]
+    assert (a["audio_codec"], a["audio_rate"], a["audio_channels"],
+            a["audio_member"]) == ("pcm_s16le", 8000, 1, "000.wav")
+    assert abs(a["audio_duration_s"] - 1.0) < 0.05
+    assert got["001.mp4"]["audio_codec"] == "aac"
+    assert "audio_codec" not in got["002.mp4"]
+    assert "audio_codec" not in got["003.mp4"]
+    assert "003.wav" in p.stderr and "without its sound" in p.stderr

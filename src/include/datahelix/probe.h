@@ -45,6 +45,11 @@ int dh_probe_ref_notes(const struct dh_source_ref *ref, struct dh_desc *d,
                        struct dh_probe_notes *notes,
                        struct dh_err *e) DH_MUST_CHECK;
 
+/* The audio_* fields of `d` from the main audio stream of `ref` (a
+ * WebDataset key's KEY.wav beside its clip); DH_EMEDIA if it has none. */
+int dh_probe_audio_ref(const struct dh_source_ref *ref, struct dh_desc *d,
+                       struct dh_err *e) DH_MUST_CHECK;
+
 /* One input sample: a path (or a shard and its member) and an optional
  * caption. */
 struct dh_probe_item {
@@ -60,6 +65,9 @@ struct dh_probe_item {
      * what `decode TABLE` checks the file against; probe reads the file
      * as it is now. */
     int64_t row_size, row_mtime_ns;
+    /* a shard key's audio member beside its media (KEY.wav), or NULL */
+    char *audio_member;
+    int64_t audio_offset, audio_size;
 };
 
 /* The name of an item in messages and caches. */
