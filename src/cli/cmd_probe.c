@@ -74,6 +74,9 @@ static void usage(FILE *f)
         "  -j, --jobs N          probe threads                    [default: CPU count]\n"
         "      --calibrate K     fit the CPU-cost model by decoding K files per profile\n"
         "      --tokens MODEL    qwen-vl | videomae | dit | patch=P,tpatch=T [qwen-vl]\n"
+        "      --audio-tokens A  a clip's sound in est_tokens: whisper (50/s),\n"
+        "                        qwen-audio (25/s) or N per second, over the span\n"
+        "                        its sampled frames cover                    [none]\n"
         "      --frames SPEC     sampling plan frames: N | fps:F | all        [fps:8]\n"
         "      --max-frames N    cap on frames derived from fps (0: none)      [256]\n"
         "      --size SPEC       sampling plan size: WxH | native            [native]\n"
@@ -102,6 +105,7 @@ enum {
     OPT_INDEX = 256,
     OPT_CAL,
     OPT_TOKENS,
+    OPT_AUDIO_TOKENS,
     OPT_FRAMES,
     OPT_MAXF,
     OPT_SIZE,
@@ -119,6 +123,7 @@ static const struct option longopts[] = {
     {"jobs", required_argument, NULL, 'j'},
     {"calibrate", required_argument, NULL, OPT_CAL},
     {"tokens", required_argument, NULL, OPT_TOKENS},
+    {"audio-tokens", required_argument, NULL, OPT_AUDIO_TOKENS},
     {"frames", required_argument, NULL, OPT_FRAMES},
     {"max-frames", required_argument, NULL, OPT_MAXF},
     {"size", required_argument, NULL, OPT_SIZE},
@@ -191,6 +196,10 @@ static int parse_opt(void *ctx, int c)
         return 0;
     case OPT_TOKENS:
         if (dh_token_model_parse(optarg, &o->est.tokens, &e))
+            return dh_cli_usage_error("probe", "%s", e.msg);
+        return 0;
+    case OPT_AUDIO_TOKENS:
+        if (dh_audio_tokens_parse(optarg, &o->est.audio, &e))
             return dh_cli_usage_error("probe", "%s", e.msg);
         return 0;
     case OPT_FRAMES:
@@ -480,6 +489,13 @@ static char *header_json(const struct dh_estimator *est,
                   (json_int_t)c->fit_samples, "fit_rmse_ms", c->fit_rmse_ms);
     if (!h)
         return NULL;
+    /* what the est_tokens hold of each clip's sound (absent: nothing) */
+    if (est->audio.per_s > 0 &&
+        json_object_set_new(h, "audio_tokens_per_s",
+                            json_real(est->audio.per_s))) {
+        json_decref(h);
+        return NULL;
+    }
     if (verified && add_verified(h, verified)) {
         json_decref(h);
         return NULL;

@@ -27,4 +27,20 @@ void dh_estimate(const struct dh_estimator *est, struct dh_desc *d)
     d->est_out_bytes = frames * (int64_t)w * h * 3;
     d->est_tokens = dh_token_model_count(&est->tokens, frames, w, h) +
                     dh_text_tokens(text_bytes);
+    if (est->audio.per_s > 0 && d->kind == DH_KIND_VIDEO)
+        d->est_tokens += (int64_t)ceil(
+            dh_audio_span_s(&est->plan, d, frames) * est->audio.per_s - 1e-9);
+}
+
+double dh_audio_span_s(const struct dh_sample_plan *p, const struct dh_desc *d,
+                       int64_t frames)
+{
+    double span = d->duration_s > 0 ? d->duration_s : d->audio_duration_s;
+
+    if (!d->audio_codec[0] || d->audio_duration_s <= 0)
+        return 0;
+    if (p->frames == 0 && p->fps > 0 && frames > 0 &&
+        (double)frames / p->fps < span)
+        span = (double)frames / p->fps;
+    return span < d->audio_duration_s ? span : d->audio_duration_s;
 }

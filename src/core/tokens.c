@@ -3,6 +3,7 @@
  * est_tokens).  The GPU cost of a sample grows with these, so Tier-1
  * planning balances ranks by them (paper Sec. 3.4).  Pure.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,33 @@ int64_t dh_token_model_count(const struct dh_token_model *m, int64_t frames,
 int64_t dh_text_tokens(int64_t bytes)
 {
     return bytes > 0 ? ceil_div(bytes, 4) : 0;
+}
+
+int dh_audio_tokens_parse(const char *spec, struct dh_audio_tokens *t,
+                          struct dh_err *e)
+{
+    char *end = NULL;
+    double v;
+
+    if (!strcmp(spec, "none"))
+        v = 0;
+    else if (!strcmp(spec, "whisper"))
+        v = 50;
+    else if (!strcmp(spec, "qwen-audio"))
+        v = 25;
+    else {
+        errno = 0;
+        v = strtod(spec, &end);
+        if (!*spec || *end || errno || !(v > 0 && v <= 10000))
+            return dh_err_set(e, DH_EINVAL,
+                              "audio tokens '%s': whisper (50/s), "
+                              "qwen-audio (25/s), none, or tokens per "
+                              "second in (0, 10000]",
+                              spec);
+    }
+    t->per_s = v;
+    snprintf(t->name, sizeof(t->name), "%s", spec);
+    return 0;
 }
 
 static void set(struct dh_token_model *m, enum dh_token_family f, int patch,

@@ -46,6 +46,22 @@ def test_a_made_clip_with_sound_and_one_without(tmp_path, ffprobe):
     # the table reads back (the index and the loaders take it)
     run_dh("index", tmp_path / "m.jsonl", "-o", tmp_path / "m.dhx",
            check=True)
+    # --audio-tokens: the sound the sampled frames cover joins est_tokens
+    # (fps:8 over a 2 s clip: 2 s, 50 tokens a second with whisper)
+    run_dh("probe", "--quiet", "--audio-tokens", "whisper", "--out",
+           tmp_path / "a.jsonl", v, check=True)
+    lines = (tmp_path / "a.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["datahelix_header"]["audio_tokens_per_s"] \
+        == 50
+    a = rows(tmp_path / "a.jsonl")
+    sa = next(r for p, r in a.items() if p.endswith("sound.mp4"))
+    ma = next(r for p, r in a.items() if p.endswith("mute.mp4"))
+    assert sa["est_tokens"] == s["est_tokens"] + 100
+    assert ma["est_tokens"] == m["est_tokens"]
+    for bad in ("0", "loud", "-1"):
+        p = run_dh("probe", "--audio-tokens", bad, "--out",
+                   tmp_path / "b.jsonl", v)
+        assert p.returncode == 2 and "qwen-audio" in p.stderr, p.stderr
 
 
 def test_shared_clips_audio_as_ffprobe_says(tmp_path, shared_videos,

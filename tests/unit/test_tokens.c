@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -216,6 +217,72 @@ static void profile_buckets(void **state)
     assert_string_equal(b, "text");
 }
 
+static void audio_tokens_presets_and_errors(void **state)
+{
+    struct dh_audio_tokens t;
+    struct dh_err e;
+
+    (void)state;
+    assert_int_equal(dh_audio_tokens_parse("whisper", &t, &e), 0);
+    assert_true(t.per_s == 50);
+    assert_int_equal(dh_audio_tokens_parse("qwen-audio", &t, &e), 0);
+    assert_true(t.per_s == 25);
+    assert_int_equal(dh_audio_tokens_parse("12.5", &t, &e), 0);
+    assert_true(t.per_s == 12.5);
+    assert_int_equal(dh_audio_tokens_parse("none", &t, &e), 0);
+    assert_true(t.per_s == 0);
+    static const char *const bad[] = {"", "0", "-3", "x", "1e9", "5x"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(dh_audio_tokens_parse(bad[i], &t, &e), DH_EINVAL);
+}
+
+/* est_tokens of `d` under `est`, without and with its sound counted. */
+static int64_t sound_tokens(struct dh_estimator *est, struct dh_desc *d)
+{
+    struct dh_audio_tokens keep = est->audio;
+    int64_t mute;
+
+    est->audio.per_s = 0;
+    dh_estimate(est, d);
+    mute = d->est_tokens;
+    est->audio = keep;
+    dh_estimate(est, d);
+    return d->est_tokens - mute;
+}
+
+/* The span the sampled frames cover, and the tokens it adds. */
+static void audio_span_follows_the_plan(void **state)
+{
+    struct dh_estimator est = {0};
+    struct dh_desc d;
+    struct dh_err e;
+
+    (void)state;
+    dh_desc_init(&d);
+    dh_sample_plan_default(&est.plan); /* fps:8, at most 256 frames */
+    assert_int_equal(dh_token_model_parse("qwen-vl", &est.tokens, &e), 0);
+    dh_cost_model_default(&est.cost);
+    assert_int_equal(dh_audio_tokens_parse("whisper", &est.audio, &e), 0);
+    d.kind = DH_KIND_VIDEO;
+    d.width = d.height = 224;
+    d.frames = 100;
+    d.fps = 25;
+    d.duration_s = 4;
+    assert_int_equal(sound_tokens(&est, &d), 0); /* no audio stream */
+    snprintf(d.audio_codec, sizeof(d.audio_codec), "aac");
+    d.audio_duration_s = 3.5; /* shorter than the video: all of it */
+    assert_int_equal(sound_tokens(&est, &d), 175);
+    est.plan.max_frames = 16; /* fps:8 capped at 16 frames: 2 s */
+    assert_true(dh_audio_span_s(&est.plan, &d, 16) == 2.0);
+    assert_int_equal(sound_tokens(&est, &d), 100);
+    est.plan.frames = 16; /* a fixed count covers the clip */
+    assert_true(dh_audio_span_s(&est.plan, &d, 16) == 3.5);
+    assert_int_equal(sound_tokens(&est, &d), 175);
+    est.audio.per_s = 25;                         /* qwen-audio */
+    assert_int_equal(sound_tokens(&est, &d), 88); /* ceil(87.5) */
+    dh_desc_fini(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -227,6 +294,8 @@ int main(void)
         cmocka_unit_test(plan_output_shapes),
         cmocka_unit_test(plan_output_clamped_to_decodable),
         cmocka_unit_test(profile_buckets),
+        cmocka_unit_test(audio_tokens_presets_and_errors),
+        cmocka_unit_test(audio_span_follows_the_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

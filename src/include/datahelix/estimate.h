@@ -86,6 +86,23 @@ int64_t dh_token_model_count(const struct dh_token_model *m, int64_t frames,
 /* Text tokens: ceil(bytes / 4), the usual BPE rule of thumb. */
 int64_t dh_text_tokens(int64_t bytes);
 
+/* ---- audio tokens (issue 38) ----
+ * A model's audio tokens per second of sound: "whisper" (50: 20 ms
+ * frames), "qwen-audio" (25: Whisper's encoder pooled 2x), a number > 0
+ * (at most 10000), or "none" (0).  0 or DH_EINVAL naming the choices. */
+struct dh_audio_tokens {
+    double per_s; /* 0: audio not counted */
+    char name[32];
+};
+int dh_audio_tokens_parse(const char *spec, struct dh_audio_tokens *t,
+                          struct dh_err *e) DH_MUST_CHECK;
+/* Seconds of a video's sound that `frames` sampled frames under plan `p`
+ * cover: the clip for a fixed count or every frame, the frames' window
+ * (frames / F) with "fps:F"; never more than the audio stream's own
+ * length; 0 without sound. */
+double dh_audio_span_s(const struct dh_sample_plan *p, const struct dh_desc *d,
+                       int64_t frames);
+
 /* ---- CPU-cost model ---- */
 struct dh_cost_features {
     double src_mpx; /* source pixels the decoder must produce, millions */
@@ -128,10 +145,12 @@ struct dh_estimator {
     struct dh_sample_plan plan;
     struct dh_token_model tokens;
     struct dh_cost_model cost;
+    struct dh_audio_tokens audio; /* zeroed: sound not counted */
 };
 
 /* Fills d->profile, est_cpu_ms, est_out_bytes and est_tokens (visual tokens
- * plus text tokens of the caption). */
+ * plus text tokens of the caption, plus the audio tokens of the sound the
+ * sampled frames cover when est->audio.per_s > 0). */
 void dh_estimate(const struct dh_estimator *est, struct dh_desc *d);
 
 #endif
