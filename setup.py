@@ -17,7 +17,8 @@ from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(ROOT, "build")
-LIBS = ["libavformat", "libavcodec", "libavutil", "libswscale", "libzmq",
+LIBS = ["libavformat", "libavcodec", "libavutil", "libswscale",
+        "libswresample", "libzmq",
         "libprotobuf-c", "jansson", "libsodium", "libcurl"]
 
 

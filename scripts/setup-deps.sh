@@ -15,7 +15,7 @@
 set -eu
 
 PKGS="build-essential cmake pkg-config git
-libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg
+libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev ffmpeg
 libzmq3-dev libsodium-dev libprotobuf-c-dev protobuf-c-compiler
 libjansson-dev libcmocka-dev python3-pytest python3-av python3-numpy
 python3-cloudpickle

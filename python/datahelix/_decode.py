@@ -19,7 +19,7 @@ import threading
 from . import _C
 from ._services import ensure_index
 
-__all__ = ["Source", "Table", "Decoder", "decode", "open"]
+__all__ = ["Source", "Table", "Decoder", "decode", "decode_audio", "open"]
 
 
 class Source:
@@ -253,6 +253,28 @@ class _MemberIO(io.RawIOBase):
         if not self.closed:
             os.close(self._fd)
         super().close()
+
+
+def decode_audio(source, start=0.0, end=None, rate=16000, channels=1):
+    """The sound of `source` (a path, a datahelix.Source, a table row,
+    Table.source(i)) from `start` to `end` seconds on the container's
+    clock (end None: to the end), resampled to `rate` Hz and `channels`
+    (1 or 2): float32 [channels, samples].  Encoder priming and edit
+    lists are dropped as a player drops them, so sample n is sample n of
+    `ffmpeg -i FILE -ar RATE -ac CHANNELS` over the same span.  Errors as
+    decode()'s; a source without sound is a datahelix.DataError."""
+    import torch
+    s = Source.of(source)
+    if isinstance(rate, bool) or not isinstance(rate, int):
+        raise TypeError("decode_audio: rate must be an int (Hz)")
+    if channels not in (1, 2) or isinstance(channels, bool):
+        raise ValueError("decode_audio: channels must be 1 or 2")
+    buf, c, n, _ = _C.decode_audio(
+        s.path, s.member, s.offset, s.size, s.mtime_ns, rate, channels,
+        float(start), 0.0 if end is None else float(end))
+    if n == 0:
+        return torch.zeros((c, 0), dtype=torch.float32)
+    return torch.frombuffer(bytearray(buf), dtype=torch.float32).view(c, n)
 
 
 def open(source):  # noqa: A001 - datahelix.open, as io.open

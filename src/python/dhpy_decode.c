@@ -21,6 +21,7 @@
 
 #include <string.h>
 
+#include "datahelix/audio.h"
 #include "datahelix/media.h"
 
 typedef struct {
@@ -411,9 +412,58 @@ static PyType_Spec dec_spec = {
     .slots = dec_slots,
 };
 
+/* decode_audio(path, member, offset, size, mtime_ns, rate, channels,
+ * start, end) -> (bytes, channels, n, start_s): planar float32, channel
+ * after channel (issue 38; src/include/datahelix/audio.h). */
+static PyObject *py_decode_audio(PyObject *self, PyObject *args)
+{
+    struct dh_source_ref ref = {0};
+    struct dh_audio_opts o = {0};
+    struct dh_audio a;
+    struct dh_err e;
+    long long offset, size, mtime;
+    int64_t n;
+    PyObject *buf;
+    char *p;
+    int rc;
+
+    (void)self;
+    if (!PyArg_ParseTuple(args, "szLLLiidd", &ref.path, &ref.member, &offset,
+                          &size, &mtime, &o.rate, &o.channels, &o.start_s,
+                          &o.end_s))
+        return NULL;
+    ref.offset = offset;
+    ref.size = size;
+    ref.mtime_ns = mtime > 0 ? mtime : 0;
+    Py_BEGIN_ALLOW_THREADS rc = dh_audio_decode(&ref, &o, &a, &e);
+    Py_END_ALLOW_THREADS if (rc) return dhpy_raise(rc, &e);
+    buf = PyBytes_FromStringAndSize(
+        NULL, (Py_ssize_t)(a.n * a.channels * (int64_t)sizeof(float)));
+    if (!buf) {
+        dh_audio_free(&a);
+        return NULL;
+    }
+    p = PyBytes_AsString(buf);
+    for (int c = 0; c < a.channels && a.n > 0; c++)
+        memcpy(p + (size_t)c * (size_t)a.n * sizeof(float), a.data[c],
+               (size_t)a.n * sizeof(float));
+    n = a.n;
+    dh_audio_free(&a);
+    return Py_BuildValue("(NiLd)", buf, a.channels, (long long)n, a.start_s);
+}
+
+static PyMethodDef audio_methods[] = {
+    {"decode_audio", py_decode_audio, METH_VARARGS,
+     "decode_audio(path, member, offset, size, mtime_ns, rate, channels, "
+     "start, end) -> (bytes, channels, n, start_s): the source's sound, "
+     "planar float32"},
+    {NULL, NULL, 0, NULL},
+};
+
 int dhpy_decode_init(PyObject *m)
 {
-    if (!dhpy_add_type(m, &dec_spec))
+    if (!dhpy_add_type(m, &dec_spec) ||
+        PyModule_AddFunctions(m, audio_methods) < 0)
         return -1;
     return PyModule_AddIntConstant(m, "MEDIA_DST_PAD", DH_MEDIA_DST_PAD);
 }

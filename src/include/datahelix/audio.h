@@ -1,0 +1,45 @@
+/*
+ * audio.h - a sample's sound as float32 samples (issue 38; in-tree API,
+ * src/media/audio_decode.c): the main audio stream of a source (a file, a
+ * shard member, a remote object) decoded and resampled to the rate and
+ * channels asked for, between two times on the container's clock.
+ *
+ * Thread-safety: each call is independent (FFmpeg contexts of its own).
+ */
+#ifndef DATAHELIX_AUDIO_H
+#define DATAHELIX_AUDIO_H
+
+#include <stdint.h>
+
+#include "datahelix/error.h"
+#include "datahelix/table.h"
+
+/* Per channel: 1 hour at 48 kHz, so a hostile header cannot make a decode
+ * allocate without end. */
+#define DH_AUDIO_MAX_SAMPLES ((int64_t)48000 * 3600)
+
+struct dh_audio_opts {
+    int rate;       /* output Hz, 1000..384000 */
+    int channels;   /* 1 or 2 (downmixed or upmixed by libswresample) */
+    double start_s; /* >= 0: the span's start, container clock */
+    double end_s;   /* > start_s; <= 0: to the end of the stream */
+};
+
+struct dh_audio {
+    float *data[2]; /* planar float32 [channels][n], owned */
+    int64_t n;      /* samples per channel */
+    int rate, channels;
+    double start_s; /* time of data[c][0] */
+};
+
+/* Decodes `ref`'s audio per `o` into *out (free with dh_audio_free).
+ * Encoder priming and edit lists are dropped as a player drops them.
+ * DH_EINVAL (options), DH_EMEDIA (no audio stream, undecodable),
+ * DH_EUNSUPPORTED (no decoder), DH_ETOOBIG, DH_ENOMEM, or the source's
+ * error (DH_EIO, a file changed since probe). */
+int dh_audio_decode(const struct dh_source_ref *ref,
+                    const struct dh_audio_opts *o, struct dh_audio *out,
+                    struct dh_err *e) DH_MUST_CHECK;
+void dh_audio_free(struct dh_audio *a);
+
+#endif

@@ -1,0 +1,329 @@
+/*
+ * audio_decode.c - a source's sound as float32 samples (issue 38): the
+ * main audio stream decoded with libavcodec and resampled with
+ * libswresample to the rate and channels asked for, between two times on
+ * the container's clock.
+ *
+ * Design notes:
+ *   - Reads through the source layer (source.h) like the video pipeline:
+ *     a file, a shard member or a remote object, with the same checks
+ *     (size and mtime against the table's).
+ *   - The decoder drops encoder priming itself (skip_samples side data,
+ *     edit lists applied by the demuxer), so output sample 0 is the first
+ *     sample a player plays; its time is the first decoded frame's
+ *     timestamp.  A span [start, end) keeps the output samples whose time
+ *     lies in it: sample i of the resampled stream is at t0 + i / rate.
+ *   - The whole stream is decoded from its start (clips are seconds long);
+ *     a seek for long files is left for later.
+ *   - Output grows by doubling; bounded by DH_AUDIO_MAX_SAMPLES per
+ *     channel so a hostile header cannot make it allocate without end.
+ */
+#include <math.h>
+#include <string.h>
+
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/channel_layout.h>
+#include <libavutil/opt.h>
+#include <libswresample/swresample.h>
+
+#include "core/alloc.h"
+#include "core/url.h"
+#include "datahelix/audio.h"
+#include "media/av_util.h"
+#include "media/source.h"
+
+struct audio_out {
+    float *buf[2];
+    int64_t n, cap; /* samples per channel kept, allocated */
+    int channels;
+    int64_t produced;    /* samples the resampler has output so far */
+    double t0;           /* time of resampled sample 0 */
+    int64_t first, last; /* kept: [first, last) of the produced samples */
+};
+
+static int grow(struct audio_out *o, int64_t want, struct dh_err *e)
+{
+    int64_t cap = o->cap ? o->cap : 16384;
+
+    if (want <= o->cap)
+        return 0;
+    while (cap < want)
+        cap *= 2;
+    if (cap > DH_AUDIO_MAX_SAMPLES)
+        cap = DH_AUDIO_MAX_SAMPLES;
+    if (want > cap)
+        return dh_err_set(e, DH_ETOOBIG,
+                          "more than %lld audio samples per channel",
+                          (long long)DH_AUDIO_MAX_SAMPLES);
+    for (int c = 0; c < o->channels; c++) {
+        float *p = dh__realloc(o->buf[c], (size_t)cap * sizeof(float));
+
+        if (!p)
+            return dh_err_set(e, DH_ENOMEM, "out of memory");
+        o->buf[c] = p;
+    }
+    o->cap = cap;
+    return 0;
+}
+
+/* Keeps the part of `got` fresh samples (planar, in tmp) that falls in
+ * [first, last) of the produced stream. */
+static int keep(struct audio_out *o, float *const *tmp, int got,
+                struct dh_err *e)
+{
+    int64_t from = o->produced, to = o->produced + got;
+    int64_t a = from > o->first ? from : o->first;
+    int64_t b = o->last >= 0 && to > o->last ? o->last : to;
+    int rc;
+
+    o->produced = to;
+    if (b <= a)
+        return 0;
+    if ((rc = grow(o, o->n + (b - a), e)))
+        return rc;
+    for (int c = 0; c < o->channels; c++)
+        memcpy(o->buf[c] + o->n, tmp[c] + (a - from),
+               (size_t)(b - a) * sizeof(float));
+    o->n += b - a;
+    return 0;
+}
+
+/* Resamples one decoded frame (NULL: flush) and keeps what falls in the
+ * span. */
+static int convert(SwrContext *swr, const AVFrame *f, struct audio_out *o,
+                   float **tmp, int *tmp_cap, int rate, struct dh_err *e)
+{
+    int want = swr_get_out_samples(swr, f ? f->nb_samples : 0);
+    int got;
+
+    if (want < 0)
+        return dh_err_set(e, DH_EMEDIA, "resampler: %d", want);
+    if (want > *tmp_cap) {
+        for (int c = 0; c < o->channels; c++) {
+            float *p = dh__realloc(tmp[c], (size_t)want * sizeof(float));
+
+            if (!p)
+                return dh_err_set(e, DH_ENOMEM, "out of memory");
+            tmp[c] = p;
+        }
+        *tmp_cap = want;
+    }
+    got = swr_convert(swr, (uint8_t **)tmp, want,
+                      f ? (const uint8_t **)f->extended_data : NULL,
+                      f ? f->nb_samples : 0);
+    if (got < 0)
+        return dh_err_set(e, DH_EMEDIA, "resampler: %d", got);
+    (void)rate;
+    return keep(o, tmp, got, e);
+}
+
+static int open_decoder(AVFormatContext *fc, int idx, AVCodecContext **out,
+                        const char *name, struct dh_err *e)
+{
+    const AVCodecParameters *par = fc->streams[idx]->codecpar;
+    const AVCodec *codec = avcodec_find_decoder(par->codec_id);
+    AVCodecContext *cc;
+    char eb[128];
+    int r;
+
+    if (!codec)
+        return dh_err_set(e, DH_EUNSUPPORTED,
+                          "%s: no decoder for audio codec %s", name,
+                          avcodec_get_name(par->codec_id));
+    if (!(cc = avcodec_alloc_context3(codec)))
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    cc->pkt_timebase = fc->streams[idx]->time_base;
+    cc->thread_count = 1;
+    if ((r = avcodec_parameters_to_context(cc, par)) < 0 ||
+        (r = avcodec_open2(cc, codec, NULL)) < 0) {
+        avcodec_free_context(&cc);
+        return dh_err_set(e, DH_EMEDIA, "%s: audio decoder: %s", name,
+                          dh__av_errstr(r, eb, sizeof(eb)));
+    }
+    *out = cc;
+    return 0;
+}
+
+static int open_resampler(const AVCodecContext *cc, int rate, int channels,
+                          SwrContext **out, const char *name, struct dh_err *e)
+{
+    AVChannelLayout ol, il;
+    char eb[128];
+    int r;
+
+    av_channel_layout_default(&ol, channels);
+    if (cc->ch_layout.order == AV_CHANNEL_ORDER_UNSPEC ||
+        cc->ch_layout.nb_channels <= 0)
+        av_channel_layout_default(
+            &il, cc->ch_layout.nb_channels > 0 ? cc->ch_layout.nb_channels : 1);
+    else if (av_channel_layout_copy(&il, &cc->ch_layout) < 0)
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
+    r = swr_alloc_set_opts2(out, &ol, AV_SAMPLE_FMT_FLTP, rate, &il,
+                            cc->sample_fmt, cc->sample_rate, 0, NULL);
+    av_channel_layout_uninit(&il);
+    av_channel_layout_uninit(&ol);
+    if (r >= 0)
+        r = swr_init(*out);
+    if (r < 0)
+        return dh_err_set(e, DH_EMEDIA, "%s: resampler (%d Hz, %d ch): %s",
+                          name, rate, channels,
+                          dh__av_errstr(r, eb, sizeof(eb)));
+    return 0;
+}
+
+/* Sends one packet (NULL: drain) and converts every frame it yields. */
+static int decode_packet(AVCodecContext *cc, const AVPacket *pkt, AVFrame *f,
+                         SwrContext **swr, const struct dh_audio_opts *ao,
+                         struct audio_out *o, float **tmp, int *tmp_cap,
+                         AVRational tb, const char *name, struct dh_err *e)
+{
+    char eb[128];
+    int r = avcodec_send_packet(cc, pkt), rc;
+
+    /* a damaged packet: the decoder says so and goes on, as players do */
+    if (r < 0 && r != AVERROR(EAGAIN) && r != AVERROR_EOF &&
+        r != AVERROR_INVALIDDATA)
+        return dh_err_set(e, DH_EMEDIA, "%s: audio decode: %s", name,
+                          dh__av_errstr(r, eb, sizeof(eb)));
+    while ((r = avcodec_receive_frame(cc, f)) >= 0) {
+        if (!*swr) {
+            int64_t ts = f->best_effort_timestamp;
+            double t0 = ts != AV_NOPTS_VALUE ? (double)ts * av_q2d(tb) : 0;
+
+            if ((rc = open_resampler(cc, ao->rate, ao->channels, swr, name, e)))
+                return rc;
+            o->t0 = t0;
+            o->first = ao->start_s > t0
+                           ? (int64_t)llround((ao->start_s - t0) * ao->rate)
+                           : 0;
+            o->last = ao->end_s > 0
+                          ? (int64_t)llround((ao->end_s - t0) * ao->rate)
+                          : -1;
+            if (o->last >= 0 && o->last < o->first)
+                o->last = o->first;
+        }
+        rc = convert(*swr, f, o, tmp, tmp_cap, ao->rate, e);
+        av_frame_unref(f);
+        if (rc)
+            return rc;
+    }
+    if (r != AVERROR(EAGAIN) && r != AVERROR_EOF && r != AVERROR_INVALIDDATA)
+        return dh_err_set(e, DH_EMEDIA, "%s: audio decode: %s", name,
+                          dh__av_errstr(r, eb, sizeof(eb)));
+    return 0;
+}
+
+int dh_audio_decode(const struct dh_source_ref *ref,
+                    const struct dh_audio_opts *ao, struct dh_audio *out,
+                    struct dh_err *e)
+{
+    struct dh_source src;
+    AVFormatContext *fc = NULL;
+    AVIOContext *pb = NULL;
+    AVCodecContext *cc = NULL;
+    SwrContext *swr = NULL;
+    AVPacket *pkt = NULL;
+    AVFrame *f = NULL;
+    struct audio_out o = {.channels = ao->channels, .last = -1};
+    float *tmp[2] = {NULL, NULL};
+    int tmp_cap = 0, idx, rc, r;
+    char url[4096], eb[128];
+
+    memset(out, 0, sizeof(*out));
+    if (ao->channels < 1 || ao->channels > 2 || ao->rate < 1000 ||
+        ao->rate > 384000 || !(ao->start_s >= 0) ||
+        (ao->end_s > 0 && ao->end_s <= ao->start_s))
+        return dh_err_set(e, DH_EINVAL,
+                          "audio: channels 1 or 2, rate 1000..384000 Hz, "
+                          "0 <= start < end (end <= 0: to the end)");
+    dh__av_quiet();
+    dh__source_init(&src);
+    if ((rc = dh__source_open(&src, ref, e)))
+        goto out;
+    if (!(fc = avformat_alloc_context()) ||
+        !(pb = dh__source_avio(&src, 65536)) || !(pkt = av_packet_alloc()) ||
+        !(f = av_frame_alloc())) {
+        rc = dh_err_set(e, DH_ENOMEM, "%s: out of memory", src.name);
+        goto out;
+    }
+    fc->pb = pb;
+    /* the name lets FFmpeg match extensions: a URL's path, or the file's */
+    memcpy(url, "file:", 5);
+    if (dh__url_kind(ref->path) != DH_URL_NONE)
+        dh__url_path(ref->path, url + 5, sizeof(url) - 5);
+    else
+        snprintf(url + 5, sizeof(url) - 5, "%s", ref->path);
+    if ((r = dh__av_open_io(&fc, ref->member ? NULL : url)) < 0) {
+        rc = dh__source_input_error(&src, r, e);
+        goto out;
+    }
+    if ((r = avformat_find_stream_info(fc, NULL)) < 0 ||
+        (idx = av_find_best_stream(fc, AVMEDIA_TYPE_AUDIO, -1, -1, NULL, 0)) <
+            0) {
+        rc = src.failed
+                 ? dh__source_input_error(&src, AVERROR(EIO), e)
+                 : dh_err_set(e, DH_EMEDIA, "%s: no audio stream", src.name);
+        goto out;
+    }
+    if ((rc = open_decoder(fc, idx, &cc, src.name, e)))
+        goto out;
+    while ((r = av_read_frame(fc, pkt)) >= 0) {
+        if (pkt->stream_index == idx)
+            rc = decode_packet(cc, pkt, f, &swr, ao, &o, tmp, &tmp_cap,
+                               fc->streams[idx]->time_base, src.name, e);
+        av_packet_unref(pkt);
+        if (rc)
+            goto out;
+        if (o.last >= 0 && o.produced >= o.last)
+            break; /* the span is whole */
+    }
+    if (r < 0 && r != AVERROR_EOF) {
+        rc = src.failed ? dh__source_input_error(&src, r, e)
+                        : dh_err_set(e, DH_EMEDIA, "%s: reading: %s", src.name,
+                                     dh__av_errstr(r, eb, sizeof(eb)));
+        goto out;
+    }
+    if (src.failed) {
+        rc = dh__source_input_error(&src, AVERROR(EIO), e);
+        goto out;
+    }
+    if ((rc = decode_packet(cc, NULL, f, &swr, ao, &o, tmp, &tmp_cap,
+                            fc->streams[idx]->time_base, src.name, e)))
+        goto out;
+    if (swr && (rc = convert(swr, NULL, &o, tmp, &tmp_cap, ao->rate, e)))
+        goto out;
+    out->channels = ao->channels;
+    out->rate = ao->rate;
+    out->n = o.n;
+    out->start_s = o.t0 + (double)o.first / ao->rate;
+    for (int c = 0; c < ao->channels; c++) {
+        out->data[c] = o.buf[c];
+        o.buf[c] = NULL;
+    }
+out:
+    for (int c = 0; c < 2; c++) {
+        dh__free(o.buf[c]);
+        dh__free(tmp[c]);
+    }
+    swr_free(&swr);
+    avcodec_free_context(&cc);
+    av_frame_free(&f);
+    av_packet_free(&pkt);
+    avformat_close_input(&fc);
+    avformat_free_context(fc);
+    dh__source_avio_free(&pb);
+    dh__source_fini(&src);
+    return rc;
+}
+
+void dh_audio_free(struct dh_audio *a)
+{
+    if (!a)
+        return;
+    for (int c = 0; c < 2; c++) {
+        dh__free(a->data[c]);
+        a->data[c] = NULL;
+    }
+    a->n = 0;
+}
