@@ -393,7 +393,9 @@ class _Iter:
         # state for state_dict().
         try:
             L = self._loader
-            if L._current in (None, self):
+            # only the latest pass speaks (an older one may die after it)
+            if L._current in (None, self) and \
+                    L.__dict__.get("_current_pass") == self._pass:
                 L._dropped = None if self._done else self._state()
         except Exception:
             pass
@@ -808,6 +810,7 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
     def _current(self, it):
         self.__dict__["_current_ref"] = None if it is None else \
             weakref.ref(it)
+        self.__dict__["_current_pass"] = getattr(it, "_pass", None)
         self.__dict__["_dropped"] = None
 
     def __setattr__(self, attr, val):
@@ -924,6 +927,8 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         """The step's decoded slot: {"kind": "batch", "obj", ["state"]} or,
         of a stream step, {"kind": "end"}; a worker's error raised."""
         k, c = it._off + it._k, self._client
+        if self._fs is not None:
+            self._fs.events.poll()  # the fork server's pipe never fills
         # The workers' start-up is allowed for only without timeout=: a
         # timeout the user set counts from next() on, as torch's does.
         extra = 0 if self._warm or self.timeout > 0 else \
@@ -1097,8 +1102,9 @@ class DistributedDataLoader(Closing, typing.Generic[T_co]):
         ev = self._fs.events
         n = self._stream_workers()
         ev.wait_workers(n, _FORKS_S)
+        # a worker whose end was told is gone: its pid may be another's now
         return [_WorkerProcess(ev, ev.pids[i]) for i in range(n)
-                if i in ev.pids]
+                if i in ev.pids and ev.pids[i] not in ev.status]
 
     def _restore_sources(self, state):
         src = state.get("sources") or {}

@@ -415,7 +415,7 @@ static int skip_field(const struct field *f, const struct dh_desc *d)
     if (f->off == DESC_OFF(rotation))
         return d->rotation == 0;
     if (f->off == DESC_OFF(mtime_ns))
-        return d->mtime_ns == 0;
+        return d->mtime_ns <= 0;
     if (f->off >= DESC_OFF(audio_codec) && f->off <= DESC_OFF(audio_start_s))
         return d->audio_codec[0] == 0; /* no audio stream */
     if (f->off == DESC_OFF(text))

@@ -40,6 +40,9 @@ struct audio_out {
     int64_t produced;    /* samples the resampler has output so far */
     double t0;           /* time of resampled sample 0 */
     int64_t first, last; /* kept: [first, last) of the produced samples */
+    /* the frames' format the resampler was made for */
+    int in_fmt, in_rate;
+    AVChannelLayout in_layout;
 };
 
 static int grow(struct audio_out *o, int64_t want, struct dh_err *e)
@@ -145,22 +148,27 @@ static int open_decoder(AVFormatContext *fc, int idx, AVCodecContext **out,
     return 0;
 }
 
-static int open_resampler(const AVCodecContext *cc, int rate, int channels,
+/* A resampler from frame f's format, rate and layout (what the frame has,
+ * not what the codec context said: a stream may change them midway). */
+static int open_resampler(const AVFrame *f, int rate, int channels,
                           SwrContext **out, const char *name, struct dh_err *e)
 {
     AVChannelLayout ol, il;
     char eb[128];
     int r;
 
+    if (f->sample_rate <= 0 || f->ch_layout.nb_channels <= 0 ||
+        f->ch_layout.nb_channels > 64)
+        return dh_err_set(e, DH_EMEDIA, "%s: audio frame of %d Hz, %d channels",
+                          name, f->sample_rate, f->ch_layout.nb_channels);
     av_channel_layout_default(&ol, channels);
-    if (cc->ch_layout.order == AV_CHANNEL_ORDER_UNSPEC ||
-        cc->ch_layout.nb_channels <= 0)
-        av_channel_layout_default(
-            &il, cc->ch_layout.nb_channels > 0 ? cc->ch_layout.nb_channels : 1);
-    else if (av_channel_layout_copy(&il, &cc->ch_layout) < 0)
+    if (f->ch_layout.order == AV_CHANNEL_ORDER_UNSPEC)
+        av_channel_layout_default(&il, f->ch_layout.nb_channels);
+    else if (av_channel_layout_copy(&il, &f->ch_layout) < 0)
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     r = swr_alloc_set_opts2(out, &ol, AV_SAMPLE_FMT_FLTP, rate, &il,
-                            cc->sample_fmt, cc->sample_rate, 0, NULL);
+                            (enum AVSampleFormat)f->format, f->sample_rate, 0,
+                            NULL);
     av_channel_layout_uninit(&il);
     av_channel_layout_uninit(&ol);
     if (r >= 0)
@@ -169,6 +177,16 @@ static int open_resampler(const AVCodecContext *cc, int rate, int channels,
         return dh_err_set(e, DH_EMEDIA, "%s: resampler (%d Hz, %d ch): %s",
                           name, rate, channels,
                           dh__av_errstr(r, eb, sizeof(eb)));
+    return 0;
+}
+
+static int note_format(struct audio_out *o, const AVFrame *f, struct dh_err *e)
+{
+    o->in_fmt = f->format;
+    o->in_rate = f->sample_rate;
+    av_channel_layout_uninit(&o->in_layout);
+    if (av_channel_layout_copy(&o->in_layout, &f->ch_layout) < 0)
+        return dh_err_set(e, DH_ENOMEM, "out of memory");
     return 0;
 }
 
@@ -187,11 +205,25 @@ static int decode_packet(AVCodecContext *cc, const AVPacket *pkt, AVFrame *f,
         return dh_err_set(e, DH_EMEDIA, "%s: audio decode: %s", name,
                           dh__av_errstr(r, eb, sizeof(eb)));
     while ((r = avcodec_receive_frame(cc, f)) >= 0) {
+        if (*swr && (f->format != o->in_fmt || f->sample_rate != o->in_rate ||
+                     av_channel_layout_compare(&f->ch_layout, &o->in_layout))) {
+            /* the stream changed its format: what the old resampler holds
+             * goes out, then a new one for the new format */
+            if ((rc = convert(*swr, NULL, o, tmp, tmp_cap, ao->rate, e)))
+                return rc;
+            swr_free(swr);
+            if ((rc = open_resampler(f, ao->rate, ao->channels, swr, name,
+                                     e)) ||
+                (rc = note_format(o, f, e)))
+                return rc;
+        }
         if (!*swr) {
             int64_t ts = f->best_effort_timestamp;
             double t0 = ts != AV_NOPTS_VALUE ? (double)ts * av_q2d(tb) : 0;
 
-            if ((rc = open_resampler(cc, ao->rate, ao->channels, swr, name, e)))
+            if ((rc = open_resampler(f, ao->rate, ao->channels, swr, name,
+                                     e)) ||
+                (rc = note_format(o, f, e)))
                 return rc;
             o->t0 = t0;
             o->first = ao->start_s > t0
@@ -200,6 +232,8 @@ static int decode_packet(AVCodecContext *cc, const AVPacket *pkt, AVFrame *f,
             o->last = ao->end_s > 0
                           ? (int64_t)llround((ao->end_s - t0) * ao->rate)
                           : -1;
+            if (ao->end_s > 0 && o->last < 0)
+                o->last = 0; /* a span before the stream: nothing */
             if (o->last >= 0 && o->last < o->first)
                 o->last = o->first;
         }
@@ -306,6 +340,7 @@ out:
         dh__free(o.buf[c]);
         dh__free(tmp[c]);
     }
+    av_channel_layout_uninit(&o.in_layout);
     swr_free(&swr);
     avcodec_free_context(&cc);
     av_frame_free(&f);

@@ -103,10 +103,14 @@ void dh__source_fini(struct dh_source *s);
  * http(s):// object (either whole or a shard member's window of it); an
  * s3:// or other URL is DH_EUNSUPPORTED.  dh__source_open_mem() opens a
  * buffer instead (len bytes, `name` in messages). */
-/* A file's modification time as a table records it (mtime_ns). */
+/* A file's modification time as a table records it (mtime_ns); 0 (not
+ * recorded, not checked) for a time before 1970, which the table's field
+ * cannot hold. */
 static inline int64_t dh__mtime_ns(const struct stat *st)
 {
-    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+    int64_t t = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+
+    return t > 0 ? t : 0;
 }
 
 int dh__source_open(struct dh_source *s, const struct dh_source_ref *ref,

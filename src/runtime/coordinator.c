@@ -167,11 +167,13 @@ static void watch_conn(struct dh_coordinator *c, struct co_server *s)
 {
     s->conn_fd = -1;
     s->conn[0] = 0;
+    /* only a peer on this host: a host that fails closes nothing */
     if (s->role != DH_WIRE_ROLE_LOCAL || !c->keyed || !c->auth.zap ||
-        c->cur_fd < 0)
+        c->cur_fd < 0 || !dh__zap_conn_local(c->cur_fd))
         return;
     dh__zap_conn_name(c->cur_fd, s->conn, sizeof(s->conn));
-    if (strcmp(s->conn, "?"))
+    s->conn_ino = dh__zap_conn_ino(c->cur_fd);
+    if (strcmp(s->conn, "?") && s->conn_ino)
         s->conn_fd = c->cur_fd;
 }
 
@@ -470,6 +472,10 @@ static void on_heartbeat(struct dh_coordinator *c, const struct co_peer *from,
                        h->server_id);
         return;
     }
+    /* the connection it speaks on now (a reconnect has another) */
+    if (c->servers[slot].conn_fd >= 0 && c->cur_fd >= 0 &&
+        c->cur_fd != c->servers[slot].conn_fd)
+        watch_conn(c, &c->servers[slot]);
     if (h->leaving) {
         struct co_server *s = &c->servers[slot];
 
@@ -577,8 +583,12 @@ static int check_closed(struct dh_coordinator *c, uint64_t now)
             for (int i = 0; i < c->max_servers; i++) {
                 struct co_server *s = &c->servers[i];
 
+                /* the same connection (fd, inode, name), and closed now:
+                 * not one that took its fd since, nor one still open */
                 if (!s->used || s->conn_fd != gone[k].fd ||
-                    strcmp(s->conn, gone[k].name))
+                    s->conn_ino != gone[k].ino ||
+                    strcmp(s->conn, gone[k].name) ||
+                    dh__zap_conn_ino(s->conn_fd) == s->conn_ino)
                     continue;
                 declare_dead(c, i, now,
                              "closed its connection (its process ended)");

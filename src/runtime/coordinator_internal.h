@@ -57,6 +57,7 @@ struct co_server {
      * kills it only after local_silence_ms (a busy CPU delays heartbeats,
      * not a close). */
     int conn_fd;
+    uint64_t conn_ino;
     char conn[64];
 };
 

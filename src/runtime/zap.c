@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <zmq.h>
@@ -58,6 +59,7 @@ static unsigned next_seq(void)
 
 struct zap_fd {
     int fd;
+    uint64_t ino;  /* dh__zap_conn_ino() at ACCEPTED */
     char addr[64]; /* dh__zap_conn_name() at ACCEPTED */
 };
 
@@ -210,6 +212,35 @@ static void serve_request(struct dh_zap *z)
 
 /* ---- monitors ---- */
 
+uint64_t dh__zap_conn_ino(int fd)
+{
+    struct stat st;
+
+    return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) ? (uint64_t)st.st_ino
+                                                       : 0;
+}
+
+int dh__zap_conn_local(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) < 0)
+        return 0;
+    if (ss.ss_family == AF_UNIX)
+        return 1;
+    if (ss.ss_family == AF_INET)
+        return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) ==
+               127;
+    if (ss.ss_family == AF_INET6) {
+        const struct in6_addr *a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+
+        return IN6_IS_ADDR_LOOPBACK(a) ||
+               (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return 0;
+}
+
 void dh__zap_conn_name(int fd, char *out, size_t cap)
 {
     struct sockaddr_storage ss;
@@ -279,6 +310,7 @@ static void note_closed(struct dh_zap *z, const struct zap_fd *s)
         z->n_closed--;
     }
     z->closed[z->n_closed].fd = s->fd;
+    z->closed[z->n_closed].ino = s->ino;
     _Static_assert(sizeof(z->closed[0].name) == sizeof(s->addr), "names");
     memcpy(z->closed[z->n_closed].name, s->addr, sizeof(s->addr));
     z->n_closed++;
@@ -329,6 +361,7 @@ static int serve_monitor(struct dh_zap *z, void *mon)
 
         s->fd = (int)value;
         dh__zap_conn_name((int)value, s->addr, sizeof(s->addr));
+        s->ino = dh__zap_conn_ino((int)value);
         break;
     }
     case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:

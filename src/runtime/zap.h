@@ -48,6 +48,7 @@ void dh__zap_stop(struct dh_zap *z);
  * address and port, a Unix peer's pid. */
 struct dh_zap_conn {
     int fd;
+    uint64_t ino; /* its socket's inode: unique while it is open */
     char name[64];
 };
 /* Takes up to `cap` closed connections, oldest first (the handler keeps
@@ -58,6 +59,12 @@ int dh__zap_closed(struct dh_zap *z, struct dh_zap_conn *out, int cap);
  * (pid N)" for Unix (SO_PEERCRED: the kernel's word), "?" if it has none
  * (closed).  Used for log lines as well. */
 void dh__zap_conn_name(int fd, char *out, size_t cap);
+/* The inode of socket `fd` (0 if it has none: closed); with the fd it
+ * names one connection: a later one on the same fd has another. */
+uint64_t dh__zap_conn_ino(int fd);
+/* 1 if the peer of `fd` is on this host (a Unix socket, or a loopback
+ * address): its process's end closes the connection at once. */
+int dh__zap_conn_local(int fd);
 
 uint64_t dh__zap_refused(const struct dh_zap *z);  /* peers refused */
 uint64_t dh__zap_admitted(const struct dh_zap *z); /* ZAP requests passed */

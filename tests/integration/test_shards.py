@@ -665,3 +665,19 @@ def test_a_file_rewritten_at_the_same_size_is_a_sample_error(clips,
     os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
     got = loader_run(tmp_path / "m.jsonl", batch_size=4)
     assert sorted(i for x in got for i in x[0]) == [0, 1, 2, 3]
+
+
+def test_a_file_dated_before_1970_gets_no_mtime_and_reads_back(clips,
+                                                               tmp_path):
+    """A time the table's field cannot hold (negative: before 1970, as in
+    some unpacked archives) is not recorded, so the table probe writes
+    reads back and the file decodes (its size is still checked)."""
+    d = tmp_path / "v"
+    d.mkdir()
+    shutil.copy(clips[0], d / "old.mp4")
+    os.utime(d / "old.mp4", ns=(0, -315_619_200 * 10**9))  # 1960
+    run_dh("probe", "--out", tmp_path / "m.jsonl", d, check=True)
+    row = rows(tmp_path / "m.jsonl")[0]
+    assert "mtime_ns" not in row and row["bytes"] > 0
+    got = loader_run(tmp_path / "m.jsonl", batch_size=1)
+    assert [x[0] for x in got] == [[0]]
