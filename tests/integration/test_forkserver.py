@@ -97,7 +97,11 @@ class FakeForkServer:
 
     def __init__(self, path, cfg, dataset):
         import threading
+        from datahelix import _forkserver
         self.path, self.pid = path, None
+        r, w = os.pipe()
+        os.close(w)  # it forks nothing, so it tells nothing
+        self.events = _forkserver.Events(r)
         self.lst = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.lst.bind(path)
         self.lst.listen(1)
