@@ -328,19 +328,18 @@ class _WorkerProcess:
         st = self._events.status.get(self.pid)
         return None if st is None else os.waitstatus_to_exitcode(st)
 
-    def terminate(self):
+    def _signal(self, sig):
         if self.is_alive():
             try:
-                signal.pidfd_send_signal(self._pidfd, signal.SIGTERM)
+                signal.pidfd_send_signal(self._pidfd, sig)
             except OSError:
                 pass
 
+    def terminate(self):
+        self._signal(signal.SIGTERM)
+
     def kill(self):
-        if self.is_alive():
-            try:
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-            except OSError:
-                pass
+        self._signal(signal.SIGKILL)
 
     def __del__(self):
         if getattr(self, "_pidfd", None) is not None:

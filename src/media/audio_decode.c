@@ -95,7 +95,7 @@ static int keep(struct audio_out *o, float *const *tmp, int got,
 /* Resamples one decoded frame (NULL: flush) and keeps what falls in the
  * span. */
 static int convert(SwrContext *swr, const AVFrame *f, struct audio_out *o,
-                   float **tmp, int *tmp_cap, int rate, struct dh_err *e)
+                   float **tmp, int *tmp_cap, struct dh_err *e)
 {
     int want = swr_get_out_samples(swr, f ? f->nb_samples : 0);
     int got;
@@ -117,7 +117,6 @@ static int convert(SwrContext *swr, const AVFrame *f, struct audio_out *o,
                       f ? f->nb_samples : 0);
     if (got < 0)
         return dh_err_set(e, DH_EMEDIA, "resampler: %d", got);
-    (void)rate;
     return keep(o, tmp, got, e);
 }
 
@@ -209,7 +208,7 @@ static int decode_packet(AVCodecContext *cc, const AVPacket *pkt, AVFrame *f,
                      av_channel_layout_compare(&f->ch_layout, &o->in_layout))) {
             /* the stream changed its format: what the old resampler holds
              * goes out, then a new one for the new format */
-            if ((rc = convert(*swr, NULL, o, tmp, tmp_cap, ao->rate, e)))
+            if ((rc = convert(*swr, NULL, o, tmp, tmp_cap, e)))
                 return rc;
             swr_free(swr);
             if ((rc = open_resampler(f, ao->rate, ao->channels, swr, name,
@@ -237,7 +236,7 @@ static int decode_packet(AVCodecContext *cc, const AVPacket *pkt, AVFrame *f,
             if (o->last >= 0 && o->last < o->first)
                 o->last = o->first;
         }
-        rc = convert(*swr, f, o, tmp, tmp_cap, ao->rate, e);
+        rc = convert(*swr, f, o, tmp, tmp_cap, e);
         av_frame_unref(f);
         if (rc)
             return rc;
@@ -325,7 +324,7 @@ int dh_audio_decode(const struct dh_source_ref *ref,
     if ((rc = decode_packet(cc, NULL, f, &swr, ao, &o, tmp, &tmp_cap,
                             fc->streams[idx]->time_base, src.name, e)))
         goto out;
-    if (swr && (rc = convert(swr, NULL, &o, tmp, &tmp_cap, ao->rate, e)))
+    if (swr && (rc = convert(swr, NULL, &o, tmp, &tmp_cap, e)))
         goto out;
     out->channels = ao->channels;
     out->rate = ao->rate;

@@ -108,6 +108,23 @@ static int open_regular(struct dh_source *s, const char *path, struct stat *st,
     return 0;
 }
 
+/* Another file of the same size (re-encoded, replaced) would pass the
+ * size check: the time is the table's too (whole files only: a shard
+ * appended to keeps its members where they were). */
+static int check_mtime(const struct dh_source_ref *ref, int64_t now,
+                       struct dh_err *e)
+{
+    if (ref->mtime_ns <= 0 || now == ref->mtime_ns)
+        return 0;
+    return dh_err_set(e, DH_EMEDIA,
+                      "%s: the file changed since probe (modified %.3f s "
+                      "%s the time the table records): re-run `datahelix "
+                      "probe` (a copy that kept no times, cp without -p, "
+                      "looks changed too)",
+                      ref->path, fabs((double)(now - ref->mtime_ns)) / 1e9,
+                      now > ref->mtime_ns ? "after" : "before");
+}
+
 static int file_open(struct dh_source *s, const struct dh_source_ref *ref,
                      struct dh_err *e)
 {
@@ -136,20 +153,7 @@ static int file_open(struct dh_source *s, const struct dh_source_ref *ref,
                               "probe`",
                               ref->path, (long long)st.st_size,
                               (long long)ref->size);
-        /* another file of the same size (re-encoded, replaced) would pass
-         * the size check: the time is the table's too (whole files only: a
-         * shard appended to keeps its members where they were) */
-        if (ref->mtime_ns > 0 && dh__mtime_ns(&st) != ref->mtime_ns)
-            return dh_err_set(
-                e, DH_EMEDIA,
-                "%s: the file changed since probe (modified %.3f s "
-                "%s the time the table records): re-run "
-                "`datahelix probe` (a copy that kept no times, "
-                "cp without -p, looks changed too)",
-                ref->path,
-                fabs((double)(dh__mtime_ns(&st) - ref->mtime_ns)) / 1e9,
-                dh__mtime_ns(&st) > ref->mtime_ns ? "after" : "before");
-        return 0;
+        return check_mtime(ref, dh__mtime_ns(&st), e);
     }
     if (ref->offset < 0 || ref->size <= 0 || ref->offset > st.st_size ||
         ref->size > st.st_size - ref->offset)

@@ -11,6 +11,11 @@ import pytest
 from conftest import run_dh
 
 
+def ffmpeg_of(ffprobe):
+    """The ffmpeg beside the ffprobe the fixture found."""
+    return ffprobe[:-len("ffprobe")] + "ffmpeg"
+
+
 def rows(table):
     return {r["path"]: r for r in map(json.loads,
                                       table.read_text().splitlines())
@@ -25,7 +30,7 @@ def audio_streams(ffprobe, path):
 
 
 def test_a_made_clip_with_sound_and_one_without(tmp_path, ffprobe):
-    ffmpeg = ffprobe[:-len("ffprobe")] + "ffmpeg"
+    ffmpeg = ffmpeg_of(ffprobe)
     v = tmp_path / "v"
     v.mkdir()
     video = ["-f", "lavfi", "-i", "testsrc=size=64x48:rate=10:duration=2"]
@@ -98,7 +103,7 @@ def test_a_shard_key_s_audio_member_is_its_sound(tmp_path, ffprobe):
     row's audio_* fields describe the member; one FFmpeg cannot read costs
     the row its sound only, said on stderr."""
     import tarfile
-    ffmpeg = ffprobe[:-len("ffprobe")] + "ffmpeg"
+    ffmpeg = ffmpeg_of(ffprobe)
     video = ["-f", "lavfi", "-i", "testsrc=size=64x48:rate=10:duration=1"]
     sine = ["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=8000:"
             "duration=1"]
@@ -137,7 +142,7 @@ def test_a_shard_key_s_audio_member_is_its_sound(tmp_path, ffprobe):
 
 
 def _ffmpeg_f32(ffprobe, path, rate, channels):
-    ffmpeg = ffprobe[:-len("ffprobe")] + "ffmpeg"
+    ffmpeg = ffmpeg_of(ffprobe)
     out = subprocess.run([ffmpeg, "-v", "error", "-i", str(path), "-vn",
                           "-ac", str(channels), "-ar", str(rate), "-f",
                           "f32le", "-"], capture_output=True, timeout=120)

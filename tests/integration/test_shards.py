@@ -607,15 +607,22 @@ def test_a_remote_sidecar_reads_shard_members(clips, tmp_path):
     assert summary["steps"] == len(clips), summary
 
 
+def probed_copies(clips, tmp_path):
+    """tmp_path/v holding the clips as 0.mp4, 1.mp4, ..., probed into
+    tmp_path/m.jsonl; the folder."""
+    d = tmp_path / "v"
+    d.mkdir()
+    for i, f in enumerate(clips):
+        shutil.copy(f, d / f"{i}.mp4")
+    run_dh("probe", "--out", tmp_path / "m.jsonl", d, check=True)
+    return d
+
+
 def test_a_file_replaced_after_probe_is_a_sample_error(clips, tmp_path):
     """Issue 41 item 4: a row whose file was replaced after probing (its
     size is not the table's) is a SampleError saying so and what to do,
     never silently another clip; skip substitutes it."""
-    d = tmp_path / "v"
-    d.mkdir()
-    for i, f in enumerate(clips[:4]):
-        shutil.copy(f, d / f"{i}.mp4")
-    run_dh("probe", "--out", tmp_path / "m.jsonl", d, check=True)
+    d = probed_copies(clips[:4], tmp_path)
     victim = d / "2.mp4"
     shutil.copy(clips[5], victim)  # another clip, another size
     assert victim.stat().st_size != clips[2].stat().st_size
@@ -638,11 +645,7 @@ def test_a_file_rewritten_at_the_same_size_is_a_sample_error(clips,
     (mtime_ns) besides its size, so a file rewritten at the same size is
     a SampleError too, saying so and what to do; the same time again and
     it decodes."""
-    d = tmp_path / "v"
-    d.mkdir()
-    for i, f in enumerate(clips[:4]):
-        shutil.copy(f, d / f"{i}.mp4")
-    run_dh("probe", "--out", tmp_path / "m.jsonl", d, check=True)
+    d = probed_copies(clips[:4], tmp_path)
     victim = d / "1.mp4"
     st = victim.stat()
     row = next(r for r in rows(tmp_path / "m.jsonl")
