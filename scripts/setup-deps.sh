@@ -2,7 +2,7 @@
 # Installs every Debian package datahelix needs to build, test and demo.
 # The Python package (python/datahelix) needs the CPython headers to build
 # and python3-torch to run and test.  `setup-deps.sh bench` adds what the
-# peer benchmarks need besides (torchvision; Dask and matplotlib for
+# peer benchmarks need besides (torchvision, torchaudio; Dask and matplotlib for
 # `make bench-live`).  patchelf: `make bundle` (docs/bundle.md); shellcheck,
 # yamllint, python3-yaml: the deploy/ recipes' checks (docs/deploy.md);
 # slurm-wlm, munge: a real one-node Slurm that test_slurm.py starts.
@@ -26,7 +26,7 @@ libmicrohttpd-dev python3-prometheus-client tmux
 libcurl4-openssl-dev nginx-light openssl python3-botocore
 slurm-wlm munge"
 if [ "${1:-}" = bench ]; then
-    PKGS="$PKGS python3-torchvision python3-distributed"
+    PKGS="$PKGS python3-torchvision python3-distributed python3-torchaudio"
 fi
 
 # s3rver for the S3 tests: npm, into .deps/ beside this script's checkout.

@@ -97,7 +97,21 @@ struct dh_media_plan {
                          max_pixels), 0..DH_MEDIA_MAX_PIXELS */
     int32_t patch;    /* each side a multiple of this (28 for Qwen-VL),
                          0..DH_MEDIA_MAX_PATCH; 0 and 1: any size */
+    /* Sound (issue 38; batches only, docs/media.md "Audio"): audio_rate 0:
+     * none.  Else each sample's audio over the span its frames cover,
+     * resampled to audio_rate Hz (DH_AUDIO_MIN_RATE..DH_AUDIO_MAX_RATE)
+     * and audio_channels (1 or 2), at most audio_samples per channel
+     * (1..DH_AUDIO_MAX_ROW); a clip without sound is zeros (length 0)
+     * unless audio_required, which makes it a DH_EMEDIA sample error. */
+    int32_t audio_rate, audio_channels;
+    int64_t audio_samples;
+    int32_t audio_required;
 };
+
+#define DH_AUDIO_MIN_RATE 1000
+#define DH_AUDIO_MAX_RATE 384000
+/* Most audio samples per channel of one batch row: 10 minutes at 48 kHz. */
+#define DH_AUDIO_MAX_ROW ((int64_t)48000 * 600)
 
 /* Largest `patch` of a native plan. */
 #define DH_MEDIA_MAX_PATCH 1024

@@ -65,6 +65,10 @@ def _rank_world(rank, world_size):
     return rank, world_size
 
 
+def _align64(v):
+    return (v + 63) & ~63
+
+
 def _arena_bytes(arena_mb):
     """arena_mb in bytes for the binding (0: the client's default)."""
     if arena_mb is None:
@@ -159,8 +163,12 @@ class DataLoader(Closing):
                  max_pixels=None, patch=None, max_frames=None, keyfile=None,
                  metrics_listen=None, metrics_token_file=None,
                  trace=None, load_balance=None, step_order="alternate",
-                 heartbeat_timeout=None, cache_dir=None, cache_bytes=None):
+                 heartbeat_timeout=None, cache_dir=None, cache_bytes=None,
+                 audio=False, audio_rate=16000, audio_channels=1,
+                 audio_seconds=None, audio_missing="zeros"):
         _opt.check_manifest(manifest)
+        sound = _opt.audio_opts(audio, audio_rate, audio_channels,
+                                audio_seconds, audio_missing)
         cache_args = _cache.check(cache_dir, cache_bytes)
         self.cache_dir = cache_args[1] if cache_args else None
         self._cache_bytes = cache_bytes
@@ -212,6 +220,12 @@ class DataLoader(Closing):
                                 max_frames)
         if samp["native"]:
             _packed.check_native(layout, microbatches, transform, collate_fn)
+        if sound["audio_rate"] and (samp["native"] or transform is not None):
+            raise NotImplementedError(
+                "audio=True with " + ("size=None (packed batches)"
+                                      if samp["native"] else "transform=") +
+                " is not implemented yet: use a fixed size, without "
+                "transform= (docs/python.md \"Sound\")")
         if transform is not None:  # on the DataServer's workers: _video.py
             _video.check(microbatches, dataserver, listen, transport)
             from ._distributed import dataset_file_bytes
@@ -267,6 +281,8 @@ class DataLoader(Closing):
                           arena_bytes=_arena_bytes(arena_mb),
                           spares=_SKIP_SPARES if on_error == "skip" else 0)
         self._opts.update(samp)
+        self._opts.update(sound)
+        self.audio = bool(sound["audio_rate"])
         self._dtype = _DTYPES[dtype]
         self._tx = transform is not None
         self._tx_dir = None      # the dataset file's private folder
@@ -541,6 +557,28 @@ class DataLoader(Closing):
             return torch.cat(parts)
         return parts[0].clone() if self.transport == "copy" else parts[0]
 
+    def _audio(self, b):
+        """The sound of every part (docs/arena.md "Batch layout": int64
+        lengths [n] then float32 [n, C, S], each 64-aligned after the
+        frames): (audio, lengths), views of the slot for one microbatch."""
+        c, s = self._opts["audio_channels"], self._opts["audio_samples"]
+        sounds, lengths = [], []
+        for j in range(b.n_parts):
+            n = b.dims(j)[0]
+            slot = b.slot(j)
+            at = _align64(len(memoryview(b.part(j))))
+            lengths.append(torch.frombuffer(slot, dtype=torch.int64, count=n,
+                                            offset=at).clone())
+            at = _align64(at + 8 * n)
+            sounds.append(torch.frombuffer(
+                slot, dtype=torch.float32, count=n * c * s,
+                offset=at).view(n, c, s))
+        if len(sounds) > 1:
+            return torch.cat(sounds), torch.cat(lengths)
+        if self.transport == "copy":
+            return sounds[0].clone(), lengths[0]
+        return sounds[0], lengths[0]
+
     def _arena_views(self):
         """Whether a batch's "video" is its arena slot itself (one
         microbatch, transport="shm": _video)."""
@@ -570,6 +608,9 @@ class DataLoader(Closing):
                  "stage": stage, "cause": cause, "code": code}
                 for pos, failed, sub, stage, code, cause in b.substitutions],
         }
+        if self.audio:  # [B, C, S] zero-padded, valid samples per row
+            out["audio"], out["audio_lengths"] = self._audio(b)
+            out["audio_mask"] = out["audio_lengths"] > 0
         if self._native:  # a list of views, packed, cu_seqlens, thw
             out.update(_packed.video(b.part(0), len(ids), self._dtype,
                                      self._patch))
@@ -633,6 +674,10 @@ class DataLoader(Closing):
                    for k, (f, i, t, x) in enumerate(zip(
                        batch["valid_frames"], batch["ids"], batch["tokens"],
                        batch["text"]))]
+        if self.audio:  # each sample's row, and its valid length
+            for k, sample in enumerate(samples):
+                sample["audio"] = batch["audio"][k]
+                sample["audio_length"] = int(batch["audio_lengths"][k])
         out = self.collate_fn(samples)
         self._meter.add_python(0.0, time.perf_counter() - t0)
         return out
@@ -649,7 +694,9 @@ class DataLoader(Closing):
                 self.balance, self.step_order, self.batch_size, o["frames"],
                 o["width"], o["height"], o["layout"], o["dtype"],
                 o["random_crop"], o["microbatches"], o["fps"], o["native"],
-                o.get("max_side"), o.get("max_area"), o.get("patch"))
+                o.get("max_side"), o.get("max_area"), o.get("patch"),
+                o["audio_rate"], o["audio_channels"], o["audio_samples"],
+                o["audio_required"])
 
     def _chain_end(self):
         _, offs, base = self._schedule(self._epoch)

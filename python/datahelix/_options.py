@@ -148,6 +148,40 @@ def timeout_ms(timeout):
     return max(1, int(timeout * 1000))
 
 
+AUDIO_MIN_RATE, AUDIO_MAX_RATE = 1000, 384000   # datahelix/media.h
+AUDIO_MAX_ROW = 48000 * 600                      # DH_AUDIO_MAX_ROW
+AUDIO_SECONDS = 30.0  # a row's default bound: Whisper's window
+
+
+def audio_opts(audio, rate, channels, seconds, missing):
+    """The client's sound options ({"audio_rate": 0, ...} without sound):
+    rate Hz, 1 or 2 channels, rows of ceil(seconds * rate) samples,
+    missing "zeros" (an empty row, audio_mask False) or "error" (a
+    SampleError).  docs/python.md "Sound"."""
+    if audio not in (True, False):
+        raise ValueError(f"audio={audio!r}: True or False")
+    if missing not in ("zeros", "error"):
+        raise ValueError(f"audio_missing={missing!r}: 'zeros' (an empty "
+                         "row, audio_mask False) or 'error' (SampleError)")
+    if not audio:
+        return dict(audio_rate=0, audio_channels=0, audio_samples=0,
+                    audio_required=False)
+    if (not isinstance(rate, int) or isinstance(rate, bool) or
+            not AUDIO_MIN_RATE <= rate <= AUDIO_MAX_RATE):
+        raise ValueError(f"audio_rate={rate!r}: an int of Hz in "
+                         f"{AUDIO_MIN_RATE}..{AUDIO_MAX_RATE}")
+    if channels not in (1, 2) or isinstance(channels, bool):
+        raise ValueError(f"audio_channels={channels!r}: 1 (mono) or 2")
+    seconds = AUDIO_SECONDS if seconds is None else seconds
+    if (not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
+            or not seconds > 0 or seconds * rate > AUDIO_MAX_ROW):
+        raise ValueError(f"audio_seconds={seconds!r}: > 0 seconds, at most "
+                         f"{AUDIO_MAX_ROW} samples a row at {rate} Hz")
+    return dict(audio_rate=rate, audio_channels=channels,
+                audio_samples=max(1, int(-(-seconds * rate // 1))),
+                audio_required=missing == "error")
+
+
 def check_callable(name, f):
     if f is not None and not callable(f):
         raise ValueError(f"{name}={f!r}: a callable (or None)")

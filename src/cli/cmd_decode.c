@@ -23,6 +23,7 @@
 
 #include "cli/cli.h"
 #include "core/alloc.h"
+#include "datahelix/audio.h"
 #include "datahelix/media.h"
 #include "datahelix/media_reuse.h"
 #include "datahelix/probe.h"
@@ -41,6 +42,8 @@ struct decode_opts {
     int json;
     int no_reuse; /* --no-decoder-reuse */
     int native;   /* --size native: DH_GEOM_NATIVE after all options */
+    int audio;    /* --audio: each file's sound over its frames' span too */
+    int64_t audio_rate, audio_channels;
 };
 
 /* Per-run state: the reused pipeline, buffer and output stream. */
@@ -55,6 +58,9 @@ struct decode_run {
     double *open_ms;          /* ... and of its open part */
     int64_t files, failed, frames;
     double seconds;
+    int64_t audio_n;   /* the current file's sound: samples per channel, */
+    int audio_missing; /* or none (no audio stream) */
+    double audio_t0, audio_t1;
 };
 
 static void usage(FILE *f)
@@ -98,6 +104,10 @@ static void usage(FILE *f)
         "      --cache-bytes N   the cache's bound             [10737418240]\n"
         "      --ca-bundle FILE  the CAs that https:// inputs are checked against\n"
         "                        (PEM; default: the system's)\n"
+        "      --audio           also decode each file's sound over the span its\n"
+        "                        frames cover, and report its sample count\n"
+        "      --audio-rate R    the sound's rate, Hz                        [16000]\n"
+        "      --audio-channels C  1 or 2                                        [1]\n"
         "      --json            one JSON object per file and a total, on stdout\n"
         "  -h, --help            this text\n"
         "\n"
@@ -121,7 +131,10 @@ enum {
     OPT_PATCH,
     OPT_CA,
     OPT_CACHE_DIR,
-    OPT_CACHE_BYTES
+    OPT_CACHE_BYTES,
+    OPT_AUDIO,
+    OPT_AUDIO_RATE,
+    OPT_AUDIO_CH
 };
 
 static const struct option longopts[] = {
@@ -147,6 +160,9 @@ static const struct option longopts[] = {
     {"ca-bundle", required_argument, NULL, OPT_CA},
     {"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
     {"cache-bytes", required_argument, NULL, OPT_CACHE_BYTES},
+    {"audio", no_argument, NULL, OPT_AUDIO},
+    {"audio-rate", required_argument, NULL, OPT_AUDIO_RATE},
+    {"audio-channels", required_argument, NULL, OPT_AUDIO_CH},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -314,6 +330,12 @@ static int parse_number(int c, struct decode_opts *o)
                                       "a number >= 0",
                                       optarg);
         return 0;
+    case OPT_AUDIO_RATE:
+        return dh_cli_opt_i64("decode", "audio-rate", optarg, DH_AUDIO_MIN_RATE,
+                              DH_AUDIO_MAX_RATE, &o->audio_rate);
+    case OPT_AUDIO_CH:
+        return dh_cli_opt_i64("decode", "audio-channels", optarg, 1, 2,
+                              &o->audio_channels);
     case 't':
         if (dh_cli_parse_i64(optarg, 0, 256, &o->threads))
             return dh_cli_usage_error("decode",
@@ -357,6 +379,9 @@ static int parse_opt(void *ctx, int c)
         return dh_cli_opt_cache_bytes("decode", optarg);
     case OPT_NOREUSE:
         o->no_reuse = 1;
+        return 0;
+    case OPT_AUDIO:
+        o->audio = 1;
         return 0;
     case OPT_GEOM:
         if (!(rc = parse_enum(geometries, "geometry",
@@ -419,6 +444,8 @@ static int parse_args(int argc, char **argv, struct decode_opts *o)
     dh_media_plan_init(&o->plan);
     o->threads = 1;
     o->repeat = 1;
+    o->audio_rate = 16000;
+    o->audio_channels = 1;
     /* -1 tells the caller --help was shown */
     if ((rc = dh_cli_getopt(&cli_cmd, argc, argv, o, NULL)) != DH_CLI_RUN)
         return rc == DH_EXIT_OK ? -1 : rc;
@@ -460,6 +487,36 @@ static int ensure_buf(struct decode_run *r, size_t need, const char *path,
     return 0;
 }
 
+/* --audio: the sound of the span the decoded frames cover, as a loader's
+ * batch row holds it (its samples counted; a file without sound has
+ * none, which is not a failure). */
+static int decode_sound(struct decode_run *r, const struct dh_source_ref *ref,
+                        const char *path, struct dh_err *e)
+{
+    struct dh_audio_opts ao = {.rate = (int)r->o->audio_rate,
+                               .channels = (int)r->o->audio_channels};
+    struct dh_audio a;
+    int rc;
+
+    r->audio_n = 0;
+    r->audio_missing = 0;
+    if (dh__media_span(r->m, &r->cur, &ao.start_s, &ao.end_s))
+        return dh_err_set(e, DH_EMEDIA, "%s: no frame to time the sound by",
+                          path);
+    r->audio_t0 = ao.start_s;
+    r->audio_t1 = ao.end_s;
+    rc = dh_audio_decode(ref, &ao, &a, e);
+    if (rc && (r->audio_missing = a.missing)) {
+        dh_err_clear(e);
+        return 0;
+    }
+    if (rc)
+        return rc;
+    r->audio_n = a.n;
+    dh_audio_free(&a);
+    return 0;
+}
+
 /* One open + select + decode of `path` (what a training sample pays);
  * *ms is its wall time, *open_ms the open's part of it (container, frame
  * table, decoder: what reusing them across files could save).  The file
@@ -492,6 +549,8 @@ static int decode_once(struct decode_run *r, const struct dh_source_ref *ref,
     if ((rc = ensure_buf(r, bytes + DH_MEDIA_DST_PAD, path, e)))
         return rc;
     rc = dh_media_decode(r->m, p, r->buf, r->cap, res, e);
+    if (!rc && r->o->audio)
+        rc = decode_sound(r, ref, path, e);
     *ms = (dh_cli_now() - t0) * 1e3;
     return rc;
 }
@@ -559,6 +618,14 @@ static void report_file(struct decode_run *r, const char *path,
             fprintf(stderr, ", mean shift %.2f", res->mean_abs_shift);
         if (res->seek_fallbacks)
             fputs(", a seek missed: decoded forward from the start", stderr);
+        if (r->o->audio && r->audio_missing)
+            fputs(", audio: none (no audio stream)", stderr);
+        else if (r->o->audio)
+            fprintf(stderr,
+                    ", audio %" PRId64 " samples x %d ch at %d Hz "
+                    "(%.3f..%.3f s)",
+                    r->audio_n, (int)r->o->audio_channels,
+                    (int)r->o->audio_rate, r->audio_t0, r->audio_t1);
         fputc('\n', stderr);
         return;
     }
@@ -576,6 +643,12 @@ static void report_file(struct decode_run *r, const char *path,
     if (o && p->snap != DH_SNAP_EXACT)
         json_object_set_new(o, "mean_abs_shift",
                             json_real(res->mean_abs_shift));
+    if (o && r->o->audio) {
+        json_object_set_new(o, "audio_samples", json_integer(r->audio_n));
+        json_object_set_new(o, "audio_start_s", json_real(r->audio_t0));
+        json_object_set_new(o, "audio_end_s", json_real(r->audio_t1));
+        json_object_set_new(o, "audio_stream", json_boolean(!r->audio_missing));
+    }
     print_json(o);
 }
 

@@ -189,6 +189,32 @@ static int check_fixed_pixels(const struct dh_media_plan *p, struct dh_err *e)
     return dh_media_plan_check_pixels(p, p->frames, e);
 }
 
+/* Sound in batches: off (rate 0), or rate, channels and row length in
+ * range; not yet with packed (native-size) batches. */
+static int check_audio(const struct dh_media_plan *p, struct dh_err *e)
+{
+    if (p->audio_rate == 0)
+        return 0;
+    if (p->audio_rate < DH_AUDIO_MIN_RATE || p->audio_rate > DH_AUDIO_MAX_RATE)
+        return dh_err_set(e, DH_EINVAL,
+                          "plan: audio_rate %" PRId32 " out of range %d..%d Hz",
+                          p->audio_rate, DH_AUDIO_MIN_RATE, DH_AUDIO_MAX_RATE);
+    if (p->audio_channels < 1 || p->audio_channels > 2)
+        return dh_err_set(e, DH_EINVAL,
+                          "plan: audio_channels %" PRId32 " (1 or 2)",
+                          p->audio_channels);
+    if (p->audio_samples < 1 || p->audio_samples > DH_AUDIO_MAX_ROW)
+        return dh_err_set(e, DH_EINVAL,
+                          "plan: audio_samples %" PRId64 " out of range "
+                          "1..%" PRId64,
+                          p->audio_samples, DH_AUDIO_MAX_ROW);
+    if (p->geometry == DH_GEOM_NATIVE)
+        return dh_err_set(e, DH_ENOTIMPL,
+                          "plan: audio in packed (native-size) batches is "
+                          "not implemented yet; use a fixed size");
+    return 0;
+}
+
 int dh_media_plan_check(const struct dh_media_plan *p, struct dh_err *e)
 {
     int rc;
@@ -202,7 +228,7 @@ int dh_media_plan_check(const struct dh_media_plan *p, struct dh_err *e)
     if (!isfinite(p->snap_tol))
         return dh_err_set(e, DH_EINVAL, "plan: snap_tol %g is not finite",
                           p->snap_tol);
-    return 0;
+    return check_audio(p, e);
 }
 
 /* *acc *= v, saturating at SIZE_MAX; returns 0 once saturated. */

@@ -427,6 +427,10 @@ void dh_wire_plan_to_media(const struct dh_wire_plan *w,
     out->max_side = (int32_t)w->max_side;
     out->max_area = (int64_t)w->max_area;
     out->patch = (int32_t)w->patch;
+    out->audio_rate = (int32_t)w->audio_rate;
+    out->audio_channels = (int32_t)w->audio_channels;
+    out->audio_samples = (int64_t)w->audio_samples;
+    out->audio_required = (int32_t)w->audio_required;
     /* The wire carries no cap: a DataServer holds every plan it is sent to
      * its own default, DH_MEDIA_MAX_PIXELS, whatever a peer would like. */
     out->max_pixels = 0;
@@ -472,6 +476,10 @@ int dh_wire_plan_from_media(struct dh_wire_plan *w,
     memcpy(w->std, p->std, sizeof(w->std));
     w->snap = p->snap;
     w->snap_tol = p->snap_tol;
+    w->audio_rate = (uint32_t)p->audio_rate;
+    w->audio_channels = p->audio_rate ? (uint32_t)p->audio_channels : 0;
+    w->audio_samples = p->audio_rate ? (uint64_t)p->audio_samples : 0;
+    w->audio_required = p->audio_rate ? (uint32_t)(p->audio_required != 0) : 0;
     return 0;
 }
 

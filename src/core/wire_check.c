@@ -271,6 +271,32 @@ static int ck_plan_size(const struct dh__wire_ck *c,
     return 0;
 }
 
+/* Sound: all four 0, or each in range (wire.h). */
+static int ck_plan_audio(const struct dh__wire_ck *c,
+                         const struct dh_wire_plan *p)
+{
+    int rc;
+
+    if (p->audio_rate == 0) {
+        if ((rc = ck_u64(c, "plan.audio_channels", p->audio_channels, 0, 0)) <
+                0 ||
+            (rc = ck_u64(c, "plan.audio_samples", p->audio_samples, 0, 0)) <
+                0 ||
+            (rc = ck_u64(c, "plan.audio_required", p->audio_required, 0, 0)) <
+                0)
+            return rc;
+        return 0;
+    }
+    if ((rc = ck_u64(c, "plan.audio_rate", p->audio_rate, DH_AUDIO_MIN_RATE,
+                     DH_AUDIO_MAX_RATE)) < 0 ||
+        (rc = ck_u64(c, "plan.audio_channels", p->audio_channels, 1, 2)) < 0 ||
+        (rc = ck_u64(c, "plan.audio_samples", p->audio_samples, 1,
+                     (uint64_t)DH_AUDIO_MAX_ROW)) < 0 ||
+        (rc = ck_u64(c, "plan.audio_required", p->audio_required, 0, 1)) < 0)
+        return rc;
+    return 0;
+}
+
 static int ck_plan(const struct dh__wire_ck *c, const struct dh_wire_plan *p)
 {
     struct dh_media_plan mp;
@@ -281,7 +307,7 @@ static int ck_plan(const struct dh__wire_ck *c, const struct dh_wire_plan *p)
         return WIRE_BIG(c, "plan.frames %" PRIu32 " over the cap of %u",
                         p->frames, DH_WIRE_MAX_FRAMES);
     if ((rc = ck_plan_enums(c, p)) < 0 || (rc = ck_plan_size(c, p)) < 0 ||
-        (rc = ck_plan_indices(c, p)) < 0 ||
+        (rc = ck_plan_indices(c, p)) < 0 || (rc = ck_plan_audio(c, p)) < 0 ||
         (rc = ck_real(c, "plan.fps", p->fps, 0, 1e6)) < 0 ||
         (rc = ck_real(c, "plan.snap_tol", p->snap_tol, -1e9, 1e9)) < 0)
         return rc;

@@ -59,6 +59,10 @@ static PbPlan *plan_pb(PbPlan *pb, const struct dh_wire_plan *p)
     pb->max_side = p->max_side;
     pb->max_area = p->max_area;
     pb->patch = p->patch;
+    pb->audio_rate = p->audio_rate;
+    pb->audio_channels = p->audio_channels;
+    pb->audio_samples = p->audio_samples;
+    pb->audio_required = p->audio_required != 0;
     return pb;
 }
 
@@ -408,6 +412,10 @@ static int plan_from_pb(const struct dh__wire_ck *c, struct dh_wire_plan *p,
     p->max_side = pb->max_side;
     p->max_area = pb->max_area;
     p->patch = pb->patch;
+    p->audio_rate = pb->audio_rate;
+    p->audio_channels = pb->audio_channels;
+    p->audio_samples = pb->audio_samples;
+    p->audio_required = pb->audio_required;
     return 0;
 }
 

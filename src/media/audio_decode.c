@@ -13,8 +13,8 @@
  *     sample a player plays; its time is the first decoded frame's
  *     timestamp.  A span [start, end) keeps the output samples whose time
  *     lies in it: sample i of the resampled stream is at t0 + i / rate.
- *   - The whole stream is decoded from its start (clips are seconds long);
- *     a seek for long files is left for later.
+ *   - A span near the stream's start is decoded from the start; one far
+ *     into a long stream from a seek shortly before it (seek_near).
  *   - Output grows by doubling; bounded by DH_AUDIO_MAX_SAMPLES per
  *     channel so a hostile header cannot make it allocate without end.
  */
@@ -36,6 +36,8 @@
 struct audio_out {
     float *buf[2];
     int64_t n, cap; /* samples per channel kept, allocated */
+    int fixed;      /* buf is the caller's (cap samples): keep what fits */
+    int full;       /* fixed and filled: the rest of the span is dropped */
     int channels;
     int64_t produced;    /* samples the resampler has output so far */
     double t0;           /* time of resampled sample 0 */
@@ -83,6 +85,10 @@ static int keep(struct audio_out *o, float *const *tmp, int got,
     o->produced = to;
     if (b <= a)
         return 0;
+    if (o->fixed && o->n + (b - a) >= o->cap) {
+        b = a + (o->cap - o->n);
+        o->full = 1;
+    }
     if ((rc = grow(o, o->n + (b - a), e)))
         return rc;
     for (int c = 0; c < o->channels; c++)
@@ -247,9 +253,73 @@ static int decode_packet(AVCodecContext *cc, const AVPacket *pkt, AVFrame *f,
     return 0;
 }
 
-int dh_audio_decode(const struct dh_source_ref *ref,
-                    const struct dh_audio_opts *ao, struct dh_audio *out,
-                    struct dh_err *e)
+/*
+ * A span far into a long stream (a podcast asked for 5 s at 3 h) starts its
+ * decode a little before the span instead of at the stream's start: memory
+ * is bounded by the span either way, time is not.  The decoder's first
+ * frames after a seek lack what came before them (AAC's overlap, MP3's bit
+ * reservoir), so SEEK_MARGIN_S of them are decoded and dropped.  The output
+ * grid then starts at the first frame decoded, so a resampled span may be
+ * a fraction of a sample off the grid of a decode from the stream's start;
+ * at the stream's own rate it is the same samples.  Packets without
+ * timestamps cannot say where a seek landed: then the decode goes back to
+ * the start.
+ */
+#define SEEK_AFTER_S 30.0
+#define SEEK_MARGIN_S 2.0
+
+static int seek_near(AVFormatContext *fc, int idx, double start_s,
+                     AVPacket *pkt)
+{
+    AVStream *st = fc->streams[idx];
+    double tb = av_q2d(st->time_base);
+    int64_t t0 = st->start_time != AV_NOPTS_VALUE ? st->start_time : 0;
+    int timed = 0;
+
+    if (tb <= 0 || start_s - (double)t0 * tb < SEEK_AFTER_S)
+        return 0;
+    if (av_seek_frame(fc, idx, (int64_t)((start_s - SEEK_MARGIN_S) / tb),
+                      AVSEEK_FLAG_BACKWARD) < 0)
+        return 0; /* not moved: decoded from where it is, the start */
+    /* where did it land?  The first packet of the stream says (and is
+     * read again after the check: the demuxer is put back to it) */
+    while (av_read_frame(fc, pkt) >= 0) {
+        int mine = pkt->stream_index == idx;
+
+        timed = mine &&
+                (pkt->pts != AV_NOPTS_VALUE || pkt->dts != AV_NOPTS_VALUE);
+        av_packet_unref(pkt);
+        if (mine)
+            break;
+    }
+    if (timed &&
+        av_seek_frame(fc, idx, (int64_t)((start_s - SEEK_MARGIN_S) / tb),
+                      AVSEEK_FLAG_BACKWARD) >= 0)
+        return 0;
+    if (av_seek_frame(fc, idx, t0, AVSEEK_FLAG_BACKWARD) >= 0 ||
+        av_seek_frame(fc, -1, 0, AVSEEK_FLAG_BYTE) >= 0)
+        return 0;
+    return -1;
+}
+
+static int check_opts(const struct dh_audio_opts *ao, struct dh_err *e)
+{
+    if (ao->channels < 1 || ao->channels > 2 || ao->rate < DH_AUDIO_MIN_RATE ||
+        ao->rate > DH_AUDIO_MAX_RATE || !(ao->start_s >= 0) ||
+        (ao->end_s > 0 && ao->end_s <= ao->start_s))
+        return dh_err_set(e, DH_EINVAL,
+                          "audio: channels 1 or 2, rate %d..%d Hz, "
+                          "0 <= start < end (end <= 0: to the end)",
+                          DH_AUDIO_MIN_RATE, DH_AUDIO_MAX_RATE);
+    return 0;
+}
+
+/* The span of `ao` into o (its buffers grown, or the caller's when
+ * o->fixed); *missing = 1 when the source has no audio stream (then
+ * DH_EMEDIA). */
+static int decode_span(const struct dh_source_ref *ref,
+                       const struct dh_audio_opts *ao, struct audio_out *o,
+                       int *missing, struct dh_err *e)
 {
     struct dh_source src;
     AVFormatContext *fc = NULL;
@@ -258,18 +328,13 @@ int dh_audio_decode(const struct dh_source_ref *ref,
     SwrContext *swr = NULL;
     AVPacket *pkt = NULL;
     AVFrame *f = NULL;
-    struct audio_out o = {.channels = ao->channels, .last = -1};
     float *tmp[2] = {NULL, NULL};
     int tmp_cap = 0, idx, rc, r;
     char url[4096], eb[128];
 
-    memset(out, 0, sizeof(*out));
-    if (ao->channels < 1 || ao->channels > 2 || ao->rate < 1000 ||
-        ao->rate > 384000 || !(ao->start_s >= 0) ||
-        (ao->end_s > 0 && ao->end_s <= ao->start_s))
-        return dh_err_set(e, DH_EINVAL,
-                          "audio: channels 1 or 2, rate 1000..384000 Hz, "
-                          "0 <= start < end (end <= 0: to the end)");
+    *missing = 0;
+    if ((rc = check_opts(ao, e)))
+        return rc;
     dh__av_quiet();
     dh__source_init(&src);
     if ((rc = dh__source_open(&src, ref, e)))
@@ -294,6 +359,7 @@ int dh_audio_decode(const struct dh_source_ref *ref,
     if ((r = avformat_find_stream_info(fc, NULL)) < 0 ||
         (idx = av_find_best_stream(fc, AVMEDIA_TYPE_AUDIO, -1, -1, NULL, 0)) <
             0) {
+        *missing = !src.failed && r >= 0;
         rc = src.failed
                  ? dh__source_input_error(&src, AVERROR(EIO), e)
                  : dh_err_set(e, DH_EMEDIA, "%s: no audio stream", src.name);
@@ -301,15 +367,22 @@ int dh_audio_decode(const struct dh_source_ref *ref,
     }
     if ((rc = open_decoder(fc, idx, &cc, src.name, e)))
         goto out;
+    if (seek_near(fc, idx, ao->start_s, pkt)) {
+        rc = dh_err_set(e, DH_EMEDIA,
+                        "%s: audio without timestamps, and the stream "
+                        "cannot be read again from its start",
+                        src.name);
+        goto out;
+    }
     while ((r = av_read_frame(fc, pkt)) >= 0) {
         if (pkt->stream_index == idx)
-            rc = decode_packet(cc, pkt, f, &swr, ao, &o, tmp, &tmp_cap,
+            rc = decode_packet(cc, pkt, f, &swr, ao, o, tmp, &tmp_cap,
                                fc->streams[idx]->time_base, src.name, e);
         av_packet_unref(pkt);
         if (rc)
             goto out;
-        if (o.last >= 0 && o.produced >= o.last)
-            break; /* the span is whole */
+        if ((o->last >= 0 && o->produced >= o->last) || o->full)
+            break; /* the span is whole, or all the caller has room for */
     }
     if (r < 0 && r != AVERROR_EOF) {
         rc = src.failed ? dh__source_input_error(&src, r, e)
@@ -321,25 +394,15 @@ int dh_audio_decode(const struct dh_source_ref *ref,
         rc = dh__source_input_error(&src, AVERROR(EIO), e);
         goto out;
     }
-    if ((rc = decode_packet(cc, NULL, f, &swr, ao, &o, tmp, &tmp_cap,
+    if ((rc = decode_packet(cc, NULL, f, &swr, ao, o, tmp, &tmp_cap,
                             fc->streams[idx]->time_base, src.name, e)))
         goto out;
-    if (swr && (rc = convert(swr, NULL, &o, tmp, &tmp_cap, e)))
+    if (swr && (rc = convert(swr, NULL, o, tmp, &tmp_cap, e)))
         goto out;
-    out->channels = ao->channels;
-    out->rate = ao->rate;
-    out->n = o.n;
-    out->start_s = o.t0 + (double)o.first / ao->rate;
-    for (int c = 0; c < ao->channels; c++) {
-        out->data[c] = o.buf[c];
-        o.buf[c] = NULL;
-    }
 out:
-    for (int c = 0; c < 2; c++) {
-        dh__free(o.buf[c]);
+    for (int c = 0; c < 2; c++)
         dh__free(tmp[c]);
-    }
-    av_channel_layout_uninit(&o.in_layout);
+    av_channel_layout_uninit(&o->in_layout);
     swr_free(&swr);
     avcodec_free_context(&cc);
     av_frame_free(&f);
@@ -348,6 +411,51 @@ out:
     avformat_free_context(fc);
     dh__source_avio_free(&pb);
     dh__source_fini(&src);
+    return rc;
+}
+
+int dh_audio_decode(const struct dh_source_ref *ref,
+                    const struct dh_audio_opts *ao, struct dh_audio *out,
+                    struct dh_err *e)
+{
+    struct audio_out o = {.channels = ao->channels, .last = -1};
+    int missing, rc;
+
+    memset(out, 0, sizeof(*out));
+    rc = decode_span(ref, ao, &o, &missing, e);
+    out->missing = rc && missing;
+    if (!rc) {
+        out->channels = ao->channels;
+        out->rate = ao->rate;
+        out->n = o.n;
+        out->start_s = o.t0 + (double)o.first / ao->rate;
+        for (int c = 0; c < ao->channels; c++) {
+            out->data[c] = o.buf[c];
+            o.buf[c] = NULL;
+        }
+    }
+    for (int c = 0; c < 2; c++)
+        dh__free(o.buf[c]);
+    return rc;
+}
+
+int dh_audio_decode_into(const struct dh_source_ref *ref,
+                         const struct dh_audio_opts *ao, float *const dst[2],
+                         int64_t cap, int64_t *n, int *missing,
+                         struct dh_err *e)
+{
+    struct audio_out o = {.channels = ao->channels, .last = -1, .fixed = 1};
+    int rc;
+
+    *n = 0;
+    if (cap < 1)
+        return dh_err_set(e, DH_EINVAL, "audio: room for %lld samples",
+                          (long long)cap);
+    o.cap = cap;
+    for (int c = 0; c < ao->channels && c < 2; c++)
+        o.buf[c] = dst[c];
+    rc = decode_span(ref, ao, &o, missing, e);
+    *n = o.n;
     return rc;
 }
 

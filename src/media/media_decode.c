@@ -21,6 +21,7 @@
 
 #include "core/frame_select.h"
 #include "core/clock.h"
+#include "datahelix/audio.h"
 #include "datahelix/media_stages.h"
 #include "media/media_internal.h"
 
@@ -650,4 +651,57 @@ int dh_media_decode(struct dh_media *m, const struct dh_media_plan *p,
     m->stage_ms[DH_MS_DECODE] += dh__mono_msf() - t0 - reads;
     m->stage_ms[DH_MS_READ] += reads;
     return rc;
+}
+
+/* ---- the span the selection covers (audio.h) ---- */
+
+/* Source frame k's time on the container's clock, seconds: its timestamp,
+ * or (frames identified by count) the stream's start plus k frames. */
+static double frame_clock(const struct dh_media *m, int64_t k)
+{
+    const AVStream *st = m->fc->streams[m->stream];
+    double fps = m->info.fps > 0 ? m->info.fps : 25.0;
+    double t0 = st->start_time != AV_NOPTS_VALUE
+                    ? (double)st->start_time * m->tb
+                    : 0;
+
+    if (m->counting || k < 0 || k >= m->n)
+        return t0 + (double)k / fps;
+    return (double)m->pts[k] * m->tb;
+}
+
+int dh__media_span(const struct dh_media *m, const struct dh_media_plan *p,
+                   double *start_s, double *end_s)
+{
+    int64_t lo = INT64_MAX, hi = -1;
+    double dur;
+
+    if (!m->fc || !m->selected || m->valid < 1)
+        return DH_EINVAL;
+    if (m->image) {
+        *start_s = 0;
+        *end_s = 1.0 / 25;
+        return 0;
+    }
+    for (int64_t i = 0; i < m->valid; i++) {
+        if (m->idx[i] < 0)
+            continue;
+        lo = m->idx[i] < lo ? m->idx[i] : lo;
+        hi = m->idx[i] > hi ? m->idx[i] : hi;
+    }
+    if (hi < 0)
+        return DH_EINVAL;
+    if (p->kind == DH_PLAN_FPS && p->fps > 0)
+        dur = 1.0 / p->fps; /* each output frame stands for 1 / fps */
+    else if (!m->counting && m->half > 0)
+        dur = 2.0 * (double)m->half * m->tb;
+    else
+        dur = 1.0 / (m->info.fps > 0 ? m->info.fps : 25.0);
+    *start_s = frame_clock(m, lo);
+    *end_s = frame_clock(m, hi) + dur;
+    if (*start_s < 0)
+        *start_s = 0; /* before the clock's zero: no sound is there */
+    if (!(*end_s > *start_s))
+        *end_s = *start_s + dur;
+    return 0;
 }

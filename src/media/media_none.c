@@ -7,6 +7,7 @@
  */
 #include <stddef.h>
 
+#include "datahelix/audio.h"
 #include "datahelix/media.h"
 #include "datahelix/media_stages.h"
 #include "media/cache.h"
@@ -128,6 +129,36 @@ void dh__media_stage_note(struct dh_media *m, uint32_t pos)
 {
     (void)m;
     (void)pos;
+}
+
+void dh__media_stage_add(struct dh_media *m, int stage, double ms)
+{
+    (void)m;
+    (void)stage;
+    (void)ms;
+}
+
+int dh__media_span(const struct dh_media *m, const struct dh_media_plan *p,
+                   double *start_s, double *end_s)
+{
+    (void)m;
+    (void)p;
+    *start_s = *end_s = 0;
+    return DH_EUNSUPPORTED;
+}
+
+int dh_audio_decode_into(const struct dh_source_ref *ref,
+                         const struct dh_audio_opts *o, float *const dst[2],
+                         int64_t cap, int64_t *n, int *missing,
+                         struct dh_err *e)
+{
+    (void)ref;
+    (void)o;
+    (void)dst;
+    (void)cap;
+    *n = 0;
+    *missing = 0;
+    return no_media(e);
 }
 
 /* No read-ahead, no cache without the media layer (prefetch.h). */

@@ -69,3 +69,9 @@ void dh__media_stage_note(struct dh_media *m, uint32_t pos)
     }
     memset(m->stage_ms, 0, sizeof(m->stage_ms));
 }
+
+void dh__media_stage_add(struct dh_media *m, int stage, double ms)
+{
+    if (stage >= 0 && stage < DH_MS_COUNT && ms > 0)
+        m->stage_ms[stage] += ms;
+}

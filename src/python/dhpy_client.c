@@ -58,7 +58,9 @@ static void batch_dealloc(BatchObject *self)
 /* The heap types (dhpy_client_init). */
 static PyTypeObject *PartType, *BatchType;
 
-static PyObject *batch_part(BatchObject *self, PyObject *arg)
+/* Part j's frames (whole 0) or its whole slot (whole 1: the sound after
+ * the frames, docs/arena.md "Batch layout"). */
+static PyObject *new_part(BatchObject *self, PyObject *arg, int whole)
 {
     long j = PyLong_AsLong(arg);
     PartObject *p;
@@ -74,6 +76,8 @@ static PyObject *batch_part(BatchObject *self, PyObject *arg)
     p->batch = self;
     p->j = (uint32_t)j;
     p->len = tensor_bytes(&self->b->parts[j]);
+    if (whole && p->len >= 0 && self->b->parts[j].len <= PY_SSIZE_T_MAX)
+        p->len = (Py_ssize_t)self->b->parts[j].len;
     if (p->len < 0) {
         Py_DECREF(p);
         return PyErr_Format(dhpy_DataError,
@@ -82,6 +86,16 @@ static PyObject *batch_part(BatchObject *self, PyObject *arg)
                             (unsigned long long)self->b->step, j);
     }
     return (PyObject *)p;
+}
+
+static PyObject *batch_part(BatchObject *self, PyObject *arg)
+{
+    return new_part(self, arg, 0);
+}
+
+static PyObject *batch_slot(BatchObject *self, PyObject *arg)
+{
+    return new_part(self, arg, 1);
 }
 
 static PyObject *batch_dims(BatchObject *self, PyObject *arg)
@@ -191,6 +205,8 @@ static PyGetSetDef batch_getset[] = {
 static PyMethodDef batch_methods[] = {
     {"part", (PyCFunction)batch_part, METH_O,
      "part(j): microbatch j's tensor bytes (buffer protocol, no copy)"},
+    {"slot", (PyCFunction)batch_slot, METH_O,
+     "slot(j): microbatch j's whole slot, the sound after the frames"},
     {"dims", (PyCFunction)batch_dims, METH_O, "dims(j): part j's shape"},
     {NULL, NULL, 0, NULL},
 };
@@ -353,6 +369,10 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
                             "server_log",
                             "cache_dir",
                             "cache_bytes",
+                            "audio_rate",
+                            "audio_channels",
+                            "audio_samples",
+                            "audio_required",
                             NULL};
     struct dh_client_opts o;
     const char *layout = "THWC", *dtype = "uint8", *tel = NULL;
@@ -362,7 +382,8 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     unsigned long long arena_bytes = 0, cache_bytes = 0;
     double fps = 0; /* > 0: an fps plan, `frames` its cap */
     int native = 0, max_side = 0, patch = 0;
-    long long max_area = 0;
+    long long max_area = 0, audio_samples = 0;
+    int audio_rate = 0, audio_channels = 0, audio_required = 0;
     PyObject *ds_args = NULL, *ds_bytes[DH_CLIENT_MAX_DS_ARGS + 1] = {NULL};
     const char *ds_argv[DH_CLIENT_MAX_DS_ARGS + 1] = {NULL};
     struct dh_err e;
@@ -373,7 +394,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     }
     dh_client_opts_default(&o);
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "ss|IILiissIIiizzIIzKzipKOddIdpiLizzIzzK", names,
+            args, kw, "ss|IILiissIIiizzIIzKzipKOddIdpiLizzIzzKiiLp", names,
             &o.coordinator, &o.index_path, &o.rank, &o.world_size, &frames, &w,
             &h, &layout, &dtype, &o.prefetch, &o.microbatches, &o.timeout_ms,
             &o.start_timeout_ms, &o.dataserver, &o.datahelix_bin, &o.ds_workers,
@@ -381,7 +402,8 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
             &random_crop, &arena_bytes, &ds_args, &o.ddl_ms,
             &o.step_deadline_ms, &o.spares, &fps, &native, &max_side, &max_area,
             &patch, &o.keyfile, &o.trace, &o.held, &o.server_log, &o.cache_dir,
-            &cache_bytes))
+            &cache_bytes, &audio_rate, &audio_channels, &audio_samples,
+            &audio_required))
         return -1;
     o.arena_bytes = (size_t)arena_bytes;
     o.cache_bytes = cache_bytes;
@@ -400,6 +422,10 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
         o.plan.kind = DH_PLAN_FPS;
         o.plan.fps = fps;
     }
+    o.plan.audio_rate = audio_rate;
+    o.plan.audio_channels = audio_channels;
+    o.plan.audio_samples = audio_samples;
+    o.plan.audio_required = audio_required;
     if (native) { /* a packed batch: batch_packed.h */
         o.plan.geometry = DH_GEOM_NATIVE;
         o.plan.width = o.plan.height = 0;

@@ -9,8 +9,10 @@
  */
 #include <string.h>
 
+#include "datahelix/audio.h"
 #include "datahelix/batch.h"
 #include "datahelix/media_stages.h"
+#include "core/clock.h"
 #include "core/hash.h"
 
 int64_t dh_batch_frames(const struct dh_media_plan *p)
@@ -28,17 +30,52 @@ int64_t dh_batch_frames(const struct dh_media_plan *p)
     return 0;
 }
 
-size_t dh_batch_bytes(const struct dh_media_plan *p, uint32_t n)
+/* Bytes of one sample's frames; 0 or SIZE_MAX as dh_batch_bytes. */
+static size_t video_one(const struct dh_media_plan *p)
 {
     int64_t t = dh_batch_frames(p);
-    size_t one;
 
-    if (t <= 0)
+    return t <= 0 ? 0 : dh_media_plan_bytes(p, t);
+}
+
+static size_t align64(size_t v)
+{
+    return (v + 63) & ~(size_t)63;
+}
+
+int dh_batch_layout(const struct dh_media_plan *p, uint32_t n,
+                    struct dh_batch_layout *out)
+{
+    size_t one = video_one(p), row;
+    const size_t lim = SIZE_MAX / 4;
+
+    memset(out, 0, sizeof(*out));
+    if (one == 0 || one == SIZE_MAX || (n && one > lim / n))
+        return -1;
+    out->video = out->total = one * n;
+    if (p->audio_rate <= 0)
         return 0;
-    one = dh_media_plan_bytes(p, t);
-    if (one == SIZE_MAX || (n && one > SIZE_MAX / n))
-        return SIZE_MAX;
-    return one * n;
+    if (p->audio_channels < 1 || p->audio_channels > 2 ||
+        p->audio_samples < 1 || p->audio_samples > DH_AUDIO_MAX_ROW)
+        return -1;
+    row = (size_t)p->audio_channels * (size_t)p->audio_samples * sizeof(float);
+    if (n && row > lim / n)
+        return -1;
+    out->lengths = align64(out->video);
+    out->audio = align64(out->lengths + (size_t)n * sizeof(int64_t));
+    if (out->audio > lim - row * n)
+        return -1;
+    out->total = out->audio + row * n;
+    return 0;
+}
+
+size_t dh_batch_bytes(const struct dh_media_plan *p, uint32_t n)
+{
+    struct dh_batch_layout l;
+
+    if (video_one(p) == 0)
+        return 0;
+    return dh_batch_layout(p, n, &l) ? SIZE_MAX : l.total;
 }
 
 void dh_batch_sample_plan(const struct dh_media_plan *p, uint64_t epoch,
@@ -107,15 +144,74 @@ static int check_args(const struct dh_index *ix, const uint64_t *ids,
                                      "samples need", e);
 }
 
-/* One sample into its slice; zero the frames it does not fill. */
+/* Where a batch goes: its slot and the slot's layout (dh_batch_layout). */
+struct dest {
+    uint8_t *dst;
+    size_t dst_len;
+    struct dh_batch_layout l;
+    uint32_t n;
+};
+
+/* Row i's sound: the span [t0, t1) of sample `id`'s source resampled into
+ * the row, its length in lengths[i]; the rest of the row zeros.  A source
+ * without sound is an empty row, or with audio_required the sample's
+ * error. */
+static int audio_row(struct dh_media *m, const struct dh_index *ix, uint64_t id,
+                     const struct dh_media_plan *p, double t0, double t1,
+                     const struct dest *d, uint32_t i, struct dh_err *e)
+{
+    size_t row = (size_t)p->audio_channels * (size_t)p->audio_samples;
+    float *base = (float *)(void *)(d->dst + d->l.audio) + row * i;
+    float *rows[2] = {base, base + p->audio_samples};
+    struct dh_audio_opts ao = {.rate = p->audio_rate,
+                               .channels = p->audio_channels,
+                               .start_s = t0,
+                               .end_s = t1};
+    struct dh_source_ref ref;
+    int64_t got = 0, len;
+    int missing = 0, rc;
+    double ms = dh__mono_msf();
+
+    if (dh_index_source(ix, id, &ref))
+        return dh_err_set(e, DH_EFORMAT,
+                          "no path or a bad member in the "
+                          "index");
+    rc = dh_audio_decode_into(&ref, &ao, rows, p->audio_samples, &got, &missing,
+                              e);
+    dh__media_stage_add(m, DH_MS_DECODE, dh__mono_msf() - ms);
+    if (rc && missing && !p->audio_required) {
+        dh_err_clear(e);
+        rc = 0;
+        got = 0;
+    } else if (rc && missing) {
+        return dh_err_set(e, rc,
+                          "no audio stream (the loader asks for "
+                          "sound in every sample: audio_missing)");
+    }
+    if (rc)
+        return rc;
+    for (int c = 0; c < p->audio_channels; c++)
+        memset(rows[c] + got, 0,
+               (size_t)(p->audio_samples - got) * sizeof(float));
+    len = got;
+    memcpy(d->dst + d->l.lengths + (size_t)i * sizeof(int64_t), &len,
+           sizeof(len));
+    return 0;
+}
+
+/* One sample into position i: its frames into their slice (the frames it
+ * does not fill zeroed), then its sound into its row. */
 static int one_sample(struct dh_media *m, const struct dh_index *ix,
                       const char *path, uint64_t epoch, uint64_t id,
-                      const struct dh_media_plan *p, uint8_t *slice,
-                      size_t slice_len, int32_t *valid, struct dh_err *e)
+                      const struct dh_media_plan *p, const struct dest *d,
+                      uint32_t i, int32_t *valid, struct dh_err *e)
 {
+    size_t one = d->l.video / d->n;
+    uint8_t *slice = d->dst + (size_t)i * one;
     struct dh_media_plan sp;
     struct dh_media_result res;
     int64_t frames;
+    double t0 = 0, t1 = 0;
     size_t used;
     int rc;
 
@@ -128,23 +224,26 @@ static int one_sample(struct dh_media *m, const struct dh_index *ix,
                         path, (long long)frames, (long long)dh_batch_frames(p));
     /* The slice plus the pad of the whole buffer bounds swscale's stores. */
     if (!rc)
-        rc = dh_media_decode(m, &sp, slice, slice_len, &res, e);
+        rc = dh_media_decode(m, &sp, slice, d->dst_len - (size_t)i * one, &res,
+                             e);
+    if (!rc && p->audio_rate > 0 && dh__media_span(m, &sp, &t0, &t1))
+        rc = dh_err_set(e, DH_EMEDIA, "%s: no frame to time the sound by",
+                        path);
     dh_media_close(m);
     if (rc)
         return rc;
     used = dh_media_plan_bytes(p, res.frames);
-    memset(slice + used, 0, dh_batch_bytes(p, 1) - used);
+    memset(slice + used, 0, one - used);
     *valid = (int32_t)res.valid_frames;
-    return 0;
+    return p->audio_rate > 0 ? audio_row(m, ix, id, p, t0, t1, d, i, e) : 0;
 }
 
-/* Sample `id` into position i's slice (e: the cause alone). */
+/* Sample `id` into position i (e: the cause alone). */
 static int decode_at(struct dh_media *m, const struct dh_index *ix,
                      uint64_t epoch, uint64_t id, const struct dh_media_plan *p,
-                     uint8_t *dst, size_t dst_len, uint32_t i, int32_t *valid,
+                     const struct dest *d, uint32_t i, int32_t *valid,
                      struct dh_err *e)
 {
-    size_t one = dh_batch_bytes(p, 1);
     const char *path;
 
     if (id >= dh_index_count(ix))
@@ -152,17 +251,15 @@ static int decode_at(struct dh_media *m, const struct dh_index *ix,
                           (unsigned long long)dh_index_count(ix));
     if (!(path = dh_index_path(ix, id)))
         return dh_err_set(e, DH_EFORMAT, "no path in the index");
-    return one_sample(m, ix, path, epoch, id, p, dst + (size_t)i * one,
-                      dst_len - (size_t)i * one, valid, e);
+    return one_sample(m, ix, path, epoch, id, p, d, i, valid, e);
 }
 
 /* Position i failed with `code`: the next spare that decodes takes its
  * slice.  0 (recorded in subs) or `code` when none is left. */
 static int substitute(struct dh_media *m, const struct dh_index *ix,
                       uint64_t epoch, uint64_t failed, int code,
-                      const struct dh_media_plan *p, uint8_t *dst,
-                      size_t dst_len, uint32_t i, int32_t *valid,
-                      struct dh_batch_subs *subs)
+                      const struct dh_media_plan *p, const struct dest *d,
+                      uint32_t i, int32_t *valid, struct dh_batch_subs *subs)
 {
     struct dh_err sub;
 
@@ -172,7 +269,7 @@ static int substitute(struct dh_media *m, const struct dh_index *ix,
         uint64_t id = subs->spares[subs->next++];
 
         dh_err_clear(&sub);
-        if (decode_at(m, ix, epoch, id, p, dst, dst_len, i, valid, &sub))
+        if (decode_at(m, ix, epoch, id, p, d, i, valid, &sub))
             continue; /* a spare that fails too is passed over */
         subs->pos[subs->n] = i;
         subs->failed[subs->n] = failed;
@@ -191,6 +288,7 @@ int dh_batch_decode_subs(struct dh_media *m, const struct dh_index *ix,
                          struct dh_batch_subs *subs, uint32_t *failed_at,
                          struct dh_err *e)
 {
+    struct dest d = {.dst = dst, .dst_len = dst_len, .n = n};
     struct dh_err sub;
     int rc;
 
@@ -202,6 +300,8 @@ int dh_batch_decode_subs(struct dh_media *m, const struct dh_index *ix,
     }
     if ((rc = check_args(ix, ids, n, p, dst_len, e)))
         return rc;
+    if (dh_batch_layout(p, n, &d.l))
+        return dh_err_set(e, DH_EINVAL, "batch: the plan's sizes overflow");
     for (uint32_t i = 0; i < n; i++) {
         const char *path = dh_index_path(ix, ids[i]);
 
@@ -209,10 +309,10 @@ int dh_batch_decode_subs(struct dh_media *m, const struct dh_index *ix,
         if (subs && subs->known && subs->known[i] < 0)
             rc = dh_err_set(&sub, subs->known[i], "failed before");
         else
-            rc = decode_at(m, ix, epoch, ids[i], p, dst, dst_len, i,
-                           &valid_frames[i], &sub);
+            rc = decode_at(m, ix, epoch, ids[i], p, &d, i, &valid_frames[i],
+                           &sub);
         if (rc)
-            rc = substitute(m, ix, epoch, ids[i], rc, p, dst, dst_len, i,
+            rc = substitute(m, ix, epoch, ids[i], rc, p, &d, i,
                             &valid_frames[i], subs);
         dh__media_stage_note(m, i); /* the spares' time is the position's */
         if (rc) {

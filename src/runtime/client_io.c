@@ -524,6 +524,15 @@ static const char *mismatch(const struct dh_client *c,
                  (unsigned long long)w->dims[0], w->n_samples);
         return buf;
     }
+    /* the sound lies after the frames: a slot without room for it (a
+     * server that does not know the plan's audio fields) is refused */
+    if (c->plan.audio_rate > 0 &&
+        w->length < dh_batch_bytes(&c->plan, w->n_samples)) {
+        snprintf(buf, len, "a slot of %llu bytes, %zu needed with sound",
+                 (unsigned long long)w->length,
+                 dh_batch_bytes(&c->plan, w->n_samples));
+        return buf;
+    }
     return NULL;
 }
 

@@ -265,6 +265,83 @@ static void watchdog_abandons_a_slow_sample(void **state)
     dh_media_destroy(m);
 }
 
+/* The sound's place in the slot: after the frames, 64-aligned lengths
+ * then rows; the frames where they were; a plan out of range refused. */
+static void layout_puts_the_sound_after_the_frames(void **state)
+{
+    struct dh_media_plan p = fixture_plan();
+    struct dh_batch_layout l;
+    size_t video = dh_batch_bytes(&p, 3);
+
+    (void)state;
+    assert_int_equal(dh_batch_layout(&p, 3, &l), 0);
+    assert_int_equal(l.total, video);
+    assert_int_equal(l.lengths, 0);
+    p.audio_rate = 16000;
+    p.audio_channels = 2;
+    p.audio_samples = 1001;
+    assert_int_equal(dh_batch_layout(&p, 3, &l), 0);
+    assert_int_equal(l.video, video);
+    assert_true(l.lengths >= video && l.lengths % 64 == 0);
+    assert_true(l.audio >= l.lengths + 3 * 8 && l.audio % 64 == 0);
+    assert_int_equal(l.total, l.audio + 3 * 2 * 1001 * sizeof(float));
+    assert_int_equal(dh_batch_bytes(&p, 3), l.total);
+    p.audio_channels = 5; /* not a plan */
+    assert_int_equal(dh_batch_layout(&p, 3, &l), -1);
+    assert_true(dh_batch_bytes(&p, 3) == SIZE_MAX);
+}
+
+/* Clips without sound: rows of zeros and length 0 whatever the slot held
+ * before, the frames as without sound; with audio_required, the sample's
+ * error names it. */
+static void clips_without_sound_get_empty_rows(void **state)
+{
+    struct dh_media_plan p = fixture_plan();
+    struct dh_batch_layout l;
+    struct dh_media *m;
+    struct dh_err e;
+    uint64_t ids[2] = {1, 0};
+    int32_t valid[2];
+    uint32_t at = 99;
+    size_t cap;
+    uint8_t *dst, *ref;
+    int64_t len[2];
+
+    (void)state;
+    p.audio_rate = 8000;
+    p.audio_channels = 1;
+    p.audio_samples = 100;
+    assert_int_equal(dh_batch_layout(&p, 2, &l), 0);
+    cap = l.total + DH_MEDIA_DST_PAD;
+    dst = malloc(cap);
+    assert_non_null(dst);
+    memset(dst, 0xff, cap);
+    assert_int_equal(dh_media_create(&m, &e), 0);
+    if (dh_batch_decode(m, ix, 0, ids, 2, &p, dst, cap, valid, &at, &e))
+        fail_msg("batch: %s", e.msg);
+    memcpy(len, dst + l.lengths, sizeof(len));
+    assert_int_equal(len[0], 0);
+    assert_int_equal(len[1], 0);
+    for (size_t i = l.audio; i < l.total; i++)
+        assert_int_equal(dst[i], 0);
+    for (int i = 0; i < 2; i++) {
+        size_t n;
+
+        ref = alone(m, ids[i], &p, &n);
+        assert_memory_equal(dst + (size_t)i * (l.video / 2), ref, n);
+        free(ref);
+    }
+    p.audio_required = 1;
+    assert_int_equal(
+        dh_batch_decode(m, ix, 0, ids, 2, &p, dst, cap, valid, &at, &e),
+        DH_EMEDIA);
+    assert_int_equal(at, 0);
+    assert_non_null(strstr(e.msg, "sample 1 ("));
+    assert_non_null(strstr(e.msg, "no audio stream"));
+    dh_media_destroy(m);
+    free(dst);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -274,6 +351,8 @@ int main(void)
         cmocka_unit_test(errors_name_the_sample),
         cmocka_unit_test(spares_fill_failed_slices),
         cmocka_unit_test(watchdog_abandons_a_slow_sample),
+        cmocka_unit_test(layout_puts_the_sound_after_the_frames),
+        cmocka_unit_test(clips_without_sound_get_empty_rows),
     };
     return cmocka_run_group_tests(tests, setup, clip_fixture_teardown);
 }

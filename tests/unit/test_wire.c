@@ -265,6 +265,10 @@ static void assert_plan_eq(const struct dh_wire_plan *a,
     assert_int_equal(a->max_side, b->max_side);
     assert_int_equal(a->max_area, b->max_area);
     assert_int_equal(a->patch, b->patch);
+    assert_int_equal(a->audio_rate, b->audio_rate);
+    assert_int_equal(a->audio_channels, b->audio_channels);
+    assert_int_equal(a->audio_samples, b->audio_samples);
+    assert_int_equal(a->audio_required, b->audio_required);
 }
 
 static void assert_request_eq(const struct dh_wire_request *a,
@@ -933,6 +937,24 @@ static void mutate(struct pb *p, int id)
     case 79: /* a fixed plan with a native bound set */
         p->plan.max_side = 64;
         break;
+    case 160: /* sound off, yet a field of it set */
+        p->plan.audio_samples = 16000;
+        break;
+    case 161:
+        p->plan.audio_rate = 999;
+        p->plan.audio_channels = 1;
+        p->plan.audio_samples = 1;
+        break;
+    case 162:
+        p->plan.audio_rate = 16000;
+        p->plan.audio_channels = 3;
+        p->plan.audio_samples = 1;
+        break;
+    case 163: /* a row no batch may hold */
+        p->plan.audio_rate = 16000;
+        p->plan.audio_channels = 1;
+        p->plan.audio_samples = UINT64_MAX;
+        break;
     case 73:
         p->req_task.microbatch = 5;
         p->req_task.id += 1;
@@ -1177,6 +1199,10 @@ static const struct rule rules[] = {
     {DH_WIRE_DESCRIPTOR_REQUEST, 77, DH_EFORMAT, "plan.width"},
     {DH_WIRE_DESCRIPTOR_REQUEST, 78, DH_EFORMAT, "plan.patch 1025"},
     {DH_WIRE_DESCRIPTOR_REQUEST, 79, DH_EFORMAT, "plan.max_side 64"},
+    {DH_WIRE_DESCRIPTOR_REQUEST, 160, DH_EFORMAT, "plan.audio_samples 16000"},
+    {DH_WIRE_DESCRIPTOR_REQUEST, 161, DH_EFORMAT, "plan.audio_rate 999"},
+    {DH_WIRE_DESCRIPTOR_REQUEST, 162, DH_EFORMAT, "plan.audio_channels 3"},
+    {DH_WIRE_DESCRIPTOR_REQUEST, 163, DH_EFORMAT, "plan.audio_samples"},
     {DH_WIRE_ROUTE, 70, DH_EFORMAT, "route.server_id 0"},
     {DH_WIRE_ROUTE, 71, DH_EFORMAT, "route.target_server_id 0"},
     {DH_WIRE_ROUTE, 72, DH_ETOOBIG, "route.target_address"},
@@ -1782,6 +1808,28 @@ static void plan_converts_both_ways(void **state)
     assert_int_equal(dh_wire_plan_from_media(&w, &p, &e), 0);
     assert_int_equal(w.max_side, 0);
     assert_int_equal(w.patch, 0);
+    /* Sound travels with the plan; off, its fields are all 0 */
+    p.audio_channels = 2;
+    p.audio_samples = 99;
+    assert_int_equal(dh_wire_plan_from_media(&w, &p, &e), 0);
+    assert_int_equal(w.audio_rate, 0);
+    assert_int_equal(w.audio_samples, 0);
+    p.audio_rate = 16000;
+    p.audio_required = 7;
+    assert_int_equal(dh_wire_plan_from_media(&w, &p, &e), 0);
+    assert_int_equal(w.audio_required, 1);
+    dh_wire_plan_to_media(&w, &back);
+    assert_int_equal(back.audio_rate, 16000);
+    assert_int_equal(back.audio_channels, 2);
+    assert_int_equal(back.audio_samples, 99);
+    p.audio_channels = 3;
+    assert_int_equal(dh_wire_plan_from_media(&w, &p, &e), DH_EINVAL);
+    p.audio_channels = 1;
+    p.audio_samples = DH_AUDIO_MAX_ROW + 1;
+    assert_int_equal(dh_wire_plan_from_media(&w, &p, &e), DH_EINVAL);
+    p.audio_samples = 1;
+    p.geometry = DH_GEOM_NATIVE; /* packed batches: not yet */
+    assert_int_equal(dh_wire_plan_from_media(&w, &p, &e), DH_ENOTIMPL);
 }
 
 /* ---- allocation failure at every step ---- */

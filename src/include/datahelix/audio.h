@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "datahelix/error.h"
+#include "datahelix/media.h"
 #include "datahelix/table.h"
 
 /* Per channel: 1 hour at 48 kHz, so a hostile header cannot make a decode
@@ -30,6 +31,8 @@ struct dh_audio {
     int64_t n;      /* samples per channel */
     int rate, channels;
     double start_s; /* time of data[c][0] */
+    int missing;    /* set with DH_EMEDIA when the source has no audio
+                       stream (nothing else is set then) */
 };
 
 /* Decodes `ref`'s audio per `o` into *out (free with dh_audio_free).
@@ -41,5 +44,23 @@ int dh_audio_decode(const struct dh_source_ref *ref,
                     const struct dh_audio_opts *o, struct dh_audio *out,
                     struct dh_err *e) DH_MUST_CHECK;
 void dh_audio_free(struct dh_audio *a);
+
+/* dh_audio_decode() into the caller's planar rows dst[0..channels), each
+ * of `cap` samples: *n = samples written, the span's first `cap` when it
+ * is longer (a batch row's bound).  *missing = 1 when the error is that the
+ * source has no audio stream (DH_EMEDIA), 0 otherwise. */
+int dh_audio_decode_into(const struct dh_source_ref *ref,
+                         const struct dh_audio_opts *o, float *const dst[2],
+                         int64_t cap, int64_t *n, int *missing,
+                         struct dh_err *e) DH_MUST_CHECK;
+
+struct dh_media;
+struct dh_media_plan;
+/* The span on the container's clock that the frames selected by the last
+ * dh_media_decode() of the open file cover (media_decode.c): the first
+ * valid frame's time to the last one's end (its duration; 1 / fps for an
+ * fps plan).  DH_EINVAL when nothing was selected. */
+int dh__media_span(const struct dh_media *m, const struct dh_media_plan *p,
+                   double *start_s, double *end_s);
 
 #endif

@@ -54,9 +54,26 @@ struct dh_batch_subs {
  */
 int64_t dh_batch_frames(const struct dh_media_plan *p);
 
-/* Bytes of a batch of `n` samples (without DH_MEDIA_DST_PAD); SIZE_MAX on
- * overflow, 0 when the plan cannot be batched. */
+/* Bytes of a batch of `n` samples (without DH_MEDIA_DST_PAD), its sound
+ * included; SIZE_MAX on overflow, 0 when the plan cannot be batched. */
 size_t dh_batch_bytes(const struct dh_media_plan *p, uint32_t n);
+
+/*
+ * Where the parts of a batch of `n` samples lie in its slot (docs/arena.md
+ * "Batch layout"):
+ *
+ *   [0, video)              the frames, sample i at i * video / n
+ *   [lengths, +8n)          int64 [n]: audio samples per channel per row
+ *   [audio, total)          float32 [n, channels, samples], zero-padded
+ *
+ * lengths and audio 64-aligned; both 0 (and total = video) without sound.
+ * 0, or -1 when the plan cannot be batched or the sizes overflow.
+ */
+struct dh_batch_layout {
+    size_t video, lengths, audio, total;
+};
+int dh_batch_layout(const struct dh_media_plan *p, uint32_t n,
+                    struct dh_batch_layout *out);
 
 /* The plan sample `id` runs under in `epoch`: `p` with its seed mixed with
  * the epoch and the id (a new augmentation every epoch, the same one on any
@@ -66,10 +83,12 @@ void dh_batch_sample_plan(const struct dh_media_plan *p, uint64_t epoch,
 
 /*
  * Decodes samples ids[0..n) of index `ix` in `epoch` with plan `p` into `dst`
- * (dst_len >= dh_batch_bytes(p, n) + DH_MEDIA_DST_PAD), sample i at
- * i * dh_batch_bytes(p, 1).  A sample with fewer frames than the batch is
+ * (dst_len >= dh_batch_bytes(p, n) + DH_MEDIA_DST_PAD), laid out as
+ * dh_batch_layout() says.  A sample with fewer frames than the batch is
  * zero-padded along T; valid_frames[i] says how many of its frames are
- * real.  On the first failing sample, returns its code with `e` naming the
+ * real.  With sound in the plan, row i holds the audio of the span sample
+ * i's frames cover (dh__media_span) and lengths[i] its sample count.
+ * On the first failing sample, returns its code with `e` naming the
  * sample id, its path and the cause, and *failed_at = its position (the
  * samples before it are complete).  `m` is the caller's per-thread media
  * worker.

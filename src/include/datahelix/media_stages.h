@@ -40,6 +40,9 @@ void dh__media_remote_totals(const struct dh_media *m, uint64_t *fetched,
  * position decoded twice (a spare
  * after a failure) adds up both attempts. */
 void dh__media_stage_note(struct dh_media *m, uint32_t pos);
+/* Adds `ms` of work done outside the worker's own pipeline (a sample's
+ * sound, decoded beside its frames) to `stage`. */
+void dh__media_stage_add(struct dh_media *m, int stage, double ms);
 /* Progress, readable from another thread while the worker decodes (a
  * pool's check for a thread blocked in a system call): the position being
  * worked on (notes so far since the sink was set) and when the worker last

@@ -226,6 +226,12 @@ struct dh_wire_plan {
     uint32_t max_side;
     uint64_t max_area;
     uint32_t patch;
+    /* sound (dh_media_plan): rate 0 = none, then the rest 0; else rate
+     * DH_AUDIO_MIN_RATE..MAX, channels 1..2, samples 1..DH_AUDIO_MAX_ROW,
+     * required 0 or 1 */
+    uint32_t audio_rate, audio_channels;
+    uint64_t audio_samples;
+    uint32_t audio_required;
 };
 
 struct dh_wire_hints {
