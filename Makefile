@@ -87,7 +87,7 @@ bench: build
 	@$(PY) bench/bench_matrix.py --bin build/datahelix
 
 # Every benchmark, one after the other (well over 15 minutes).
-bench-all: bench-probe bench-shards bench-storage bench-verify bench-index bench-decode bench-decoder-reuse bench-arena bench-handover bench-python bench-ddl bench-plan bench-coschedule bench-place bench-route bench-exchange bench-live bench-regimes bench-tails bench
+bench-all: bench-probe bench-audio bench-shards bench-storage bench-verify bench-index bench-decode bench-decoder-reuse bench-arena bench-handover bench-python bench-ddl bench-plan bench-coschedule bench-place bench-route bench-exchange bench-live bench-regimes bench-tails bench
 
 bench-probe: build
 	@$(PY) bench/bench_probe.py --bin build/datahelix
@@ -113,6 +113,13 @@ bench-verify: build
 bench-decode: build
 	@scripts/setup-deps.sh bench
 	@$(PY) bench/bench_decode.py --bin build/datahelix
+
+# Issue 38: 5 s windows of sound to 16 kHz mono, datahelix vs PyAV vs
+# torchaudio, one CPU each.
+.PHONY: bench-audio
+bench-audio: build
+	@scripts/setup-deps.sh bench
+	@$(PY) bench/bench_audio.py --bin build/datahelix
 
 # Decoders taken over across files vs one per file (issue 21 item 2).
 .PHONY: bench-decoder-reuse

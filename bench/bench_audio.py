@@ -18,7 +18,9 @@ Systems, each in this process, pinned to one CPU, one thread:
 Per window: wall ms and CPU ms (process time); a system's figure is the
 median over all windows of all files (each window decoded REPEAT times,
 its median kept).  Ratios: peer / datahelix (> 1: datahelix is faster).
-A system that fails a file is reported and left out of that file.
+A system that fails a file, or returns a window of another length, is
+reported and left out of that file; the ratios are over the windows every
+system decoded.
 Never pass/fail.
 """
 import argparse
@@ -92,15 +94,16 @@ def pyav_window(path, start):
         rs = av.AudioResampler(format="flt", layout="mono", rate=RATE)
         parts, t0 = [], None
         for frame in c.decode(st):
-            if frame.time is not None and frame.time + \
-                    frame.samples / frame.sample_rate <= start:
+            ft = frame.time
+            if ft is not None and ft + frame.samples / frame.sample_rate \
+                    <= start:
                 continue
-            for f in rs.resample(frame):
-                if t0 is None:
-                    t0 = f.time if f.time is not None else 0.0
-                parts.append(f.to_ndarray().reshape(-1))
-            if frame.time is not None and frame.time > start + SPAN:
+            if t0 is None:  # the resampled stream starts with this frame
+                t0 = ft if ft is not None else 0.0
+            parts += [f.to_ndarray().reshape(-1) for f in rs.resample(frame)]
+            if ft is not None and ft > start + SPAN:
                 break
+        parts += [f.to_ndarray().reshape(-1) for f in rs.resample(None)]
         got = np.concatenate(parts) if parts else np.zeros(0, np.float32)
         skip = max(0, int(round((start - (t0 or 0.0)) * RATE)))
         return got[skip:skip + int(SPAN * RATE)]
@@ -122,7 +125,10 @@ SYSTEMS = [("datahelix", dh_window), ("PyAV", pyav_window),
            ("torchaudio", torchaudio_window)]
 
 
-def timed(fn, path, start, repeat):
+def timed(fn, path, start, dur, repeat):
+    """(wall ms, CPU ms, samples) of one window, medians of `repeat`; a
+    window whose length is not the span's (1 % slack: where a stream ends)
+    is a wrong answer, not a time: ValueError."""
     walls, cpus = [], []
     n = 0
     for _ in range(repeat):
@@ -131,6 +137,10 @@ def timed(fn, path, start, repeat):
         walls.append((time.perf_counter() - w0) * 1e3)
         cpus.append((time.process_time() - c0) * 1e3)
         n = int(out.shape[-1])
+    want = min(SPAN, dur - start) * RATE
+    if abs(n - want) > 0.01 * want + 2:
+        raise ValueError(f"{n} samples for the window at {start} s, "
+                         f"{want:.0f} expected")
     return statistics.median(walls), statistics.median(cpus), n
 
 
@@ -159,14 +169,14 @@ def main():
             for name, fn in SYSTEMS:
                 try:
                     fn(path, 0.0)  # warm: imports, first open
-                    res = [timed(fn, path, s, a.repeat)
+                    res = [timed(fn, path, s, dur, a.repeat)
                            for s in windows(dur, a.windows)]
                 except Exception as e:  # noqa: BLE001 - reported, not fatal
                     row[name] = f"fails: {type(e).__name__}: {e}"[:80]
                     continue
                 row[name] = (statistics.median(r[0] for r in res),
                              statistics.median(r[1] for r in res),
-                             statistics.median(r[2] for r in res))
+                             int(statistics.median(r[2] for r in res)))
                 per[name] += [((path, k),) + r[:2]
                               for k, r in enumerate(res)]
             print(f"{row['file']:36s} {dur:6.1f} s  " + "  ".join(

@@ -42,6 +42,9 @@ struct audio_out {
     int64_t produced;    /* samples the resampler has output so far */
     double t0;           /* time of resampled sample 0 */
     int64_t first, last; /* kept: [first, last) of the produced samples */
+    int sought;    /* the decode starts from a seek (seek_near): the first
+                      frame is cut to the grid of a decode from the start */
+    double origin; /* then: the time of that decode's first sample */
     /* the frames' format the resampler was made for */
     int in_fmt, in_rate;
     AVChannelLayout in_layout;
@@ -100,11 +103,24 @@ static int keep(struct audio_out *o, float *const *tmp, int got,
 
 /* Resamples one decoded frame (NULL: flush) and keeps what falls in the
  * span. */
-static int convert(SwrContext *swr, const AVFrame *f, struct audio_out *o,
-                   float **tmp, int *tmp_cap, struct dh_err *e)
+static int convert(SwrContext *swr, const AVFrame *f, int skip,
+                   struct audio_out *o, float **tmp, int *tmp_cap,
+                   struct dh_err *e)
 {
-    int want = swr_get_out_samples(swr, f ? f->nb_samples : 0);
+    const uint8_t *in[64];
+    int n = f ? f->nb_samples - skip : 0;
+    int want = swr_get_out_samples(swr, n);
     int got;
+
+    if (f) { /* the frame's samples from `skip` on */
+        int planar = av_sample_fmt_is_planar((enum AVSampleFormat)f->format);
+        int bps = av_get_bytes_per_sample((enum AVSampleFormat)f->format);
+        int nch = f->ch_layout.nb_channels;
+
+        for (int c = 0; c < (planar ? nch : 1) && c < 64; c++)
+            in[c] = f->extended_data[c] +
+                    (size_t)skip * (size_t)bps * (size_t)(planar ? 1 : nch);
+    }
 
     if (want < 0)
         return dh_err_set(e, DH_EMEDIA, "resampler: %d", want);
@@ -118,9 +134,7 @@ static int convert(SwrContext *swr, const AVFrame *f, struct audio_out *o,
         }
         *tmp_cap = want;
     }
-    got = swr_convert(swr, (uint8_t **)tmp, want,
-                      f ? (const uint8_t **)f->extended_data : NULL,
-                      f ? f->nb_samples : 0);
+    got = swr_convert(swr, (uint8_t **)tmp, want, f ? in : NULL, n);
     if (got < 0)
         return dh_err_set(e, DH_EMEDIA, "resampler: %d", got);
     return keep(o, tmp, got, e);
@@ -176,6 +190,10 @@ static int open_resampler(const AVFrame *f, int rate, int channels,
                             NULL);
     av_channel_layout_uninit(&il);
     av_channel_layout_uninit(&ol);
+    /* phases of the exact ratio: a decode resumed from a seek then meets
+     * the same filter phases as one from the start */
+    if (r >= 0)
+        r = av_opt_set_int(*out, "exact_rational", 1, 0);
     if (r >= 0)
         r = swr_init(*out);
     if (r < 0)
@@ -195,6 +213,38 @@ static int note_format(struct audio_out *o, const AVFrame *f, struct dh_err *e)
     return 0;
 }
 
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/*
+ * After a seek, the first frame's samples to drop so that the resampler
+ * starts on an input sample that a decode from the stream's start maps to
+ * a whole output sample (every q-th input sample, q = in / gcd(in, out)):
+ * its outputs are then that decode's, not a fraction of a sample off.  -1
+ * when the frame cannot be placed (no timestamp, before the origin): the
+ * decode goes on unaligned, within a sample of the grid.
+ */
+static int grid_skip(const struct audio_out *o, const AVFrame *f, double t0,
+                     int rate)
+{
+    int64_t k, q;
+
+    if (f->best_effort_timestamp == AV_NOPTS_VALUE || f->sample_rate <= 0 ||
+        t0 < o->origin)
+        return -1;
+    k = llround((t0 - o->origin) * f->sample_rate);
+    q = f->sample_rate / gcd64(f->sample_rate, rate);
+    return (int)((q - k % q) % q);
+}
+
 /* Sends one packet (NULL: drain) and converts every frame it yields. */
 static int decode_packet(AVCodecContext *cc, const AVPacket *pkt, AVFrame *f,
                          SwrContext **swr, const struct dh_audio_opts *ao,
@@ -202,7 +252,7 @@ static int decode_packet(AVCodecContext *cc, const AVPacket *pkt, AVFrame *f,
                          AVRational tb, const char *name, struct dh_err *e)
 {
     char eb[128];
-    int r = avcodec_send_packet(cc, pkt), rc;
+    int r = avcodec_send_packet(cc, pkt), rc, skip;
 
     /* a damaged packet: the decoder says so and goes on, as players do */
     if (r < 0 && r != AVERROR(EAGAIN) && r != AVERROR_EOF &&
@@ -214,7 +264,7 @@ static int decode_packet(AVCodecContext *cc, const AVPacket *pkt, AVFrame *f,
                      av_channel_layout_compare(&f->ch_layout, &o->in_layout))) {
             /* the stream changed its format: what the old resampler holds
              * goes out, then a new one for the new format */
-            if ((rc = convert(*swr, NULL, o, tmp, tmp_cap, e)))
+            if ((rc = convert(*swr, NULL, 0, o, tmp, tmp_cap, e)))
                 return rc;
             swr_free(swr);
             if ((rc = open_resampler(f, ao->rate, ao->channels, swr, name,
@@ -222,14 +272,29 @@ static int decode_packet(AVCodecContext *cc, const AVPacket *pkt, AVFrame *f,
                 (rc = note_format(o, f, e)))
                 return rc;
         }
+        skip = 0;
         if (!*swr) {
             int64_t ts = f->best_effort_timestamp;
             double t0 = ts != AV_NOPTS_VALUE ? (double)ts * av_q2d(tb) : 0;
 
+            if (o->sought &&
+                (skip = grid_skip(o, f, t0, ao->rate)) >= f->nb_samples) {
+                av_frame_unref(f); /* wholly before the grid's next point */
+                continue;
+            }
             if ((rc = open_resampler(f, ao->rate, ao->channels, swr, name,
                                      e)) ||
                 (rc = note_format(o, f, e)))
                 return rc;
+            if (o->sought && skip >= 0) {
+                /* P = the input sample the grid's point falls on */
+                int64_t p = llround((t0 - o->origin) * f->sample_rate) + skip;
+
+                o->produced = p * ao->rate / f->sample_rate;
+                t0 = o->origin;
+            }
+            if (skip < 0)
+                skip = 0;
             o->t0 = t0;
             o->first = ao->start_s > t0
                            ? (int64_t)llround((ao->start_s - t0) * ao->rate)
@@ -242,7 +307,7 @@ static int decode_packet(AVCodecContext *cc, const AVPacket *pkt, AVFrame *f,
             if (o->last >= 0 && o->last < o->first)
                 o->last = o->first;
         }
-        rc = convert(*swr, f, o, tmp, tmp_cap, e);
+        rc = convert(*swr, f, skip, o, tmp, tmp_cap, e);
         av_frame_unref(f);
         if (rc)
             return rc;
@@ -254,52 +319,119 @@ static int decode_packet(AVCodecContext *cc, const AVPacket *pkt, AVFrame *f,
 }
 
 /*
- * A span far into a long stream (a podcast asked for 5 s at 3 h) starts its
- * decode a little before the span instead of at the stream's start: memory
- * is bounded by the span either way, time is not.  The decoder's first
- * frames after a seek lack what came before them (AAC's overlap, MP3's bit
- * reservoir), so SEEK_MARGIN_S of them are decoded and dropped.  The output
- * grid then starts at the first frame decoded, so a resampled span may be
- * a fraction of a sample off the grid of a decode from the stream's start;
- * at the stream's own rate it is the same samples.  Packets without
- * timestamps cannot say where a seek landed: then the decode goes back to
+ * A span past the stream's first seconds starts its decode a little
+ * before the span instead of at the stream's start: memory is bounded by
+ * the span either way, time is not (a podcast asked for 5 s at 3 h).  The
+ * decoder's first frames after a seek lack what came before them (AAC's
+ * overlap, MP3's bit reservoir, Opus's pre-roll), so SEEK_MARGIN_S of them
+ * are decoded and dropped, and the first kept frame is cut to the
+ * resampler's grid of a decode from the start (grid_skip): where
+ * seek_exact() holds, the span is that decode's samples.  Elsewhere
+ * (Vorbis; Matroska's millisecond timestamps) only a span past
+ * SEEK_AFTER_ROUGH_S seeks, and lies within a few ms of that decode's.
+ * A seek that lands on untimed packets, or after the span, goes back to
  * the start.
  */
-#define SEEK_AFTER_S 30.0
-#define SEEK_MARGIN_S 2.0
+#define SEEK_AFTER_S 1.5
+#define SEEK_AFTER_ROUGH_S 30.0
+#define SEEK_MARGIN_S 0.5
 
-static int seek_near(AVFormatContext *fc, int idx, double start_s,
-                     AVPacket *pkt)
+/* Whether a decode resumed from a seek gives the very samples of a decode
+ * from the start: a codec whose decoder is whole again within the margin
+ * after a flush (not Vorbis, whose first blocks after one are cut), and
+ * timestamps that name one sample (MP4's 1 / rate, not Matroska's ms). */
+static int seek_exact(const AVStream *st)
+{
+    const AVCodecParameters *par = st->codecpar;
+    enum AVCodecID id = par->codec_id;
+    int pcm = id >= AV_CODEC_ID_PCM_S16LE && id < AV_CODEC_ID_ADPCM_IMA_QT;
+
+    if (!pcm && id != AV_CODEC_ID_AAC && id != AV_CODEC_ID_MP3 &&
+        id != AV_CODEC_ID_MP2 && id != AV_CODEC_ID_FLAC &&
+        id != AV_CODEC_ID_ALAC && id != AV_CODEC_ID_OPUS)
+        return 0;
+    return par->sample_rate > 0 && st->time_base.num > 0 &&
+           (int64_t)st->time_base.den >=
+               (int64_t)st->time_base.num * par->sample_rate;
+}
+
+/* The time of the stream's first decoded frame (what a decode from the
+ * start calls sample 0), decoding as few packets as it takes; -1: none
+ * found (no timestamp, an error). */
+static double first_frame_time(AVFormatContext *fc, int idx,
+                               AVCodecContext *cc, AVPacket *pkt, AVFrame *f)
+{
+    double tb = av_q2d(fc->streams[idx]->time_base), t = -1;
+    int r = 0;
+
+    for (int n = 0; n < 64 && t < 0 && r >= 0; n++) {
+        if ((r = av_read_frame(fc, pkt)) < 0)
+            break;
+        if (pkt->stream_index == idx)
+            avcodec_send_packet(cc, pkt);
+        av_packet_unref(pkt);
+        if (avcodec_receive_frame(cc, f) >= 0) {
+            if (f->best_effort_timestamp != AV_NOPTS_VALUE)
+                t = (double)f->best_effort_timestamp * tb;
+            else
+                r = -1;
+            av_frame_unref(f);
+        }
+    }
+    return t;
+}
+
+/* Back to the stream's start, decoder flushed: 0, or -1 when the demuxer
+ * cannot go there. */
+static int rewind_stream(AVFormatContext *fc, int idx, AVCodecContext *cc)
 {
     AVStream *st = fc->streams[idx];
-    double tb = av_q2d(st->time_base);
     int64_t t0 = st->start_time != AV_NOPTS_VALUE ? st->start_time : 0;
-    int timed = 0;
 
-    if (tb <= 0 || start_s - (double)t0 * tb < SEEK_AFTER_S)
-        return 0;
-    if (av_seek_frame(fc, idx, (int64_t)((start_s - SEEK_MARGIN_S) / tb),
-                      AVSEEK_FLAG_BACKWARD) < 0)
-        return 0; /* not moved: decoded from where it is, the start */
-    /* where did it land?  The first packet of the stream says (and is
-     * read again after the check: the demuxer is put back to it) */
-    while (av_read_frame(fc, pkt) >= 0) {
-        int mine = pkt->stream_index == idx;
-
-        timed = mine &&
-                (pkt->pts != AV_NOPTS_VALUE || pkt->dts != AV_NOPTS_VALUE);
-        av_packet_unref(pkt);
-        if (mine)
-            break;
-    }
-    if (timed &&
-        av_seek_frame(fc, idx, (int64_t)((start_s - SEEK_MARGIN_S) / tb),
-                      AVSEEK_FLAG_BACKWARD) >= 0)
-        return 0;
+    avcodec_flush_buffers(cc);
     if (av_seek_frame(fc, idx, t0, AVSEEK_FLAG_BACKWARD) >= 0 ||
         av_seek_frame(fc, -1, 0, AVSEEK_FLAG_BYTE) >= 0)
         return 0;
     return -1;
+}
+
+static int seek_near(AVFormatContext *fc, int idx, AVCodecContext *cc,
+                     AVPacket *pkt, AVFrame *f, double start_s,
+                     struct audio_out *o)
+{
+    AVStream *st = fc->streams[idx];
+    double tb = av_q2d(st->time_base), origin;
+    double st0 = st->start_time != AV_NOPTS_VALUE ? st->start_time * tb : 0;
+    int64_t target = (int64_t)((start_s - SEEK_MARGIN_S) / tb);
+    double after = seek_exact(st) ? SEEK_AFTER_S : SEEK_AFTER_ROUGH_S;
+    int landed = 0;
+
+    if (tb <= 0 || start_s - st0 < after)
+        return 0;
+    origin = first_frame_time(fc, idx, cc, pkt, f);
+    if (origin < 0 || start_s - origin < after)
+        return rewind_stream(fc, idx, cc);
+    avcodec_flush_buffers(cc);
+    if (av_seek_frame(fc, idx, target, AVSEEK_FLAG_BACKWARD) < 0)
+        return rewind_stream(fc, idx, cc);
+    /* where did it land?  The first packet of the stream says: timed, and
+     * before the span (then the demuxer is put back to it) */
+    while (av_read_frame(fc, pkt) >= 0) {
+        int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
+        int mine = pkt->stream_index == idx;
+
+        landed = mine && ts != AV_NOPTS_VALUE &&
+                 (double)ts * tb <= start_s - SEEK_MARGIN_S / 2;
+        av_packet_unref(pkt);
+        if (mine)
+            break;
+    }
+    if (landed && av_seek_frame(fc, idx, target, AVSEEK_FLAG_BACKWARD) >= 0) {
+        o->sought = 1;
+        o->origin = origin;
+        return 0;
+    }
+    return rewind_stream(fc, idx, cc);
 }
 
 static int check_opts(const struct dh_audio_opts *ao, struct dh_err *e)
@@ -367,7 +499,7 @@ static int decode_span(const struct dh_source_ref *ref,
     }
     if ((rc = open_decoder(fc, idx, &cc, src.name, e)))
         goto out;
-    if (seek_near(fc, idx, ao->start_s, pkt)) {
+    if (seek_near(fc, idx, cc, pkt, f, ao->start_s, o)) {
         rc = dh_err_set(e, DH_EMEDIA,
                         "%s: audio without timestamps, and the stream "
                         "cannot be read again from its start",
@@ -397,7 +529,7 @@ static int decode_span(const struct dh_source_ref *ref,
     if ((rc = decode_packet(cc, NULL, f, &swr, ao, o, tmp, &tmp_cap,
                             fc->streams[idx]->time_base, src.name, e)))
         goto out;
-    if (swr && (rc = convert(swr, NULL, o, tmp, &tmp_cap, e)))
+    if (swr && (rc = convert(swr, NULL, 0, o, tmp, &tmp_cap, e)))
         goto out;
 out:
     for (int c = 0; c < 2; c++)
