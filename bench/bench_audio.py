@@ -21,7 +21,9 @@ its median kept).  Ratios: peer / datahelix (> 1: datahelix is faster).
 A system that fails a file, or returns a window of another length, is
 reported and left out of that file; the ratios are over the windows every
 system decoded.
-Never pass/fail.
+Then log-mel features of 30 s (Whisper's window and shape):
+datahelix.audio_features vs torchaudio's MelSpectrogram + log10, and the
+"whisper" preset vs Whisper's recipe in torch.  Never pass/fail.
 """
 import argparse
 import os
@@ -201,6 +203,58 @@ def main():
         cpu = statistics.median(c for _, c in rows[name])
         print(f"| {name} | {len(rows[name])} | {wall:.2f} | {cpu:.2f} | "
               f"{1e3 / wall:.0f} | {wall / base:.2f}x |")
+    bench_mel(max(5, a.repeat))
+
+
+def bench_mel(repeat):
+    """Log-mel features of 30 s at 16 kHz (80 mels, n_fft 400, hop 160:
+    Whisper's shape): datahelix.audio_features vs torchaudio's
+    MelSpectrogram + log10, and Whisper's preset vs Whisper's own recipe
+    (torch.stft + Slaney filters + its normalisation), one thread."""
+    import datahelix
+    import torch
+    import torchaudio
+    t = torch.arange(30 * RATE, dtype=torch.float32) / RATE
+    x = 0.3 * torch.sin(2 * torch.pi * (200 + 80 * torch.sin(
+        2 * torch.pi * 0.3 * t)) * t) * (0.55 + 0.45 * torch.sin(
+            2 * torch.pi * 4 * t))
+    ms = torchaudio.transforms.MelSpectrogram(
+        sample_rate=RATE, n_fft=400, hop_length=160, n_mels=80)
+    fb = torchaudio.functional.melscale_fbanks(201, 0.0, 8000.0, 80, RATE,
+                                               norm="slaney",
+                                               mel_scale="slaney")
+    win = torch.hann_window(400)
+
+    def whisper():
+        st = torch.stft(x, 400, 160, window=win, return_complex=True)
+        ls = torch.clamp(fb.T @ (st[..., :-1].abs() ** 2), min=1e-10).log10()
+        return (torch.maximum(ls, ls.max() - 8.0) + 4.0) / 4.0
+
+    cases = [
+        ("log-mel", lambda: datahelix.audio_features(
+            x, RATE, "log-mel", n_mels=80, n_fft=400, hop_length=160),
+         lambda: torch.clamp(ms(x), min=1e-10).log10()),
+        ("whisper", lambda: datahelix.audio_features(x, RATE, "whisper"),
+         whisper)]
+    print()
+    print("30 s at 16 kHz -> 80 mels (n_fft 400, hop 160), one thread, "
+          f"median of {repeat}")
+    print("| features | datahelix ms | torch/torchaudio ms | max abs diff | "
+          "datahelix's speed-up |")
+    print("|---|---|---|---|---|")
+    for name, ours, theirs in cases:
+        times = []
+        for fn in (ours, theirs):
+            fn()
+            ts = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                fn()
+                ts.append((time.perf_counter() - t0) * 1e3)
+            times.append(statistics.median(ts))
+        diff = float((ours() - theirs()).abs().max())
+        print(f"| {name} | {times[0]:.2f} | {times[1]:.2f} | {diff:.1e} | "
+              f"{times[1] / times[0]:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Installs every Debian package datahelix needs to build, test and demo.
 # The Python package (python/datahelix) needs the CPython headers to build
-# and python3-torch to run and test.  `setup-deps.sh bench` adds what the
-# peer benchmarks need besides (torchvision, torchaudio; Dask and matplotlib for
+# and python3-torch to run and test (python3-torchaudio: the reference the
+# mel features are tested against).  `setup-deps.sh bench` adds what the
+# peer benchmarks need besides (torchvision; Dask and matplotlib for
 # `make bench-live`).  patchelf: `make bundle` (docs/bundle.md); shellcheck,
 # yamllint, python3-yaml: the deploy/ recipes' checks (docs/deploy.md);
 # slurm-wlm, munge: a real one-node Slurm that test_slurm.py starts.
@@ -17,7 +18,7 @@ set -eu
 PKGS="build-essential cmake pkg-config git
 libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev ffmpeg
 libzmq3-dev libsodium-dev libprotobuf-c-dev protobuf-c-compiler
-libjansson-dev libcmocka-dev python3-pytest python3-av python3-numpy
+libjansson-dev libcmocka-dev python3-pytest python3-av python3-numpy python3-torchaudio
 python3-cloudpickle
 clang libclang-rt-dev clang-format python3-dev python3-torch iproute2
 python3-pip python3-setuptools python3-venv dpkg-dev python3-matplotlib
@@ -26,7 +27,7 @@ libmicrohttpd-dev python3-prometheus-client tmux
 libcurl4-openssl-dev nginx-light openssl python3-botocore
 slurm-wlm munge"
 if [ "${1:-}" = bench ]; then
-    PKGS="$PKGS python3-torchvision python3-distributed python3-torchaudio"
+    PKGS="$PKGS python3-torchvision python3-distributed"
 fi
 
 # s3rver for the S3 tests: npm, into .deps/ beside this script's checkout.

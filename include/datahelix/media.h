@@ -106,10 +106,24 @@ struct dh_media_plan {
     int32_t audio_rate, audio_channels;
     int64_t audio_samples;
     int32_t audio_required;
+    /* Spectrogram features of each row (with audio_rate > 0), after the
+     * rows: enum dh_audio_feature (DH_AUDIO_NO_FEATURES: none), n_fft
+     * (even, 16..8192), hop (1..n_fft), n_mels (1..512). */
+    int32_t audio_feature, audio_n_fft, audio_hop, audio_mels;
+};
+
+enum dh_audio_feature {
+    DH_AUDIO_NO_FEATURES = 0,
+    DH_AUDIO_MEL = 1,     /* torchaudio's MelSpectrogram (power) */
+    DH_AUDIO_LOG_MEL = 2, /* its log10 */
+    DH_AUDIO_WHISPER = 3  /* Whisper's normalised log-mel */
 };
 
 #define DH_AUDIO_MIN_RATE 1000
 #define DH_AUDIO_MAX_RATE 384000
+/* Spectrogram features' bounds (audio_n_fft, audio_mels). */
+#define DH_AUDIO_MAX_FFT 8192
+#define DH_AUDIO_MAX_MELS 512
 /* Most audio samples per channel of one batch row: 10 minutes at 48 kHz. */
 #define DH_AUDIO_MAX_ROW ((int64_t)48000 * 600)
 

@@ -12,14 +12,14 @@ view of the local DataServer's arena, whose slot returns when the last
 tensor made from it dies.  See docs/python.md.
 """
 from ._loader import DataLoader, DistributedDataLoader  # noqa: F401
-from ._decode import (Decoder, Source, Table, decode,  # noqa: F401
-                      decode_audio, open)  # noqa: A004
+from ._decode import (Decoder, Source, Table, audio_features,  # noqa: F401
+                      decode, decode_audio, open)  # noqa: A004
 from ._cache import cache_stats  # noqa: F401
 from ._C import (ArenaExhausted, DataError, SampleError,  # noqa: F401
                  TimeoutError)
 
 __all__ = ["DataLoader", "DistributedDataLoader", "DataError", "SampleError",
            "TimeoutError", "ArenaExhausted", "decode", "decode_audio",
-           "open", "Source",
+           "audio_features", "open", "Source",
            "Table", "Decoder", "cache_stats"]
 __version__ = "0.1.0"

@@ -19,7 +19,8 @@ import threading
 from . import _C
 from ._services import ensure_index
 
-__all__ = ["Source", "Table", "Decoder", "decode", "decode_audio", "open"]
+__all__ = ["Source", "Table", "Decoder", "decode", "decode_audio",
+           "audio_features", "open"]
 
 
 class Source:
@@ -275,6 +276,38 @@ def decode_audio(source, start=0.0, end=None, rate=16000, channels=1):
     if n == 0:
         return torch.zeros((c, 0), dtype=torch.float32)
     return torch.frombuffer(bytearray(buf), dtype=torch.float32).view(c, n)
+
+
+def audio_features(samples, rate=16000, kind="log-mel", n_mels=None,
+                   n_fft=None, hop_length=None):
+    """Spectrogram features of float32 sound (a tensor or array, [S] or
+    [C, S]) at `rate` Hz, computed as DataLoader(audio_features=kind)
+    computes them on the DataServer: "mel" (torchaudio's MelSpectrogram:
+    power, periodic Hann, centred reflect-padded frames, HTK scale,
+    defaults n_fft 400, hop 200, 128 mels), "log-mel" (its log10, floored
+    at 1e-10) or "whisper" (Whisper's log_mel_spectrogram: n_fft 400, hop
+    160, 80 Slaney mels, normalised).  float32 [n_mels, frames] (or [C,
+    n_mels, frames]).  docs/python.md "Sound"."""
+    import numpy as np
+    import torch
+    from ._options import AUDIO_FEATURES, audio_feature_opts
+    if kind not in AUDIO_FEATURES:
+        raise ValueError(f"kind={kind!r}: one of {list(AUDIO_FEATURES)}")
+    x = samples.detach().cpu().numpy() if isinstance(samples, torch.Tensor) \
+        else np.asarray(samples)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim not in (1, 2):
+        raise ValueError(f"samples of shape {x.shape}: [S] or [C, S]")
+    o = audio_feature_opts(True, kind, n_mels, n_fft, hop_length,
+                           x.shape[-1])
+    rows = []
+    for ch in (x if x.ndim == 2 else x[None]):
+        buf, frames = _C.audio_features(
+            np.ascontiguousarray(ch), int(rate), o["audio_feature"],
+            o["audio_n_fft"], o["audio_hop"], o["audio_mels"])
+        rows.append(torch.frombuffer(buf, dtype=torch.float32)
+                    .view(o["audio_mels"], frames))
+    return rows[0] if x.ndim == 1 else torch.stack(rows)
 
 
 def open(source):  # noqa: A001 - datahelix.open, as io.open

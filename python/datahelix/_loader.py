@@ -69,6 +69,15 @@ def _align64(v):
     return (v + 63) & ~63
 
 
+def _feature_frames(o, samples):
+    """Feature frames of `samples` samples (an int or a tensor): samples //
+    hop + 1, Whisper's without the last (dh_audio_feature_frames); 0
+    without features."""
+    if not o["audio_feature"]:
+        return 0
+    return samples // o["audio_hop"] + (0 if o["audio_feature"] == 3 else 1)
+
+
 def _arena_bytes(arena_mb):
     """arena_mb in bytes for the binding (0: the client's default)."""
     if arena_mb is None:
@@ -165,10 +174,15 @@ class DataLoader(Closing):
                  trace=None, load_balance=None, step_order="alternate",
                  heartbeat_timeout=None, cache_dir=None, cache_bytes=None,
                  audio=False, audio_rate=16000, audio_channels=1,
-                 audio_seconds=None, audio_missing="zeros"):
+                 audio_seconds=None, audio_missing="zeros",
+                 audio_features=None, n_mels=None, n_fft=None,
+                 hop_length=None):
         _opt.check_manifest(manifest)
         sound = _opt.audio_opts(audio, audio_rate, audio_channels,
                                 audio_seconds, audio_missing)
+        sound.update(_opt.audio_feature_opts(
+            audio, audio_features, n_mels, n_fft, hop_length,
+            sound["audio_samples"]))
         cache_args = _cache.check(cache_dir, cache_bytes)
         self.cache_dir = cache_args[1] if cache_args else None
         self._cache_bytes = cache_bytes
@@ -561,8 +575,10 @@ class DataLoader(Closing):
         """The sound of every part (docs/arena.md "Batch layout": int64
         lengths [n] then float32 [n, C, S], each 64-aligned after the
         frames): (audio, lengths), views of the slot for one microbatch."""
-        c, s = self._opts["audio_channels"], self._opts["audio_samples"]
-        sounds, lengths = [], []
+        o = self._opts
+        c, s = o["audio_channels"], o["audio_samples"]
+        mels, frames = o["audio_mels"], _feature_frames(o, s)
+        sounds, lengths, feats = [], [], []
         for j in range(b.n_parts):
             n = b.dims(j)[0]
             slot = b.slot(j)
@@ -573,11 +589,21 @@ class DataLoader(Closing):
             sounds.append(torch.frombuffer(
                 slot, dtype=torch.float32, count=n * c * s,
                 offset=at).view(n, c, s))
-        if len(sounds) > 1:
-            return torch.cat(sounds), torch.cat(lengths)
-        if self.transport == "copy":
-            return sounds[0].clone(), lengths[0]
-        return sounds[0], lengths[0]
+            if frames:
+                at = _align64(at + 4 * n * c * s)
+                feats.append(torch.frombuffer(
+                    slot, dtype=torch.float32, count=n * c * mels * frames,
+                    offset=at).view(n, c, mels, frames))
+        out = [sounds, lengths, feats]
+        for k, parts in enumerate(out):
+            if len(parts) > 1:
+                out[k] = torch.cat(parts)
+            elif parts:
+                out[k] = parts[0].clone() if (
+                    self.transport == "copy" and k != 1) else parts[0]
+            else:
+                out[k] = None
+        return out
 
     def _arena_views(self):
         """Whether a batch's "video" is its arena slot itself (one
@@ -609,8 +635,14 @@ class DataLoader(Closing):
                 for pos, failed, sub, stage, code, cause in b.substitutions],
         }
         if self.audio:  # [B, C, S] zero-padded, valid samples per row
-            out["audio"], out["audio_lengths"] = self._audio(b)
+            out["audio"], out["audio_lengths"], feats = self._audio(b)
             out["audio_mask"] = out["audio_lengths"] > 0
+            if feats is not None:  # [B, C, n_mels, frames]
+                out["audio_features"] = feats
+                n = out["audio_lengths"]
+                out["audio_feature_lengths"] = torch.where(
+                    n > 0, _feature_frames(self._opts, n).clamp(
+                        max=feats.shape[-1]), 0)
         if self._native:  # a list of views, packed, cu_seqlens, thw
             out.update(_packed.video(b.part(0), len(ids), self._dtype,
                                      self._patch))
@@ -678,6 +710,8 @@ class DataLoader(Closing):
             for k, sample in enumerate(samples):
                 sample["audio"] = batch["audio"][k]
                 sample["audio_length"] = int(batch["audio_lengths"][k])
+                if "audio_features" in batch:
+                    sample["audio_features"] = batch["audio_features"][k]
         out = self.collate_fn(samples)
         self._meter.add_python(0.0, time.perf_counter() - t0)
         return out
@@ -696,7 +730,8 @@ class DataLoader(Closing):
                 o["random_crop"], o["microbatches"], o["fps"], o["native"],
                 o.get("max_side"), o.get("max_area"), o.get("patch"),
                 o["audio_rate"], o["audio_channels"], o["audio_samples"],
-                o["audio_required"])
+                o["audio_required"], o["audio_feature"], o["audio_n_fft"],
+                o["audio_hop"], o["audio_mels"])
 
     def _chain_end(self):
         _, offs, base = self._schedule(self._epoch)

@@ -153,6 +153,45 @@ AUDIO_MAX_ROW = 48000 * 600                      # DH_AUDIO_MAX_ROW
 AUDIO_SECONDS = 30.0  # a row's default bound: Whisper's window
 
 
+# audio_features= -> (the plan's kind, default n_fft, hop, n_mels): the
+# references' own defaults (torchaudio's MelSpectrogram; Whisper's)
+AUDIO_FEATURES = {"mel": (1, 400, 200, 128), "log-mel": (2, 400, 200, 128),
+                  "whisper": (3, 400, 160, 80)}
+
+
+def audio_feature_opts(audio, features, n_mels, n_fft, hop_length, samples):
+    """The client's feature options ({"audio_feature": 0, ...} without
+    features); docs/python.md "Sound"."""
+    none = dict(audio_feature=0, audio_n_fft=0, audio_hop=0, audio_mels=0)
+    if features is None:
+        if (n_mels, n_fft, hop_length) != (None, None, None):
+            raise ValueError("n_mels, n_fft and hop_length shape "
+                             "audio_features=; pass it too")
+        return none
+    if features not in AUDIO_FEATURES:
+        raise ValueError(f"audio_features={features!r}: None or one of "
+                         f"{list(AUDIO_FEATURES)}")
+    if not audio:
+        raise ValueError("audio_features= needs audio=True")
+    kind, fft, hop, mels = AUDIO_FEATURES[features]
+    fft = fft if n_fft is None else n_fft
+    hop = hop if hop_length is None else hop_length
+    mels = mels if n_mels is None else n_mels
+    for name, v, lo, hi in (("n_fft", fft, 16, 8192),
+                            ("hop_length", hop, 1, fft),
+                            ("n_mels", mels, 1, 512)):
+        if (not isinstance(v, int) or isinstance(v, bool)
+                or not lo <= v <= hi):
+            raise ValueError(f"{name}={v!r}: an int in {lo}..{hi}")
+    if fft % 2:
+        raise ValueError(f"n_fft={fft}: an even number")
+    if samples <= fft // 2:
+        raise ValueError(f"audio_seconds: a row of {samples} samples is "
+                         f"not longer than n_fft / 2 ({fft // 2})")
+    return dict(audio_feature=kind, audio_n_fft=fft, audio_hop=hop,
+                audio_mels=mels)
+
+
 def audio_opts(audio, rate, channels, seconds, missing):
     """The client's sound options ({"audio_rate": 0, ...} without sound):
     rate Hz, 1 or 2 channels, rows of ceil(seconds * rate) samples,

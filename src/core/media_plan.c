@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "datahelix/audio.h"
 #include "datahelix/media.h"
 
 #define DIM_MAX 16384
@@ -194,7 +195,10 @@ static int check_fixed_pixels(const struct dh_media_plan *p, struct dh_err *e)
 static int check_audio(const struct dh_media_plan *p, struct dh_err *e)
 {
     if (p->audio_rate == 0)
-        return 0;
+        return p->audio_feature
+                   ? dh_err_set(e, DH_EINVAL,
+                                "plan: audio features without sound")
+                   : 0;
     if (p->audio_rate < DH_AUDIO_MIN_RATE || p->audio_rate > DH_AUDIO_MAX_RATE)
         return dh_err_set(e, DH_EINVAL,
                           "plan: audio_rate %" PRId32 " out of range %d..%d Hz",
@@ -212,7 +216,12 @@ static int check_audio(const struct dh_media_plan *p, struct dh_err *e)
         return dh_err_set(e, DH_ENOTIMPL,
                           "plan: audio in packed (native-size) batches is "
                           "not implemented yet; use a fixed size");
-    return 0;
+    return dh_audio_features_check(
+        &(struct dh_audio_features){.kind = p->audio_feature,
+                                    .n_fft = p->audio_n_fft,
+                                    .hop = p->audio_hop,
+                                    .n_mels = p->audio_mels},
+        p->audio_samples, e);
 }
 
 int dh_media_plan_check(const struct dh_media_plan *p, struct dh_err *e)

@@ -431,6 +431,10 @@ void dh_wire_plan_to_media(const struct dh_wire_plan *w,
     out->audio_channels = (int32_t)w->audio_channels;
     out->audio_samples = (int64_t)w->audio_samples;
     out->audio_required = (int32_t)w->audio_required;
+    out->audio_feature = (int32_t)w->audio_feature;
+    out->audio_n_fft = (int32_t)w->audio_n_fft;
+    out->audio_hop = (int32_t)w->audio_hop;
+    out->audio_mels = (int32_t)w->audio_mels;
     /* The wire carries no cap: a DataServer holds every plan it is sent to
      * its own default, DH_MEDIA_MAX_PIXELS, whatever a peer would like. */
     out->max_pixels = 0;
@@ -439,7 +443,7 @@ void dh_wire_plan_to_media(const struct dh_wire_plan *w,
 int dh_wire_plan_from_media(struct dh_wire_plan *w,
                             const struct dh_media_plan *p, struct dh_err *e)
 {
-    int native;
+    int native, feat;
     int rc;
 
     if ((rc = dh_media_plan_check(p, e)) < 0)
@@ -480,6 +484,11 @@ int dh_wire_plan_from_media(struct dh_wire_plan *w,
     w->audio_channels = p->audio_rate ? (uint32_t)p->audio_channels : 0;
     w->audio_samples = p->audio_rate ? (uint64_t)p->audio_samples : 0;
     w->audio_required = p->audio_rate ? (uint32_t)(p->audio_required != 0) : 0;
+    feat = p->audio_rate && p->audio_feature;
+    w->audio_feature = feat ? (uint32_t)p->audio_feature : 0;
+    w->audio_n_fft = feat ? (uint32_t)p->audio_n_fft : 0;
+    w->audio_hop = feat ? (uint32_t)p->audio_hop : 0;
+    w->audio_mels = feat ? (uint32_t)p->audio_mels : 0;
     return 0;
 }
 

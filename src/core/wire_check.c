@@ -285,7 +285,25 @@ static int ck_plan_audio(const struct dh__wire_ck *c,
             (rc = ck_u64(c, "plan.audio_required", p->audio_required, 0, 0)) <
                 0)
             return rc;
-        return 0;
+    }
+    if (p->audio_rate == 0 || p->audio_feature == 0) {
+        if ((rc = ck_u64(c, "plan.audio_feature", p->audio_feature, 0, 0)) <
+                0 ||
+            (rc = ck_u64(c, "plan.audio_n_fft", p->audio_n_fft, 0, 0)) < 0 ||
+            (rc = ck_u64(c, "plan.audio_hop", p->audio_hop, 0, 0)) < 0 ||
+            (rc = ck_u64(c, "plan.audio_mels", p->audio_mels, 0, 0)) < 0)
+            return rc;
+        if (p->audio_rate == 0)
+            return 0;
+    } else if ((rc = ck_u64(c, "plan.audio_feature", p->audio_feature, 1,
+                            DH_AUDIO_WHISPER)) < 0 ||
+               (rc = ck_u64(c, "plan.audio_n_fft", p->audio_n_fft, 16,
+                            DH_AUDIO_MAX_FFT)) < 0 ||
+               (rc = ck_u64(c, "plan.audio_hop", p->audio_hop, 1,
+                            p->audio_n_fft)) < 0 ||
+               (rc = ck_u64(c, "plan.audio_mels", p->audio_mels, 1,
+                            DH_AUDIO_MAX_MELS)) < 0) {
+        return rc;
     }
     if ((rc = ck_u64(c, "plan.audio_rate", p->audio_rate, DH_AUDIO_MIN_RATE,
                      DH_AUDIO_MAX_RATE)) < 0 ||

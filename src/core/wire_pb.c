@@ -63,6 +63,10 @@ static PbPlan *plan_pb(PbPlan *pb, const struct dh_wire_plan *p)
     pb->audio_channels = p->audio_channels;
     pb->audio_samples = p->audio_samples;
     pb->audio_required = p->audio_required != 0;
+    pb->audio_feature = p->audio_feature;
+    pb->audio_n_fft = p->audio_n_fft;
+    pb->audio_hop = p->audio_hop;
+    pb->audio_mels = p->audio_mels;
     return pb;
 }
 
@@ -416,6 +420,10 @@ static int plan_from_pb(const struct dh__wire_ck *c, struct dh_wire_plan *p,
     p->audio_channels = pb->audio_channels;
     p->audio_samples = pb->audio_samples;
     p->audio_required = pb->audio_required;
+    p->audio_feature = pb->audio_feature;
+    p->audio_n_fft = pb->audio_n_fft;
+    p->audio_hop = pb->audio_hop;
+    p->audio_mels = pb->audio_mels;
     return 0;
 }
 

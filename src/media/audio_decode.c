@@ -42,9 +42,9 @@ struct audio_out {
     int64_t produced;    /* samples the resampler has output so far */
     double t0;           /* time of resampled sample 0 */
     int64_t first, last; /* kept: [first, last) of the produced samples */
-    int sought;    /* the decode starts from a seek (seek_near): the first
+    int sought;          /* the decode starts from a seek (seek_near): the first
                       frame is cut to the grid of a decode from the start */
-    double origin; /* then: the time of that decode's first sample */
+    double origin;       /* then: the time of that decode's first sample */
     /* the frames' format the resampler was made for */
     int in_fmt, in_rate;
     AVChannelLayout in_layout;
@@ -358,8 +358,8 @@ static int seek_exact(const AVStream *st)
 /* The time of the stream's first decoded frame (what a decode from the
  * start calls sample 0), decoding as few packets as it takes; -1: none
  * found (no timestamp, an error). */
-static double first_frame_time(AVFormatContext *fc, int idx,
-                               AVCodecContext *cc, AVPacket *pkt, AVFrame *f)
+static double first_frame_time(AVFormatContext *fc, int idx, AVCodecContext *cc,
+                               AVPacket *pkt, AVFrame *f)
 {
     double tb = av_q2d(fc->streams[idx]->time_base), t = -1;
     int r = 0;

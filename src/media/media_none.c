@@ -161,6 +161,18 @@ int dh_audio_decode_into(const struct dh_source_ref *ref,
     return no_media(e);
 }
 
+int dh_audio_features(const float *x, int64_t n, int rate,
+                      const struct dh_audio_features *c, float *out,
+                      struct dh_err *e)
+{
+    (void)x;
+    (void)n;
+    (void)rate;
+    (void)c;
+    (void)out;
+    return no_media(e);
+}
+
 /* No read-ahead, no cache without the media layer (prefetch.h). */
 struct dh_cache *dh__cache_open(const char *dir, uint64_t bound)
 {

@@ -452,7 +452,51 @@ static PyObject *py_decode_audio(PyObject *self, PyObject *args)
     return Py_BuildValue("(NiLd)", buf, a.channels, (long long)n, a.start_s);
 }
 
+/* audio_features(samples, rate, kind, n_fft, hop, n_mels) -> (bytearray,
+ * frames): one channel's float32 samples (a C-contiguous buffer) as float32
+ * [n_mels, frames] (src/include/datahelix/audio.h). */
+static PyObject *py_audio_features(PyObject *self, PyObject *args)
+{
+    struct dh_audio_features c = {0};
+    struct dh_err e;
+    Py_buffer in;
+    PyObject *out = NULL;
+    int64_t n, frames;
+    int rate, rc;
+
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*iiiii", &in, &rate, &c.kind, &c.n_fft,
+                          &c.hop, &c.n_mels))
+        return NULL;
+    n = (int64_t)(in.len / (Py_ssize_t)sizeof(float));
+    if ((rc = dh_audio_features_check(&c, n, &e)) ||
+        (c.kind == DH_AUDIO_NO_FEATURES &&
+         (rc = dh_err_set(&e, DH_EINVAL, "audio features: no kind"))))
+        goto out;
+    frames = dh_audio_feature_frames(&c, n);
+    /* a bytearray: writable, so torch.frombuffer() views it as is */
+    if (!(out = PyByteArray_FromStringAndSize(
+              NULL,
+              (Py_ssize_t)((size_t)c.n_mels * (size_t)frames * sizeof(float)))))
+        goto out;
+    Py_BEGIN_ALLOW_THREADS rc = dh_audio_features(
+        (const float *)in.buf, n, rate, &c,
+        (float *)(void *)PyByteArray_AsString(out), &e);
+    Py_END_ALLOW_THREADS if (rc)
+    {
+        Py_CLEAR(out);
+    }
+out:
+    PyBuffer_Release(&in);
+    if (rc)
+        return dhpy_raise(rc, &e);
+    return out ? Py_BuildValue("(NL)", out, (long long)frames) : NULL;
+}
+
 static PyMethodDef audio_methods[] = {
+    {"audio_features", py_audio_features, METH_VARARGS,
+     "audio_features(samples, rate, kind, n_fft, hop, n_mels) -> (bytearray, "
+     "frames): float32 [n_mels, frames]"},
     {"decode_audio", py_decode_audio, METH_VARARGS,
      "decode_audio(path, member, offset, size, mtime_ns, rate, channels, "
      "start, end) -> (bytes, channels, n, start_s): the source's sound, "

@@ -48,6 +48,7 @@ int dh_batch_layout(const struct dh_media_plan *p, uint32_t n,
 {
     size_t one = video_one(p), row;
     const size_t lim = SIZE_MAX / 4;
+    int64_t frames;
 
     memset(out, 0, sizeof(*out));
     if (one == 0 || one == SIZE_MAX || (n && one > lim / n))
@@ -66,6 +67,20 @@ int dh_batch_layout(const struct dh_media_plan *p, uint32_t n,
     if (out->audio > lim - row * n)
         return -1;
     out->total = out->audio + row * n;
+    if (p->audio_feature == DH_AUDIO_NO_FEATURES)
+        return 0;
+    frames = dh_audio_feature_frames(
+        &(struct dh_audio_features){.kind = p->audio_feature,
+                                    .hop = p->audio_hop},
+        p->audio_samples);
+    if (frames < 1 || p->audio_mels < 1 || p->audio_mels > DH_AUDIO_MAX_MELS)
+        return -1;
+    row = (size_t)p->audio_channels * (size_t)p->audio_mels * (size_t)frames *
+          sizeof(float);
+    out->features = align64(out->total);
+    if ((n && row > lim / n) || out->features > lim - row * n)
+        return -1;
+    out->total = out->features + row * n;
     return 0;
 }
 
@@ -152,6 +167,28 @@ struct dest {
     uint32_t n;
 };
 
+/* Row i's spectrogram, channel by channel, over the whole row (its zero
+ * padding included, as Whisper pads to its window). */
+static int features_row(const struct dh_media_plan *p, float *const rows[2],
+                        const struct dest *d, uint32_t i, struct dh_err *e)
+{
+    struct dh_audio_features fc = {.kind = p->audio_feature,
+                                   .n_fft = p->audio_n_fft,
+                                   .hop = p->audio_hop,
+                                   .n_mels = p->audio_mels};
+    size_t one = (size_t)p->audio_mels *
+                 (size_t)dh_audio_feature_frames(&fc, p->audio_samples);
+    float *out = (float *)(void *)(d->dst + d->l.features) +
+                 one * (size_t)p->audio_channels * i;
+    int rc;
+
+    for (int c = 0; c < p->audio_channels; c++)
+        if ((rc = dh_audio_features(rows[c], p->audio_samples, p->audio_rate,
+                                    &fc, out + one * (size_t)c, e)))
+            return rc;
+    return 0;
+}
+
 /* Row i's sound: the span [t0, t1) of sample `id`'s source resampled into
  * the row, its length in lengths[i]; the rest of the row zeros.  A source
  * without sound is an empty row, or with audio_required the sample's
@@ -178,7 +215,6 @@ static int audio_row(struct dh_media *m, const struct dh_index *ix, uint64_t id,
                           "index");
     rc = dh_audio_decode_into(&ref, &ao, rows, p->audio_samples, &got, &missing,
                               e);
-    dh__media_stage_add(m, DH_MS_DECODE, dh__mono_msf() - ms);
     if (rc && missing && !p->audio_required) {
         dh_err_clear(e);
         rc = 0;
@@ -196,7 +232,10 @@ static int audio_row(struct dh_media *m, const struct dh_index *ix, uint64_t id,
     len = got;
     memcpy(d->dst + d->l.lengths + (size_t)i * sizeof(int64_t), &len,
            sizeof(len));
-    return 0;
+    if (p->audio_feature != DH_AUDIO_NO_FEATURES)
+        rc = features_row(p, rows, d, i, e);
+    dh__media_stage_add(m, DH_MS_DECODE, dh__mono_msf() - ms);
+    return rc;
 }
 
 /* One sample into position i: its frames into their slice (the frames it

@@ -286,6 +286,16 @@ static void layout_puts_the_sound_after_the_frames(void **state)
     assert_true(l.audio >= l.lengths + 3 * 8 && l.audio % 64 == 0);
     assert_int_equal(l.total, l.audio + 3 * 2 * 1001 * sizeof(float));
     assert_int_equal(dh_batch_bytes(&p, 3), l.total);
+    p.audio_feature = DH_AUDIO_LOG_MEL; /* features after the rows */
+    p.audio_n_fft = 400;
+    p.audio_hop = 200;
+    p.audio_mels = 16;
+    assert_int_equal(dh_batch_layout(&p, 3, &l), 0);
+    assert_true(l.features >= l.audio + 3 * 2 * 1001 * sizeof(float));
+    assert_int_equal(l.features % 64, 0);
+    assert_int_equal(l.total, l.features + 3 * 2 * 16 * (1001 / 200 + 1) *
+                                               sizeof(float));
+    p.audio_feature = DH_AUDIO_NO_FEATURES;
     p.audio_channels = 5; /* not a plan */
     assert_int_equal(dh_batch_layout(&p, 3, &l), -1);
     assert_true(dh_batch_bytes(&p, 3) == SIZE_MAX);
@@ -331,6 +341,26 @@ static void clips_without_sound_get_empty_rows(void **state)
         assert_memory_equal(dst + (size_t)i * (l.video / 2), ref, n);
         free(ref);
     }
+    /* with log-mel features: each silent row's are the floor, log10 1e-10 */
+    free(dst);
+    p.audio_feature = DH_AUDIO_LOG_MEL;
+    p.audio_n_fft = 14; /* 2 x 7: Bluestein's path */
+    p.audio_hop = 10;
+    p.audio_mels = 4;
+    assert_int_equal(dh_batch_layout(&p, 2, &l), 0);
+    cap = l.total + DH_MEDIA_DST_PAD;
+    assert_non_null(dst = malloc(cap));
+    memset(dst, 0xff, cap);
+    if (dh_batch_decode(m, ix, 0, ids, 2, &p, dst, cap, valid, &at, &e))
+        fail_msg("batch: %s", e.msg);
+    assert_int_equal((l.total - l.features) / sizeof(float), 2 * 4 * 11);
+    for (size_t i = l.features; i < l.total; i += sizeof(float)) {
+        float v;
+
+        memcpy(&v, dst + i, sizeof(v));
+        assert_true(v == -10.0f);
+    }
+    p.audio_feature = DH_AUDIO_NO_FEATURES;
     p.audio_required = 1;
     assert_int_equal(
         dh_batch_decode(m, ix, 0, ids, 2, &p, dst, cap, valid, &at, &e),

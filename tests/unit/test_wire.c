@@ -269,6 +269,10 @@ static void assert_plan_eq(const struct dh_wire_plan *a,
     assert_int_equal(a->audio_channels, b->audio_channels);
     assert_int_equal(a->audio_samples, b->audio_samples);
     assert_int_equal(a->audio_required, b->audio_required);
+    assert_int_equal(a->audio_feature, b->audio_feature);
+    assert_int_equal(a->audio_n_fft, b->audio_n_fft);
+    assert_int_equal(a->audio_hop, b->audio_hop);
+    assert_int_equal(a->audio_mels, b->audio_mels);
 }
 
 static void assert_request_eq(const struct dh_wire_request *a,
@@ -955,6 +959,18 @@ static void mutate(struct pb *p, int id)
         p->plan.audio_channels = 1;
         p->plan.audio_samples = UINT64_MAX;
         break;
+    case 164: /* features of no sound */
+        p->plan.audio_feature = 1;
+        break;
+    case 165: /* a hop past the frame */
+        p->plan.audio_rate = 16000;
+        p->plan.audio_channels = 1;
+        p->plan.audio_samples = 16000;
+        p->plan.audio_feature = 3;
+        p->plan.audio_n_fft = 400;
+        p->plan.audio_hop = 401;
+        p->plan.audio_mels = 80;
+        break;
     case 73:
         p->req_task.microbatch = 5;
         p->req_task.id += 1;
@@ -1203,6 +1219,8 @@ static const struct rule rules[] = {
     {DH_WIRE_DESCRIPTOR_REQUEST, 161, DH_EFORMAT, "plan.audio_rate 999"},
     {DH_WIRE_DESCRIPTOR_REQUEST, 162, DH_EFORMAT, "plan.audio_channels 3"},
     {DH_WIRE_DESCRIPTOR_REQUEST, 163, DH_EFORMAT, "plan.audio_samples"},
+    {DH_WIRE_DESCRIPTOR_REQUEST, 164, DH_EFORMAT, "plan.audio_feature 1"},
+    {DH_WIRE_DESCRIPTOR_REQUEST, 165, DH_EFORMAT, "plan.audio_hop 401"},
     {DH_WIRE_ROUTE, 70, DH_EFORMAT, "route.server_id 0"},
     {DH_WIRE_ROUTE, 71, DH_EFORMAT, "route.target_server_id 0"},
     {DH_WIRE_ROUTE, 72, DH_ETOOBIG, "route.target_address"},
@@ -1827,6 +1845,21 @@ static void plan_converts_both_ways(void **state)
     p.audio_channels = 1;
     p.audio_samples = DH_AUDIO_MAX_ROW + 1;
     assert_int_equal(dh_wire_plan_from_media(&w, &p, &e), DH_EINVAL);
+    p.audio_samples = 1000;
+    p.audio_feature = DH_AUDIO_WHISPER;
+    p.audio_n_fft = 400;
+    p.audio_hop = 160;
+    p.audio_mels = 80;
+    assert_int_equal(dh_wire_plan_from_media(&w, &p, &e), 0);
+    dh_wire_plan_to_media(&w, &back);
+    assert_int_equal(back.audio_feature, DH_AUDIO_WHISPER);
+    assert_int_equal(back.audio_hop, 160);
+    assert_int_equal(back.audio_mels, 80);
+    p.audio_n_fft = 401; /* odd */
+    assert_int_equal(dh_wire_plan_from_media(&w, &p, &e), DH_EINVAL);
+    p.audio_n_fft = 4000; /* a row not longer than half a frame */
+    assert_int_equal(dh_wire_plan_from_media(&w, &p, &e), DH_EINVAL);
+    p.audio_feature = 0;
     p.audio_samples = 1;
     p.geometry = DH_GEOM_NATIVE; /* packed batches: not yet */
     assert_int_equal(dh_wire_plan_from_media(&w, &p, &e), DH_ENOTIMPL);

@@ -54,6 +54,33 @@ int dh_audio_decode_into(const struct dh_source_ref *ref,
                          int64_t cap, int64_t *n, int *missing,
                          struct dh_err *e) DH_MUST_CHECK;
 
+/*
+ * Spectrogram features of a sound (src/media/audio_mel.c), as the
+ * references compute them: DH_AUDIO_MEL is torchaudio's MelSpectrogram
+ * (power 2, periodic Hann, centred reflect-padded frames, HTK mel scale,
+ * no norm, f_min 0, f_max rate / 2), DH_AUDIO_LOG_MEL its log10 (floored
+ * at 1e-10), DH_AUDIO_WHISPER Whisper's log_mel_spectrogram (Slaney scale
+ * and norm, the last frame dropped, log10, floored at max - 8, (x + 4) / 4).
+ */
+struct dh_audio_features {
+    int kind; /* enum dh_audio_feature (media.h) */
+    int n_fft, hop, n_mels;
+};
+
+/* Frames of features of `samples` samples: samples / hop + 1 (Whisper:
+ * without the last); 0 without features. */
+int64_t dh_audio_feature_frames(const struct dh_audio_features *c,
+                                int64_t samples);
+/* The fields in range for rows of `samples` samples; DH_EINVAL saying
+ * which is not. */
+int dh_audio_features_check(const struct dh_audio_features *c, int64_t samples,
+                            struct dh_err *e);
+/* One channel x[0..n) at `rate` Hz into out [n_mels, frames] (row-major,
+ * frames = dh_audio_feature_frames(c, n)).  DH_EINVAL, DH_ENOMEM. */
+int dh_audio_features(const float *x, int64_t n, int rate,
+                      const struct dh_audio_features *c, float *out,
+                      struct dh_err *e) DH_MUST_CHECK;
+
 struct dh_media;
 struct dh_media_plan;
 /* The span on the container's clock that the frames selected by the last

@@ -64,13 +64,16 @@ size_t dh_batch_bytes(const struct dh_media_plan *p, uint32_t n);
  *
  *   [0, video)              the frames, sample i at i * video / n
  *   [lengths, +8n)          int64 [n]: audio samples per channel per row
- *   [audio, total)          float32 [n, channels, samples], zero-padded
+ *   [audio, +4nCS)          float32 [n, channels, samples], zero-padded
+ *   [features, total)       float32 [n, channels, n_mels, frames]: the
+ *                           spectrogram of each whole row (with features)
  *
- * lengths and audio 64-aligned; both 0 (and total = video) without sound.
+ * lengths, audio and features 64-aligned; 0 where the plan has no sound
+ * (or no features), total the end of the last part.
  * 0, or -1 when the plan cannot be batched or the sizes overflow.
  */
 struct dh_batch_layout {
-    size_t video, lengths, audio, total;
+    size_t video, lengths, audio, features, total;
 };
 int dh_batch_layout(const struct dh_media_plan *p, uint32_t n,
                     struct dh_batch_layout *out);

@@ -232,6 +232,8 @@ struct dh_wire_plan {
     uint32_t audio_rate, audio_channels;
     uint64_t audio_samples;
     uint32_t audio_required;
+    /* its features: feature 0 = none, and then the rest 0 (dh_media_plan) */
+    uint32_t audio_feature, audio_n_fft, audio_hop, audio_mels;
 };
 
 struct dh_wire_hints {
