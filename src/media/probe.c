@@ -178,6 +178,23 @@ static double stream_duration(const AVFormatContext *fc, const AVStream *st)
     return 0;
 }
 
+/* A stream's own length where the container keeps it only as a tag
+ * (Matroska and WebM write DURATION=HH:MM:SS.nnnnnnnnn per track; their
+ * streams have no duration field): a sound shorter than the video is then
+ * its own length, not the file's.  0: no such tag. */
+static double tag_duration(const AVStream *st)
+{
+    const AVDictionaryEntry *t = av_dict_get(st->metadata, "DURATION", NULL,
+                                             0);
+    unsigned h, m;
+    double s;
+
+    if (!t || sscanf(t->value, "%u:%u:%lf", &h, &m, &s) != 3 || m >= 60 ||
+        !(s >= 0 && s < 60))
+        return 0;
+    return h * 3600.0 + m * 60.0 + s;
+}
+
 /* Containers state times in microseconds at best: keep that, not binary
  * noise like 2.1200000000000001. */
 static double round6(double x)
@@ -257,7 +274,10 @@ static int fill_audio(AVFormatContext *fc, int video, struct dh_desc *d)
     d->audio_channels = par->ch_layout.nb_channels > 0
                             ? par->ch_layout.nb_channels
                             : 0;
-    d->audio_duration_s = round6(stream_duration(fc, st));
+    d->audio_duration_s =
+        round6(st->duration == AV_NOPTS_VALUE && tag_duration(st) > 0
+                   ? tag_duration(st)
+                   : stream_duration(fc, st));
     d->audio_start_s = st->start_time != AV_NOPTS_VALUE
                            ? round6((double)st->start_time *
                                     av_q2d(st->time_base))
