@@ -24,7 +24,13 @@
 
 #include "datahelix/error.h"
 
-enum dh_kind { DH_KIND_VIDEO = 0, DH_KIND_IMAGE = 1, DH_KIND_TEXT = 2 };
+/* DH_KIND_AUDIO: a file of sound alone (issue 38), no frames. */
+enum dh_kind {
+    DH_KIND_VIDEO = 0,
+    DH_KIND_IMAGE = 1,
+    DH_KIND_TEXT = 2,
+    DH_KIND_AUDIO = 3
+};
 
 /* "video" / "image" / "text"; NULL for an unknown value. */
 DH_API const char *dh_kind_name(enum dh_kind k);

@@ -34,8 +34,8 @@ void dh_cost_features_of(const struct dh_desc *d, int64_t out_frames,
     int64_t src_frames = d->kind == DH_KIND_IMAGE ? 1 : d->frames;
 
     memset(f, 0, sizeof(*f));
-    if (d->kind == DH_KIND_TEXT) {
-        f->in_mb = (double)d->bytes / 1e6;
+    if (d->kind == DH_KIND_TEXT || d->kind == DH_KIND_AUDIO) {
+        f->in_mb = (double)d->bytes / 1e6; /* sound: its bytes decoded */
         return;
     }
     f->src_mpx = (double)src_frames * d->width * d->height / 1e6;

@@ -63,7 +63,7 @@ static const struct field fields[] = {
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
-static const char *const kind_names[] = {"video", "image", "text"};
+static const char *const kind_names[] = {"video", "image", "text", "audio"};
 
 const char *dh_kind_name(enum dh_kind k)
 {
@@ -224,7 +224,8 @@ static int parse_kind(const struct field *f, const json_t *v, struct dh_desc *d,
         return type_error(f, "string", v, e);
     if (dh_kind_parse(json_string_value(v), &d->kind) != 0)
         return dh_err_set(e, DH_EFORMAT,
-                          "field 'kind': expected video, image or text");
+                          "field 'kind': expected video, image, text or "
+                          "audio");
     return 0;
 }
 

@@ -24,6 +24,15 @@ void dh_estimate(const struct dh_estimator *est, struct dh_desc *d)
         d->est_tokens = dh_text_tokens(d->bytes + text_bytes);
         return;
     }
+    if (d->kind == DH_KIND_AUDIO) { /* 16 kHz mono float32, its tokens */
+        double per_s = est->audio.per_s > 0 ? est->audio.per_s
+                                            : DH_AUDIO_ONLY_TOKENS_PER_S;
+
+        d->est_out_bytes = (int64_t)ceil(d->audio_duration_s * 16000) * 4;
+        d->est_tokens = (int64_t)ceil(d->audio_duration_s * per_s - 1e-9) +
+                        dh_text_tokens(text_bytes);
+        return;
+    }
     d->est_out_bytes = frames * (int64_t)w * h * 3;
     d->est_tokens = dh_token_model_count(&est->tokens, frames, w, h) +
                     dh_text_tokens(text_bytes);

@@ -175,7 +175,7 @@ void dh_sample_plan_output(const struct dh_sample_plan *p,
                            const struct dh_desc *d, int64_t *frames,
                            int32_t *width, int32_t *height)
 {
-    if (d->kind == DH_KIND_TEXT) {
+    if (d->kind == DH_KIND_TEXT || d->kind == DH_KIND_AUDIO) {
         *frames = 0;
         *width = *height = 0;
         return;
@@ -227,8 +227,8 @@ void dh_profile_name(enum dh_kind kind, int64_t frames, int32_t width,
 {
     int32_t shorter = width < height ? width : height;
 
-    if (kind == DH_KIND_TEXT) {
-        snprintf(buf, len, "text");
+    if (kind == DH_KIND_TEXT || kind == DH_KIND_AUDIO) {
+        snprintf(buf, len, kind == DH_KIND_TEXT ? "text" : "audio");
         return;
     }
     snprintf(buf, len, "%lldx%d", (long long)nearest_pow2(frames),

@@ -184,8 +184,7 @@ static double stream_duration(const AVFormatContext *fc, const AVStream *st)
  * its own length, not the file's.  0: no such tag. */
 static double tag_duration(const AVStream *st)
 {
-    const AVDictionaryEntry *t = av_dict_get(st->metadata, "DURATION", NULL,
-                                             0);
+    const AVDictionaryEntry *t = av_dict_get(st->metadata, "DURATION", NULL, 0);
     unsigned h, m;
     double s;
 
@@ -274,10 +273,10 @@ static int fill_audio(AVFormatContext *fc, int video, struct dh_desc *d)
     d->audio_channels = par->ch_layout.nb_channels > 0
                             ? par->ch_layout.nb_channels
                             : 0;
-    d->audio_duration_s =
-        round6(st->duration == AV_NOPTS_VALUE && tag_duration(st) > 0
-                   ? tag_duration(st)
-                   : stream_duration(fc, st));
+    d->audio_duration_s = round6(st->duration == AV_NOPTS_VALUE &&
+                                         tag_duration(st) > 0
+                                     ? tag_duration(st)
+                                     : stream_duration(fc, st));
     d->audio_start_s = st->start_time != AV_NOPTS_VALUE
                            ? round6((double)st->start_time *
                                     av_q2d(st->time_base))
@@ -333,9 +332,20 @@ static int probe_av(const struct dh_source_ref *ref, struct dh_desc *d,
                  : 0;
     } else {
         idx = dh__av_find_video(fc, src.name, e);
-        rc = idx < 0 ? idx
+        if (idx < 0 && fill_audio(fc, -1, d) == 0) {
+            /* sound alone (a .wav, .mp3, .m4a...): an audio sample */
+            dh_err_clear(e);
+            d->kind = DH_KIND_AUDIO;
+            d->duration_s = d->audio_duration_s;
+            snprintf(d->codec, sizeof(d->codec), "%s", d->audio_codec);
+            idx = 0;
+            rc = 0;
+        } else {
+            rc = idx < 0
+                     ? idx
                      : fill_video(fc, idx, d, notes ? &notes->unchecked : NULL,
                                   src.name, e);
+        }
         if (!rc && d->kind == DH_KIND_VIDEO)
             (void)fill_audio(fc, idx, d); /* none: a clip without sound */
     }

@@ -33,8 +33,8 @@ static const char *const media_exts[] = {
     "png", "webp", "bmp",  "tif", "tiff", "txt", "tar",
 };
 
-/* Members of a shard kept for audio (not decoded yet: a key with only one
- * of these is reported, not probed). */
+/* Sound: in a folder, an audio sample of its own; in a shard, the sound of
+ * its key's clip (a key with only sound is reported, not probed). */
 static const char *const audio_exts[] = {"wav", "flac", "mp3", "m4a",
                                          "ogg", "opus", "aac"};
 
@@ -170,6 +170,9 @@ static int wanted_in_folder(const char *name)
 {
     for (size_t i = 0; i < sizeof(media_exts) / sizeof(media_exts[0]); i++)
         if (ext_is(name, media_exts[i]))
+            return 1;
+    for (size_t i = 0; i < sizeof(audio_exts) / sizeof(audio_exts[0]); i++)
+        if (ext_is(name, audio_exts[i]))
             return 1;
     return 0;
 }

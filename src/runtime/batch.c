@@ -249,11 +249,24 @@ static int one_sample(struct dh_media *m, const struct dh_index *ix,
     uint8_t *slice = d->dst + (size_t)i * one;
     struct dh_media_plan sp;
     struct dh_media_result res;
+    struct dh_index_columns cols;
     int64_t frames;
     double t0 = 0, t1 = 0;
     size_t used;
     int rc;
 
+    dh_index_columns(ix, &cols);
+    if (cols.kind && cols.kind[id] == DH_KIND_AUDIO) {
+        /* sound alone: no frames; the row from the sound's start */
+        memset(slice, 0, one);
+        *valid = 0;
+        if (p->audio_rate <= 0)
+            return dh_err_set(e, DH_EUNSUPPORTED,
+                              "%s: an audio sample (sound alone), and this "
+                              "loader decodes no sound (audio=True)",
+                              path);
+        return audio_row(m, ix, id, p, 0, 0, d, i, e);
+    }
     dh_batch_sample_plan(p, epoch, id, &sp);
     rc = dh__batch_open(m, ix, id, e);
     if (!rc)

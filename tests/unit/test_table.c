@@ -217,8 +217,8 @@ static const struct bad_case bad_cases[] = {
      ":1: field 'id': value out of range"},
     {"{\"id\":4294967296,\"path\":\"a\",\"kind\":\"video\"}\n", DH_EFORMAT,
      ":1: field 'id': value out of range"},
-    {"{\"id\":0,\"path\":\"a\",\"kind\":\"audio\"}\n", DH_EFORMAT,
-     ":1: field 'kind': expected video, image or text"},
+    {"{\"id\":0,\"path\":\"a\",\"kind\":\"sound\"}\n", DH_EFORMAT,
+     ":1: field 'kind': expected video, image, text or audio"},
     {"{\"id\":0,\"path\":\"a\",\"kind\":\"video\",\"codec\":"
      "\"0123456789012345678901234567890123\"}\n",
      DH_EFORMAT, ":1: field 'codec': string longer than 31 bytes"},

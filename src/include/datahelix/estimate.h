@@ -94,6 +94,9 @@ struct dh_audio_tokens {
     double per_s; /* 0: audio not counted */
     char name[32];
 };
+/* An audio-only sample's tokens a second when no model was named: its
+ * sound is all it has, so it is counted anyway, at Whisper's rate. */
+#define DH_AUDIO_ONLY_TOKENS_PER_S 50.0
 int dh_audio_tokens_parse(const char *spec, struct dh_audio_tokens *t,
                           struct dh_err *e) DH_MUST_CHECK;
 /* Seconds of a video's sound that `frames` sampled frames under plan `p`
