@@ -349,7 +349,8 @@ static void clips_without_sound_get_empty_rows(void **state)
     p.audio_mels = 4;
     assert_int_equal(dh_batch_layout(&p, 2, &l), 0);
     cap = l.total + DH_MEDIA_DST_PAD;
-    assert_non_null(dst = malloc(cap));
+    dst = malloc(cap);
+    assert_non_null(dst);
     memset(dst, 0xff, cap);
     if (dh_batch_decode(m, ix, 0, ids, 2, &p, dst, cap, valid, &at, &e))
         fail_msg("batch: %s", e.msg);
