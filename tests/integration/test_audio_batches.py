@@ -226,3 +226,58 @@ def test_decode_command_prints_the_sample_count(tmp_path, ffprobe):
     assert f"audio {n} samples x 1 ch at 16000 Hz" in p.stderr
     p = run_dh("decode", "--audio-channels", "3", clip)
     assert p.returncode == 2 and "audio-channels" in p.stderr
+
+
+def test_a_remote_sidecar_sends_the_sound_too(tmp_path, ffprobe):
+    """Round-robin between the rank's own DataServer and a remote sidecar:
+    the sidecar's batches carry their rows and lengths (the sound is part
+    of the slot's bytes it sends), equal to a run on the local server
+    alone."""
+    import json
+    import socket
+    import time
+    import datahelix
+    from conftest import _binary, stop_process
+    for i, secs in enumerate((2.4, 1.6, 3.2, 2.0)):
+        make_clip(ffprobe, tmp_path / f"c{i}.mkv", secs)
+    table = probe(tmp_path)
+    run_dh("index", table, "-o", tmp_path / "t.dhx", check=True)
+
+    def rows(**kw):
+        with loader(table, batch_size=1, audio_rate=16000, **kw) as dl:
+            return {int(b["ids"][0]): (b["audio"][0].clone(),
+                                       int(b["audio_lengths"][0]))
+                    for b in dl}
+    alone = rows()
+    binary = _binary()
+    sock = tmp_path / "c.sock"
+    co = subprocess.Popen([binary, "coordinator", "--listen", f"ipc://{sock}",
+                           "--policy", "round-robin"],
+                          stderr=subprocess.DEVNULL)
+    procs = [co]
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        procs.append(subprocess.Popen(
+            [binary, "dataserver", "--remote", "--coordinator",
+             f"ipc://{sock}", "--index", tmp_path / "t.dhx", "--server-id",
+             "77"], stderr=subprocess.DEVNULL))
+        remote, trace = [], tmp_path / "trace.json"
+        deadline = time.monotonic() + 60
+        while not remote and time.monotonic() < deadline:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            got = rows(coordinator=f"ipc://{sock}", trace=str(trace),
+                       listen=f"tcp://127.0.0.1:{port}", prefetch=1)
+            assert sorted(got) == sorted(alone)
+            for i, (row, n) in got.items():
+                assert n == alone[i][1] > 0
+                assert bool((row == alone[i][0]).all()), i
+            ev = json.loads(trace.read_text())["traceEvents"]
+            remote = [e for e in ev if e["pid"] == 100077]
+    finally:
+        for x in reversed(procs):
+            stop_process(x)
+    assert remote, "the sidecar took no task"
