@@ -110,6 +110,16 @@ struct dh_media_plan {
      * rows: enum dh_audio_feature (DH_AUDIO_NO_FEATURES: none), n_fft
      * (even, 16..8192), hop (1..n_fft), n_mels (1..512). */
     int32_t audio_feature, audio_n_fft, audio_hop, audio_mels;
+    /* An audio-only sample's window: DH_AUDIO_CROP_START (its first
+     * audio_samples), _CENTER, or _RANDOM (from the seed, the epoch and
+     * the id, as every draw: DESIGN 8). */
+    int32_t audio_crop;
+};
+
+enum dh_audio_crop {
+    DH_AUDIO_CROP_START = 0,
+    DH_AUDIO_CROP_CENTER = 1,
+    DH_AUDIO_CROP_RANDOM = 2
 };
 
 enum dh_audio_feature {

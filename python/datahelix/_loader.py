@@ -176,10 +176,10 @@ class DataLoader(Closing):
                  audio=False, audio_rate=16000, audio_channels=1,
                  audio_seconds=None, audio_missing="zeros",
                  audio_features=None, n_mels=None, n_fft=None,
-                 hop_length=None):
+                 hop_length=None, audio_crop="start"):
         _opt.check_manifest(manifest)
         sound = _opt.audio_opts(audio, audio_rate, audio_channels,
-                                audio_seconds, audio_missing)
+                                audio_seconds, audio_missing, audio_crop)
         sound.update(_opt.audio_feature_opts(
             audio, audio_features, n_mels, n_fft, hop_length,
             sound["audio_samples"]))
@@ -731,7 +731,7 @@ class DataLoader(Closing):
                 o.get("max_side"), o.get("max_area"), o.get("patch"),
                 o["audio_rate"], o["audio_channels"], o["audio_samples"],
                 o["audio_required"], o["audio_feature"], o["audio_n_fft"],
-                o["audio_hop"], o["audio_mels"])
+                o["audio_hop"], o["audio_mels"], o["audio_crop"])
 
     def _chain_end(self):
         _, offs, base = self._schedule(self._epoch)

@@ -192,7 +192,10 @@ def audio_feature_opts(audio, features, n_mels, n_fft, hop_length, samples):
                 audio_mels=mels)
 
 
-def audio_opts(audio, rate, channels, seconds, missing):
+AUDIO_CROPS = {"start": 0, "center": 1, "random": 2}
+
+
+def audio_opts(audio, rate, channels, seconds, missing, crop="start"):
     """The client's sound options ({"audio_rate": 0, ...} without sound):
     rate Hz, 1 or 2 channels, rows of ceil(seconds * rate) samples,
     missing "zeros" (an empty row, audio_mask False) or "error" (a
@@ -202,9 +205,12 @@ def audio_opts(audio, rate, channels, seconds, missing):
     if missing not in ("zeros", "error"):
         raise ValueError(f"audio_missing={missing!r}: 'zeros' (an empty "
                          "row, audio_mask False) or 'error' (SampleError)")
+    if crop not in AUDIO_CROPS:
+        raise ValueError(f"audio_crop={crop!r}: one of {list(AUDIO_CROPS)} "
+                         "(an audio-only sample's window)")
     if not audio:
         return dict(audio_rate=0, audio_channels=0, audio_samples=0,
-                    audio_required=False)
+                    audio_required=False, audio_crop=0)
     if (not isinstance(rate, int) or isinstance(rate, bool) or
             not AUDIO_MIN_RATE <= rate <= AUDIO_MAX_RATE):
         raise ValueError(f"audio_rate={rate!r}: an int of Hz in "
@@ -218,7 +224,8 @@ def audio_opts(audio, rate, channels, seconds, missing):
                          f"{AUDIO_MAX_ROW} samples a row at {rate} Hz")
     return dict(audio_rate=rate, audio_channels=channels,
                 audio_samples=max(1, int(-(-seconds * rate // 1))),
-                audio_required=missing == "error")
+                audio_required=missing == "error",
+                audio_crop=AUDIO_CROPS[crop])
 
 
 def check_callable(name, f):

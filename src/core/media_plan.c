@@ -194,6 +194,12 @@ static int check_fixed_pixels(const struct dh_media_plan *p, struct dh_err *e)
  * range; not yet with packed (native-size) batches. */
 static int check_audio(const struct dh_media_plan *p, struct dh_err *e)
 {
+    if (p->audio_crop < DH_AUDIO_CROP_START ||
+        p->audio_crop > DH_AUDIO_CROP_RANDOM ||
+        (p->audio_crop && p->audio_rate == 0))
+        return dh_err_set(e, DH_EINVAL,
+                          "plan: audio_crop %" PRId32 " (0..2, with sound)",
+                          p->audio_crop);
     if (p->audio_rate == 0)
         return p->audio_feature
                    ? dh_err_set(e, DH_EINVAL,

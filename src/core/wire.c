@@ -435,6 +435,7 @@ void dh_wire_plan_to_media(const struct dh_wire_plan *w,
     out->audio_n_fft = (int32_t)w->audio_n_fft;
     out->audio_hop = (int32_t)w->audio_hop;
     out->audio_mels = (int32_t)w->audio_mels;
+    out->audio_crop = (int32_t)w->audio_crop;
     /* The wire carries no cap: a DataServer holds every plan it is sent to
      * its own default, DH_MEDIA_MAX_PIXELS, whatever a peer would like. */
     out->max_pixels = 0;
@@ -489,6 +490,7 @@ int dh_wire_plan_from_media(struct dh_wire_plan *w,
     w->audio_n_fft = feat ? (uint32_t)p->audio_n_fft : 0;
     w->audio_hop = feat ? (uint32_t)p->audio_hop : 0;
     w->audio_mels = feat ? (uint32_t)p->audio_mels : 0;
+    w->audio_crop = p->audio_rate ? (uint32_t)p->audio_crop : 0;
     return 0;
 }
 

@@ -286,6 +286,9 @@ static int ck_plan_audio(const struct dh__wire_ck *c,
                 0)
             return rc;
     }
+    if ((rc = ck_u64(c, "plan.audio_crop", p->audio_crop, 0,
+                     p->audio_rate ? DH_AUDIO_CROP_RANDOM : 0)) < 0)
+        return rc;
     if (p->audio_rate == 0 || p->audio_feature == 0) {
         if ((rc = ck_u64(c, "plan.audio_feature", p->audio_feature, 0, 0)) <
                 0 ||

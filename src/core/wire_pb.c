@@ -67,6 +67,7 @@ static PbPlan *plan_pb(PbPlan *pb, const struct dh_wire_plan *p)
     pb->audio_n_fft = p->audio_n_fft;
     pb->audio_hop = p->audio_hop;
     pb->audio_mels = p->audio_mels;
+    pb->audio_crop = p->audio_crop;
     return pb;
 }
 
@@ -424,6 +425,7 @@ static int plan_from_pb(const struct dh__wire_ck *c, struct dh_wire_plan *p,
     p->audio_n_fft = pb->audio_n_fft;
     p->audio_hop = pb->audio_hop;
     p->audio_mels = pb->audio_mels;
+    p->audio_crop = pb->audio_crop;
     return 0;
 }
 

@@ -436,6 +436,9 @@ static int seek_near(AVFormatContext *fc, int idx, AVCodecContext *cc,
 
 static int check_opts(const struct dh_audio_opts *ao, struct dh_err *e)
 {
+    if (ao->crop && !(ao->crop_s > 0 && ao->crop_u >= 0 && ao->crop_u <= 1))
+        return dh_err_set(e, DH_EINVAL,
+                          "audio: a crop of > 0 s at 0..1 of the room");
     if (ao->channels < 1 || ao->channels > 2 || ao->rate < DH_AUDIO_MIN_RATE ||
         ao->rate > DH_AUDIO_MAX_RATE || !(ao->start_s >= 0) ||
         (ao->end_s > 0 && ao->end_s <= ao->start_s))
@@ -449,10 +452,38 @@ static int check_opts(const struct dh_audio_opts *ao, struct dh_err *e)
 /* The span of `ao` into o (its buffers grown, or the caller's when
  * o->fixed); *missing = 1 when the source has no audio stream (then
  * DH_EMEDIA). */
+/* The stream's length in seconds, as probe reads it; 0: unknown. */
+static double stream_len_s(const AVFormatContext *fc, const AVStream *st)
+{
+    if (st->duration != AV_NOPTS_VALUE && st->duration > 0)
+        return (double)st->duration * av_q2d(st->time_base);
+    if (fc->duration != AV_NOPTS_VALUE && fc->duration > 0)
+        return (double)fc->duration / AV_TIME_BASE;
+    return 0;
+}
+
+/* A crop's window on the container's clock (dh_audio_opts.crop). */
+static void place_crop(struct dh_audio_opts *a, const AVFormatContext *fc,
+                       const AVStream *st)
+{
+    double t0 = st->start_time != AV_NOPTS_VALUE
+                    ? (double)st->start_time * av_q2d(st->time_base)
+                    : 0;
+    double room = stream_len_s(fc, st) - a->crop_s;
+    double u = a->crop_u < 0 ? 0 : a->crop_u > 1 ? 1 : a->crop_u;
+
+    a->start_s = t0 > 0 ? t0 : 0;
+    if (room > 0)
+        a->start_s += u * room;
+    a->end_s = a->start_s + a->crop_s;
+}
+
 static int decode_span(const struct dh_source_ref *ref,
-                       const struct dh_audio_opts *ao, struct audio_out *o,
+                       const struct dh_audio_opts *ao_in, struct audio_out *o,
                        int *missing, struct dh_err *e)
 {
+    struct dh_audio_opts a = *ao_in;
+    const struct dh_audio_opts *ao = &a;
     struct dh_source src;
     AVFormatContext *fc = NULL;
     AVIOContext *pb = NULL;
@@ -499,6 +530,8 @@ static int decode_span(const struct dh_source_ref *ref,
     }
     if ((rc = open_decoder(fc, idx, &cc, src.name, e)))
         goto out;
+    if (a.crop)
+        place_crop(&a, fc, fc->streams[idx]);
     if (seek_near(fc, idx, cc, pkt, f, ao->start_s, o)) {
         rc = dh_err_set(e, DH_EMEDIA,
                         "%s: audio without timestamps, and the stream "

@@ -377,6 +377,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
                             "audio_n_fft",
                             "audio_hop",
                             "audio_mels",
+                            "audio_crop",
                             NULL};
     struct dh_client_opts o;
     const char *layout = "THWC", *dtype = "uint8", *tel = NULL;
@@ -389,6 +390,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     long long max_area = 0, audio_samples = 0;
     int audio_rate = 0, audio_channels = 0, audio_required = 0;
     int audio_feature = 0, audio_n_fft = 0, audio_hop = 0, audio_mels = 0;
+    int audio_crop = 0;
     PyObject *ds_args = NULL, *ds_bytes[DH_CLIENT_MAX_DS_ARGS + 1] = {NULL};
     const char *ds_argv[DH_CLIENT_MAX_DS_ARGS + 1] = {NULL};
     struct dh_err e;
@@ -399,7 +401,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     }
     dh_client_opts_default(&o);
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "ss|IILiissIIiizzIIzKzipKOddIdpiLizzIzzKiiLpiiii", names,
+            args, kw, "ss|IILiissIIiizzIIzKzipKOddIdpiLizzIzzKiiLpiiiii", names,
             &o.coordinator, &o.index_path, &o.rank, &o.world_size, &frames, &w,
             &h, &layout, &dtype, &o.prefetch, &o.microbatches, &o.timeout_ms,
             &o.start_timeout_ms, &o.dataserver, &o.datahelix_bin, &o.ds_workers,
@@ -409,7 +411,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
             &patch, &o.keyfile, &o.trace, &o.held, &o.server_log, &o.cache_dir,
             &cache_bytes, &audio_rate, &audio_channels, &audio_samples,
             &audio_required, &audio_feature, &audio_n_fft, &audio_hop,
-            &audio_mels))
+            &audio_mels, &audio_crop))
         return -1;
     o.arena_bytes = (size_t)arena_bytes;
     o.cache_bytes = cache_bytes;
@@ -436,6 +438,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     o.plan.audio_n_fft = audio_n_fft;
     o.plan.audio_hop = audio_hop;
     o.plan.audio_mels = audio_mels;
+    o.plan.audio_crop = audio_crop;
     if (native) { /* a packed batch: batch_packed.h */
         o.plan.geometry = DH_GEOM_NATIVE;
         o.plan.width = o.plan.height = 0;

@@ -189,8 +189,24 @@ static int features_row(const struct dh_media_plan *p, float *const rows[2],
     return 0;
 }
 
+/* Where an audio-only sample's window lies in the room its sound leaves
+ * (dh_audio_opts.crop): -1 from its start, 0.5 centred, else a draw of
+ * (seed, epoch, id). */
+static double crop_u(const struct dh_media_plan *p, uint64_t epoch, uint64_t id)
+{
+    struct dh_media_plan sp;
+
+    if (p->audio_crop == DH_AUDIO_CROP_CENTER)
+        return 0.5;
+    if (p->audio_crop != DH_AUDIO_CROP_RANDOM)
+        return -1;
+    dh_batch_sample_plan(p, epoch, id, &sp);
+    return (double)(dh__mix64(sp.seed ^ 0x617564696fULL) >> 11) * 0x1p-53;
+}
+
 /* Row i's sound: the span [t0, t1) of sample `id`'s source resampled into
- * the row, its length in lengths[i]; the rest of the row zeros.  A source
+ * the row, its length in lengths[i]; the rest of the row zeros (t1 <= 0:
+ * an audio-only sample's window, t0 its crop_u: -1 from the start).  A source
  * without sound is an empty row, or with audio_required the sample's
  * error. */
 static int audio_row(struct dh_media *m, const struct dh_index *ix, uint64_t id,
@@ -202,8 +218,12 @@ static int audio_row(struct dh_media *m, const struct dh_index *ix, uint64_t id,
     float *rows[2] = {base, base + p->audio_samples};
     struct dh_audio_opts ao = {.rate = p->audio_rate,
                                .channels = p->audio_channels,
-                               .start_s = t0,
-                               .end_s = t1};
+                               .start_s = t1 > 0 ? t0 : 0,
+                               .end_s = t1,
+                               .crop = t1 <= 0 && t0 >= 0,
+                               .crop_u = t0,
+                               .crop_s = (double)p->audio_samples /
+                                         p->audio_rate};
     struct dh_source_ref ref;
     int64_t got = 0, len;
     int missing = 0, rc;
@@ -265,7 +285,7 @@ static int one_sample(struct dh_media *m, const struct dh_index *ix,
                               "%s: an audio sample (sound alone), and this "
                               "loader decodes no sound (audio=True)",
                               path);
-        return audio_row(m, ix, id, p, 0, 0, d, i, e);
+        return audio_row(m, ix, id, p, crop_u(p, epoch, id), 0, d, i, e);
     }
     dh_batch_sample_plan(p, epoch, id, &sp);
     rc = dh__batch_open(m, ix, id, e);

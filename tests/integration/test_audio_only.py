@@ -92,3 +92,51 @@ def test_loader_decodes_audio_samples_beside_video(tmp_path, ffprobe):
         with pytest.raises(datahelix.SampleError,
                            match=r"an audio sample.*audio=True"):
             list(dl)
+
+
+def test_audio_crop_windows(tmp_path, ffprobe):
+    """audio_crop: "center" takes the window in the middle of the sound
+    (decode_audio's samples of that span, within a sample of its start);
+    "random" draws the window from (seed, epoch, id): the same for the
+    same seed, elsewhere for another; a sound shorter than the window is
+    all of it."""
+    import datahelix
+    import numpy as np
+    make(tmp_path, ffprobe)
+    t = tmp_path / "t.jsonl"
+    run_dh("probe", "--quiet", tmp_path, "--out", t, check=True)
+    info = rows(t)
+
+    def windows(crop, seed=0):
+        out = {}
+        with datahelix.DataLoader(str(t), batch_size=6, frames=4,
+                                  size=(48, 64), shuffle=False,
+                                  balance="none", audio=True,
+                                  audio_rate=16000, audio_seconds=2,
+                                  audio_crop=crop, seed=seed) as dl:
+            (b,) = list(dl)
+            for k, i in enumerate(b["ids"].tolist()):
+                out[dl._index.path(i).rsplit("/", 1)[1]] = (
+                    b["audio"][k][0].numpy().copy(),
+                    int(b["audio_lengths"][k]))
+        return out
+    start, center = windows("start"), windows("center")
+    r1, r2, other = windows("random", 5), windows("random", 5), \
+        windows("random", 6)
+    r = info["c.mp3"]  # 7 s: 5 s of room for a 2 s window
+    t0 = r["audio_start_s"] + (r["audio_duration_s"] - 2) / 2
+    ref = datahelix.decode_audio(tmp_path / "c.mp3", start=t0, end=t0 + 2,
+                                 rate=16000, channels=1).numpy()[0]
+    got, n = center["c.mp3"]
+    assert n == 32000
+    assert min(float(np.abs(got[max(0, s):n + min(0, s)] -
+                            ref[max(0, -s):n - max(0, s)]).max())
+               for s in (-1, 0, 1)) <= 1e-4
+    assert float(np.abs(center["c.mp3"][0] - start["c.mp3"][0]).max()) > 0.1
+    assert np.array_equal(r1["c.mp3"][0], r2["c.mp3"][0])
+    assert float(np.abs(r1["c.mp3"][0] - other["c.mp3"][0]).max()) > 0.1
+    # e.ogg is 1.5 s: shorter than the window, all of it whatever the crop
+    for w in (start, center, r1):
+        assert abs(w["e.ogg"][1] - 24000) <= 1
+    with pytest.raises(ValueError, match="audio_crop"):
+        datahelix.DataLoader(str(t), audio=True, audio_crop="middle")

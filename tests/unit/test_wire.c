@@ -273,6 +273,7 @@ static void assert_plan_eq(const struct dh_wire_plan *a,
     assert_int_equal(a->audio_n_fft, b->audio_n_fft);
     assert_int_equal(a->audio_hop, b->audio_hop);
     assert_int_equal(a->audio_mels, b->audio_mels);
+    assert_int_equal(a->audio_crop, b->audio_crop);
 }
 
 static void assert_request_eq(const struct dh_wire_request *a,
@@ -959,6 +960,12 @@ static void mutate(struct pb *p, int id)
         p->plan.audio_channels = 1;
         p->plan.audio_samples = UINT64_MAX;
         break;
+    case 166: /* a crop no plan has */
+        p->plan.audio_rate = 16000;
+        p->plan.audio_channels = 1;
+        p->plan.audio_samples = 16000;
+        p->plan.audio_crop = 3;
+        break;
     case 164: /* features of no sound */
         p->plan.audio_feature = 1;
         break;
@@ -1221,6 +1228,7 @@ static const struct rule rules[] = {
     {DH_WIRE_DESCRIPTOR_REQUEST, 163, DH_EFORMAT, "plan.audio_samples"},
     {DH_WIRE_DESCRIPTOR_REQUEST, 164, DH_EFORMAT, "plan.audio_feature 1"},
     {DH_WIRE_DESCRIPTOR_REQUEST, 165, DH_EFORMAT, "plan.audio_hop 401"},
+    {DH_WIRE_DESCRIPTOR_REQUEST, 166, DH_EFORMAT, "plan.audio_crop 3"},
     {DH_WIRE_ROUTE, 70, DH_EFORMAT, "route.server_id 0"},
     {DH_WIRE_ROUTE, 71, DH_EFORMAT, "route.target_server_id 0"},
     {DH_WIRE_ROUTE, 72, DH_ETOOBIG, "route.target_address"},

@@ -24,6 +24,11 @@ struct dh_audio_opts {
     int channels;   /* 1 or 2 (downmixed or upmixed by libswresample) */
     double start_s; /* >= 0: the span's start, container clock */
     double end_s;   /* > start_s; <= 0: to the end of the stream */
+    /* crop 1: instead, a window of crop_s seconds starting crop_u (0..1)
+     * of the way through the room the stream leaves for it (0: its start,
+     * 0.5: centred; a stream shorter than the window: all of it) */
+    int crop;
+    double crop_u, crop_s;
 };
 
 struct dh_audio {

@@ -234,6 +234,7 @@ struct dh_wire_plan {
     uint32_t audio_required;
     /* its features: feature 0 = none, and then the rest 0 (dh_media_plan) */
     uint32_t audio_feature, audio_n_fft, audio_hop, audio_mels;
+    uint32_t audio_crop; /* enum dh_audio_crop; 0 without sound */
 };
 
 struct dh_wire_hints {
