@@ -176,8 +176,12 @@ class DataLoader(Closing):
                  audio=False, audio_rate=16000, audio_channels=1,
                  audio_seconds=None, audio_missing="zeros",
                  audio_features=None, n_mels=None, n_fft=None,
-                 hop_length=None, audio_crop="start"):
+                 hop_length=None, audio_crop="start", audio_layout="padded"):
         _opt.check_manifest(manifest)
+        if audio_layout not in ("padded", "packed"):
+            raise ValueError(f"audio_layout={audio_layout!r}: 'padded' "
+                             "([B, C, S] views of the slot) or 'packed' "
+                             "([C, total] with audio_cu_seqlens, a copy)")
         sound = _opt.audio_opts(audio, audio_rate, audio_channels,
                                 audio_seconds, audio_missing, audio_crop)
         sound.update(_opt.audio_feature_opts(
@@ -297,6 +301,7 @@ class DataLoader(Closing):
         self._opts.update(samp)
         self._opts.update(sound)
         self.audio = bool(sound["audio_rate"])
+        self.audio_layout = audio_layout
         self._dtype = _DTYPES[dtype]
         self._tx = transform is not None
         self._tx_dir = None      # the dataset file's private folder
@@ -637,6 +642,14 @@ class DataLoader(Closing):
         if self.audio:  # [B, C, S] zero-padded, valid samples per row
             out["audio"], out["audio_lengths"], feats = self._audio(b)
             out["audio_mask"] = out["audio_lengths"] > 0
+            n = out["audio_lengths"]
+            out["audio_cu_seqlens"] = torch.cat(
+                [torch.zeros(1, dtype=torch.int32),
+                 torch.cumsum(n, 0).to(torch.int32)])
+            if self.audio_layout == "packed":  # the rows' samples, end on end
+                out["audio"] = torch.cat(
+                    [out["audio"][k, :, :int(n[k])] for k in range(len(n))],
+                    dim=1)
             if feats is not None:  # [B, C, n_mels, frames]
                 out["audio_features"] = feats
                 n = out["audio_lengths"]
@@ -707,8 +720,11 @@ class DataLoader(Closing):
                        batch["valid_frames"], batch["ids"], batch["tokens"],
                        batch["text"]))]
         if self.audio:  # each sample's row, and its valid length
+            cu = batch["audio_cu_seqlens"].tolist()
             for k, sample in enumerate(samples):
-                sample["audio"] = batch["audio"][k]
+                sample["audio"] = batch["audio"][k] \
+                    if self.audio_layout == "padded" \
+                    else batch["audio"][:, cu[k]:cu[k + 1]]
                 sample["audio_length"] = int(batch["audio_lengths"][k])
                 if "audio_features" in batch:
                     sample["audio_features"] = batch["audio_features"][k]

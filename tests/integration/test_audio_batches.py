@@ -281,3 +281,29 @@ def test_a_remote_sidecar_sends_the_sound_too(tmp_path, ffprobe):
         for x in reversed(procs):
             stop_process(x)
     assert remote, "the sidecar took no task"
+
+
+def test_packed_layout_with_cu_seqlens(tmp_path, ffprobe):
+    """audio_layout="packed": the rows' valid samples end on end, [C,
+    total], cut by audio_cu_seqlens (also given with the padded layout)."""
+    import torch
+    for i, secs in enumerate((2.4, 1.6, 3.2)):
+        make_clip(ffprobe, tmp_path / f"c{i}.mkv", secs)
+    table = probe(tmp_path)
+    with loader(table, batch_size=3, audio_rate=8000) as dl:
+        (padded,) = list(dl)
+    with loader(table, batch_size=3, audio_rate=8000,
+                audio_layout="packed") as dl:
+        (packed,) = list(dl)
+    n = padded["audio_lengths"]
+    cu = padded["audio_cu_seqlens"]
+    assert cu.dtype == torch.int32 and cu.tolist()[0] == 0
+    assert torch.equal(cu, packed["audio_cu_seqlens"])
+    assert packed["audio"].shape == (1, int(n.sum()))
+    for k in range(3):
+        a, b = int(cu[k]), int(cu[k + 1])
+        assert b - a == int(n[k]) > 0
+        assert torch.equal(packed["audio"][:, a:b],
+                           padded["audio"][k, :, :int(n[k])])
+    with pytest.raises(ValueError, match="audio_layout"):
+        loader(table, audio_layout="ragged")
