@@ -452,16 +452,6 @@ static int check_opts(const struct dh_audio_opts *ao, struct dh_err *e)
 /* The span of `ao` into o (its buffers grown, or the caller's when
  * o->fixed); *missing = 1 when the source has no audio stream (then
  * DH_EMEDIA). */
-/* The stream's length in seconds, as probe reads it; 0: unknown. */
-static double stream_len_s(const AVFormatContext *fc, const AVStream *st)
-{
-    if (st->duration != AV_NOPTS_VALUE && st->duration > 0)
-        return (double)st->duration * av_q2d(st->time_base);
-    if (fc->duration != AV_NOPTS_VALUE && fc->duration > 0)
-        return (double)fc->duration / AV_TIME_BASE;
-    return 0;
-}
-
 /* A crop's window on the container's clock (dh_audio_opts.crop). */
 static void place_crop(struct dh_audio_opts *a, const AVFormatContext *fc,
                        const AVStream *st)
@@ -469,7 +459,7 @@ static void place_crop(struct dh_audio_opts *a, const AVFormatContext *fc,
     double t0 = st->start_time != AV_NOPTS_VALUE
                     ? (double)st->start_time * av_q2d(st->time_base)
                     : 0;
-    double room = stream_len_s(fc, st) - a->crop_s;
+    double room = dh__av_stream_seconds(fc, st) - a->crop_s;
     double u = a->crop_u < 0 ? 0 : a->crop_u > 1 ? 1 : a->crop_u;
 
     a->start_s = t0 > 0 ? t0 : 0;

@@ -48,6 +48,15 @@ int dh__av_is_image_format(const AVInputFormat *f)
            (n > 5 && !strcmp(f->name + n - 5, "_pipe"));
 }
 
+double dh__av_stream_seconds(const AVFormatContext *fc, const AVStream *st)
+{
+    if (st->duration != AV_NOPTS_VALUE && st->duration > 0)
+        return (double)st->duration * av_q2d(st->time_base);
+    if (fc->duration != AV_NOPTS_VALUE && fc->duration > 0)
+        return (double)fc->duration / AV_TIME_BASE;
+    return 0;
+}
+
 int32_t dh__av_stream_rotation(const AVStream *st)
 {
     const uint8_t *m = av_stream_get_side_data(st, AV_PKT_DATA_DISPLAYMATRIX,

@@ -23,6 +23,9 @@ int dh__av_is_image_format(const AVInputFormat *f);
 
 /* Display rotation of a stream in degrees clockwise: 0, 90, 180 or 270. */
 int32_t dh__av_stream_rotation(const AVStream *st);
+/* A stream's length in seconds: its own duration, else the container's
+ * (as ffprobe says); 0: unknown. */
+double dh__av_stream_seconds(const AVFormatContext *fc, const AVStream *st);
 
 /* Index of the video stream (attached pictures excluded), gathering stream
  * info only when the header lacks codec or size; or a DH_E* code with `e`

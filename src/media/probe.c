@@ -169,15 +169,6 @@ static int check_index_in_file(AVStream *st, int64_t file_bytes,
     return 0;
 }
 
-static double stream_duration(const AVFormatContext *fc, const AVStream *st)
-{
-    if (st->duration != AV_NOPTS_VALUE && st->duration > 0)
-        return (double)st->duration * av_q2d(st->time_base);
-    if (fc->duration != AV_NOPTS_VALUE && fc->duration > 0)
-        return (double)fc->duration / AV_TIME_BASE;
-    return 0;
-}
-
 /* A stream's own length where the container keeps it only as a tag
  * (Matroska and WebM write DURATION=HH:MM:SS.nnnnnnnnn per track; their
  * streams have no duration field): a sound shorter than the video is then
@@ -215,7 +206,7 @@ static int fill_video(AVFormatContext *fc, int idx, struct dh_desc *d,
     d->width = par->width;
     d->height = par->height;
     d->rotation = dh__av_stream_rotation(st);
-    d->duration_s = round6(stream_duration(fc, st));
+    d->duration_s = round6(dh__av_stream_seconds(fc, st));
     d->fps = rate.num && rate.den ? round6(av_q2d(rate)) : 0;
     if (dh__av_is_image_format(fc->iformat)) {
         d->kind = DH_KIND_IMAGE;
@@ -276,7 +267,7 @@ static int fill_audio(AVFormatContext *fc, int video, struct dh_desc *d)
     d->audio_duration_s = round6(st->duration == AV_NOPTS_VALUE &&
                                          tag_duration(st) > 0
                                      ? tag_duration(st)
-                                     : stream_duration(fc, st));
+                                     : dh__av_stream_seconds(fc, st));
     d->audio_start_s = st->start_time != AV_NOPTS_VALUE
                            ? round6((double)st->start_time *
                                     av_q2d(st->time_base))

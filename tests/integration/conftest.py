@@ -83,15 +83,24 @@ def ffprobe():
     return exe
 
 
+def start_coordinator(sock, *args):
+    """A `datahelix coordinator ARGS` listening on ipc socket `sock` (a
+    path in a folder of the test's own), once its socket is there (at
+    most 10 s); the caller ends it (stop_process)."""
+    p = subprocess.Popen([_binary(), "coordinator", "--listen",
+                          f"ipc://{sock}", *map(str, args)],
+                         stderr=subprocess.DEVNULL)
+    end = time.monotonic() + 10
+    while not sock.exists() and time.monotonic() < end:
+        time.sleep(0.01)
+    return p
+
+
 @pytest.fixture
 def coordinator(tmp_path):
     """A `datahelix coordinator` on an ipc socket of this test's own; its
     address.  Ended by pid (SIGTERM, then SIGKILL) afterwards."""
     sock = tmp_path / "c.sock"
-    p = subprocess.Popen([_binary(), "coordinator", "--listen",
-                          f"ipc://{sock}"], stderr=subprocess.DEVNULL)
-    end = time.monotonic() + 10
-    while not sock.exists() and time.monotonic() < end:
-        time.sleep(0.01)
+    p = start_coordinator(sock)
     yield f"ipc://{sock}"
     stop_process(p)

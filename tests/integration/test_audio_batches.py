@@ -236,8 +236,7 @@ def test_a_remote_sidecar_sends_the_sound_too(tmp_path, ffprobe):
     import json
     import socket
     import time
-    import datahelix
-    from conftest import _binary, stop_process
+    from conftest import _binary, start_coordinator, stop_process
     for i, secs in enumerate((2.4, 1.6, 3.2, 2.0)):
         make_clip(ffprobe, tmp_path / f"c{i}.mkv", secs)
     table = probe(tmp_path)
@@ -249,18 +248,11 @@ def test_a_remote_sidecar_sends_the_sound_too(tmp_path, ffprobe):
                                        int(b["audio_lengths"][0]))
                     for b in dl}
     alone = rows()
-    binary = _binary()
     sock = tmp_path / "c.sock"
-    co = subprocess.Popen([binary, "coordinator", "--listen", f"ipc://{sock}",
-                           "--policy", "round-robin"],
-                          stderr=subprocess.DEVNULL)
-    procs = [co]
+    procs = [start_coordinator(sock, "--policy", "round-robin")]
     try:
-        deadline = time.monotonic() + 10
-        while not sock.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
         procs.append(subprocess.Popen(
-            [binary, "dataserver", "--remote", "--coordinator",
+            [_binary(), "dataserver", "--remote", "--coordinator",
              f"ipc://{sock}", "--index", tmp_path / "t.dhx", "--server-id",
              "77"], stderr=subprocess.DEVNULL))
         remote, trace = [], tmp_path / "trace.json"

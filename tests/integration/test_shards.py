@@ -563,20 +563,14 @@ def test_a_remote_sidecar_reads_shard_members(clips, tmp_path):
     """A remote sidecar DataServer over the shard table's index (round-
     robin beside the rank's local server): its tasks read the members in
     place (read spans with bytes on its own track) and every step comes."""
-    from conftest import stop_process
+    from conftest import start_coordinator, stop_process
     make_pytar(tmp_path / "s.tar", clips, tarfile.GNU_FORMAT)
     run_dh("probe", "--out", tmp_path / "s.jsonl", "--index",
            tmp_path / "s.dhx", tmp_path / "s.tar", check=True)
     binary = _binary()
     sock = tmp_path / "c.sock"
-    co = subprocess.Popen([binary, "coordinator", "--listen", f"ipc://{sock}",
-                           "--policy", "round-robin"],
-                          stderr=subprocess.DEVNULL)
-    procs = [co]
+    procs = [start_coordinator(sock, "--policy", "round-robin")]
     try:
-        deadline = time.monotonic() + 10
-        while not sock.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
         procs.append(subprocess.Popen(
             [binary, "dataserver", "--remote", "--coordinator",
              f"ipc://{sock}", "--index", tmp_path / "s.dhx", "--server-id",
