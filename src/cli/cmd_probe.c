@@ -478,15 +478,16 @@ static char *header_json(const struct dh_estimator *est,
     dh_sample_plan_format_frames(&est->plan, frames, sizeof(frames));
     dh_sample_plan_format_size(&est->plan, size, sizeof(size));
     h = json_pack("{s:i, s:s, s:{s:s, s:I, s:s, s:i}, s:s, s:{s:f, s:f, s:f, "
-                  "s:f, s:b, s:I, s:f}}",
+                  "s:f, s:f, s:b, s:I, s:f}}",
                   "version", 1, "tool", "datahelix probe", "plan", "frames",
                   frames, "max_frames", (json_int_t)est->plan.max_frames,
                   "size", size, "max_side", (int)est->plan.max_side, "tokens",
                   est->tokens.name, "cost_model", "base_ms", c->base_ms,
                   "ms_per_src_mpx", c->ms_per_src_mpx, "ms_per_in_mb",
                   c->ms_per_in_mb, "ms_per_out_mpx", c->ms_per_out_mpx,
-                  "calibrated", c->calibrated, "fit_samples",
-                  (json_int_t)c->fit_samples, "fit_rmse_ms", c->fit_rmse_ms);
+                  "ms_per_audio_s", c->ms_per_audio_s, "calibrated",
+                  c->calibrated, "fit_samples", (json_int_t)c->fit_samples,
+                  "fit_rmse_ms", c->fit_rmse_ms);
     if (!h)
         return NULL;
     /* what the est_tokens hold of each clip's sound (absent: nothing) */

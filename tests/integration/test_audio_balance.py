@@ -56,6 +56,11 @@ def test_audio_tokens_balance_the_steps(tmp_path, ffprobe):
            clips, check=True)
     run_dh("probe", *common, "--out", v, clips, check=True)
     true = tokens(av)  # video + the sound's tokens, per sample
+    # with audio counted the sound's decode joins est_cpu_ms too
+    cpu = {k: [json.loads(x)["est_cpu_ms"] for x in t.read_text()
+               .splitlines() if '"id"' in x] for k, t in (("av", av),
+                                                        ("v", v))}
+    assert all(a > b for a, b in zip(cpu["av"], cpu["v"]))
     assert len(set(tokens(v).values())) == 1  # equal video cost
     assert max(true.values()) - min(true.values()) >= 150  # 4 s vs 0.25 s
     balanced = worst_ratio(plan(av), true)

@@ -51,6 +51,8 @@ def test_probe_makes_audio_samples(tmp_path, ffprobe):
         # no model named: counted at Whisper's 50 tokens a second
         assert r["est_tokens"] == math.ceil(r["audio_duration_s"] * 50 -
                                             1e-9)
+        # the sound's decode in the cost model: 1.5 ms a second of it
+        assert r["est_cpu_ms"] >= 1.5 * r["audio_duration_s"] - 1e-3
     run_dh("probe", "--quiet", "--audio-tokens", "qwen-audio", tmp_path,
            "--out", t, check=True)
     r = rows(t)["c.mp3"]

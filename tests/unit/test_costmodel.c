@@ -13,12 +13,13 @@
 
 static void fit_recovers_known_coefficients(void **state)
 {
-    struct dh_cost_features f[12];
+    struct dh_cost_features f[12] = {{0}};
     double ms[12];
-    struct dh_cost_model m, truth = {.base_ms = 2.0,
-                                     .ms_per_src_mpx = 3.0,
-                                     .ms_per_in_mb = 5.0,
-                                     .ms_per_out_mpx = 7.0};
+    struct dh_cost_model m = {.ms_per_audio_s = 1.5},
+                         truth = {.base_ms = 2.0,
+                                  .ms_per_src_mpx = 3.0,
+                                  .ms_per_in_mb = 5.0,
+                                  .ms_per_out_mpx = 7.0};
     struct dh_err e;
 
     (void)state;
@@ -33,6 +34,11 @@ static void fit_recovers_known_coefficients(void **state)
     assert_true(fabs(m.ms_per_src_mpx - 3.0) < 1e-3);
     assert_true(fabs(m.ms_per_in_mb - 5.0) < 1e-3);
     assert_true(fabs(m.ms_per_out_mpx - 7.0) < 1e-3);
+    /* the sound's coefficient is measured, not fitted: kept as it was */
+    assert_true(m.ms_per_audio_s == 1.5);
+    f[0].audio_s = 10;
+    assert_true(fabs(dh_cost_model_predict(&m, &f[0]) -
+                     dh_cost_model_predict(&truth, &f[0]) - 15.0) < 1e-2);
     assert_true(m.fit_rmse_ms < 1e-3);
     assert_int_equal(m.calibrated, 1);
     assert_int_equal(m.fit_samples, 12);
@@ -40,9 +46,9 @@ static void fit_recovers_known_coefficients(void **state)
 
 static void fit_never_returns_negative_costs(void **state)
 {
-    struct dh_cost_features f[8];
+    struct dh_cost_features f[8] = {{0}};
     double ms[8];
-    struct dh_cost_model m;
+    struct dh_cost_model m = {0};
     struct dh_err e;
 
     (void)state;

@@ -111,6 +111,7 @@ struct dh_cost_features {
     double src_mpx; /* source pixels the decoder must produce, millions */
     double in_mb;   /* compressed input, MB (1e6 bytes) */
     double out_mpx; /* output pixels written by the scaler, millions */
+    double audio_s; /* seconds of sound decoded and resampled */
 };
 
 struct dh_cost_model {
@@ -118,8 +119,9 @@ struct dh_cost_model {
     double ms_per_src_mpx;
     double ms_per_in_mb;
     double ms_per_out_mpx;
-    int calibrated;      /* 1 when fitted by --calibrate */
-    int64_t fit_samples; /* decodes the fit used */
+    double ms_per_audio_s; /* measured (make bench-audio), not fitted */
+    int calibrated;        /* 1 when fitted by --calibrate */
+    int64_t fit_samples;   /* decodes the fit used */
     double fit_rmse_ms;
 };
 
@@ -137,7 +139,9 @@ double dh_cost_model_predict(const struct dh_cost_model *m,
  * Least-squares fit of the model to n measured (features, ms) pairs with
  * every coefficient kept >= 0 (a feature whose coefficient would go negative
  * is dropped and the rest refitted).  Needs n >= 2.  On success writes *out
- * (calibrated = 1); on error *out is untouched.
+ * (calibrated = 1; its ms_per_audio_s, which frames cannot fit, is kept:
+ * *out must hold a model, e.g. dh_cost_model_default's); on error *out is
+ * untouched.
  */
 int dh_cost_model_fit(const struct dh_cost_features *f, const double *ms,
                       size_t n, struct dh_cost_model *out,
