@@ -7,6 +7,19 @@
 
 #include "datahelix/estimate.h"
 
+void dh_estimate_features(const struct dh_estimator *est,
+                          const struct dh_desc *d, int64_t frames, int32_t w,
+                          int32_t h, struct dh_cost_features *f)
+{
+    dh_cost_features_of(d, frames, w, h, f);
+    /* the sound's decode: an audio sample's, or - when the table counts
+     * audio tokens, so the loaders will decode it - a clip's span */
+    if (d->kind == DH_KIND_AUDIO)
+        f->audio_s = d->audio_duration_s > 0 ? d->audio_duration_s : 0;
+    else if (est->audio.per_s > 0 && d->kind == DH_KIND_VIDEO)
+        f->audio_s = dh_audio_span_s(&est->plan, d, frames);
+}
+
 void dh_estimate(const struct dh_estimator *est, struct dh_desc *d)
 {
     int64_t frames;
@@ -16,13 +29,7 @@ void dh_estimate(const struct dh_estimator *est, struct dh_desc *d)
 
     dh_sample_plan_output(&est->plan, d, &frames, &w, &h);
     dh_profile_name(d->kind, frames, w, h, d->profile, sizeof(d->profile));
-    dh_cost_features_of(d, frames, w, h, &f);
-    /* the sound's decode: an audio sample's, or - when the table counts
-     * audio tokens, so the loaders will decode it - a clip's span */
-    if (d->kind == DH_KIND_AUDIO)
-        f.audio_s = d->audio_duration_s > 0 ? d->audio_duration_s : 0;
-    else if (est->audio.per_s > 0 && d->kind == DH_KIND_VIDEO)
-        f.audio_s = dh_audio_span_s(&est->plan, d, frames);
+    dh_estimate_features(est, d, frames, w, h, &f);
     /* Microsecond resolution is plenty and keeps the table readable. */
     d->est_cpu_ms = round(dh_cost_model_predict(&est->cost, &f) * 1e3) / 1e3;
     if (d->kind == DH_KIND_TEXT) {

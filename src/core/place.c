@@ -610,7 +610,7 @@ void dh_cost_req_from_desc(const struct dh_estimator *est,
     int32_t w, h;
 
     dh_sample_plan_output(&est->plan, d, &frames, &w, &h);
-    dh_cost_features_of(d, frames, w, h, &f);
+    dh_estimate_features(est, d, frames, w, h, &f);
     req->cpu_ms = dh_cost_model_predict(&est->cost, &f);
     req->out_bytes = (double)d->est_out_bytes;
     req->in_bytes = d->bytes > 0 ? (double)d->bytes : 0;

@@ -6,7 +6,8 @@
 
 #include "core/trace_cause.h"
 
-const char *const dh__tr_sample_stages[3] = {"read", "decode", "scale"};
+const char *const dh__tr_sample_stages[DH_MS_COUNT] = {"read", "decode",
+                                                       "scale", "audio"};
 
 /* Where part p's spans lie on this host's clock (see the file's notes). */
 void dh__tr_place(const struct dh__tr_part *p, const struct dh__tr_sample *s,
@@ -71,7 +72,7 @@ const char *dh__tr_longest(const struct dh__tr_part *p,
             *ms = whole[i].ms;
         }
     for (uint32_t i = 0; i < p->n && s; i++)
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < DH_MS_COUNT; k++)
             if (s[i].ms[k] > *ms) {
                 best = dh__tr_sample_stages[k];
                 *ms = s[i].ms[k];

@@ -7,6 +7,8 @@
 #ifndef DH_CORE_TRACE_CAUSE_H
 #define DH_CORE_TRACE_CAUSE_H
 
+#include "datahelix/media_stages.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,8 +25,8 @@ struct dh__tr_part {
 
 struct dh__tr_sample {
     uint64_t id;
-    float ms[3];    /* read, decode, scale */
-    uint64_t bytes; /* the read stage's bytes; 0: not reported */
+    float ms[DH_MS_COUNT]; /* read, decode, scale, audio (media_stages.h) */
+    uint64_t bytes;        /* the read stage's bytes; 0: not reported */
 };
 
 /* Where the part's spans lie, and the gaps no server measured. */
@@ -36,8 +38,8 @@ struct dh__tr_view {
     double slowest_ms;
 };
 
-/* "read", "decode", "scale": the per-sample stages, by index. */
-extern const char *const dh__tr_sample_stages[3];
+/* "read", "decode", "scale", "audio": the per-sample stages, by index. */
+extern const char *const dh__tr_sample_stages[DH_MS_COUNT];
 
 /*
  * Places part p (s: its p->n samples, or NULL): a local part's work ends

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "datahelix/media_stages.h"
 #include "wire_internal.h"
 
 /* Our enums travel as their numeric values: keep them equal. */
@@ -172,6 +173,7 @@ static void result_fini(struct dh_wire_result *r)
     dh__free(r->stages.read_ms);
     dh__free(r->stages.decode_ms);
     dh__free(r->stages.scale_ms);
+    dh__free(r->stages.audio_ms);
     dh__free(r->stages.read_bytes);
 }
 
@@ -325,7 +327,8 @@ int dh_wire_set_spares(struct dh_wire_request *r, const uint64_t *ids, size_t n,
 int dh_wire_set_result_stages(struct dh_wire_result *r, const float *rows,
                               size_t n, struct dh_err *e)
 {
-    float *v[3] = {NULL, NULL, NULL};
+    float *v[DH_MS_COUNT] = {NULL};
+    int sound = 0;
 
     if (!rows)
         n = 0;
@@ -334,23 +337,29 @@ int dh_wire_set_result_stages(struct dh_wire_result *r, const float *rows,
                           "result_notice.stages: %zu samples over the cap "
                           "of %u",
                           n, DH_WIRE_MAX_SAMPLES);
-    for (int k = 0; n && k < 3; k++)
+    for (size_t i = 0; i < n && !sound; i++)
+        sound = rows[i * DH_MS_COUNT + DH_MS_AUDIO] != 0;
+    for (int k = 0; n && k < DH_MS_COUNT; k++) {
+        if (k == DH_MS_AUDIO && !sound)
+            break; /* no sound: no audio_ms, as an older server sends */
         if (!(v[k] = dh__malloc(n * sizeof(float)))) {
-            dh__free(v[0]);
-            dh__free(v[1]);
+            for (int j = 0; j < k; j++)
+                dh__free(v[j]);
             return dh_err_set(e, DH_ENOMEM,
                               "result_notice.stages: out of "
                               "memory");
         }
-    for (size_t i = 0; i < n; i++)
-        for (int k = 0; k < 3; k++)
-            v[k][i] = rows[i * 3 + (size_t)k];
+        for (size_t i = 0; i < n; i++)
+            v[k][i] = rows[i * DH_MS_COUNT + (size_t)k];
+    }
     dh__free(r->stages.read_ms);
     dh__free(r->stages.decode_ms);
     dh__free(r->stages.scale_ms);
-    r->stages.read_ms = v[0];
-    r->stages.decode_ms = v[1];
-    r->stages.scale_ms = v[2];
+    dh__free(r->stages.audio_ms);
+    r->stages.read_ms = v[DH_MS_READ];
+    r->stages.decode_ms = v[DH_MS_DECODE];
+    r->stages.scale_ms = v[DH_MS_SCALE];
+    r->stages.audio_ms = v[DH_MS_AUDIO];
     r->stages.n_sample_times = (uint32_t)n;
     return 0;
 }

@@ -539,6 +539,10 @@ static int ck_stages(const struct dh__wire_ck *c,
     if (s->read_bytes && (rc = ck_count(c, "stages.read_bytes", s->read_bytes,
                                         n, DH_WIRE_MAX_SAMPLES)) < 0)
         return rc;
+    if (s->audio_ms && ((rc = ck_count(c, "stages.audio_ms", s->audio_ms, n,
+                                       DH_WIRE_MAX_SAMPLES)) < 0 ||
+                        (rc = ck_times(c, "audio_ms", s->audio_ms, n)) < 0))
+        return rc;
     if ((rc = ck_times(c, "read_ms", s->read_ms, n)) < 0 ||
         (rc = ck_times(c, "decode_ms", s->decode_ms, n)) < 0)
         return rc;

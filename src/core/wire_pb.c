@@ -211,6 +211,8 @@ static Datahelix__Wire__StageTimes *stages_pb(struct dh__wire_pb_out *o,
     pb->worker = s->worker;
     pb->ready_us = s->ready_us;
     pb->n_read_ms = pb->n_decode_ms = pb->n_scale_ms = s->n_sample_times;
+    pb->n_audio_ms = s->audio_ms ? s->n_sample_times : 0;
+    pb->audio_ms = s->audio_ms;
     pb->read_ms = s->read_ms;
     pb->decode_ms = s->decode_ms;
     pb->scale_ms = s->scale_ms;
@@ -628,6 +630,16 @@ static int stages_from_pb(const struct dh__wire_ck *c, struct dh_wire_stages *s,
     if (pb->n_read_bytes && pb->n_read_bytes != pb->n_read_ms)
         return WIRE_BAD(c, "stages: read_bytes has %zu entries, read_ms %zu",
                         pb->n_read_bytes, pb->n_read_ms);
+    if (pb->n_audio_ms && pb->n_audio_ms != pb->n_read_ms)
+        return WIRE_BAD(c, "stages: audio_ms has %zu entries, read_ms %zu",
+                        pb->n_audio_ms, pb->n_read_ms);
+    if (pb->n_audio_ms) {
+        if ((rc = array_from_pb(c, "stages.audio_ms", &p, pb->audio_ms,
+                                pb->n_audio_ms, sizeof(float),
+                                DH_WIRE_MAX_SAMPLES)) < 0)
+            return rc;
+        s->audio_ms = p;
+    }
     if (pb->n_read_bytes) {
         if ((rc = array_from_pb(c, "stages.read_bytes", &p, pb->read_bytes,
                                 pb->n_read_bytes, sizeof(uint64_t),

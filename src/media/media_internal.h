@@ -29,6 +29,7 @@
 
 #include "datahelix/media.h"
 #include "datahelix/media_reuse.h"
+#include "datahelix/media_stages.h"
 #include "media/source.h"
 
 struct dh_media {
@@ -116,8 +117,9 @@ struct dh_media {
                           the start */
 
     /* stage sums since the last dh__media_stage_note (media_stages.h), ms:
-     * read, decode (scale included until the note subtracts it), scale */
-    double stage_ms[3];
+     * read, decode (scale included until the note subtracts it), scale,
+     * audio */
+    double stage_ms[DH_MS_COUNT];
     float *stage_rows;     /* the caller's sink, stage_n rows; NULL: none */
     uint64_t *stage_bytes; /* its read bytes per position; NULL: none */
     uint32_t bytes_n;

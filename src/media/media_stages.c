@@ -66,6 +66,7 @@ void dh__media_stage_note(struct dh_media *m, uint32_t pos)
         row[DH_MS_READ] += (float)m->stage_ms[DH_MS_READ];
         row[DH_MS_DECODE] += (float)(dec > 0 ? dec : 0);
         row[DH_MS_SCALE] += (float)m->stage_ms[DH_MS_SCALE];
+        row[DH_MS_AUDIO] += (float)m->stage_ms[DH_MS_AUDIO];
     }
     memset(m->stage_ms, 0, sizeof(m->stage_ms));
 }

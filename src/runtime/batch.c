@@ -254,7 +254,7 @@ static int audio_row(struct dh_media *m, const struct dh_index *ix, uint64_t id,
            sizeof(len));
     if (p->audio_feature != DH_AUDIO_NO_FEATURES)
         rc = features_row(p, rows, d, i, e);
-    dh__media_stage_add(m, DH_MS_DECODE, dh__mono_msf() - ms);
+    dh__media_stage_add(m, DH_MS_AUDIO, dh__mono_msf() - ms);
     return rc;
 }
 

@@ -32,6 +32,7 @@
 #include "core/err_kind.h"
 #include "core/clock.h"
 #include "datahelix/batch.h"
+#include "datahelix/media_stages.h"
 #include "media/cache.h"
 #include "media/prefetch.h"
 #include "runtime/client_internal.h"
@@ -39,6 +40,13 @@
 
 #define MIN_ARENA ((size_t)64 << 20)
 #define DEFAULT_ARENA ((size_t)256 << 20)
+
+/* A sample's time at its server: its stages' sum (media_stages.h). */
+static float sample_ms(const float *row)
+{
+    return row[DH_MS_READ] + row[DH_MS_DECODE] + row[DH_MS_SCALE] +
+           row[DH_MS_AUDIO];
+}
 
 /* What a batch owns: its parts' slots and a reference on the client. */
 struct cl_batch {
@@ -727,7 +735,7 @@ static uint32_t part_reads(const struct cl_result *r, double *ms,
     uint32_t n = 0;
 
     for (; r->st.rows && n < r->n; n++) {
-        *ms += r->st.rows[n * 3];
+        *ms += r->st.rows[n * DH_MS_COUNT + DH_MS_READ];
         *bytes += r->st.bytes ? r->st.bytes[n] : 0;
     }
     return n;
@@ -993,8 +1001,7 @@ static int finish_step(struct dh_client *c, const size_t *idx, double wait,
             memcpy(valid + at, r->valid, r->n * sizeof(*valid));
             for (uint32_t i = 0; i < r->n; i++)
                 ms[at + i] = r->st.rows
-                                 ? r->st.rows[i * 3] + r->st.rows[i * 3 + 1] +
-                                       r->st.rows[i * 3 + 2]
+                                 ? sample_ms(r->st.rows + i * DH_MS_COUNT)
                                  : -1.0f;
             ns = take_subs(c, r, (uint32_t)at, subs, ns);
             at += r->n;

@@ -23,6 +23,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "datahelix/batch.h"
+#include "datahelix/media_stages.h"
 #include "datahelix/spare.h"
 #include "media/prefetch.h"
 #include "runtime/client_internal.h"
@@ -444,12 +445,15 @@ static void take_stages(struct cl_result *r, const struct dh_wire_result *w)
                                .service_ms = w->service_ms,
                                .ready_ms = (double)s->ready_us / 1e3};
     if (!s->present || !n || n != w->n_samples ||
-        !(r->st.rows = dh__malloc((size_t)n * 3 * sizeof(float))))
+        !(r->st.rows = dh__malloc((size_t)n * DH_MS_COUNT * sizeof(float))))
         return;
     for (uint32_t i = 0; i < n; i++) {
-        r->st.rows[i * 3] = s->read_ms[i];
-        r->st.rows[i * 3 + 1] = s->decode_ms[i];
-        r->st.rows[i * 3 + 2] = s->scale_ms[i];
+        float *row = r->st.rows + (size_t)i * DH_MS_COUNT;
+
+        row[DH_MS_READ] = s->read_ms[i];
+        row[DH_MS_DECODE] = s->decode_ms[i];
+        row[DH_MS_SCALE] = s->scale_ms[i];
+        row[DH_MS_AUDIO] = s->audio_ms ? s->audio_ms[i] : 0;
     }
     if (s->read_bytes && (r->st.bytes = dh__malloc((size_t)n * 8)))
         memcpy(r->st.bytes, s->read_bytes, (size_t)n * 8);

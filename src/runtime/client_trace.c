@@ -136,7 +136,8 @@ static void samples_of(const struct cl_result *r, struct dh__tr_sample *out)
 {
     for (uint32_t i = 0; r->st.rows && i < r->n; i++) {
         out[i].id = r->ids[i];
-        memcpy(out[i].ms, r->st.rows + (size_t)i * 3, sizeof(out[i].ms));
+        memcpy(out[i].ms, r->st.rows + (size_t)i * DH_MS_COUNT,
+               sizeof(out[i].ms));
         out[i].bytes = r->st.bytes ? r->st.bytes[i] : 0;
     }
 }
@@ -404,7 +405,9 @@ static void write_part(FILE *f, const struct cl_trace *t,
     fputs("}", f);
     at += p->alloc;
     for (uint32_t i = 0; i < p->n; i++)
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < DH_MS_COUNT; k++) {
+            if (k == DH_MS_AUDIO && s[i].ms[k] <= 0)
+                continue; /* no sound: no audio span */
             snprintf(nm, sizeof(nm), "%s %" PRIu64, dh__tr_sample_stages[k],
                      s[i].id);
             span(f, pid, tid, dh__tr_sample_stages[k], at, s[i].ms[k], nm);

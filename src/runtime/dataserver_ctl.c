@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "datahelix/media_stages.h"
 #include "runtime/cpu_pool.h"
 #include "runtime/dataserver_internal.h"
 #include "runtime/transport.h"
@@ -108,12 +109,15 @@ static int stages_fill(struct dh_wire_result *n, const struct ds_result *r,
     }
     if (!s->n_sample_times || s->n_sample_times != r->n)
         return 0;
-    if (!(rows = dh__malloc((size_t)r->n * 3 * sizeof(*rows))))
+    if (!(rows = dh__malloc((size_t)r->n * DH_MS_COUNT * sizeof(*rows))))
         return dh_err_set(e, DH_ENOMEM, "out of memory");
     for (uint32_t i = 0; i < r->n; i++) {
-        rows[i * 3] = s->read_ms[i];
-        rows[i * 3 + 1] = s->decode_ms[i];
-        rows[i * 3 + 2] = s->scale_ms[i];
+        float *row = rows + (size_t)i * DH_MS_COUNT;
+
+        row[DH_MS_READ] = s->read_ms[i];
+        row[DH_MS_DECODE] = s->decode_ms[i];
+        row[DH_MS_SCALE] = s->scale_ms[i];
+        row[DH_MS_AUDIO] = s->audio_ms ? s->audio_ms[i] : 0;
     }
     rc = dh_wire_set_result_stages(n, rows, r->n, e);
     if (!rc)

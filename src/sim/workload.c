@@ -139,7 +139,7 @@ static void profile_sample(const struct profile *p, enum dh_sim_model m,
 {
     struct dh_cost_model cm;
     struct dh_token_model tm;
-    struct dh_cost_features f;
+    struct dh_cost_features f = {0};
     int32_t ow = wide(p->out_side), oh = p->out_side;
     double src_frames = (double)p->frames / SAMPLE_FPS * SRC_FPS;
 

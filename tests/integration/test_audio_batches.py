@@ -299,3 +299,32 @@ def test_packed_layout_with_cu_seqlens(tmp_path, ffprobe):
                            padded["audio"][k, :, :int(n[k])])
     with pytest.raises(ValueError, match="audio_layout"):
         loader(table, audio_layout="ragged")
+
+
+def test_the_trace_has_an_audio_stage(tmp_path, ffprobe):
+    """Each sample's sound is a span of its own in the trace ("audio", after
+    its read, decode and scale), and counts in sample_ms; a loader without
+    sound draws none."""
+    import json
+    for i, secs in enumerate((2.4, 1.6)):
+        make_clip(ffprobe, tmp_path / f"c{i}.mkv", secs)
+    table = probe(tmp_path)
+    for sound in (True, False):
+        trace = tmp_path / f"t{sound}.json"
+        with loader(table, audio=sound, trace=str(trace)) as dl:
+            (b,) = list(dl)
+            ms = b["sample_ms"]
+        ev = [e for e in json.loads(trace.read_text())["traceEvents"]
+              if e.get("ph") == "X"]
+        audio = [e for e in ev if e["name"].startswith("audio ")]
+        decode = [e for e in ev if e["name"].startswith("decode ")]
+        if not sound:
+            assert audio == [] and len(decode) == 2
+            continue
+        assert sorted(e["args"]["sample"] for e in audio) == \
+            sorted(b["ids"].tolist())
+        assert all(e["dur"] > 0 for e in audio)
+        for k, i in enumerate(b["ids"].tolist()):
+            mine = [e for e in ev if e.get("args", {}).get("sample") == i]
+            total = sum(e["dur"] for e in mine) / 1e3  # us -> ms
+            assert abs(total - float(ms[k])) <= 0.05 * total + 0.05

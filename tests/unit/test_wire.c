@@ -19,6 +19,7 @@
 
 #include "core/alloc.h"
 #include "datahelix.pb-c.h"
+#include "datahelix/media_stages.h"
 #include "datahelix/wire.h"
 
 #define ALL_TYPES_N 10 /* message types, and a route with a request */
@@ -137,9 +138,10 @@ static void fill_result(struct dh_wire_result *r)
             dh_wire_set_result_subs(r, pos, failed, cause, 2, NULL), 0);
     }
     {
-        /* stage times (docs/trace.md): rows of read, decode, scale */
-        static const float rows[9] = {0.5f, 30.25f, 2,    0,     0,
-                                      0,    1.5f,   1e6f, 0.125f};
+        /* stage times (docs/trace.md): rows of read, decode, scale,
+         * audio (DH_MS_COUNT) */
+        static const float rows[12] = {0.5f, 30.25f, 2,    0,    0,      0,
+                                       0,    1.5f,   1.5f, 1e6f, 0.125f, 0};
 
         r->stages = (struct dh_wire_stages){.present = 1,
                                             .queue_ms = 3.5,
@@ -151,6 +153,8 @@ static void fill_result(struct dh_wire_result *r)
                                             .server_id = UINT32_MAX,
                                             .ready_us = UINT64_MAX};
         assert_int_equal(dh_wire_set_result_stages(r, rows, 3, NULL), 0);
+        assert_non_null(r->stages.audio_ms); /* one sample had sound */
+        assert_true(r->stages.audio_ms[1] == 1.5f);
         {
             const uint64_t rb[3] = {0, 1, UINT64_MAX};
 
@@ -357,6 +361,9 @@ static void assert_result_eq(const struct dh_wire_result *a,
         assert_memory_equal(a->stages.read_ms, b->stages.read_ms, n);
         assert_memory_equal(a->stages.decode_ms, b->stages.decode_ms, n);
         assert_memory_equal(a->stages.scale_ms, b->stages.scale_ms, n);
+        assert_true(!a->stages.audio_ms == !b->stages.audio_ms);
+        if (a->stages.audio_ms)
+            assert_memory_equal(a->stages.audio_ms, b->stages.audio_ms, n);
         assert_true(!a->stages.read_bytes == !b->stages.read_bytes);
         if (a->stages.read_bytes)
             assert_memory_equal(a->stages.read_bytes, b->stages.read_bytes,

@@ -159,5 +159,11 @@ struct dh_estimator {
  * plus text tokens of the caption, plus the audio tokens of the sound the
  * sampled frames cover when est->audio.per_s > 0). */
 void dh_estimate(const struct dh_estimator *est, struct dh_desc *d);
+/* The cost model's features of `d` sampled to frames x w x h under `est`:
+ * dh_cost_features_of() plus the seconds of sound the loaders decode (an
+ * audio sample's length; a clip's span when est counts audio tokens). */
+void dh_estimate_features(const struct dh_estimator *est,
+                          const struct dh_desc *d, int64_t frames, int32_t w,
+                          int32_t h, struct dh_cost_features *f);
 
 #endif

@@ -19,7 +19,15 @@
 
 #include "datahelix/media.h"
 
-enum { DH_MS_READ = 0, DH_MS_DECODE = 1, DH_MS_SCALE = 2, DH_MS_COUNT = 3 };
+/* DH_MS_AUDIO: a sample's sound, decoded, resampled (and its features)
+ * beside its frames (issue 38). */
+enum {
+    DH_MS_READ = 0,
+    DH_MS_DECODE = 1,
+    DH_MS_SCALE = 2,
+    DH_MS_AUDIO = 3,
+    DH_MS_COUNT = 4
+};
 
 /* rows: n x DH_MS_COUNT floats the caller owns, or NULL (no sink).  The
  * pending sums are dropped. */

@@ -287,6 +287,7 @@ struct dh_wire_stages {
     int present; /* 0: the notice carries none */
     double queue_ms, alloc_ms, collate_ms, place_ms, notify_ms;
     float *read_ms, *decode_ms, *scale_ms; /* owned */
+    float *audio_ms;      /* owned; NULL (none), or n_sample_times entries */
     uint64_t *read_bytes; /* owned; NULL, or n_sample_times entries */
     uint32_t n_sample_times;
     uint32_t worker;    /* < DH_WIRE_MAX_WORKERS */
