@@ -71,10 +71,15 @@ def test_clicks_fall_where_the_frames_say(tmp_path, ffprobe, rate):
     """Alignment: for each sample of each batch, the row starts at its
     first sampled frame's time and ends with its last frame; every click
     of that span lies at (click time - first frame's time) x rate, within
-    one sample."""
+    one sample - in MKV (PCM, FLAC) and in MPEG-TS, whose clock starts at
+    1.4 s."""
     for i, secs in enumerate((2.4, 1.6, 3.2)):
         make_clip(ffprobe, tmp_path / f"c{i}.mkv", secs)
     make_clip(ffprobe, tmp_path / "flac.mkv", 2.0, acodec="flac")
+    # MPEG-TS: its clock starts at 1.4 s; PCM in TS is SMPTE 302M
+    make_clip(ffprobe, tmp_path / "offset.ts", 2.0, vcodec="mpeg2video",
+              acodec="s302m", extra=("-ac", "2", "-strict", "-2", "-q:v",
+                                     "2", "-f", "mpegts"))
     with loader(probe(tmp_path), audio_rate=rate) as dl:
         seen = 0
         for b in dl:
@@ -103,7 +108,7 @@ def test_clicks_fall_where_the_frames_say(tmp_path, ffprobe, rate):
                 assert all(p is not None and abs(p - x) <= 1
                            for p, x in zip(peaks, expect)), (expect, got)
                 seen += 1
-        assert seen == 4
+        assert seen == 5
 
 
 def test_rows_equal_ffmpeg_decode_of_the_span(tmp_path, ffprobe):
