@@ -578,8 +578,10 @@ class DataLoader(Closing):
 
     def _audio(self, b):
         """The sound of every part (docs/arena.md "Batch layout": int64
-        lengths [n] then float32 [n, C, S], each 64-aligned after the
-        frames): (audio, lengths), views of the slot for one microbatch."""
+        lengths [n], float32 [n, C, S], then the features [n, C, n_mels,
+        F], each 64-aligned after the frames): [audio, lengths, features
+        or None], the audio and features views of the slot for one
+        microbatch (the lengths a copy)."""
         o = self._opts
         c, s = o["audio_channels"], o["audio_samples"]
         mels, frames = o["audio_mels"], _feature_frames(o, s)
@@ -652,7 +654,6 @@ class DataLoader(Closing):
                     dim=1)
             if feats is not None:  # [B, C, n_mels, frames]
                 out["audio_features"] = feats
-                n = out["audio_lengths"]
                 out["audio_feature_lengths"] = torch.where(
                     n > 0, _feature_frames(self._opts, n).clamp(
                         max=feats.shape[-1]), 0)

@@ -230,19 +230,20 @@ static int64_t gcd64(int64_t a, int64_t b)
  * a whole output sample (every q-th input sample, q = in / gcd(in, out)):
  * its outputs are then that decode's, not a fraction of a sample off.  -1
  * when the frame cannot be placed (no timestamp, before the origin): the
- * decode goes on unaligned, within a sample of the grid.
+ * decode goes on unaligned, within a sample of the grid.  *at: the input
+ * sample the frame starts at, counted from the origin.
  */
 static int grid_skip(const struct audio_out *o, const AVFrame *f, double t0,
-                     int rate)
+                     int rate, int64_t *at)
 {
-    int64_t k, q;
+    int64_t q;
 
     if (f->best_effort_timestamp == AV_NOPTS_VALUE || f->sample_rate <= 0 ||
         t0 < o->origin)
         return -1;
-    k = llround((t0 - o->origin) * f->sample_rate);
+    *at = llround((t0 - o->origin) * f->sample_rate);
     q = f->sample_rate / gcd64(f->sample_rate, rate);
-    return (int)((q - k % q) % q);
+    return (int)((q - *at % q) % q);
 }
 
 /* Sends one packet (NULL: drain) and converts every frame it yields. */
@@ -274,11 +275,11 @@ static int decode_packet(AVCodecContext *cc, const AVPacket *pkt, AVFrame *f,
         }
         skip = 0;
         if (!*swr) {
-            int64_t ts = f->best_effort_timestamp;
+            int64_t ts = f->best_effort_timestamp, at = 0;
             double t0 = ts != AV_NOPTS_VALUE ? (double)ts * av_q2d(tb) : 0;
 
             if (o->sought &&
-                (skip = grid_skip(o, f, t0, ao->rate)) >= f->nb_samples) {
+                (skip = grid_skip(o, f, t0, ao->rate, &at)) >= f->nb_samples) {
                 av_frame_unref(f); /* wholly before the grid's next point */
                 continue;
             }
@@ -287,10 +288,8 @@ static int decode_packet(AVCodecContext *cc, const AVPacket *pkt, AVFrame *f,
                 (rc = note_format(o, f, e)))
                 return rc;
             if (o->sought && skip >= 0) {
-                /* P = the input sample the grid's point falls on */
-                int64_t p = llround((t0 - o->origin) * f->sample_rate) + skip;
-
-                o->produced = p * ao->rate / f->sample_rate;
+                /* at + skip: the input sample the grid's point falls on */
+                o->produced = (at + skip) * ao->rate / f->sample_rate;
                 t0 = o->origin;
             }
             if (skip < 0)
@@ -355,6 +354,14 @@ static int seek_exact(const AVStream *st)
                (int64_t)st->time_base.num * par->sample_rate;
 }
 
+/* The stream's start on the container's clock, seconds (0: not said). */
+static double start_seconds(const AVStream *st)
+{
+    return st->start_time != AV_NOPTS_VALUE
+               ? (double)st->start_time * av_q2d(st->time_base)
+               : 0;
+}
+
 /* The time of the stream's first decoded frame (what a decode from the
  * start calls sample 0), decoding as few packets as it takes; -1: none
  * found (no timestamp, an error). */
@@ -400,8 +407,7 @@ static int seek_near(AVFormatContext *fc, int idx, AVCodecContext *cc,
                      struct audio_out *o)
 {
     AVStream *st = fc->streams[idx];
-    double tb = av_q2d(st->time_base), origin;
-    double st0 = st->start_time != AV_NOPTS_VALUE ? st->start_time * tb : 0;
+    double tb = av_q2d(st->time_base), origin, st0 = start_seconds(st);
     int64_t target = (int64_t)((start_s - SEEK_MARGIN_S) / tb);
     double after = seek_exact(st) ? SEEK_AFTER_S : SEEK_AFTER_ROUGH_S;
     int landed = 0;
@@ -449,25 +455,22 @@ static int check_opts(const struct dh_audio_opts *ao, struct dh_err *e)
     return 0;
 }
 
-/* The span of `ao` into o (its buffers grown, or the caller's when
- * o->fixed); *missing = 1 when the source has no audio stream (then
- * DH_EMEDIA). */
 /* A crop's window on the container's clock (dh_audio_opts.crop). */
 static void place_crop(struct dh_audio_opts *a, const AVFormatContext *fc,
                        const AVStream *st)
 {
-    double t0 = st->start_time != AV_NOPTS_VALUE
-                    ? (double)st->start_time * av_q2d(st->time_base)
-                    : 0;
+    double t0 = start_seconds(st);
     double room = dh__av_stream_seconds(fc, st) - a->crop_s;
-    double u = a->crop_u < 0 ? 0 : a->crop_u > 1 ? 1 : a->crop_u;
 
     a->start_s = t0 > 0 ? t0 : 0;
-    if (room > 0)
-        a->start_s += u * room;
+    if (room > 0) /* crop_u is in 0..1: check_opts */
+        a->start_s += a->crop_u * room;
     a->end_s = a->start_s + a->crop_s;
 }
 
+/* The span of `ao` into o (its buffers grown, or the caller's when
+ * o->fixed); *missing = 1 when the source has no audio stream (then
+ * DH_EMEDIA). */
 static int decode_span(const struct dh_source_ref *ref,
                        const struct dh_audio_opts *ao_in, struct audio_out *o,
                        int *missing, struct dh_err *e)

@@ -189,46 +189,45 @@ static int features_row(const struct dh_media_plan *p, float *const rows[2],
     return 0;
 }
 
-/* Where an audio-only sample's window lies in the room its sound leaves
- * (dh_audio_opts.crop): -1 from its start, 0.5 centred, else a draw of
- * (seed, epoch, id). */
-static double crop_u(const struct dh_media_plan *p, uint64_t epoch, uint64_t id)
+/* An audio-only sample's window (dh_audio_opts.crop): from its start (to
+ * the row's end), centred, or where a draw of (seed, epoch, id) puts it in
+ * the room its sound leaves. */
+static struct dh_audio_opts window(const struct dh_media_plan *p,
+                                   uint64_t epoch, uint64_t id)
 {
+    struct dh_audio_opts w = {.crop = p->audio_crop != DH_AUDIO_CROP_START,
+                              .crop_u = 0.5,
+                              .crop_s = (double)p->audio_samples /
+                                        p->audio_rate};
     struct dh_media_plan sp;
 
-    if (p->audio_crop == DH_AUDIO_CROP_CENTER)
-        return 0.5;
-    if (p->audio_crop != DH_AUDIO_CROP_RANDOM)
-        return -1;
-    dh_batch_sample_plan(p, epoch, id, &sp);
-    return (double)(dh__mix64(sp.seed ^ 0x617564696fULL) >> 11) * 0x1p-53;
+    if (p->audio_crop == DH_AUDIO_CROP_RANDOM) {
+        dh_batch_sample_plan(p, epoch, id, &sp);
+        w.crop_u = (double)(dh__mix64(sp.seed ^ 0x617564696fULL) >> 11) *
+                   0x1p-53;
+    }
+    return w;
 }
 
-/* Row i's sound: the span [t0, t1) of sample `id`'s source resampled into
- * the row, its length in lengths[i]; the rest of the row zeros (t1 <= 0:
- * an audio-only sample's window, t0 its crop_u: -1 from the start).  A source
- * without sound is an empty row, or with audio_required the sample's
- * error. */
+/* Row i's sound: the span `span` names (start_s, end_s, or a crop) of
+ * sample `id`'s source, resampled into the row, its length in lengths[i];
+ * the rest of the row zeros.  A source without sound is an empty row, or
+ * with audio_required the sample's error. */
 static int audio_row(struct dh_media *m, const struct dh_index *ix, uint64_t id,
-                     const struct dh_media_plan *p, double t0, double t1,
+                     const struct dh_media_plan *p, struct dh_audio_opts span,
                      const struct dest *d, uint32_t i, struct dh_err *e)
 {
     size_t row = (size_t)p->audio_channels * (size_t)p->audio_samples;
     float *base = (float *)(void *)(d->dst + d->l.audio) + row * i;
     float *rows[2] = {base, base + p->audio_samples};
-    struct dh_audio_opts ao = {.rate = p->audio_rate,
-                               .channels = p->audio_channels,
-                               .start_s = t1 > 0 ? t0 : 0,
-                               .end_s = t1,
-                               .crop = t1 <= 0 && t0 >= 0,
-                               .crop_u = t0,
-                               .crop_s = (double)p->audio_samples /
-                                         p->audio_rate};
+    struct dh_audio_opts ao = span;
     struct dh_source_ref ref;
     int64_t got = 0, len;
     int missing = 0, rc;
     double ms = dh__mono_msf();
 
+    ao.rate = p->audio_rate;
+    ao.channels = p->audio_channels;
     if (dh_index_source(ix, id, &ref))
         return dh_err_set(e, DH_EFORMAT,
                           "no path or a bad member in the "
@@ -271,7 +270,7 @@ static int one_sample(struct dh_media *m, const struct dh_index *ix,
     struct dh_media_result res;
     struct dh_index_columns cols;
     int64_t frames;
-    double t0 = 0, t1 = 0;
+    struct dh_audio_opts span = {0};
     size_t used;
     int rc;
 
@@ -285,7 +284,7 @@ static int one_sample(struct dh_media *m, const struct dh_index *ix,
                               "%s: an audio sample (sound alone), and this "
                               "loader decodes no sound (audio=True)",
                               path);
-        return audio_row(m, ix, id, p, crop_u(p, epoch, id), 0, d, i, e);
+        return audio_row(m, ix, id, p, window(p, epoch, id), d, i, e);
     }
     dh_batch_sample_plan(p, epoch, id, &sp);
     rc = dh__batch_open(m, ix, id, e);
@@ -298,7 +297,8 @@ static int one_sample(struct dh_media *m, const struct dh_index *ix,
     if (!rc)
         rc = dh_media_decode(m, &sp, slice, d->dst_len - (size_t)i * one, &res,
                              e);
-    if (!rc && p->audio_rate > 0 && dh__media_span(m, &sp, &t0, &t1))
+    if (!rc && p->audio_rate > 0 &&
+        dh__media_span(m, &sp, &span.start_s, &span.end_s))
         rc = dh_err_set(e, DH_EMEDIA, "%s: no frame to time the sound by",
                         path);
     dh_media_close(m);
@@ -307,7 +307,7 @@ static int one_sample(struct dh_media *m, const struct dh_index *ix,
     used = dh_media_plan_bytes(p, res.frames);
     memset(slice + used, 0, one - used);
     *valid = (int32_t)res.valid_frames;
-    return p->audio_rate > 0 ? audio_row(m, ix, id, p, t0, t1, d, i, e) : 0;
+    return p->audio_rate > 0 ? audio_row(m, ix, id, p, span, d, i, e) : 0;
 }
 
 /* Sample `id` into position i (e: the cause alone). */
